@@ -1,0 +1,80 @@
+"""Backend fixture: every test that takes ``xp`` runs once per installed backend.
+
+Backends: numpy, array_api_strict, torch (CPU), dask.array, and cupy (only where a
+GPU is present). Missing libraries are skipped, not failed. Mark a test
+``@pytest.mark.skip_xp_backend("dask", reason=...)`` to skip one backend with a reason.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+BACKENDS = ["numpy", "array_api_strict", "torch", "dask", "cupy"]
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "skip_xp_backend(name, reason): skip a test for one array backend"
+    )
+    config.addinivalue_line("markers", "gpu: needs a CUDA GPU")
+
+
+def _load(name):
+    if name == "numpy":
+        import array_api_compat.numpy as xp
+
+        return xp
+    if name == "array_api_strict":
+        xp = importlib.import_module("array_api_strict")
+        return xp
+    if name == "torch":
+        torch = importlib.import_module("torch")
+        torch.set_default_dtype(torch.float64)
+        import array_api_compat.torch as xp
+
+        return xp
+    if name == "dask":
+        importlib.import_module("dask.array")
+        import array_api_compat.dask.array as xp
+
+        return xp
+    if name == "cupy":
+        cupy = importlib.import_module("cupy")
+        if cupy.cuda.runtime.getDeviceCount() < 1:  # pragma: no cover
+            raise ImportError("no GPU")
+        import array_api_compat.cupy as xp
+
+        return xp
+    raise ValueError(name)  # pragma: no cover
+
+
+_CACHE: dict = {}
+
+
+def _backend(name):
+    if name not in _CACHE:
+        try:
+            _CACHE[name] = _load(name)
+        except Exception as exc:  # ImportError, CUDA errors
+            _CACHE[name] = exc
+    return _CACHE[name]
+
+
+@pytest.fixture(params=BACKENDS)
+def xp(request):
+    """The array namespace under test (skips backends that are not installed)."""
+    name = request.param
+    mod = _backend(name)
+    if isinstance(mod, Exception):
+        pytest.skip(f"{name} not available: {mod}")
+    for marker in request.node.iter_markers("skip_xp_backend"):
+        if marker.args and marker.args[0] == name:
+            pytest.skip(marker.kwargs.get("reason", f"not supported on {name}"))
+    return mod
+
+
+@pytest.fixture
+def xp_name(xp):
+    return xp.__name__.replace("array_api_compat.", "")
