@@ -1,3 +1,18 @@
-"""tiltlab: tilted empirical risk minimization on any array-API backend."""
+"""tiltlab: tilted empirical risk minimization on any array-API backend.
+
+The public face of the package: re-exports only. See ``tiltlab.risk`` for the tilted
+risk and weights, ``tiltlab.objective`` for tilted objectives, ``tiltlab.solvers`` for
+``minimize`` and ``tilt_path``, and ``tiltlab.bounds``, ``tiltlab.diagnostics`` and
+``tiltlab.theory`` for the analysis tools.
+"""
+
+from .risk import hierarchical_risk, hierarchical_weights, tilted_risk, tilted_weights
 
 __version__ = "0.1.0.dev0"
+
+__all__ = [
+    "tilted_risk",
+    "tilted_weights",
+    "hierarchical_risk",
+    "hierarchical_weights",
+]

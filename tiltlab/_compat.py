@@ -14,6 +14,7 @@ from typing import Any
 
 import array_api_compat
 import numpy as np
+from array_api_compat import device as _device
 from array_api_compat import (
     is_array_api_obj,
     is_cupy_namespace,
@@ -22,7 +23,6 @@ from array_api_compat import (
     is_numpy_namespace,
     is_torch_namespace,
 )
-from array_api_compat import device as _device
 from array_api_compat import size as _size
 
 __all__ = [

@@ -59,5 +59,10 @@ def assert_close(
         assert a.shape == d.shape, f"shape {a.shape} != {d.shape}. {err_msg}"
     if rtol is None:
         rtol = default_rtol(a.dtype)
-    np.testing.assert_allclose(a, d.astype(np.float64, copy=False) if d.dtype.kind in "iub"
-                               else d, rtol=rtol, atol=atol, err_msg=err_msg)
+    np.testing.assert_allclose(
+        a,
+        d.astype(np.float64, copy=False) if d.dtype.kind in "iub" else d,
+        rtol=rtol,
+        atol=atol,
+        err_msg=err_msg,
+    )
