@@ -6,6 +6,7 @@ risk and weights, ``tiltlab.objective`` for tilted objectives, ``tiltlab.solvers
 ``tiltlab.theory`` for the analysis tools.
 """
 
+from .objective import TiltedObjective
 from .risk import hierarchical_risk, hierarchical_weights, tilted_risk, tilted_weights
 
 __version__ = "0.1.0.dev0"
@@ -15,4 +16,5 @@ __all__ = [
     "tilted_weights",
     "hierarchical_risk",
     "hierarchical_weights",
+    "TiltedObjective",
 ]

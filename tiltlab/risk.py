@@ -51,7 +51,7 @@ __all__ = ["tilted_risk", "tilted_weights", "hierarchical_risk", "hierarchical_w
 # input handling
 
 
-def _prepare_losses(losses: Any, xp: Any, check: bool) -> Any:
+def prepare_losses(losses: Any, xp: Any, check: bool) -> Any:
     arr = as_float_array(losses, xp, name="losses")
     if arr.ndim == 0:
         raise ValueError("`losses` must have at least one dimension (got a scalar)")
@@ -62,7 +62,7 @@ def _prepare_losses(losses: Any, xp: Any, check: bool) -> Any:
     return arr
 
 
-def _prepare_tilt(t: Any, xp: Any, like: Any) -> tuple[Any, bool]:
+def prepare_tilt(t: Any, xp: Any, like: Any) -> tuple[Any, bool]:
     """Tilt(s) as an array of ``like``'s dtype/device; returns (t, is_grid)."""
     if isinstance(t, bool) or t is None:
         raise TypeError(f"`t` must be a real number or a 1-d array of tilts, got {t!r}")
@@ -85,7 +85,7 @@ def _prepare_tilt(t: Any, xp: Any, like: Any) -> tuple[Any, bool]:
     return tt, tt.ndim == 1
 
 
-def _prepare_prior(weights: Any, l: Any, xp: Any) -> Any:
+def prepare_prior(weights: Any, l: Any, xp: Any) -> Any:
     """Normalised prior weights broadcast to the shape of ``l`` (axis moved last)."""
     if weights is None:
         return None
@@ -274,11 +274,11 @@ def tilted_risk(
     (2,)
     """
     xp = namespace_of(losses=losses, weights=weights, t=t) if xp is None else xp
-    l = _prepare_losses(losses, xp, check_finite)
+    l = prepare_losses(losses, xp, check_finite)
     ax = normalize_axis(axis, l.ndim)
     l = xp.moveaxis(l, ax, -1) if ax != l.ndim - 1 else l
-    tt, grid = _prepare_tilt(t, xp, l)
-    p = _prepare_prior(weights, l, xp)
+    tt, grid = prepare_tilt(t, xp, l)
+    p = prepare_prior(weights, l, xp)
     r = _risk_kernel(l, p, tt, xp)
     if keepdims:
         r = xp.expand_dims(r, axis=ax + (1 if grid else 0))
@@ -324,11 +324,11 @@ def tilted_weights(
     1.0
     """
     xp = namespace_of(losses=losses, weights=weights, t=t) if xp is None else xp
-    l = _prepare_losses(losses, xp, check_finite)
+    l = prepare_losses(losses, xp, check_finite)
     ax = normalize_axis(axis, l.ndim)
     l = xp.moveaxis(l, ax, -1) if ax != l.ndim - 1 else l
-    tt, grid = _prepare_tilt(t, xp, l)
-    p = _prepare_prior(weights, l, xp)
+    tt, grid = prepare_tilt(t, xp, l)
+    p = prepare_prior(weights, l, xp)
     w = _weights_kernel(l, p, tt, xp)
     if ax != l.ndim - 1:
         w = xp.moveaxis(w, -1, ax + (1 if grid else 0))
@@ -414,7 +414,7 @@ def _build_tree(groups: Any, n: int) -> list[_Level]:
     return levels
 
 
-def _prepare_tilts(tilts: Any, n_levels: int) -> list[float]:
+def prepare_tilts(tilts: Any, n_levels: int) -> list[float]:
     if is_array_api_obj(tilts):
         tilts = [float(v) for v in to_numpy(tilts).reshape(-1)]
     if not isinstance(tilts, Sequence) or isinstance(tilts, (str, bytes)):
@@ -445,18 +445,79 @@ def _gather(x: Any, idx: np.ndarray, xp: Any) -> Any:
     return xp.reshape(out, tuple(x.shape[:-1]) + idx.shape)
 
 
-def _hierarchy(losses: Any, groups: Any, tilts: Any, weights: Any, xp: Any, check: bool):
+@dataclass(frozen=True)
+class GroupTree:
+    """Group structure of a hierarchy, built once on the host from label arrays.
+
+    ``levels`` (innermost first) drive the bottom-up evaluation; ``sample_layouts``
+    (innermost first) map samples directly to the nodes of each grouping level, for
+    segment sums over samples (Hessians of hierarchical objectives).
+    """
+
+    n_samples: int
+    levels: tuple
+    sample_layouts: tuple
+
+    @property
+    def depth(self) -> int:
+        """Number of grouping levels (tilts needed: depth + 1)."""
+        return len(self.levels)
+
+
+def build_tree(groups: Any, n: int) -> GroupTree:
+    """Validate label arrays (outermost first) and build a :class:`GroupTree`."""
+    levels = _build_tree(groups, n)
+    layouts = []
+    codes = levels[0].codes
+    layouts.append(levels[0])
+    for lev in levels[1:]:
+        codes = lev.codes[codes]
+        layouts.append(_make_level(codes, lev.n_groups))
+    return GroupTree(n_samples=n, levels=tuple(levels), sample_layouts=tuple(layouts))
+
+
+def segment_sum(values: Any, layout: _Level, xp: Any) -> Any:
+    """Sum ``values`` (..., N) over the groups of a sample layout -> (..., G)."""
+    v = _gather(values, layout.idx, xp)
+    mask = xp.asarray(layout.mask, device=device(values))
+    return xp.sum(xp.where(mask, v, xp.zeros_like(v)), axis=-1)
+
+
+def broadcast_groups(values: Any, layout: _Level, xp: Any) -> Any:
+    """Per-group ``values`` (..., G) repeated to one entry per sample (..., N)."""
+    return xp.take(values, xp.asarray(layout.codes, device=device(values)), axis=-1)
+
+
+def risk_and_weights(l: Any, p: Any, t: Any, xp: Any) -> tuple[Any, Any]:
+    """Sample-level risk and weights along the last axis, without validation.
+
+    ``p`` is a normalised prior or None; ``t`` a 0-d array of ``l``'s dtype. For
+    internal callers (objectives, solvers) that validated their inputs once.
+    """
+    return _risk_kernel(l, p, t, xp), _weights_kernel(l, p, t, xp)
+
+
+def hierarchy_eval(l: Any, p: Any, tree: GroupTree, ts: Sequence[float], xp: Any):
+    """Hierarchical risk and per-sample weights, without validation.
+
+    ``ts`` holds ``tree.depth + 1`` floats, outermost first; ``p`` a normalised prior
+    or None. Returns ``(risk, weights)``.
+    """
+    risk, conditional, w = _hierarchy_core(l, p, tree.levels, ts, xp)
+    for lev, cond in reversed(conditional):
+        w = xp.take(w, xp.asarray(lev.codes, device=device(cond)), axis=-1) * cond
+    return risk, w
+
+
+def _hierarchy_core(l: Any, p: Any, levels: Sequence[_Level], ts: Sequence[float], xp: Any):
     """Evaluate the hierarchy bottom-up.
 
-    Returns ``(risk, conditional)`` where ``conditional`` lists, innermost first, the
-    weight of each child within its group (shape (..., n_children)) and the level
-    structure, so that sample weights are the product of conditionals along the path.
+    Returns ``(risk, conditional, w_top)``: ``conditional`` lists, innermost first, the
+    weight of each child within its group (shape (..., n_children)) with the level
+    structure, and ``w_top`` the weights of the outermost groups, so that sample
+    weights are the product of conditionals along the path.
     """
-    l = _prepare_losses(losses, xp, check)
     n = l.shape[-1]
-    levels = _build_tree(groups, n)
-    ts = _prepare_tilts(tilts, len(levels))
-    p = _prepare_prior(weights, l, xp)
     if p is None:
         p = xp.ones_like(l) / n
     values, mass = l, p
@@ -468,24 +529,38 @@ def _hierarchy(losses: Any, groups: Any, tilts: Any, weights: Any, xp: Any, chec
         v = _gather(values, lev.idx, xp)
         m = xp.where(mask, _gather(mass, lev.idx, xp), xp.zeros_like(v))
         gmass = xp.sum(m, axis=-1)
-        if not bool(xp.all(gmass > 0)):
-            raise ValueError(
-                "`weights` give a group zero total weight (an empty group); every group needs "
-                "at least one sample with positive weight"
-            )
         prior = m / gmass[..., None]
         tt = xp.asarray(tilt, dtype=l.dtype, device=device(l))
-        group_risk = _risk_kernel(v, prior, tt, xp)
-        w = _weights_kernel(v, prior, tt, xp)
+        group_risk, w = risk_and_weights(v, prior, tt, xp)
         # back to one entry per child (gather through the flat position)
         w_flat = xp.reshape(w, tuple(w.shape[:-2]) + (-1,))
         pos = xp.asarray(lev.pos, device=device(l))
         conditional.append((lev, xp.take(w_flat, pos, axis=-1)))
         values, mass = group_risk, gmass
     top = xp.asarray(ts[0], dtype=l.dtype, device=device(l))
-    risk = _risk_kernel(values, mass, top, xp)
-    w_top = _weights_kernel(values, mass, top, xp)
+    risk, w_top = risk_and_weights(values, mass, top, xp)
     return risk, conditional, w_top
+
+
+def check_group_mass(p: Any, tree: GroupTree, xp: Any) -> None:
+    """Every group of every level needs positive prior mass."""
+    if p is None:
+        return
+    for lay in tree.sample_layouts:
+        if not bool(xp.all(segment_sum(p, lay, xp) > 0)):
+            raise ValueError(
+                "`weights` give a group zero total weight (an empty group); every group needs "
+                "at least one sample with positive weight"
+            )
+
+
+def _hierarchy(losses: Any, groups: Any, tilts: Any, weights: Any, xp: Any, check: bool):
+    l = prepare_losses(losses, xp, check)
+    tree = build_tree(groups, l.shape[-1])
+    ts = prepare_tilts(tilts, tree.depth)
+    p = prepare_prior(weights, l, xp)
+    check_group_mass(p, tree, xp)
+    return _hierarchy_core(l, p, tree.levels, ts, xp)
 
 
 def hierarchical_risk(

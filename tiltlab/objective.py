@@ -1,0 +1,447 @@
+"""Tilted objectives: a loss, data, a tilt (or a hierarchy of tilts) and a prior.
+
+For a linear-predictor loss with ``z = X @ theta`` the objective never forms the
+``N x d`` matrix of per-sample gradients:
+
+* gradient ``X^T (w * l')``;
+* Hessian-vector product, for a hierarchy with levels ``0`` (samples) ... ``L`` (root)
+  and tilts ``t_1 .. t_L`` applied at levels ``1 .. L``,
+
+      H v = X^T (w * l'' * Xv) + sum_k t_k X^T (w * l' * (s_{k-1} - s_k)) + l2 v,
+
+  where ``a = l' * Xv`` (the directional derivative of each loss) and ``s_k`` is, for
+  each sample, the ``w``-weighted mean of ``a`` over its node at level ``k``
+  (``s_0 = a``, ``s_L = g . v``). With no groups this is the tilted Hessian lemma
+  ``H = sum w_i H_i + t sum w_i (g_i - g)(g_i - g)^T``; every level adds the covariance
+  of its children's gradients, scaled by its tilt. Two passes over ``X`` per product.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import numpy as np
+
+from ._compat import as_array, as_float_array, check_finite, device, namespace_of
+from .losses import Loss, get_loss
+from .risk import (
+    GroupTree,
+    broadcast_groups,
+    build_tree,
+    check_group_mass,
+    hierarchy_eval,
+    prepare_prior,
+    prepare_tilts,
+    risk_and_weights,
+    segment_sum,
+)
+
+__all__ = ["TiltedObjective"]
+
+
+class TiltedObjective:
+    r"""A tilted empirical risk as a function of the parameters ``theta``.
+
+    .. math:: F(\theta) = R\big(t; \ell(\theta)\big) + \tfrac{\lambda}{2}\|\theta\|^2
+
+    (or the hierarchical risk :math:`J` when ``groups`` and ``tilts`` are given).
+
+    Parameters
+    ----------
+    loss : str or Loss
+        A loss name (``"squared"``, ``"absolute"``, ``"huber"``, ``"logistic"``,
+        ``"hinge"``, ``"squared_hinge"``, ``"multinomial"``) or a loss object from
+        :mod:`tiltlab.losses` (including :class:`~tiltlab.losses.CallableLoss` and
+        :class:`~tiltlab.losses.FairPCALoss` for non-linear models).
+    X : array of shape (N, d), optional
+        Features (``None`` for losses that carry their own data, e.g. fair PCA).
+    y : array of shape (N,), optional
+        Targets.
+    t : float, default 0.0
+        Sample-level tilt (ignored when ``groups`` is given).
+    groups : array or sequence of arrays, optional
+        Group labels, outermost level first (see :func:`tiltlab.hierarchical_risk`).
+    tilts : sequence of float, optional
+        One tilt per grouping level plus one for the samples, outermost first.
+    weights : array of shape (N,), optional
+        Prior sample weights (normalised; default uniform).
+    l2 : float, default 0.0
+        Ridge penalty :math:`\tfrac{\lambda}{2}\|\theta\|^2`.
+    xp : namespace, optional
+        Array namespace (inferred from ``X``/``y``).
+
+    Attributes
+    ----------
+    n_samples, n_features : int
+    shape : tuple
+        Shape of ``theta``: ``(d,)``, or ``(d, K)`` for the multinomial loss.
+    n_passes : int
+        Full passes over the data made so far (each product with ``X`` or ``X^T``
+        counts one); solvers report it as their cost.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tiltlab import TiltedObjective
+    >>> X = np.array([[1.0, 0.0], [1.0, 1.0], [1.0, 2.0]])
+    >>> y = np.array([0.0, 1.0, 5.0])
+    >>> obj = TiltedObjective("squared", X, y, t=-1.0)
+    >>> theta = np.zeros(2)
+    >>> float(obj.value(theta)) <= float(obj.losses(theta).mean())
+    True
+    >>> obj.gradient(theta).shape, obj.hessian(theta).shape
+    ((2,), (2, 2))
+    """
+
+    def __init__(
+        self,
+        loss: Any,
+        X: Any = None,
+        y: Any = None,
+        *,
+        t: float = 0.0,
+        groups: Any = None,
+        tilts: Any = None,
+        weights: Any = None,
+        l2: float = 0.0,
+        xp: Any = None,
+    ):
+        self.loss: Loss = get_loss(loss)
+        xp = namespace_of(X=X, y=y, weights=weights) if xp is None else xp
+        self.xp = xp
+        if self.loss.is_linear:
+            if X is None or y is None:
+                raise ValueError(f"the {self.loss.name} loss needs `X` and `y`")
+            X = as_float_array(X, xp, name="X")
+            if X.ndim != 2:
+                raise ValueError(f"`X` must be 2-d (samples x features), got shape {X.shape}")
+            if X.shape[0] == 0 or X.shape[1] == 0:
+                raise ValueError(f"`X` must not be empty, got shape {X.shape}")
+            check_finite(X, xp, name="X")
+            self.loss = self.loss.with_labels(y, xp=xp)
+            y = self.loss.check_y(y, xp=xp)
+            if y.shape[0] != X.shape[0]:
+                raise ValueError(f"`y` has {y.shape[0]} entries but `X` has {X.shape[0]} rows")
+            if xp.isdtype(y.dtype, "real floating"):
+                check_finite(y, xp, name="y")
+                if y.dtype != X.dtype:
+                    y = xp.astype(y, X.dtype)
+            self.n_samples, self.n_features = int(X.shape[0]), int(X.shape[1])
+            k = self.loss.n_outputs
+            self.shape: tuple[int, ...] = (
+                (self.n_features,) if k == 1 else (self.n_features, int(k))
+            )
+            self.dtype = X.dtype
+            self.device = device(X)
+        else:
+            if X is not None:
+                X = as_array(X, xp, name="X")
+            self.n_samples = None  # known after the first evaluation
+            self.n_features = None
+            self.shape = None
+            self.dtype = None
+            self.device = None
+        self.X, self.y = X, y
+        self._weights_in = weights
+        self._prior = None
+        if weights is not None and self.n_samples is not None:
+            self._prior = prepare_prior(
+                weights, xp.zeros((self.n_samples,), dtype=self.dtype, device=self.device), xp
+            )
+        if not np.isfinite(l2) or l2 < 0:
+            raise ValueError(f"`l2` must be a finite non-negative number, got {l2!r}")
+        self.l2 = float(l2)
+        self.tree: GroupTree | None = None
+        self._groups = groups
+        if groups is not None:
+            if tilts is None:
+                raise ValueError("`tilts` is required with `groups` (outermost first)")
+            if self.n_samples is not None:
+                self._set_tree(groups, self.n_samples)
+            self._tilts_list = prepare_tilts(tilts, _depth_of(groups))
+        elif tilts is not None:
+            raise ValueError("`tilts` needs `groups`; for sample-level tilting pass `t`")
+        else:
+            self._tilts_list = prepare_tilts([t], 0)
+        self.n_passes = 0
+
+    # -- tilt -----------------------------------------------------------------------
+
+    def _set_tree(self, groups: Any, n: int) -> None:
+        self.tree = build_tree(groups, n)
+        check_group_mass(self._prior, self.tree, self.xp)
+
+    @property
+    def t(self) -> float:
+        """Sample-level tilt, or the outermost tilt of a hierarchy. Settable."""
+        return self._tilts_list[0]
+
+    @t.setter
+    def t(self, value: float) -> None:
+        self._tilts_list = [prepare_tilts([value], 0)[0]] + list(self._tilts_list[1:])
+
+    @property
+    def tilts(self) -> tuple[float, ...]:
+        """All tilts, outermost first (``(t,)`` for a sample-level objective). Settable."""
+        return tuple(self._tilts_list)
+
+    @tilts.setter
+    def tilts(self, values: Any) -> None:
+        depth = 0 if self._groups is None else _depth_of(self._groups)
+        self._tilts_list = prepare_tilts(values, depth)
+
+    @property
+    def is_hierarchical(self) -> bool:
+        return self._groups is not None
+
+    def with_tilt(self, t: float | None = None, *, tilts: Any = None) -> TiltedObjective:
+        """A shallow copy with another tilt; shares ``X``, ``y`` and the group tree.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from tiltlab import TiltedObjective
+        >>> obj = TiltedObjective("squared", np.eye(2), np.ones(2))
+        >>> obj.with_tilt(3.0).X is obj.X
+        True
+        """
+        new = copy.copy(self)
+        new._tilts_list = list(self._tilts_list)
+        new.n_passes = 0
+        if tilts is not None:
+            new.tilts = tilts
+        if t is not None:
+            new.t = t
+        return new
+
+    # -- parameters -----------------------------------------------------------------
+
+    def _theta(self, theta: Any, name: str = "theta") -> Any:
+        xp = self.xp
+        th = as_float_array(theta, xp, name=name, dev=self.device)
+        if self.dtype is not None and th.dtype != self.dtype:
+            th = xp.astype(th, self.dtype)
+        if self.shape is not None:
+            size = int(np.prod(self.shape))
+            if tuple(th.shape) != self.shape and tuple(th.shape) != (size,):
+                raise ValueError(
+                    f"`{name}` must have shape {self.shape} (or be flat of size {size}), got "
+                    f"{tuple(th.shape)}"
+                )
+        return th
+
+    def zeros(self) -> Any:
+        """A zero parameter of the right shape, dtype and device."""
+        if self.shape is None:
+            raise ValueError("the parameter shape of a callable loss is unknown; pass theta0")
+        return self.xp.zeros(self.shape, dtype=self.dtype, device=self.device)
+
+    # -- evaluation -----------------------------------------------------------------
+
+    def _linear_parts(self, theta: Any):
+        xp = self.xp
+        th = xp.reshape(theta, self.shape)
+        z = self.X @ th
+        self.n_passes += 1
+        value, d1, d2 = self.loss.derivatives(z, self.y, validate=False, xp=xp)
+        return th, z, value, d1, d2
+
+    def _aggregate(self, ell: Any) -> tuple[Any, Any]:
+        xp = self.xp
+        if self.tree is None and self._groups is not None:
+            self._set_tree(self._groups, ell.shape[-1])
+        if self._prior is None and self._weights_in is not None:
+            self._prior = prepare_prior(self._weights_in, ell, xp)
+            if self.tree is not None:
+                check_group_mass(self._prior, self.tree, xp)
+        if self.tree is None:
+            tt = xp.asarray(self._tilts_list[0], dtype=ell.dtype, device=device(ell))
+            return risk_and_weights(ell, self._prior, tt, xp)
+        return hierarchy_eval(ell, self._prior, self.tree, self._tilts_list, xp)
+
+    def _penalty(self, th: Any) -> Any:
+        xp = self.xp
+        return 0.5 * self.l2 * xp.sum(th * th)
+
+    def losses(self, theta: Any) -> Any:
+        """Per-sample losses at ``theta``, shape ``(N,)``."""
+        th = self._theta(theta)
+        if self.loss.is_linear:
+            z = self.X @ self.xp.reshape(th, self.shape)
+            self.n_passes += 1
+            return self.loss.value(z, self.y, validate=False, xp=self.xp)
+        return self.loss.fun(th, self.X, self.y, xp=self.xp)
+
+    def value(self, theta: Any) -> Any:
+        """Objective value at ``theta`` (a 0-d array)."""
+        th = self._theta(theta)
+        r, _ = self._aggregate(self.losses(th))
+        return r + self._penalty(th) if self.l2 else r
+
+    def weights(self, theta: Any) -> Any:
+        """Tilted (or hierarchical) per-sample weights at ``theta``; they sum to one."""
+        _, w = self._aggregate(self.losses(theta))
+        return w
+
+    def value_and_gradient(self, theta: Any) -> tuple[Any, Any]:
+        """Objective value and gradient (gradient in the shape of ``theta``)."""
+        xp = self.xp
+        th0 = self._theta(theta)
+        if self.loss.is_linear:
+            th, z, ell, d1, _ = self._linear_parts(th0)
+            r, w = self._aggregate(ell)
+            coef = w[:, None] * d1 if d1.ndim == 2 else w * d1
+            g = self.X.T @ coef
+            self.n_passes += 1
+        else:
+            th = th0
+            ell, J = self.loss.value_and_grad(th, self.X, self.y, xp=xp)
+            r, w = self._aggregate(ell)
+            g = w @ J
+        if self.l2:
+            r = r + self._penalty(th)
+            g = g + self.l2 * th
+        return r, xp.reshape(g, th0.shape)
+
+    def gradient(self, theta: Any) -> Any:
+        """Gradient of the objective at ``theta`` (in the shape of ``theta``)."""
+        return self.value_and_gradient(theta)[1]
+
+    # -- second order ---------------------------------------------------------------
+
+    def _level_means(self, wa: Any, w: Any) -> list[Any]:
+        """Per-sample w-weighted means of ``a`` over each level's nodes (s_1 .. s_L)."""
+        xp = self.xp
+        out = []
+        if self.tree is not None:
+            for lay in self.tree.sample_layouts:
+                num = segment_sum(wa, lay, xp)
+                den = segment_sum(w, lay, xp)
+                safe = xp.where(den > 0, den, xp.ones_like(den))
+                mean = xp.where(den > 0, num / safe, xp.zeros_like(num))
+                out.append(broadcast_groups(mean, lay, xp))
+        out.append(xp.sum(wa) + xp.zeros_like(wa))  # the root: g . v
+        return out
+
+    def _tilt_term_coef(self, a: Any, w: Any) -> Any:
+        """Per-sample coefficient c with  tilt part of H v = sum_i c_i grad f_i."""
+        xp = self.xp
+        means = [a] + self._level_means(w * a, w)
+        tilts = self._tilts_list[::-1]  # innermost (samples) first
+        coef = xp.zeros_like(a)
+        for k, tk in enumerate(tilts):
+            if tk == 0:
+                continue
+            if not np.isfinite(tk):
+                raise ValueError("the Hessian is not defined at an infinite tilt")
+            coef = coef + tk * (means[k] - means[k + 1])
+        return w * coef
+
+    def hvp(self, theta: Any, v: Any) -> Any:
+        """Hessian-vector product at ``theta`` (two passes over ``X``).
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from tiltlab import TiltedObjective
+        >>> obj = TiltedObjective("logistic", np.eye(3), np.array([0, 1, 1]), t=2.0)
+        >>> th, v = np.zeros(3), np.ones(3)
+        >>> bool(np.allclose(obj.hvp(th, v), obj.hessian(th) @ v))
+        True
+        """
+        xp = self.xp
+        th0 = self._theta(theta)
+        vv = self._theta(v, name="v")
+        if self.loss.is_linear:
+            th, z, ell, d1, d2 = self._linear_parts(th0)
+            _, w = self._aggregate(ell)
+            V = xp.reshape(vv, self.shape)
+            u = self.X @ V
+            self.n_passes += 1
+            if d1.ndim == 2:  # multinomial: per-sample K x K Hessians in z
+                hz = self.loss.hvp_z(z, self.y, u, validate=False, xp=xp)
+                a = xp.sum(d1 * u, axis=1)
+                c = self._tilt_term_coef(a, w)
+                R = w[:, None] * hz + c[:, None] * d1
+            else:
+                a = d1 * u
+                c = self._tilt_term_coef(a, w)
+                R = w * d2 * u + c * d1
+            out = self.X.T @ R
+            self.n_passes += 1
+        else:
+            ell, J = self.loss.value_and_grad(th0, self.X, self.y, xp=xp)
+            _, w = self._aggregate(ell)
+            a = J @ vv
+            c = self._tilt_term_coef(a, w)
+            Hv = self.loss.hvp(th0, vv, self.X, self.y, xp=xp)
+            out = w @ Hv + c @ J
+        out = xp.reshape(out, vv.shape)
+        if self.l2:
+            out = out + self.l2 * vv
+        return out
+
+    def hessian(self, theta: Any) -> Any:
+        """Dense Hessian at ``theta``, shape ``(p, p)`` with ``p = theta.size``.
+
+        Formed as ``X^T diag(.) X`` plus low-rank group terms for scalar-predictor
+        losses; column by column from :meth:`hvp` for the multinomial loss.
+        """
+        xp = self.xp
+        th0 = self._theta(theta)
+        if self.loss.is_linear and len(self.shape) == 1:
+            th, z, ell, d1, d2 = self._linear_parts(th0)
+            _, w = self._aggregate(ell)
+            X = self.X
+            tilts = self._tilts_list[::-1]  # innermost first
+            # level 0: samples; sum_i w_i (d2 + t_1 d1^2) x_i x_i^T
+            diag = w * d2 + tilts[0] * w * d1 * d1 if tilts[0] else w * d2
+            H = X.T @ (diag[:, None] * X)
+            self.n_passes += 1
+            # node gradients per level: G_n = sum_{x in n} w_x d1_x x_x / W_n
+            wd1X = (w * d1)[:, None] * X
+            layouts = list(self.tree.sample_layouts) if self.tree is not None else []
+            for k, tk in enumerate(tilts):
+                if tk == 0:
+                    continue
+                if not np.isfinite(tk):
+                    raise ValueError("the Hessian is not defined at an infinite tilt")
+                # + t_k * sum_{nodes of level k-1} W G G^T  - t_k * sum_{nodes of level k} ...
+                if k > 0:
+                    H = H + tk * _node_outer(wd1X, w, layouts[k - 1], xp)
+                if k < len(layouts):
+                    H = H - tk * _node_outer(wd1X, w, layouts[k], xp)
+                else:
+                    g = xp.sum(wd1X, axis=0)
+                    H = H - tk * (g[:, None] * g[None, :])
+            if self.l2:
+                H = H + self.l2 * xp.eye(H.shape[0], dtype=H.dtype, device=device(H))
+            return H
+        # generic: columns of the identity through hvp
+        p = int(np.prod(th0.shape))
+        eye = xp.eye(p, dtype=th0.dtype, device=device(th0))
+        cols = [xp.reshape(self.hvp(th0, xp.reshape(eye[j, :], th0.shape)), (p,)) for j in range(p)]
+        H = xp.stack(cols, axis=1)
+        return 0.5 * (H + H.T)
+
+    def __repr__(self) -> str:
+        tilt = f"tilts={self.tilts}" if self.is_hierarchical else f"t={self.t}"
+        shape = "?" if self.n_samples is None else f"{self.n_samples}x{self.n_features}"
+        return f"TiltedObjective(loss={self.loss.name!r}, data={shape}, {tilt}, l2={self.l2})"
+
+
+def _node_outer(wd1X: Any, w: Any, layout: Any, xp: Any) -> Any:
+    """sum over nodes of W_n G_n G_n^T with G_n = sum_{x in n} w_x d1_x x_x / W_n."""
+    d = wd1X.shape[1]
+    cols = [segment_sum(wd1X[:, j], layout, xp) for j in range(d)]
+    S = xp.stack(cols, axis=1)  # (G, d): W_n G_n
+    W = segment_sum(w, layout, xp)
+    safe = xp.where(W > 0, W, xp.ones_like(W))
+    return S.T @ (S / safe[:, None])
+
+
+def _depth_of(groups: Any) -> int:
+    from ._compat import seq_of_arrays
+
+    return len(groups) if seq_of_arrays(groups) else 1
