@@ -8,6 +8,7 @@ risk and weights, ``tiltlab.objective`` for tilted objectives, ``tiltlab.solvers
 
 from .objective import TiltedObjective
 from .risk import hierarchical_risk, hierarchical_weights, tilted_risk, tilted_weights
+from .solvers import OptimizeResult, Status, TiltPath, minimize, tilt_path
 
 __version__ = "0.1.0.dev0"
 
@@ -17,4 +18,9 @@ __all__ = [
     "hierarchical_risk",
     "hierarchical_weights",
     "TiltedObjective",
+    "minimize",
+    "tilt_path",
+    "TiltPath",
+    "OptimizeResult",
+    "Status",
 ]

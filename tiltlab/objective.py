@@ -308,6 +308,42 @@ class TiltedObjective:
         """Gradient of the objective at ``theta`` (in the shape of ``theta``)."""
         return self.value_and_gradient(theta)[1]
 
+    # -- minibatches (stochastic solvers) ---------------------------------------------
+
+    def batch_losses_and_vjp(self, theta: Any, idx: Any):
+        """Losses of the rows ``idx`` and a map ``c -> sum_i c_i grad f_i`` over them.
+
+        ``idx`` is a 1-d integer array (host or ``xp``). The returned function turns
+        per-sample coefficients (shape ``(len(idx),)``) into a gradient of ``theta``'s
+        shape, reusing the predictor computed here. Data passes are counted in
+        proportion to the batch size. The ridge term is not included.
+        """
+        xp = self.xp
+        th = self._theta(theta)
+        if not hasattr(idx, "__array_namespace__") or not isinstance(idx, type(th)):
+            idx = xp.asarray(np.asarray(idx, dtype=np.int64), device=self.device)
+        if self.loss.is_linear:
+            XB = xp.take(self.X, idx, axis=0)
+            yB = xp.take(self.y, idx, axis=0)
+            z = XB @ xp.reshape(th, self.shape)
+            ell, d1, _ = self.loss.derivatives(z, yB, validate=False, xp=xp)
+            frac = idx.shape[0] / self.n_samples
+
+            def vjp(c: Any) -> Any:
+                self.n_passes += frac
+                coef = c[:, None] * d1 if d1.ndim == 2 else c * d1
+                return xp.reshape(XB.T @ coef, th.shape)
+
+            self.n_passes += frac
+            return ell, vjp
+        ell, J = self.loss.value_and_grad(th, self.X, self.y, xp=xp)
+        ellB, JB = xp.take(ell, idx, axis=0), xp.take(J, idx, axis=0)
+        return ellB, lambda c: c @ JB
+
+    def prior(self) -> Any:
+        """Normalised prior sample weights (None when uniform)."""
+        return self._prior
+
     # -- second order ---------------------------------------------------------------
 
     def _level_means(self, wa: Any, w: Any) -> list[Any]:

@@ -1,0 +1,42 @@
+"""The solver protocol: ``init`` evaluates the start, ``step`` makes one iteration."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ._linalg import norm, to_float
+from ._result import SolverState, Status
+
+__all__ = ["Solver", "make_state"]
+
+
+def make_state(x: Any, f: Any, g: Any, xp: Any, **kw: Any) -> SolverState:
+    ff = to_float(f)
+    gn = to_float(norm(g, xp))
+    state = SolverState(x=x, fun=f, jac=g, fun_float=ff, grad_norm=gn, **kw)
+    if not (math.isfinite(ff) and math.isfinite(gn)):
+        state.failed = Status.NONFINITE
+    return state
+
+
+class Solver:
+    """Base class. Subclasses set ``name``, ``default_max_iter`` and implement ``step``."""
+
+    name = "solver"
+    default_max_iter = 1000
+    #: False for stochastic methods, whose gradient norm is not known each step
+    checks_gradient = True
+
+    def __init__(self, **options: Any):
+        if options:
+            raise TypeError(
+                f"unknown option(s) for method {self.name!r}: {', '.join(sorted(options))}"
+            )
+
+    def init(self, objective: Any, x0: Any) -> SolverState:
+        f, g = objective.value_and_gradient(x0)
+        return make_state(x0, f, g, objective.xp)
+
+    def step(self, objective: Any, state: SolverState) -> SolverState:  # pragma: no cover
+        raise NotImplementedError
