@@ -32,6 +32,8 @@ def _load(name):
     if name == "torch":
         torch = importlib.import_module("torch")
         torch.set_default_dtype(torch.float64)
+        # two cores shared with other processes: torch's thread pool contends badly
+        torch.set_num_threads(1)
         import array_api_compat.torch as xp
 
         return xp

@@ -39,6 +39,7 @@ __all__ = [
     "check_nonneg_weights",
     "scalar",
     "is_lazy",
+    "materialize",
     "is_numpy_namespace",
     "is_cupy_namespace",
     "is_torch_namespace",
@@ -94,6 +95,19 @@ def array_namespace(*arrays: Any, xp: Any = None) -> Any:
     if xp is not None:
         return xp
     return namespace_of(**{f"argument {i}": a for i, a in enumerate(arrays)})
+
+
+def materialize(*arrays: Any) -> tuple:
+    """Evaluate lazy (Dask) arrays and keep the results in memory; others pass through.
+
+    Iterative solvers call this on each iterate so that a lazy graph does not grow with
+    the iteration count (every host read would otherwise recompute the whole history).
+    """
+    if arrays and any(type(a).__module__.startswith("dask") for a in arrays):
+        import dask
+
+        return tuple(dask.persist(*arrays))
+    return arrays
 
 
 def is_lazy(xp: Any) -> bool:

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ._compat import as_array, as_float_array, check_finite, device, namespace_of
+from ._compat import as_array, as_float_array, check_finite, device, is_lazy, namespace_of
 from .losses import Loss, get_loss
 from .risk import (
     GroupTree,
@@ -34,6 +34,7 @@ from .risk import (
     prepare_prior,
     prepare_tilts,
     risk_and_weights,
+    risk_weights_scalar,
     segment_sum,
 )
 
@@ -108,7 +109,10 @@ class TiltedObjective:
         xp: Any = None,
     ):
         self.loss: Loss = get_loss(loss)
-        xp = namespace_of(X=X, y=y, weights=weights) if xp is None else xp
+        if xp is None:
+            xp = namespace_of(X=X, y=y, weights=weights)
+            if X is None and y is None and getattr(self.loss, "_xp", None) is not None:
+                xp = self.loss._xp  # losses that carry their own data (fair PCA)
         self.xp = xp
         if self.loss.is_linear:
             if X is None or y is None:
@@ -163,7 +167,7 @@ class TiltedObjective:
         elif tilts is not None:
             raise ValueError("`tilts` needs `groups`; for sample-level tilting pass `t`")
         else:
-            self._tilts_list = prepare_tilts([t], 0)
+            self._tilts_list = [_tilt_value(t)]
         self.n_passes = 0
 
     # -- tilt -----------------------------------------------------------------------
@@ -179,7 +183,7 @@ class TiltedObjective:
 
     @t.setter
     def t(self, value: float) -> None:
-        self._tilts_list = [prepare_tilts([value], 0)[0]] + list(self._tilts_list[1:])
+        self._tilts_list = [_tilt_value(value)] + list(self._tilts_list[1:])
 
     @property
     def tilts(self) -> tuple[float, ...]:
@@ -256,6 +260,8 @@ class TiltedObjective:
             if self.tree is not None:
                 check_group_mass(self._prior, self.tree, xp)
         if self.tree is None:
+            if not is_lazy(xp):
+                return risk_weights_scalar(ell, self._prior, self._tilts_list[0], xp)
             tt = xp.asarray(self._tilts_list[0], dtype=ell.dtype, device=device(ell))
             return risk_and_weights(ell, self._prior, tt, xp)
         return hierarchy_eval(ell, self._prior, self.tree, self._tilts_list, xp)
@@ -271,7 +277,17 @@ class TiltedObjective:
             z = self.X @ self.xp.reshape(th, self.shape)
             self.n_passes += 1
             return self.loss.value(z, self.y, validate=False, xp=self.xp)
-        return self.loss.fun(th, self.X, self.y, xp=self.xp)
+        ell = self.loss.fun(th, self.X, self.y, xp=self.xp)
+        self._learn_shape(th, ell)
+        return ell
+
+    def _learn_shape(self, th: Any, ell: Any) -> None:
+        if self.n_samples is None:
+            self.n_samples = int(ell.shape[0])
+            self.shape = tuple(int(s) for s in th.shape)
+            self.n_features = int(th.shape[0])
+            self.dtype = ell.dtype
+            self.device = device(ell)
 
     def value(self, theta: Any) -> Any:
         """Objective value at ``theta`` (a 0-d array)."""
@@ -297,6 +313,7 @@ class TiltedObjective:
         else:
             th = th0
             ell, J = self.loss.value_and_grad(th, self.X, self.y, xp=xp)
+            self._learn_shape(th, ell)
             r, w = self._aggregate(ell)
             g = w @ J
         if self.l2:
@@ -387,14 +404,24 @@ class TiltedObjective:
         True
         """
         xp = self.xp
+        if not all(np.isfinite(self._tilts_list)):
+            raise ValueError("the Hessian is not defined at an infinite tilt")
         th0 = self._theta(theta)
         vv = self._theta(v, name="v")
         if self.loss.is_linear:
-            th, z, ell, d1, d2 = self._linear_parts(th0)
-            _, w = self._aggregate(ell)
+            th = xp.reshape(th0, self.shape)
             V = xp.reshape(vv, self.shape)
-            u = self.X @ V
+            # one pass over X for both the predictor and the direction
+            if len(self.shape) == 1:
+                zu = self.X @ xp.stack([th, V], axis=1)
+                z, u = zu[:, 0], zu[:, 1]
+            else:
+                k = self.shape[1]
+                zu = self.X @ xp.concat([th, V], axis=1)
+                z, u = zu[:, :k], zu[:, k:]
             self.n_passes += 1
+            ell, d1, d2 = self.loss.derivatives(z, self.y, validate=False, xp=xp)
+            _, w = self._aggregate(ell)
             if d1.ndim == 2:  # multinomial: per-sample K x K Hessians in z
                 hz = self.loss.hvp_z(z, self.y, u, validate=False, xp=xp)
                 a = xp.sum(d1 * u, axis=1)
@@ -426,6 +453,8 @@ class TiltedObjective:
         """
         xp = self.xp
         th0 = self._theta(theta)
+        if not all(np.isfinite(self._tilts_list)):
+            raise ValueError("the Hessian is not defined at an infinite tilt")
         if self.loss.is_linear and len(self.shape) == 1:
             th, z, ell, d1, d2 = self._linear_parts(th0)
             _, w = self._aggregate(ell)
@@ -475,6 +504,18 @@ def _node_outer(wd1X: Any, w: Any, layout: Any, xp: Any) -> Any:
     W = segment_sum(w, layout, xp)
     safe = xp.where(W > 0, W, xp.ones_like(W))
     return S.T @ (S / safe[:, None])
+
+
+def _tilt_value(t: Any) -> float:
+    if isinstance(t, bool):
+        raise TypeError(f"`t` must be a real number, got {t!r}")
+    try:
+        v = float(t)
+    except (TypeError, ValueError):
+        raise TypeError(f"`t` must be a real number, got {t!r}") from None
+    if np.isnan(v):
+        raise ValueError("`t` must not be NaN")
+    return v
 
 
 def _depth_of(groups: Any) -> int:

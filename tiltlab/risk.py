@@ -26,6 +26,7 @@ A grid of tilts is evaluated in one vectorised pass (the tilt axis leads the res
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -486,6 +487,53 @@ def segment_sum(values: Any, layout: _Level, xp: Any) -> Any:
 def broadcast_groups(values: Any, layout: _Level, xp: Any) -> Any:
     """Per-group ``values`` (..., G) repeated to one entry per sample (..., N)."""
     return xp.take(values, xp.asarray(layout.codes, device=device(values)), axis=-1)
+
+
+def risk_weights_scalar(l: Any, p: Any, t: float, xp: Any, *, weights: bool = True):
+    """Risk (and weights) along the last axis for one host-side tilt ``t``.
+
+    The same branches as the vectorised kernels, chosen on the host: the spread is read
+    once (one synchronisation) and only one exponential is formed, so the peak memory is
+    a few arrays of ``l``'s size instead of a dozen. For eager backends.
+    """
+    t = float(t)
+    if t == 0.0 or not math.isfinite(t):
+        tt = xp.asarray(t, dtype=l.dtype, device=device(l))
+        r = _risk_kernel(l, p, tt, xp)
+        return (r, _weights_kernel(l, p, tt, xp)) if weights else (r, None)
+    lmax, lmin = _moments(l, p, xp)
+    spread = float(to_numpy(xp.max(lmax - lmin)))
+    if abs(t) * spread < tiny_sqrt(l.dtype, xp):
+        r = _wsum(l, p, xp)
+        w = (xp.ones_like(l) / l.shape[-1] if p is None else p) if weights else None
+        return r, w
+    c = lmax if t > 0 else lmin
+    d = l - c[..., None]
+    if p is not None:
+        d = xp.where(p > 0, d, xp.zeros_like(d))
+    u = t * d
+    del d
+    if abs(t) * spread <= 1:
+        e = xp.expm1(u)
+        del u
+        S = _wsum(e, p, xp)
+        r = c + xp.log1p(S) / t
+        if not weights:
+            return r, None
+        e = e + 1.0  # exp(u) >= exp(-1): no cancellation
+        Z = 1.0 + S
+    else:
+        e = xp.exp(u)
+        del u
+        Z = _wsum(e, p, xp)
+        r = c + xp.log(Z) / t
+        if not weights:
+            return r, None
+    if p is None:
+        w = e / (Z[..., None] * l.shape[-1])
+    else:
+        w = (p * e) / Z[..., None]
+    return r, w
 
 
 def risk_and_weights(l: Any, p: Any, t: Any, xp: Any) -> tuple[Any, Any]:

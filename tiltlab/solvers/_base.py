@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from .._compat import materialize
 from ._linalg import norm, to_float
 from ._result import SolverState, Status
 
@@ -12,6 +13,7 @@ __all__ = ["Solver", "make_state"]
 
 
 def make_state(x: Any, f: Any, g: Any, xp: Any, **kw: Any) -> SolverState:
+    x, f, g = materialize(x, f, g)
     ff = to_float(f)
     gn = to_float(norm(g, xp))
     state = SolverState(x=x, fun=f, jac=g, fun_float=ff, grad_norm=gn, **kw)
