@@ -1,0 +1,1 @@
+"""asv benchmark suite for tiltlab (see ``benchmarks/README.md``)."""
