@@ -1,0 +1,42 @@
+"""Data for tiltlab: the TERM paper's real data sets and small seeded toy problems.
+
+Real data (shipped inside the package, read offline; provenance in ``data/README.md``):
+
+* :func:`load_drug_discovery` - QSAR regression, 4085 x 411 (robust-regression table),
+* :func:`load_abalone` - UCI abalone regression, 4177 x 9,
+* :func:`load_hiv1` - UCI HIV-1 protease cleavage classification, 6590 x 160.
+
+Toy problems (:mod:`tiltlab.datasets.toys`):
+:func:`point_estimation_2d`, :func:`linear_regression_outliers`,
+:func:`logistic_imbalanced`, and :func:`point_estimation_losses`.
+
+Everything here returns host-side NumPy ``float64`` arrays.
+"""
+
+from ._loaders import (
+    ABALONE_FEATURES,
+    AMINO_ACIDS,
+    DatasetSplit,
+    load_abalone,
+    load_drug_discovery,
+    load_hiv1,
+)
+from .toys import (
+    linear_regression_outliers,
+    logistic_imbalanced,
+    point_estimation_2d,
+    point_estimation_losses,
+)
+
+__all__ = [
+    "ABALONE_FEATURES",
+    "AMINO_ACIDS",
+    "DatasetSplit",
+    "linear_regression_outliers",
+    "load_abalone",
+    "load_drug_discovery",
+    "load_hiv1",
+    "logistic_imbalanced",
+    "point_estimation_2d",
+    "point_estimation_losses",
+]
