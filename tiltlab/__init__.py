@@ -10,6 +10,8 @@ from .objective import TiltedObjective
 from .risk import hierarchical_risk, hierarchical_weights, tilted_risk, tilted_weights
 from .solvers import OptimizeResult, Status, TiltPath, minimize, tilt_path
 
+from . import bounds, diagnostics, losses
+
 __version__ = "0.1.0.dev0"
 
 __all__ = [
