@@ -205,6 +205,9 @@ def _weights_kernel(l: Any, p: Any, tt: Any, xp: Any) -> Any:
 # ---------------------------------------------------------------------------
 # public sample-level API
 
+#: elements of (tilts x losses) evaluated at once by tilted_risk on a grid of tilts
+_GRID_CHUNK = 1 << 23
+
 
 def tilted_risk(
     losses: Any,
@@ -280,7 +283,16 @@ def tilted_risk(
     l = xp.moveaxis(l, ax, -1) if ax != l.ndim - 1 else l
     tt, grid = prepare_tilt(t, xp, l)
     p = prepare_prior(weights, l, xp)
-    r = _risk_kernel(l, p, tt, xp)
+    n_elem = 1
+    for s in l.shape:
+        n_elem *= int(s)
+    if grid and tt.shape[0] * n_elem > _GRID_CHUNK:
+        # bound the temporaries: blocks of tilts, each block vectorised
+        step = max(1, _GRID_CHUNK // n_elem)
+        parts = [_risk_kernel(l, p, tt[i : i + step], xp) for i in range(0, tt.shape[0], step)]
+        r = xp.concat(parts, axis=0)
+    else:
+        r = _risk_kernel(l, p, tt, xp)
     if keepdims:
         r = xp.expand_dims(r, axis=ax + (1 if grid else 0))
     return r
