@@ -27,7 +27,6 @@ from tiltlab.reproduce import fit_term_regression
 def authors_loop(X, y, *, t=-2.0, lr=0.1, n_iter=10_000):
     """The paper's batch TERM for squared loss, as published (plain gradient descent)."""
     theta = np.zeros(X.shape[1])
-    n = X.shape[0]
     for _ in range(n_iter):
         r = X @ theta - y
         loss = r * r

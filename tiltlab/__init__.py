@@ -6,11 +6,10 @@ risk and weights, ``tiltlab.objective`` for tilted objectives, ``tiltlab.solvers
 ``tiltlab.theory`` for the analysis tools.
 """
 
+from . import bounds, diagnostics, losses
 from .objective import TiltedObjective
 from .risk import hierarchical_risk, hierarchical_weights, tilted_risk, tilted_weights
 from .solvers import OptimizeResult, Status, TiltPath, minimize, tilt_path
-
-from . import bounds, diagnostics, losses
 
 __version__ = "0.1.0.dev0"
 
@@ -25,4 +24,7 @@ __all__ = [
     "TiltPath",
     "OptimizeResult",
     "Status",
+    "bounds",
+    "diagnostics",
+    "losses",
 ]
