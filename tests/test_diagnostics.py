@@ -285,7 +285,8 @@ def test_step_size_rule_envelopes_measured_smoothness():
         for t, th in zip(ts, path, strict=True)
     ]
     assert_close(rule.betas, np.array(betas), rtol=1e-10)
-    assert np.all(C1 + C2 * np.array(ts) >= np.array(betas))
+    # the LP envelope touches beta(t) at active tilts: compare up to LP rounding
+    assert np.all(C1 + C2 * np.array(ts) >= np.array(betas) * (1 - 1e-8))
     assert rule(2.0) == step_size(C1, C2, 2.0) == 1.0 / (C1 + 2.0 * C2)
     # stacked path array and a least-squares fit
     ls = fit_step_size_rule(obj, np.stack(path), ts, fit="lstsq")

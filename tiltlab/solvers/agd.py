@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from .._compat import materialize
 from ._base import Solver, make_state
 from ._linalg import norm, to_float, vdot
 from ._result import Status
@@ -51,6 +52,7 @@ class AcceleratedGradient(Solver):
         self.k += 1
         beta = (self.k - 1) / (self.k + 2)
         y = state.x + beta * (state.x - self.x_prev) if self.k > 1 else state.x
+        (y,) = materialize(y)
         if self.k > 1 and beta > 0:
             _, gy = objective.value_and_gradient(y)
         else:

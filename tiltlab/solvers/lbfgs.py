@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from .._compat import materialize
 from ._base import Solver, make_state
 from ._linalg import approx_wolfe, to_float, vdot
 from ._result import Status
@@ -104,7 +105,7 @@ class LBFGS(Solver):
 
     def step(self, objective: Any, state):
         xp = objective.xp
-        d = self._direction(state.jac, xp)
+        (d,) = materialize(self._direction(state.jac, xp))
         if not to_float(vdot(d, state.jac, xp)) < 0:  # lost descent: reset memory
             self.s, self.y, self.rho = [], [], []
             d = -state.jac
@@ -117,8 +118,8 @@ class LBFGS(Solver):
             out = make_state(state.x, state.fun, state.jac, xp, nit=state.nit + 1)
             out.failed = Status.LINE_SEARCH_FAILED
             return out
-        s = x - state.x
-        yv = g - state.jac
+        # keep the stored pairs concrete: lazy (Dask) pairs would chain every past direction
+        s, yv = materialize(x - state.x, g - state.jac)
         sy = to_float(vdot(s, yv, xp))
         if sy > 1e-12 * to_float(vdot(yv, yv, xp)) and sy > 0:
             self.s.append(s)
