@@ -6,7 +6,7 @@ risk and weights, ``tiltlab.objective`` for tilted objectives, ``tiltlab.solvers
 ``tiltlab.theory`` for the analysis tools.
 """
 
-from . import bounds, diagnostics, losses
+from . import bounds, diagnostics, losses, plot, theory
 from .objective import TiltedObjective
 from .risk import hierarchical_risk, hierarchical_weights, tilted_risk, tilted_weights
 from .solvers import OptimizeResult, Status, TiltPath, minimize, tilt_path
@@ -27,4 +27,6 @@ __all__ = [
     "bounds",
     "diagnostics",
     "losses",
+    "plot",
+    "theory",
 ]
