@@ -1330,6 +1330,7 @@ def _q0_points(P: np.ndarray, p: np.ndarray, aa: np.ndarray) -> tuple[np.ndarray
             i = int(np.argmax(mass))
             centre = np.array([0.5 * (x[i] + x[ends[i] - 1])])
         else:
+            assert radii is not None  # computed above for d == 2
             # radii within a relative _TIE of r count as equal to r (rounding in their
             # computation must not turn a tie at the boundary into a strict inclusion)
             below = radii[radii < r * (1.0 - _TIE)]

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from ._compat import as_array, as_float_array, check_finite, device, is_lazy, namespace_of
-from .losses import Loss, get_loss
+from .losses import get_loss
 from .risk import (
     GroupTree,
     broadcast_groups,
@@ -108,11 +108,14 @@ class TiltedObjective:
         l2: float = 0.0,
         xp: Any = None,
     ):
-        self.loss: Loss = get_loss(loss)
+        self.loss: Any = get_loss(loss)  # a Loss; callable losses add fun/grad/hvp
+        self.n_samples: int | None
+        self.n_features: int | None
+        self.shape: tuple[int, ...] | None
         if xp is None:
             xp = namespace_of(X=X, y=y, weights=weights)
             if X is None and y is None and getattr(self.loss, "_xp", None) is not None:
-                xp = self.loss._xp  # losses that carry their own data (fair PCA)
+                xp = self.loss._xp  # losses carrying their own data (fair PCA)
         self.xp = xp
         if self.loss.is_linear:
             if X is None or y is None:
@@ -133,9 +136,7 @@ class TiltedObjective:
                     y = xp.astype(y, X.dtype)
             self.n_samples, self.n_features = int(X.shape[0]), int(X.shape[1])
             k = self.loss.n_outputs
-            self.shape: tuple[int, ...] = (
-                (self.n_features,) if k == 1 else (self.n_features, int(k))
-            )
+            self.shape = (self.n_features,) if k == 1 else (self.n_features, int(k))
             self.dtype = X.dtype
             self.device = device(X)
         else:
@@ -409,6 +410,7 @@ class TiltedObjective:
         th0 = self._theta(theta)
         vv = self._theta(v, name="v")
         if self.loss.is_linear:
+            assert self.shape is not None  # known for linear-predictor losses
             th = xp.reshape(th0, self.shape)
             V = xp.reshape(vv, self.shape)
             # one pass over X for both the predictor and the direction
@@ -455,7 +457,7 @@ class TiltedObjective:
         th0 = self._theta(theta)
         if not all(np.isfinite(self._tilts_list)):
             raise ValueError("the Hessian is not defined at an infinite tilt")
-        if self.loss.is_linear and len(self.shape) == 1:
+        if self.loss.is_linear and self.shape is not None and len(self.shape) == 1:
             th, z, ell, d1, d2 = self._linear_parts(th0)
             _, w = self._aggregate(ell)
             X = self.X

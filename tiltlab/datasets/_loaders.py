@@ -28,6 +28,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 from importlib import resources
+from typing import Any
 
 import numpy as np
 
@@ -108,7 +109,7 @@ def _data_file(*parts: str):
     return resources.files(_DATA_PACKAGE).joinpath("data", *parts)
 
 
-def _readonly(*arrays: np.ndarray) -> tuple[np.ndarray, ...]:
+def _readonly(*arrays: np.ndarray) -> Any:
     for a in arrays:
         a.setflags(write=False)
     return arrays

@@ -57,7 +57,7 @@ class GradientDescent(Solver):
         elif self.mode in ("fixed", "rule") and (self.lr is None or self.mode == "rule"):
             beta = power_iteration(lambda v: objective.hvp(x0, v), x0, objective.xp)
             self.alpha = 1.0 / max(beta, 1e-300)
-        elif self.mode == "fixed":
+        elif self.mode == "fixed" and self.lr is not None:
             self.alpha = float(self.lr)
         else:
             self.alpha = 1.0 / max(state.grad_norm, 1.0)

@@ -115,7 +115,9 @@ class StochasticTERM(Solver):
         for v in (self.t_outer, self.tau):
             if not math.isfinite(v):
                 raise ValueError("the stochastic solver needs finite tilts")
-        self.L = [None] * len(self.members)  # running log E[exp(tau l)] (or mean if tau=0)
+        self.L: list[Any] = [None] * len(
+            self.members
+        )  # running log E[exp(tau l)] (or mean if tau=0)
         self.k = 0
         self.x_avg = None
         self.n_avg = 0
