@@ -114,8 +114,9 @@ class TiltedObjective:
         self.shape: tuple[int, ...] | None
         if xp is None:
             xp = namespace_of(X=X, y=y, weights=weights)
-            if X is None and y is None and getattr(self.loss, "_xp", None) is not None:
-                xp = self.loss._xp  # losses carrying their own data (fair PCA)
+            carried = getattr(self.loss, "_xp", None)  # losses carrying their own data
+            if X is None and y is None and carried is not None:
+                xp = carried
         self.xp = xp
         if self.loss.is_linear:
             if X is None or y is None:
