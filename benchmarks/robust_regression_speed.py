@@ -49,8 +49,10 @@ def main(argv=None):
     args = ap.parse_args(argv)
     rows = []
     print(f"machine: {platform.processor() or platform.machine()}, numpy {np.__version__}")
-    print(f"{'noise':>5} {'seed':>4} | {'authors RMSE':>12} {'passes':>7} {'s':>7} | "
-          f"{'tiltlab RMSE':>12} {'passes':>7} {'s':>6} | {'time ratio':>10}")
+    print(
+        f"{'noise':>5} {'seed':>4} | {'authors RMSE':>12} {'passes':>7} {'s':>7} | "
+        f"{'tiltlab RMSE':>12} {'passes':>7} {'s':>6} | {'time ratio':>10}"
+    )
     for p in args.noise:
         for s in range(args.seeds):
             d = load_drug_discovery(seed=s, noise=p)
@@ -61,12 +63,24 @@ def main(argv=None):
             res = fit_term_regression(d)
             tb = time.perf_counter() - t0
             ra, rb = rmse(d.X_test, d.y_test, theta_a), rmse(d.X_test, d.y_test, res.x)
-            rows.append({"noise": p, "seed": s, "authors_rmse": ra, "authors_passes": passes_a,
-                         "authors_seconds": ta, "tiltlab_rmse": rb,
-                         "tiltlab_passes": res.n_passes, "tiltlab_seconds": tb,
-                         "time_ratio": ta / tb})
-            print(f"{p:>5.0%} {s:>4} | {ra:>12.3f} {passes_a:>7} {ta:>7.2f} | {rb:>12.3f} "
-                  f"{res.n_passes:>7.0f} {tb:>6.2f} | {ta / tb:>9.1f}x", flush=True)
+            rows.append(
+                {
+                    "noise": p,
+                    "seed": s,
+                    "authors_rmse": ra,
+                    "authors_passes": passes_a,
+                    "authors_seconds": ta,
+                    "tiltlab_rmse": rb,
+                    "tiltlab_passes": res.n_passes,
+                    "tiltlab_seconds": tb,
+                    "time_ratio": ta / tb,
+                }
+            )
+            print(
+                f"{p:>5.0%} {s:>4} | {ra:>12.3f} {passes_a:>7} {ta:>7.2f} | {rb:>12.3f} "
+                f"{res.n_passes:>7.0f} {tb:>6.2f} | {ta / tb:>9.1f}x",
+                flush=True,
+            )
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"rows": rows, "machine": platform.platform()}, fh, indent=2)
