@@ -49,25 +49,14 @@ import numpy as np
 
 import tiltlab as tl
 from tiltlab.bounds import min_tail_fraction, quantile_curves
-from tiltlab.datasets import linear_regression_outliers, logistic_imbalanced, point_estimation_2d
-from tiltlab.losses import CallableLoss
+from tiltlab.datasets import (
+    linear_regression_outliers,
+    logistic_imbalanced,
+    point_estimation_2d,
+    point_estimation_objective,
+)
 from tiltlab.plot import plot_path, plot_quantile_curves, plot_tradeoffs
 from tiltlab.theory import check_path, format_checks, tradeoff_curves
-
-
-def point_estimation_objective(points, l2=0.0):
-    \"\"\"TiltedObjective of the point-estimation loss ||x_i - theta||^2.\"\"\"
-    def fun(theta, X, y):
-        return ((X - theta) ** 2).sum(axis=1)
-
-    def grad(theta, X, y):
-        return 2.0 * (theta[None, :] - X)
-
-    def hess(theta, X, y):
-        return np.broadcast_to(2.0 * np.eye(X.shape[1]), (X.shape[0], X.shape[1], X.shape[1]))
-
-    return tl.TiltedObjective(CallableLoss(fun, grad, hess, convex=True), X=points, l2=l2)
-
 
 # tilts on both sides of 0, dense near 0 and reaching far out (the bound's infimum over t)
 tilts = np.r_[-np.logspace(1, -2, 10), 0.0, np.logspace(-2, 2, 16)]""",

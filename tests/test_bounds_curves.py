@@ -17,7 +17,11 @@ from scipy.optimize import linprog
 
 import tiltlab as tl
 from tiltlab.bounds import min_tail_fraction, quantile_curves
-from tiltlab.datasets import linear_regression_outliers, point_estimation_2d
+from tiltlab.datasets import (
+    linear_regression_outliers,
+    point_estimation_2d,
+    point_estimation_objective,
+)
 from tiltlab.losses import CallableLoss
 
 # ---------------------------------------------------------------------------
@@ -95,17 +99,7 @@ def grid_bracket(P, a, h):
 
 def point_objective(points):
     """TiltedObjective for the point-estimation loss ||x_i - theta||^2."""
-
-    def fun(th, X, y):
-        return ((X - th) ** 2).sum(axis=1)
-
-    def grad(th, X, y):
-        return 2.0 * (th[None, :] - X)
-
-    def hess(th, X, y):
-        return np.broadcast_to(2.0 * np.eye(X.shape[1]), (X.shape[0], X.shape[1], X.shape[1]))
-
-    return tl.TiltedObjective(CallableLoss(fun, grad, hess, convex=True), X=points)
+    return point_estimation_objective(points)
 
 
 TILTS = np.r_[-np.logspace(1, -2, 8), 0.0, np.logspace(-2, 2, 12)]

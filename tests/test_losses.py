@@ -299,16 +299,19 @@ def test_multinomial_gradient_and_hessian(xp):
     for k in range(4):
         dz = np.zeros_like(z)
         dz[:, k] = h
-        fd[:, k] = (to_numpy(loss.value(_arr(xp, z + dz), yy))
-                    - to_numpy(loss.value(_arr(xp, z - dz), yy))) / (2 * h)
+        fd[:, k] = (
+            to_numpy(loss.value(_arr(xp, z + dz), yy)) - to_numpy(loss.value(_arr(xp, z - dz), yy))
+        ) / (2 * h)
     assert_close(d1, fd, xp=xp, rtol=1e-6, atol=1e-9)
     # hvp_z: explicit K x K matrices diag(s) - s s^T, and a difference of d1
     u = np.random.default_rng(4).normal(size=z.shape)
     H = np.stack([np.diag(si) - np.outer(si, si) for si in s])
     got = loss.hvp_z(_arr(xp, z), yy, _arr(xp, u))
     assert_close(got, np.einsum("nij,nj->ni", H, u), xp=xp, rtol=1e-12, atol=1e-15)
-    fd = (to_numpy(loss.derivatives(_arr(xp, z + h * u), yy)[1])
-          - to_numpy(loss.derivatives(_arr(xp, z - h * u), yy)[1])) / (2 * h)
+    fd = (
+        to_numpy(loss.derivatives(_arr(xp, z + h * u), yy)[1])
+        - to_numpy(loss.derivatives(_arr(xp, z - h * u), yy)[1])
+    ) / (2 * h)
     assert_close(got, fd, xp=xp, rtol=1e-6, atol=1e-9)
     # the curvature bound holds
     assert np.linalg.eigvalsh(H).max() <= loss.curvature_bound + 1e-15
@@ -409,8 +412,9 @@ def test_shape_mismatch_and_mixed_backends(xp):
     with pytest.raises(ValueError, match="`y`"):
         get_loss("squared").value(_arr(xp, np.zeros(3)), _arr(xp, np.zeros(2)))
     with pytest.raises(ValueError, match="`u`"):
-        get_loss("squared").hvp_z(_arr(xp, np.zeros(3)), _arr(xp, np.zeros(3)),
-                                  _arr(xp, np.zeros(2)))
+        get_loss("squared").hvp_z(
+            _arr(xp, np.zeros(3)), _arr(xp, np.zeros(3)), _arr(xp, np.zeros(2))
+        )
     if xp.__name__ != "array_api_compat.numpy":
         with pytest.raises(TypeError, match="`z`"):
             get_loss("squared").value(_arr(xp, np.zeros(3)), np.zeros(3))
@@ -527,21 +531,24 @@ def test_fair_pca_gradient_hvp_hessian(xp):
     for j in range(10):
         e = np.zeros(10)
         e[j] = h
-        fd[:, j] = (to_numpy(loss.fun(_arr(xp, th + e)))
-                    - to_numpy(loss.fun(_arr(xp, th - e)))) / (2 * h)
+        fd[:, j] = (to_numpy(loss.fun(_arr(xp, th + e))) - to_numpy(loss.fun(_arr(xp, th - e)))) / (
+            2 * h
+        )
     g = loss.grad(_arr(xp, th))
     assert_close(g, fd, xp=xp, rtol=1e-6, atol=1e-6)
     v = rng.normal(size=10)
     hv = loss.hvp(_arr(xp, th), _arr(xp, v))
-    fd_hv = (to_numpy(loss.grad(_arr(xp, th + h * v)))
-             - to_numpy(loss.grad(_arr(xp, th - h * v)))) / (2 * h)
+    fd_hv = (
+        to_numpy(loss.grad(_arr(xp, th + h * v))) - to_numpy(loss.grad(_arr(xp, th - h * v)))
+    ) / (2 * h)
     assert_close(hv, fd_hv, xp=xp, rtol=1e-6, atol=1e-6)
     H = loss.hess(_arr(xp, th))
     assert H.shape == (2, 10, 10)
     Hn = to_numpy(H)
     np.testing.assert_allclose(Hn, np.swapaxes(Hn, 1, 2), rtol=1e-12, atol=1e-12)
-    assert_close(xp.sum(H * _arr(xp, v)[None, None, :], axis=-1), to_numpy(hv), xp=xp,
-                 rtol=1e-12, atol=1e-12)
+    assert_close(
+        xp.sum(H * _arr(xp, v)[None, None, :], axis=-1), to_numpy(hv), xp=xp, rtol=1e-12, atol=1e-12
+    )
 
 
 def test_fair_pca_dtype_and_errors(xp):
@@ -565,3 +572,33 @@ def test_fair_pca_standard_pca_is_optimal_for_pooled_data():
     loss = FairPCALoss([pooled], 2)
     th = loss.standard_pca_theta()
     np.testing.assert_allclose(loss.fun(th), [0.0], atol=1e-12)
+
+
+def test_point_estimation_loss(xp):
+    # closed forms: ||x_i - theta||^2, gradient 2 (theta - x_i), Hessian 2 I; and the
+    # objective's gradient against central differences
+    import tiltlab as tl
+    from tiltlab.losses import PointEstimationLoss
+
+    rng = np.random.default_rng(3)
+    P = rng.normal(size=(7, 3))
+    th = rng.normal(size=3)
+    loss = PointEstimationLoss()
+    Px, thx = xp.asarray(P), xp.asarray(th)
+    assert_close(loss.fun(thx, Px), ((P - th) ** 2).sum(axis=1), xp=xp, rtol=1e-14)
+    assert_close(loss.grad(thx, Px), 2 * (th - P), xp=xp, rtol=1e-14)
+    assert_close(loss.hess(thx, Px), np.broadcast_to(2 * np.eye(3), (7, 3, 3)), xp=xp)
+    obj = tl.TiltedObjective(loss, X=Px, t=-1.5)
+    g = tl._compat.to_numpy(obj.gradient(thx))
+    h = 1e-6
+    fd = [
+        (
+            float(tl._compat.to_numpy(obj.value(xp.asarray(th + h * e))))
+            - float(tl._compat.to_numpy(obj.value(xp.asarray(th - h * e))))
+        )
+        / (2 * h)
+        for e in np.eye(3)
+    ]
+    np.testing.assert_allclose(g, fd, rtol=1e-6, atol=1e-8)
+    with pytest.raises(ValueError, match="`X` must hold the samples"):
+        loss.fun(thx, xp.asarray(P[:, :2]))

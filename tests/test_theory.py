@@ -17,7 +17,11 @@ from scipy.special import expit, logsumexp
 
 import tiltlab as tl
 from tiltlab.bounds import min_tail_fraction
-from tiltlab.datasets import logistic_imbalanced, point_estimation_2d
+from tiltlab.datasets import (
+    logistic_imbalanced,
+    point_estimation_2d,
+    point_estimation_objective,
+)
 from tiltlab.losses import CallableLoss
 from tiltlab.theory import (
     PROPERTIES,
@@ -295,17 +299,7 @@ def test_include_order_and_validation(paths):
 
 def test_point_estimation_path_with_q0():
     P, _ = point_estimation_2d(n=30, seed=1)
-
-    def fun(th, X, y):
-        return ((X - th) ** 2).sum(axis=1)
-
-    def grad(th, X, y):
-        return 2.0 * (th[None, :] - X)
-
-    def hess(th, X, y):
-        return np.broadcast_to(2.0 * np.eye(2), (X.shape[0], 2, 2))
-
-    obj = tl.TiltedObjective(CallableLoss(fun, grad, hess, convex=True), X=P, l2=L2)
+    obj = point_estimation_objective(P, l2=L2)
     path = tl.tilt_path(obj, np.linspace(-1, 2, 7), method="newton", tol=1e-12, theta0=P.mean(0))
     a = np.linspace(0.2, 20, 12)
     recs = {r.name: r for r in check_path(path, a=a, q0=min_tail_fraction(P, a))}

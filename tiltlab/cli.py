@@ -21,11 +21,6 @@ __all__ = ["main", "demo_point_estimation"]
 DEMO_TILTS = (-np.inf, -10.0, -2.0, -0.5, 0.0, 0.5, 2.0, 10.0, np.inf)
 
 
-def _effective_sample_size(w: np.ndarray) -> float:
-    """Kish's effective sample size 1 / sum w_i^2 of normalised weights."""
-    return float(1.0 / np.sum(w * w))
-
-
 def demo_point_estimation(
     tilts: Sequence[float] = DEMO_TILTS,
     *,
@@ -36,77 +31,57 @@ def demo_point_estimation(
     """Solve the 2-D point-estimation toy over a grid of tilts.
 
     The per-sample loss of a point estimate ``theta`` is ``||x_i - theta||^2``. Finite
-    tilts are solved by continuation from ``t = 0`` outwards (warm starts), the infinite
-    ones as the min-max point (the centre of the smallest enclosing ball) and the
-    sample nearest the most negative finite solution (where continuation ends).
+    tilts are solved with :func:`tiltlab.tilt_path` (Newton, continuation from ``t = 0``
+    outwards); ``t = +inf`` is the min-max point (the centre of the smallest enclosing
+    ball, a convex problem solved by SciPy) and ``t = -inf`` the sample nearest the most
+    negative finite solution (where continuation ends).
 
     Returns
     -------
     list of dict
         One row per tilt with keys ``t, theta, tilted_risk, min, mean, max, ess``.
     """
-    from scipy.optimize import minimize
+    from scipy.optimize import minimize as scipy_minimize
 
-    from .datasets import point_estimation_2d
+    from .datasets import point_estimation_2d, point_estimation_objective
+    from .diagnostics import effective_sample_size
     from .risk import tilted_risk, tilted_weights
+    from .solvers import tilt_path
 
     points, _ = point_estimation_2d(n=n, outlier_fraction=outlier_fraction, seed=seed)
-
-    def losses(theta):
-        d = points - theta
-        return np.einsum("ij,ij->i", d, d)
-
-    def fun(theta, t):
-        ell = losses(theta)
-        w = tilted_weights(ell, t)
-        return float(tilted_risk(ell, t)), 2.0 * (w @ (theta - points))
-
-    rows: dict[float, dict] = {}
+    objective = point_estimation_objective(points)
     start = points.mean(axis=0)
-    finite = sorted(float(t) for t in tilts if np.isfinite(t))
-    # continuation from 0 outwards keeps the negative-tilt path on one branch
-    for branch in (
-        [t for t in finite if t >= 0],
-        sorted([t for t in finite if t < 0], reverse=True),
-    ):
-        theta = start.copy()
-        for t in branch:
-            res = minimize(
-                fun,
-                theta,
-                args=(t,),
-                jac=True,
-                method="L-BFGS-B",
-                options={"gtol": 1e-10, "maxiter": 2000},
-            )
-            theta = res.x
-            rows[t] = {"t": t, "theta": theta.copy()}
+    finite = [float(t) for t in tilts if np.isfinite(t)]
+    thetas: dict[float, np.ndarray] = {}
+    if finite:
+        path = tilt_path(objective, finite, method="newton", tol=1e-10, theta0=start)
+        thetas.update({t: np.asarray(x) for t, x in zip(finite, path.x, strict=True)})
     for t in (float(t) for t in tilts if not np.isfinite(t)):
         if t > 0:  # minimise the maximum loss: smallest enclosing ball (convex)
-            res = minimize(
-                lambda th: float(np.max(losses(th))),
+            res = scipy_minimize(
+                lambda th: float(np.max(objective.losses(th))),
                 start,
                 method="Nelder-Mead",
                 options={"xatol": 1e-10, "fatol": 1e-12, "maxiter": 20000},
             )
-            theta = res.x
+            thetas[t] = res.x
         else:  # minimise the minimum loss: the sample nearest the most negative solution
-            neg = [rows[t]["theta"] for t in sorted(rows) if t < 0] or [start]
-            theta = points[int(np.argmin(losses(neg[0])))].copy()
-        rows[t] = {"t": t, "theta": theta}
+            neg = [thetas[k] for k in sorted(thetas) if k < 0] or [start]
+            thetas[t] = points[int(np.argmin(objective.losses(neg[0])))].copy()
     out = []
-    for t in tilts:
-        row = rows[float(t)]
-        ell = losses(row["theta"])
-        w = tilted_weights(ell, float(t))
-        row.update(
-            tilted_risk=float(tilted_risk(ell, float(t))),
-            min=float(ell.min()),
-            mean=float(ell.mean()),
-            max=float(ell.max()),
-            ess=_effective_sample_size(w),
+    for t in (float(t) for t in tilts):
+        ell = np.asarray(objective.losses(thetas[t]))
+        out.append(
+            {
+                "t": t,
+                "theta": thetas[t],
+                "tilted_risk": float(tilted_risk(ell, t)),
+                "min": float(ell.min()),
+                "mean": float(ell.mean()),
+                "max": float(ell.max()),
+                "ess": float(effective_sample_size(tilted_weights(ell, t))),
+            }
         )
-        out.append(row)
     return out
 
 

@@ -26,6 +26,7 @@ from .toys import (
     logistic_imbalanced,
     point_estimation_2d,
     point_estimation_losses,
+    point_estimation_objective,
 )
 
 __all__ = [
@@ -39,4 +40,5 @@ __all__ = [
     "logistic_imbalanced",
     "point_estimation_2d",
     "point_estimation_losses",
+    "point_estimation_objective",
 ]

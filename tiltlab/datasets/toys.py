@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = [
+    "point_estimation_objective",
     "linear_regression_outliers",
     "logistic_imbalanced",
     "point_estimation_2d",
@@ -134,6 +135,27 @@ def point_estimation_losses(points, theta):
         )
     diff = points - theta
     return np.einsum("ij,ij->i", diff, diff)
+
+
+def point_estimation_objective(points, *, t: float = 0.0, l2: float = 0.0):
+    """The point-estimation toy as a :class:`~tiltlab.TiltedObjective`.
+
+    Per-sample loss ``||x_i - theta||^2`` (:class:`~tiltlab.losses.PointEstimationLoss`) on
+    the rows of ``points``, which may be an array of any supported backend.
+
+    Examples
+    --------
+    >>> import tiltlab as tl
+    >>> from tiltlab.datasets import point_estimation_2d, point_estimation_objective
+    >>> points, _ = point_estimation_2d(n=40, seed=0)
+    >>> obj = point_estimation_objective(points, t=-2.0)
+    >>> tl.minimize(obj, points.mean(axis=0), method="newton").success
+    True
+    """
+    from ..losses import PointEstimationLoss
+    from ..objective import TiltedObjective
+
+    return TiltedObjective(PointEstimationLoss(), X=points, t=t, l2=l2)
 
 
 def linear_regression_outliers(
