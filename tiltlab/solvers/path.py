@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from scipy.stats import entropy
 
 from .._compat import to_numpy
 from ._minimize import minimize
@@ -125,7 +126,7 @@ def tilt_path(
 
         bar = tqdm(total=ts_arr.size, desc="tilt path", leave=False)
     results: dict[int, OptimizeResult] = {}
-    start = base.zeros() if theta0 is None else base._theta(theta0)
+    start = base.zeros() if theta0 is None else base._theta(theta0, name="theta0")
     # anchor at t = 0, then continue outwards in both directions
     anchor = minimize(base, start, method=method, **kwargs)
     for direction in ("pos", "neg"):
@@ -163,7 +164,6 @@ def _path_stats(objective: Any, ts: np.ndarray, results: list[OptimizeResult]):
         out["min"][i] = ell.min()
         out["variance"][i] = ell.var()
         out["risk"][i] = float(to_numpy(r.fun))
-        nz = w[w > 0]
-        out["entropy"][i] = float(-(nz * np.log(nz)).sum())
-        out["ess"][i] = float(1.0 / np.sum(w * w))
+        out["entropy"][i] = float(entropy(w))
+        out["ess"][i] = float(1.0 / np.sum(w * w))  # Kish's effective sample size
     return out

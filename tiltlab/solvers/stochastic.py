@@ -21,6 +21,7 @@ import math
 from typing import Any
 
 import numpy as np
+from scipy.special import logsumexp
 
 from .._compat import to_numpy
 from ._base import Solver, make_state
@@ -30,8 +31,7 @@ __all__ = ["StochasticTERM"]
 
 
 def _log_mean_exp(v: np.ndarray) -> float:
-    m = float(np.max(v))
-    return m + math.log(float(np.mean(np.exp(v - m))))
+    return float(logsumexp(v) - math.log(v.size))
 
 
 class StochasticTERM(Solver):
