@@ -614,13 +614,14 @@ def check_group_mass(p: Any, tree: GroupTree, xp: Any) -> None:
             )
 
 
-def _hierarchy(losses: Any, groups: Any, tilts: Any, weights: Any, xp: Any, check: bool):
+def _prepare_hierarchy(losses: Any, groups: Any, tilts: Any, weights: Any, xp: Any, check: bool):
+    """Validated ``(losses, prior, tree, tilts)`` for the public hierarchical functions."""
     l = prepare_losses(losses, xp, check)
     tree = build_tree(groups, l.shape[-1])
     ts = prepare_tilts(tilts, tree.depth)
     p = prepare_prior(weights, l, xp)
     check_group_mass(p, tree, xp)
-    return _hierarchy_core(l, p, tree.levels, ts, xp)
+    return l, p, tree, ts
 
 
 def hierarchical_risk(
@@ -676,8 +677,8 @@ def hierarchical_risk(
     True
     """
     xp = namespace_of(losses=losses, weights=weights) if xp is None else xp
-    risk, _, _ = _hierarchy(losses, groups, tilts, weights, xp, check_finite)
-    return risk
+    l, p, tree, ts = _prepare_hierarchy(losses, groups, tilts, weights, xp, check_finite)
+    return _hierarchy_core(l, p, tree.levels, ts, xp)[0]
 
 
 def hierarchical_weights(
@@ -715,10 +716,5 @@ def hierarchical_weights(
     [0.25, 0.25, 0.25, 0.25]
     """
     xp = namespace_of(losses=losses, weights=weights) if xp is None else xp
-    _, conditional, w_top = _hierarchy(losses, groups, tilts, weights, xp, check_finite)
-    # walk from the top down: weight of each node = weight of its parent * conditional
-    w = w_top
-    for lev, cond in reversed(conditional):
-        codes = xp.asarray(lev.codes, device=device(cond))
-        w = xp.take(w, codes, axis=-1) * cond
-    return w
+    l, p, tree, ts = _prepare_hierarchy(losses, groups, tilts, weights, xp, check_finite)
+    return hierarchy_eval(l, p, tree, ts, xp)[1]

@@ -120,7 +120,7 @@ def minimize(
     max_iter = int(max_iter)
     if hasattr(solver, "max_iter"):
         solver.max_iter = max_iter
-    x0 = objective.zeros() if theta0 is None else objective._theta(theta0)
+    x0 = objective.zeros() if theta0 is None else objective._theta(theta0, name="theta0")
     passes_start = objective.n_passes
     val_start = validation.n_passes if validation is not None else 0
     val_scale = 0.0
