@@ -177,6 +177,7 @@ class StochasticTERM(Solver):
         grad = vjp(coef)
         if objective.l2:
             grad = grad + objective.l2 * state.x
+        assert self.lr is not None  # set in init
         lr = self.lr if self.decay == "none" else self.lr / math.sqrt(1.0 + self.k / self.every)
         x = state.x - lr * grad
         if self.average and self.k > self.max_iter // 2:
