@@ -23,7 +23,17 @@ from typing import Any
 
 import numpy as np
 
-from ._compat import as_array, as_float_array, check_finite, device, is_lazy, namespace_of
+from ._compat import (
+    as_array,
+    as_float_array,
+    check_finite,
+    device,
+    is_cupy_namespace,
+    is_lazy,
+    is_torch_namespace,
+    namespace_of,
+)
+from .accumulator import NonFiniteLosses, block_state, finalize_risk, merge, normalized_sums
 from .losses import get_loss
 from .risk import (
     GroupTree,
@@ -263,7 +273,10 @@ class TiltedObjective:
                 check_group_mass(self._prior, self.tree, xp)
         if self.tree is None:
             if not is_lazy(xp):
-                return risk_weights_scalar(ell, self._prior, self._tilts_list[0], xp)
+                try:
+                    return risk_weights_scalar(ell, self._prior, self._tilts_list[0], xp)
+                except NonFiniteLosses:
+                    pass  # IEEE results (inf for an overflowing trial step)
             tt = xp.asarray(self._tilts_list[0], dtype=ell.dtype, device=device(ell))
             return risk_and_weights(ell, self._prior, tt, xp)
         return hierarchy_eval(ell, self._prior, self.tree, self._tilts_list, xp)
@@ -306,7 +319,13 @@ class TiltedObjective:
         """Objective value and gradient (gradient in the shape of ``theta``)."""
         xp = self.xp
         th0 = self._theta(theta)
-        if self.loss.is_linear:
+        one = None
+        if self.loss.is_linear and self._one_pass_ok():
+            th = xp.reshape(th0, self.shape)
+            one = self._one_pass(th, None)
+        if one is not None:
+            r, (g,) = one
+        elif self.loss.is_linear:
             th, z, ell, d1, _ = self._linear_parts(th0)
             r, w = self._aggregate(ell)
             coef = w[:, None] * d1 if d1.ndim == 2 else w * d1
@@ -326,6 +345,117 @@ class TiltedObjective:
     def gradient(self, theta: Any) -> Any:
         """Gradient of the objective at ``theta`` (in the shape of ``theta``)."""
         return self.value_and_gradient(theta)[1]
+
+    # -- the one-pass engine ----------------------------------------------------------
+
+    #: target size in bytes of one block of rows of ``X`` on CPU backends (cache-sized)
+    BLOCK_BYTES = 1 << 21
+
+    @property
+    def block_rows(self) -> int:
+        """Rows of ``X`` per block of the one-pass evaluations. Settable.
+
+        Chosen from ``BLOCK_BYTES`` (about 2 MiB, so a block stays in cache between the
+        products ``X_b @ theta`` and ``X_b.T @ c``) on CPU backends; the whole of ``X`` on
+        GPU backends, whose kernels block internally.
+        """
+        n = self.n_samples or 1
+        if getattr(self, "_block_rows", None):
+            return min(int(self._block_rows), n)
+        xp = self.xp
+        if is_cupy_namespace(xp) or (
+            is_torch_namespace(xp) and getattr(self.device, "type", "cpu") != "cpu"
+        ):
+            return n
+        row_bytes = (self.n_features or 1) * _itemsize(self.dtype, xp)
+        return min(n, max(256, self.BLOCK_BYTES // max(row_bytes, 1)))
+
+    @block_rows.setter
+    def block_rows(self, value: int | None) -> None:
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1
+        ):
+            raise ValueError(f"`block_rows` must be a positive integer or None, got {value!r}")
+        self._block_rows = None if value is None else int(value)
+
+    def _one_pass_ok(self) -> bool:
+        """Sample-level tilt, finite, on an eager backend: the one-pass engine applies."""
+        if self.tree is not None or self._groups is not None or is_lazy(self.xp):
+            return False
+        if self._prior is None and self._weights_in is not None:
+            return False  # the prior is prepared by the first plain evaluation
+        return bool(np.isfinite(self._tilts_list[0]))
+
+    def _one_pass(self, th: Any, V: Any) -> tuple[Any, tuple] | None:
+        """Value and gradient (``V is None``) or Hessian-vector product along ``V``, reading
+        each block of ``X`` once: ``z_b = X_b @ theta``, the block's losses and derivatives
+        fold into a tilted accumulator, and ``X_b.T @ c_b`` is taken while ``X_b`` is hot.
+        """
+        xp = self.xp
+        X, y, p, t = self.X, self.y, self._prior, float(self._tilts_list[0])
+        n, B = self.n_samples, self.block_rows
+        assert n is not None
+        multi = th.ndim == 2
+        if V is not None:
+            k = th.shape[1] if multi else 1
+            TV = xp.concat([th, V], axis=1) if multi else xp.stack([th, V], axis=1)
+        state = None
+        for r0 in range(0, n, B):
+            r1 = min(n, r0 + B)
+            Xb = X[r0:r1, ...] if (r0, r1) != (0, n) else X
+            yb = y[r0:r1, ...] if (r0, r1) != (0, n) else y
+            pb = None if p is None else (p[r0:r1] if (r0, r1) != (0, n) else p)
+            if V is None:
+                z = Xb @ th
+                ell, d1 = self.loss.value_and_d1(z, yb, validate=False, xp=xp)
+
+                def sums(pe, Xb=Xb, d1=d1):
+                    coef = pe[:, None] * d1 if multi else pe * d1
+                    return (Xb.T @ coef,)
+            else:
+                zu = Xb @ TV
+                if multi:
+                    z, u = zu[:, :k], zu[:, k:]
+                else:
+                    z, u = zu[:, 0], zu[:, 1]
+                ell, d1, d2 = self.loss.derivatives(z, yb, validate=False, xp=xp)
+                if multi:
+                    hz = self.loss.hvp_z(z, yb, u, validate=False, xp=xp)
+                    a = xp.sum(d1 * u, axis=1)
+                else:
+                    a = d1 * u
+
+                def sums(pe, Xb=Xb, d1=d1, d2=d2, u=u, a=a, hz=(hz if multi else None)):
+                    if multi:
+                        c = pe[:, None] * hz
+                        if t != 0.0:
+                            c = c + (t * pe * a)[:, None] * d1
+                        gcoef = pe[:, None] * d1
+                    else:
+                        c = pe * (d2 * u + t * d1 * a) if t != 0.0 else pe * d2 * u
+                        gcoef = pe * d1
+                    return (Xb.T @ c, Xb.T @ gcoef, xp.sum(pe * a))
+
+            try:
+                if t == 0.0:
+                    st = _mean_state(ell, pb, xp, sums)
+                else:
+                    st = block_state(ell, pb, t, xp, sums=sums)
+            except NonFiniteLosses:
+                return None  # overflowing losses: the plain path gives IEEE results
+
+            state = st if state is None else merge(state, st)
+        self.n_passes += 1
+        assert state is not None
+        if t == 0.0:
+            value = state.lsum / state.mass
+        else:
+            value = finalize_risk(state, xp, self.dtype)
+        parts = normalized_sums(state)
+        if V is None:
+            return value, parts
+        A, G, av = parts
+        return value, (A - t * G * av if t != 0.0 else A,)
 
     # -- minibatches (stochastic solvers) ---------------------------------------------
 
@@ -410,7 +540,13 @@ class TiltedObjective:
             raise ValueError("the Hessian is not defined at an infinite tilt")
         th0 = self._theta(theta)
         vv = self._theta(v, name="v")
-        if self.loss.is_linear:
+        one = None
+        if self.loss.is_linear and self._one_pass_ok():
+            assert self.shape is not None
+            one = self._one_pass(xp.reshape(th0, self.shape), xp.reshape(vv, self.shape))
+        if one is not None:
+            out = one[1][0]
+        elif self.loss.is_linear:
             assert self.shape is not None  # known for linear-predictor losses
             th = xp.reshape(th0, self.shape)
             V = xp.reshape(vv, self.shape)
@@ -507,6 +643,27 @@ def _node_outer(wd1X: Any, w: Any, layout: Any, xp: Any) -> Any:
     W = segment_sum(w, layout, xp)
     safe = xp.where(W > 0, W, xp.ones_like(W))
     return S.T @ (S / safe[:, None])
+
+
+def _itemsize(dtype: Any, xp: Any) -> int:
+    try:
+        return int(xp.finfo(dtype).bits) // 8
+    except Exception:  # pragma: no cover - non-float dtypes
+        return 8
+
+
+def _mean_state(ell: Any, p: Any, xp: Any, sums: Any):
+    """An accumulator state at t = 0 (no exponentials): weights are the prior."""
+    from .accumulator import NonFiniteLosses, TiltState, _extremes
+
+    hi, lo = _extremes(ell, p, xp)
+    if not (np.isfinite(hi) and np.isfinite(lo)):
+        raise NonFiniteLosses("`losses` contains NaN or infinite values")
+    pe = xp.ones_like(ell) if p is None else p
+    mass = xp.sum(pe)
+    lsum = xp.sum(ell) if p is None else xp.sum(p * ell)
+    return TiltState(t=0.0, hi=hi, lo=lo, mass=mass, s=mass, q=None, lsum=lsum,
+                     sums=tuple(sums(pe)))
 
 
 def _tilt_value(t: Any) -> float:

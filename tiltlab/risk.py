@@ -33,17 +33,24 @@ from typing import Any
 
 import numpy as np
 
+from . import segments as _segments
 from ._compat import (
     as_array,
     as_float_array,
     check_finite,
     device,
     is_array_api_obj,
+    is_cupy_namespace,
+    is_lazy,
+    is_numpy_namespace,
+    is_torch_namespace,
     namespace_of,
     normalize_axis,
     tiny_sqrt,
     to_numpy,
 )
+from .accumulator import TiltState, _extremes, block_state, finalize_risk
+from .segments import Segments
 
 __all__ = ["tilted_risk", "tilted_weights", "hierarchical_risk", "hierarchical_weights"]
 
@@ -203,6 +210,79 @@ def _weights_kernel(l: Any, p: Any, tt: Any, xp: Any) -> Any:
 
 
 # ---------------------------------------------------------------------------
+# the fast path: one-dimensional losses on eager backends
+
+
+def _check_losses(l: Any, xp: Any) -> None:
+    check_finite(l, xp, name="losses")
+
+
+def _use_fast_path(l: Any, xp: Any, check: bool) -> bool:
+    """One-dimensional losses on an eager backend, with host reads allowed.
+
+    ``check_finite=False`` on PyTorch keeps the synchronisation-free vectorised kernels,
+    so that ``torch.compile(fullgraph=True)`` and ``torch.func.vmap`` trace through.
+    """
+    if l.ndim != 1 or is_lazy(xp):
+        return False
+    return check or not is_torch_namespace(xp)
+
+
+def _finite_nonzero(tt: Any) -> bool:
+    v = float(to_numpy(tt))
+    return v != 0.0 and math.isfinite(v)
+
+
+def _risk_1d(l: Any, p: Any, tt: Any, grid: bool, xp: Any, check: bool) -> Any:
+    """Tilted risk of 1-d losses for a host tilt (or a grid of them): one exponential
+    per loss and tilt, the extremes read once, temporaries of one loss vector."""
+    if check and p is not None:
+        _check_losses(l, xp)  # zero-weight samples are outside the extremes' support
+    ts = [float(v) for v in np.atleast_1d(to_numpy(tt))]
+    ext = None
+    out = []
+    for t in ts:
+        if t == 0.0:
+            r = _wsum(l, p, xp)
+            if not math.isfinite(float(r)):
+                if check:
+                    _check_losses(l, xp)
+                # a sum that overflowed although the losses are finite
+                half = 0.5 * l / l.shape[0] if p is None else 0.5 * p * l
+                r = 2.0 * xp.sum(half)
+        elif math.isinf(t):
+            if ext is None:
+                ext = _checked_extremes(l, p, xp, check)
+            r = xp.asarray(ext[0] if t > 0 else ext[1], dtype=l.dtype, device=device(l))
+        else:
+            if ext is None:
+                ext = _checked_extremes(l, p, xp, check)
+            r = finalize_risk(block_state(l, p, t, xp, extremes=ext), xp, l.dtype)
+        out.append(r)
+    return xp.stack(out) if grid else out[0]
+
+
+def _checked_extremes(l: Any, p: Any, xp: Any, check: bool) -> tuple[float, float]:
+    hi, lo = _extremes(l, p, xp)
+    if check and not (math.isfinite(hi) and math.isfinite(lo)):
+        _check_losses(l, xp)
+    return hi, lo
+
+
+def _weights_1d(l: Any, p: Any, t: float, hi: float, lo: float, xp: Any) -> Any:
+    """Tilted weights of 1-d losses: one exponential per loss, normalised in place."""
+    u = l - (hi if t > 0 else lo)
+    if p is not None:
+        u = xp.where(p > 0, u, xp.zeros_like(u))
+    u *= t
+    e = _inplace_exp(u, xp)
+    if p is not None:
+        e *= p
+    e /= xp.sum(e)
+    return e
+
+
+# ---------------------------------------------------------------------------
 # public sample-level API
 
 #: elements of (tilts x losses) evaluated at once by tilted_risk on a grid of tilts
@@ -278,11 +358,18 @@ def tilted_risk(
     (2,)
     """
     xp = namespace_of(losses=losses, weights=weights, t=t) if xp is None else xp
-    l = prepare_losses(losses, xp, check_finite)
+    l = prepare_losses(losses, xp, False)
     ax = normalize_axis(axis, l.ndim)
     l = xp.moveaxis(l, ax, -1) if ax != l.ndim - 1 else l
     tt, grid = prepare_tilt(t, xp, l)
     p = prepare_prior(weights, l, xp)
+    if _use_fast_path(l, xp, check_finite):
+        r = _risk_1d(l, p, tt, grid, xp, check_finite)
+        if keepdims:
+            r = xp.expand_dims(r, axis=ax + (1 if grid else 0))
+        return r
+    if check_finite:
+        _check_losses(l, xp)
     n_elem = 1
     for s in l.shape:
         n_elem *= int(s)
@@ -337,11 +424,24 @@ def tilted_weights(
     1.0
     """
     xp = namespace_of(losses=losses, weights=weights, t=t) if xp is None else xp
-    l = prepare_losses(losses, xp, check_finite)
+    l = prepare_losses(losses, xp, False)
     ax = normalize_axis(axis, l.ndim)
     l = xp.moveaxis(l, ax, -1) if ax != l.ndim - 1 else l
     tt, grid = prepare_tilt(t, xp, l)
     p = prepare_prior(weights, l, xp)
+    if _use_fast_path(l, xp, check_finite) and not grid and _finite_nonzero(tt):
+        if check_finite and p is not None:
+            _check_losses(l, xp)
+        try:
+            hi, lo = _extremes(l, p, xp)
+            if not (math.isfinite(hi) and math.isfinite(lo)):
+                raise ValueError("`losses` contains NaN or infinite values")
+        except ValueError:
+            _check_losses(l, xp)
+            raise
+        return _weights_1d(l, p, float(tt), hi, lo, xp)
+    if check_finite:
+        _check_losses(l, xp)
     w = _weights_kernel(l, p, tt, xp)
     if ax != l.ndim - 1:
         w = xp.moveaxis(w, -1, ax + (1 if grid else 0))
@@ -352,39 +452,19 @@ def tilted_weights(
 # hierarchical tilting
 
 
-@dataclass(frozen=True)
-class _Level:
-    """One grouping level: ``codes`` maps each node of the level below to a group.
-
-    ``idx`` (G, L) gathers the children of each group (padded); ``mask`` marks real
-    entries; ``pos`` is the flat position of each child inside ``idx`` (for gathering
-    per-child quantities back without a scatter).
-    """
-
-    n_groups: int
-    codes: np.ndarray  # (n_children,) group code of each child
-    idx: np.ndarray  # (G, L) child indices, padded with 0
-    mask: np.ndarray  # (G, L) bool
-    pos: np.ndarray  # (n_children,) flat position in idx
+def _codes_of(labels: np.ndarray) -> np.ndarray:
+    """Integer codes in [0, G) for a label array (no sort for dense integer codes)."""
+    if labels.dtype.kind in "iu" and labels.size and int(labels.min()) >= 0:
+        top = int(labels.max())
+        if top < 2 * labels.size + 1024:
+            counts = np.bincount(labels, minlength=top + 1)
+            if np.all(counts > 0):
+                return labels.astype(np.int64, copy=False)
+    return np.unique(labels, return_inverse=True)[1].reshape(-1).astype(np.int64)
 
 
-def _make_level(codes: np.ndarray, n_groups: int) -> _Level:
-    order = np.argsort(codes, kind="stable")
-    counts = np.bincount(codes, minlength=n_groups)
-    L = int(counts.max())
-    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
-    rank = np.arange(codes.size) - np.repeat(starts, counts)
-    idx = np.zeros((n_groups, L), dtype=np.int64)
-    mask = np.zeros((n_groups, L), dtype=bool)
-    idx[codes[order], rank] = order
-    mask[codes[order], rank] = True
-    pos = np.empty(codes.size, dtype=np.int64)
-    pos[order] = codes[order] * L + rank
-    return _Level(n_groups=n_groups, codes=codes, idx=idx, mask=mask, pos=pos)
-
-
-def _build_tree(groups: Any, n: int) -> list[_Level]:
-    """Levels innermost first from label arrays given outermost first."""
+def _build_levels(groups: Any, n: int) -> list[Segments]:
+    """Levels innermost first (children -> groups) from label arrays given outermost first."""
     from ._compat import seq_of_arrays
 
     if groups is None:
@@ -392,6 +472,8 @@ def _build_tree(groups: Any, n: int) -> list[_Level]:
     label_arrays = list(groups) if seq_of_arrays(groups) else [groups]
     labels = []
     for k, g in enumerate(label_arrays):
+        if g is None:
+            raise TypeError(f"`groups` level {k} is None; pass one label per sample")
         a = to_numpy(g)
         if a.ndim != 1 or a.shape[0] != n:
             raise ValueError(
@@ -400,13 +482,15 @@ def _build_tree(groups: Any, n: int) -> list[_Level]:
             )
         if a.dtype.kind == "f" and not np.all(np.isfinite(a)):
             raise ValueError(f"`groups` level {k} contains NaN or infinite labels")
+        if a.dtype.kind == "O" and any(v is None for v in a):
+            raise TypeError(f"`groups` level {k} contains None labels")
         labels.append(a)
-    # integer codes per level; inner labels must nest in the outer level
-    codes = [np.unique(a, return_inverse=True)[1].reshape(-1) for a in labels]
+    codes = [_codes_of(a) for a in labels]
+    parents = []
     for k in range(1, len(codes)):
         outer, inner = codes[k - 1], codes[k]
         n_inner = int(inner.max()) + 1
-        parent = np.full(n_inner, -1)
+        parent = np.full(n_inner, -1, dtype=np.int64)
         parent[inner] = outer
         if np.any(parent[inner] != outer):
             bad = int(inner[parent[inner] != outer][0])
@@ -414,16 +498,11 @@ def _build_tree(groups: Any, n: int) -> list[_Level]:
                 f"`groups` levels are not nested: a group of level {k} (label "
                 f"{np.unique(labels[k])[bad]!r}) spans several groups of level {k - 1}"
             )
+        parents.append(parent)
     # levels from the inside out: samples -> innermost groups -> ... -> outermost groups
-    levels = []
-    child_codes = codes[-1]
-    levels.append(_make_level(child_codes, int(child_codes.max()) + 1))
+    levels = [Segments.from_codes(codes[-1])]
     for k in range(len(codes) - 2, -1, -1):
-        inner, outer = codes[k + 1], codes[k]
-        n_inner = int(inner.max()) + 1
-        parent = np.empty(n_inner, dtype=np.int64)
-        parent[inner] = outer
-        levels.append(_make_level(parent, int(outer.max()) + 1))
+        levels.append(Segments.from_codes(parents[k], int(codes[k].max()) + 1))
     return levels
 
 
@@ -451,20 +530,15 @@ def prepare_tilts(tilts: Any, n_levels: int) -> list[float]:
     return out
 
 
-def _gather(x: Any, idx: np.ndarray, xp: Any) -> Any:
-    """``x[..., idx]`` for a 2-d host index array (array-API take is 1-d only)."""
-    flat = xp.asarray(idx.reshape(-1), device=device(x))
-    out = xp.take(x, flat, axis=-1)
-    return xp.reshape(out, tuple(x.shape[:-1]) + idx.shape)
-
-
 @dataclass(frozen=True)
 class GroupTree:
     """Group structure of a hierarchy, built once on the host from label arrays.
 
-    ``levels`` (innermost first) drive the bottom-up evaluation; ``sample_layouts``
-    (innermost first) map samples directly to the nodes of each grouping level, for
-    segment sums over samples (Hessians of hierarchical objectives).
+    ``levels`` (innermost first) map the nodes of one level to the groups of the next and
+    drive the bottom-up evaluation; ``sample_layouts`` (innermost first) map samples
+    directly to the nodes of each grouping level, for segment sums over samples
+    (Hessians of hierarchical objectives). Both are :class:`~tiltlab.segments.Segments`:
+    reductions cost O(N) whatever the group sizes.
     """
 
     n_samples: int
@@ -479,73 +553,123 @@ class GroupTree:
 
 def build_tree(groups: Any, n: int) -> GroupTree:
     """Validate label arrays (outermost first) and build a :class:`GroupTree`."""
-    levels = _build_tree(groups, n)
-    layouts = []
+    levels = _build_levels(groups, n)
+    layouts = [levels[0]]
     codes = levels[0].codes
-    layouts.append(levels[0])
     for lev in levels[1:]:
         codes = lev.codes[codes]
-        layouts.append(_make_level(codes, lev.n_groups))
+        layouts.append(Segments.from_codes(codes, lev.n_groups))
     return GroupTree(n_samples=n, levels=tuple(levels), sample_layouts=tuple(layouts))
 
 
-def segment_sum(values: Any, layout: _Level, xp: Any) -> Any:
+def segment_sum(values: Any, layout: Segments, xp: Any) -> Any:
     """Sum ``values`` (..., N) over the groups of a sample layout -> (..., G)."""
-    v = _gather(values, layout.idx, xp)
-    mask = xp.asarray(layout.mask, device=device(values))
-    return xp.sum(xp.where(mask, v, xp.zeros_like(v)), axis=-1)
+    return _segments.segment_sum(values, layout, xp)
 
 
-def broadcast_groups(values: Any, layout: _Level, xp: Any) -> Any:
+def broadcast_groups(values: Any, layout: Segments, xp: Any) -> Any:
     """Per-group ``values`` (..., G) repeated to one entry per sample (..., N)."""
-    return xp.take(values, xp.asarray(layout.codes, device=device(values)), axis=-1)
+    return _segments.expand(values, layout, xp)
+
+
+def _scalar_risk_weights(l: Any, p: Any, t: float, xp: Any, want_weights: bool):
+    """Risk and weights for a host tilt over the last axis (any batch shape)."""
+    if l.ndim == 1 and math.isfinite(t) and t != 0.0:
+        return risk_weights_scalar(l, p, t, xp, weights=want_weights)
+    tt = xp.asarray(t, dtype=l.dtype, device=device(l))
+    r = _risk_kernel(l, p, tt, xp)
+    return r, (_weights_kernel(l, p, tt, xp) if want_weights else None)
+
+
+def _group_level(v: Any, m: Any, M: Any, seg: Segments, tau: float, xp: Any, want: bool):
+    """Tilted risk of each group of ``seg`` at tilt ``tau``, and the conditional weights.
+
+    ``v`` (..., n) are the children's values, ``m`` their (non-negative) masses and ``M``
+    (..., G) the groups' masses. Returns ``(R_g, w_cond)`` with ``w_cond`` the weight of
+    each child within its group (None unless ``want``).
+    """
+    dev = device(v)
+    on = m > 0
+    ninf = xp.asarray(-xp.inf, dtype=v.dtype, device=dev)
+    pinf = xp.asarray(xp.inf, dtype=v.dtype, device=dev)
+    if tau == 0.0:
+        R = _segments.segment_sum(m * v, seg, xp) / M
+        w = m / _segments.expand(M, seg, xp) if want else None
+        return R, w
+    hi = _segments.segment_max(xp.where(on, v, ninf), seg, xp)
+    lo = _segments.segment_min(xp.where(on, v, pinf), seg, xp)
+    if math.isinf(tau):
+        R = hi if tau > 0 else lo
+        if not want:
+            return R, None
+        ext = on & (v == _segments.expand(R, seg, xp))
+        mm = xp.where(ext, m, xp.zeros_like(m))
+        return R, mm / _segments.expand(_segments.segment_sum(mm, seg, xp), seg, xp)
+    c = hi if tau > 0 else lo
+    u = xp.where(on, v - _segments.expand(c, seg, xp), xp.zeros_like(v))
+    u = tau * u
+    scale = abs(tau) * (hi - lo)
+    small = scale <= 1
+    n_small = int(to_numpy(xp.sum(xp.astype(small, xp.int64))))
+    n_all = int(np.prod(tuple(small.shape)))
+    R = None
+    if n_small > 0:
+        e1 = xp.expm1(u)
+        q = _segments.segment_sum(m * e1, seg, xp)
+        R_small = c + xp.log1p(q / M) / tau
+        if n_small == n_all:
+            R = R_small
+            ew = e1 + 1.0 if want else None
+            s = M + q
+    if n_small < n_all:
+        ew = xp.exp(u)
+        s = _segments.segment_sum(m * ew, seg, xp)
+        R_large = c + xp.log(s / M) / tau
+        R = R_large if n_small == 0 else xp.where(small, R_small, R_large)
+    tiny = tiny_sqrt(v.dtype, xp)
+    if bool(to_numpy(xp.any(scale < tiny))):
+        mean = _segments.segment_sum(m * v, seg, xp) / M
+        R = xp.where(scale < tiny, mean, R)
+    if not want:
+        return R, None
+    return R, (m * ew) / _segments.expand(s, seg, xp)
 
 
 def risk_weights_scalar(l: Any, p: Any, t: float, xp: Any, *, weights: bool = True):
     """Risk (and weights) along the last axis for one host-side tilt ``t``.
 
-    The same branches as the vectorised kernels, chosen on the host: the spread is read
-    once (one synchronisation) and only one exponential is formed, so the peak memory is
-    a few arrays of ``l``'s size instead of a dozen. For eager backends.
+    One-dimensional losses at a finite non-zero tilt go through the tilted accumulator
+    (one exponential per loss, one synchronisation, at most two temporaries of ``l``'s
+    size); everything else through the vectorised kernels. For eager backends.
     """
     t = float(t)
-    if t == 0.0 or not math.isfinite(t):
+    if l.ndim != 1 or t == 0.0 or not math.isfinite(t):
         tt = xp.asarray(t, dtype=l.dtype, device=device(l))
         r = _risk_kernel(l, p, tt, xp)
         return (r, _weights_kernel(l, p, tt, xp)) if weights else (r, None)
-    lmax, lmin = _moments(l, p, xp)
-    spread = float(to_numpy(xp.max(lmax - lmin)))
-    if abs(t) * spread < tiny_sqrt(l.dtype, xp):
-        r = _wsum(l, p, xp)
-        w = (xp.ones_like(l) / l.shape[-1] if p is None else p) if weights else None
-        return r, w
-    c = lmax if t > 0 else lmin
-    d = l - c[..., None]
+    st = block_state(l, p, t, xp)
+    r = finalize_risk(st, xp, l.dtype)
+    if not weights:
+        return r, None
+    return r, _weights_from_state(l, p, st, xp)
+
+
+def _weights_from_state(l: Any, p: Any, st: TiltState, xp: Any) -> Any:
+    """Tilted weights of 1-d losses given their merged state (shift and normaliser)."""
+    u = l - st.shift
     if p is not None:
-        d = xp.where(p > 0, d, xp.zeros_like(d))
-    u = t * d
-    del d
-    if abs(t) * spread <= 1:
-        e = xp.expm1(u)
-        del u
-        S = _wsum(e, p, xp)
-        r = c + xp.log1p(S) / t
-        if not weights:
-            return r, None
-        e = e + 1.0  # exp(u) >= exp(-1): no cancellation
-        Z = 1.0 + S
-    else:
-        e = xp.exp(u)
-        del u
-        Z = _wsum(e, p, xp)
-        r = c + xp.log(Z) / t
-        if not weights:
-            return r, None
-    if p is None:
-        w = e / (Z[..., None] * l.shape[-1])
-    else:
-        w = (p * e) / Z[..., None]
-    return r, w
+        u = xp.where(p > 0, u, xp.zeros_like(u))
+    u *= st.t
+    e = _inplace_exp(u, xp)
+    if p is not None:
+        e = e * p
+    return e / st.s
+
+
+def _inplace_exp(u: Any, xp: Any) -> Any:
+    if is_numpy_namespace(xp) or is_cupy_namespace(xp) or is_torch_namespace(xp):
+        return xp.exp(u, out=u)
+    return xp.exp(u)
 
 
 def risk_and_weights(l: Any, p: Any, t: Any, xp: Any) -> tuple[Any, Any]:
@@ -557,49 +681,50 @@ def risk_and_weights(l: Any, p: Any, t: Any, xp: Any) -> tuple[Any, Any]:
     return _risk_kernel(l, p, t, xp), _weights_kernel(l, p, t, xp)
 
 
-def hierarchy_eval(l: Any, p: Any, tree: GroupTree, ts: Sequence[float], xp: Any):
+def _level_masses(p: Any, tree: GroupTree, like: Any, xp: Any) -> list[Any]:
+    """Masses of the children of every level (innermost first) and of the top groups."""
+    if p is None:
+        n = tree.n_samples
+        key = ("uniform-masses", xp.__name__, str(device(like)), str(like.dtype))
+        cache = tree.levels[0]._cache
+        if key not in cache:
+            host = [np.full(n, 1.0 / n)]
+            for lev in tree.levels:
+                host.append(np.bincount(lev.codes, weights=host[-1], minlength=lev.n_groups))
+            cache[key] = [xp.asarray(h, dtype=like.dtype, device=device(like)) for h in host]
+        return cache[key]
+    masses = [p]
+    for lev in tree.levels:
+        masses.append(_segments.segment_sum(masses[-1], lev, xp))
+    return masses
+
+
+def hierarchy_eval(l: Any, p: Any, tree: GroupTree, ts: Sequence[float], xp: Any, *,
+                   weights: bool = True):
     """Hierarchical risk and per-sample weights, without validation.
 
     ``ts`` holds ``tree.depth + 1`` floats, outermost first; ``p`` a normalised prior
-    or None. Returns ``(risk, weights)``.
+    or None. Returns ``(risk, weights)`` (weights None unless ``weights``).
     """
-    risk, conditional, w = _hierarchy_core(l, p, tree.levels, ts, xp)
-    for lev, cond in reversed(conditional):
-        w = xp.take(w, xp.asarray(lev.codes, device=device(cond)), axis=-1) * cond
-    return risk, w
-
-
-def _hierarchy_core(l: Any, p: Any, levels: Sequence[_Level], ts: Sequence[float], xp: Any):
-    """Evaluate the hierarchy bottom-up.
-
-    Returns ``(risk, conditional, w_top)``: ``conditional`` lists, innermost first, the
-    weight of each child within its group (shape (..., n_children)) with the level
-    structure, and ``w_top`` the weights of the outermost groups, so that sample
-    weights are the product of conditionals along the path.
-    """
-    n = l.shape[-1]
-    if p is None:
-        p = xp.ones_like(l) / n
-    values, mass = l, p
+    masses = _level_masses(p, tree, l, xp)
+    values = l
     conditional = []
-    # tilts are outermost first; levels innermost first
-    for depth, lev in enumerate(levels):
-        tilt = ts[len(levels) - depth]
-        mask = xp.asarray(lev.mask, device=device(l))
-        v = _gather(values, lev.idx, xp)
-        m = xp.where(mask, _gather(mass, lev.idx, xp), xp.zeros_like(v))
-        gmass = xp.sum(m, axis=-1)
-        prior = m / gmass[..., None]
-        tt = xp.asarray(tilt, dtype=l.dtype, device=device(l))
-        group_risk, w = risk_and_weights(v, prior, tt, xp)
-        # back to one entry per child (gather through the flat position)
-        w_flat = xp.reshape(w, tuple(w.shape[:-2]) + (-1,))
-        pos = xp.asarray(lev.pos, device=device(l))
-        conditional.append((lev, xp.take(w_flat, pos, axis=-1)))
-        values, mass = group_risk, gmass
-    top = xp.asarray(ts[0], dtype=l.dtype, device=device(l))
-    risk, w_top = risk_and_weights(values, mass, top, xp)
-    return risk, conditional, w_top
+    for depth, lev in enumerate(tree.levels):
+        tau = float(ts[len(tree.levels) - depth])
+        m = masses[depth]
+        R, w = _group_level(values, m, masses[depth + 1], lev, tau, xp, weights)
+        conditional.append((lev, w))
+        values = R
+    top_mass = masses[-1]
+    if top_mass.ndim < values.ndim:
+        top_mass = top_mass + xp.zeros_like(values)
+    risk, w_top = _scalar_risk_weights(values, top_mass, float(ts[0]), xp, weights)
+    if not weights:
+        return risk, None
+    w = w_top
+    for lev, cond in reversed(conditional):
+        w = _segments.expand(w, lev, xp) * cond
+    return risk, w
 
 
 def check_group_mass(p: Any, tree: GroupTree, xp: Any) -> None:
@@ -678,7 +803,7 @@ def hierarchical_risk(
     """
     xp = namespace_of(losses=losses, weights=weights) if xp is None else xp
     l, p, tree, ts = _prepare_hierarchy(losses, groups, tilts, weights, xp, check_finite)
-    return _hierarchy_core(l, p, tree.levels, ts, xp)[0]
+    return hierarchy_eval(l, p, tree, ts, xp, weights=False)[0]
 
 
 def hierarchical_weights(

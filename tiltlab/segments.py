@@ -1,0 +1,180 @@
+"""Segment reductions: sums, maxima and minima of per-item values over groups.
+
+A :class:`Segments` describes a partition of ``n`` items (samples, or the groups of a lower
+level of a hierarchy) into ``G`` groups by integer codes in ``[0, G)``. Reductions run in
+O(n) time and O(G) extra memory whatever the group sizes (no padding to the largest group):
+
+* NumPy: ``np.bincount`` with weights (sums) and ``np.maximum.at``/``np.minimum.at``;
+* PyTorch: ``index_add`` and ``scatter_reduce``;
+* CuPy: ``cupyx.scatter_add``/``scatter_max``/``scatter_min``;
+* other namespaces (array-api-strict, Dask): a padded ``(G, L)`` gather, correct but with
+  memory proportional to ``G`` times the largest group.
+
+Values carry the items on their last axis; leading (batch) axes are allowed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ._compat import (
+    device,
+    is_cupy_namespace,
+    is_numpy_namespace,
+    is_torch_namespace,
+)
+
+__all__ = ["Segments", "segment_sum", "segment_max", "segment_min", "expand"]
+
+
+@dataclass(frozen=True, eq=False)
+class Segments:
+    """A partition of ``n`` items into ``n_groups`` groups given by host integer codes."""
+
+    codes: np.ndarray
+    n_groups: int
+    _cache: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_codes(cls, codes: Any, n_groups: int | None = None) -> Segments:
+        c = np.ascontiguousarray(np.asarray(codes, dtype=np.int64).reshape(-1))
+        g = int(c.max()) + 1 if n_groups is None else int(n_groups)
+        return cls(codes=c, n_groups=g)
+
+    @property
+    def n_items(self) -> int:
+        return int(self.codes.shape[0])
+
+    @property
+    def counts(self) -> np.ndarray:
+        if "counts" not in self._cache:
+            self._cache["counts"] = np.bincount(self.codes, minlength=self.n_groups)
+        return self._cache["counts"]
+
+    def codes_on(self, xp: Any, dev: Any) -> Any:
+        """The codes as an integer array of ``xp`` on ``dev`` (cached)."""
+        key = ("codes", xp.__name__, str(dev))
+        if key not in self._cache:
+            self._cache[key] = xp.asarray(self.codes, device=dev)
+        return self._cache[key]
+
+    def padded(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(idx, mask)`` of shape (G, L): the generic fallback layout."""
+        if "padded" not in self._cache:
+            counts = self.counts
+            L = int(counts.max())
+            order = np.argsort(self.codes, kind="stable")
+            starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+            rank = np.arange(self.n_items) - np.repeat(starts, counts)
+            idx = np.zeros((self.n_groups, L), dtype=np.int64)
+            mask = np.zeros((self.n_groups, L), dtype=bool)
+            idx[self.codes[order], rank] = order
+            mask[self.codes[order], rank] = True
+            self._cache["padded"] = (idx, mask)
+        return self._cache["padded"]
+
+    def __getstate__(self):
+        return {"codes": self.codes, "n_groups": self.n_groups}
+
+    def __setstate__(self, state):
+        object.__setattr__(self, "codes", state["codes"])
+        object.__setattr__(self, "n_groups", state["n_groups"])
+        object.__setattr__(self, "_cache", {})
+
+
+def _flat_codes(seg: Segments, values: Any, xp: Any) -> tuple[Any, tuple, int]:
+    """Codes offset per batch row so that a batched reduction is one 1-d scatter."""
+    batch = tuple(values.shape[:-1])
+    n_rows = 1
+    for b in batch:
+        n_rows *= int(b)
+    codes = seg.codes_on(xp, device(values))
+    if n_rows == 1:
+        return codes, batch, 1
+    key = ("flat", n_rows, xp.__name__, str(device(values)))
+    if key not in seg._cache:
+        off = np.arange(n_rows, dtype=np.int64)[:, None] * seg.n_groups
+        seg._cache[key] = xp.asarray((seg.codes[None, :] + off).reshape(-1), device=device(values))
+    return seg._cache[key], batch, n_rows
+
+
+def _padded_gather(values: Any, seg: Segments, xp: Any, fill: float) -> Any:
+    idx, mask = seg.padded()
+    dev = device(values)
+    flat = xp.asarray(idx.reshape(-1), device=dev)
+    v = xp.take(values, flat, axis=-1)
+    v = xp.reshape(v, tuple(values.shape[:-1]) + idx.shape)
+    m = xp.asarray(mask, device=dev)
+    return xp.where(m, v, xp.asarray(fill, dtype=values.dtype, device=dev))
+
+
+def segment_sum(values: Any, seg: Segments, xp: Any) -> Any:
+    """Sum of ``values`` (..., n) over each group -> (..., G)."""
+    G = seg.n_groups
+    if is_numpy_namespace(xp):
+        if values.ndim == 1:
+            out = np.bincount(seg.codes, weights=values, minlength=G)
+        else:
+            flat, batch, rows = _flat_codes(seg, values, xp)
+            out = np.bincount(flat, weights=np.reshape(values, (-1,)), minlength=G * rows)
+            out = out.reshape(batch + (G,))
+        return out.astype(values.dtype, copy=False)
+    if is_torch_namespace(xp):
+        flat, batch, rows = _flat_codes(seg, values, xp)
+        out = xp.zeros((G * rows,), dtype=values.dtype, device=device(values))
+        out = out.index_add(0, flat, xp.reshape(values, (-1,)))
+        return xp.reshape(out, batch + (G,))
+    if is_cupy_namespace(xp):
+        import cupyx
+
+        flat, batch, rows = _flat_codes(seg, values, xp)
+        out = xp.zeros((G * rows,), dtype=values.dtype, device=device(values))
+        cupyx.scatter_add(out, flat, xp.reshape(values, (-1,)))
+        return xp.reshape(out, batch + (G,))
+    return xp.sum(_padded_gather(values, seg, xp, 0.0), axis=-1)
+
+
+def _segment_extreme(values: Any, seg: Segments, xp: Any, kind: str) -> Any:
+    G = seg.n_groups
+    fill = -np.inf if kind == "max" else np.inf
+    if is_numpy_namespace(xp):
+        flat, batch, rows = _flat_codes(seg, values, xp)
+        out = np.full(G * rows, fill, dtype=values.dtype)
+        ufunc = np.maximum if kind == "max" else np.minimum
+        ufunc.at(out, flat, np.reshape(values, (-1,)))
+        return out.reshape(batch + (G,))
+    if is_torch_namespace(xp):
+        flat, batch, rows = _flat_codes(seg, values, xp)
+        out = xp.full((G * rows,), fill, dtype=values.dtype, device=device(values))
+        out = out.scatter_reduce(
+            0, flat, xp.reshape(values, (-1,)), reduce="amax" if kind == "max" else "amin"
+        )
+        return xp.reshape(out, batch + (G,))
+    if is_cupy_namespace(xp):
+        import cupyx
+
+        flat, batch, rows = _flat_codes(seg, values, xp)
+        out = xp.full((G * rows,), fill, dtype=values.dtype, device=device(values))
+        scatter = cupyx.scatter_max if kind == "max" else cupyx.scatter_min
+        scatter(out, flat, xp.reshape(values, (-1,)))
+        return xp.reshape(out, batch + (G,))
+    v = _padded_gather(values, seg, xp, fill)
+    return xp.max(v, axis=-1) if kind == "max" else xp.min(v, axis=-1)
+
+
+def segment_max(values: Any, seg: Segments, xp: Any) -> Any:
+    """Maximum of ``values`` (..., n) over each group -> (..., G)."""
+    return _segment_extreme(values, seg, xp, "max")
+
+
+def segment_min(values: Any, seg: Segments, xp: Any) -> Any:
+    """Minimum of ``values`` (..., n) over each group -> (..., G)."""
+    return _segment_extreme(values, seg, xp, "min")
+
+
+def expand(group_values: Any, seg: Segments, xp: Any) -> Any:
+    """Per-group values (..., G) repeated to one entry per item (..., n)."""
+    return xp.take(group_values, seg.codes_on(xp, device(group_values)), axis=-1)
