@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from . import _cupy_kernels
 from ._compat import (
     as_array,
     as_float_array,
@@ -322,7 +323,11 @@ class TiltedObjective:
         one = None
         if self.loss.is_linear and self._one_pass_ok():
             th = xp.reshape(th0, self.shape)
-            one = self._one_pass(th, None)
+            if self.fused and is_cupy_namespace(xp) and _cupy_kernels.supported(self):
+                fused = _cupy_kernels.value_and_gradient(self, th)
+                one = None if fused is None else (fused[0], (fused[1],))
+            if one is None:
+                one = self._one_pass(th, None)
         if one is not None:
             r, (g,) = one
         elif self.loss.is_linear:
@@ -350,6 +355,10 @@ class TiltedObjective:
 
     #: target size in bytes of one block of rows of ``X`` on CPU backends (cache-sized)
     BLOCK_BYTES = 1 << 21
+
+    #: use the fused CuPy kernel (:mod:`tiltlab._cupy_kernels`) where it applies; set to
+    #: False on an instance to force the generic array-API path (for comparisons)
+    fused = True
 
     @property
     def block_rows(self) -> int:

@@ -257,7 +257,12 @@ def _risk_1d(l: Any, p: Any, tt: Any, grid: bool, xp: Any, check: bool) -> Any:
         else:
             if ext is None:
                 ext = _checked_extremes(l, p, xp, check)
-            r = finalize_risk(block_state(l, p, t, xp, extremes=ext), xp, l.dtype)
+            if p is None and is_cupy_namespace(xp):
+                from . import _cupy_kernels
+
+                r = _cupy_kernels.risk_1d(l, t, *ext)
+            else:
+                r = finalize_risk(block_state(l, p, t, xp, extremes=ext), xp, l.dtype)
         out.append(r)
     return xp.stack(out) if grid else out[0]
 
@@ -271,6 +276,10 @@ def _checked_extremes(l: Any, p: Any, xp: Any, check: bool) -> tuple[float, floa
 
 def _weights_1d(l: Any, p: Any, t: float, hi: float, lo: float, xp: Any) -> Any:
     """Tilted weights of 1-d losses: one exponential per loss, normalised in place."""
+    if p is None and is_cupy_namespace(xp):
+        from . import _cupy_kernels
+
+        return _cupy_kernels.weights_1d(l, t, hi, lo)
     u = l - (hi if t > 0 else lo)
     if p is not None:
         u = xp.where(p > 0, u, xp.zeros_like(u))

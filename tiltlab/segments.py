@@ -154,13 +154,7 @@ def _segment_extreme(values: Any, seg: Segments, xp: Any, kind: str) -> Any:
         )
         return xp.reshape(out, batch + (G,))
     if is_cupy_namespace(xp):
-        import cupyx
-
-        flat, batch, rows = _flat_codes(seg, values, xp)
-        out = xp.full((G * rows,), fill, dtype=values.dtype, device=device(values))
-        scatter = cupyx.scatter_max if kind == "max" else cupyx.scatter_min
-        scatter(out, flat, xp.reshape(values, (-1,)))
-        return xp.reshape(out, batch + (G,))
+        return _cupy_extreme(values, seg, xp, kind, fill)
     v = _padded_gather(values, seg, xp, fill)
     return xp.max(v, axis=-1) if kind == "max" else xp.min(v, axis=-1)
 
@@ -178,3 +172,29 @@ def segment_min(values: Any, seg: Segments, xp: Any) -> Any:
 def expand(group_values: Any, seg: Segments, xp: Any) -> Any:
     """Per-group values (..., G) repeated to one entry per item (..., n)."""
     return xp.take(group_values, seg.codes_on(xp, device(group_values)), axis=-1)
+
+
+def _cupy_extreme(values: Any, seg: Segments, xp: Any, kind: str, fill: float) -> Any:
+    """Segment max/min on CuPy through integer atomics on an order-preserving key.
+
+    Floating-point atomics are not exact for every dtype there, while the integer view of
+    an IEEE number, with the magnitude bits of negative numbers flipped, orders exactly as
+    the numbers do (and the map is its own inverse).
+    """
+    import cupy
+    import cupyx
+
+    flat, batch, rows = _flat_codes(seg, values, xp)
+    itype = cupy.int64 if values.dtype == cupy.float64 else cupy.int32
+    flip = itype(np.iinfo(itype).max)
+
+    def key(a):
+        bits = cupy.ascontiguousarray(a).view(itype)
+        return cupy.where(bits >= 0, bits, bits ^ flip)
+
+    out = key(cupy.full((G_rows := seg.n_groups * rows,), fill, dtype=values.dtype))
+    assert out.shape[0] == G_rows
+    scatter = cupyx.scatter_max if kind == "max" else cupyx.scatter_min
+    scatter(out, flat, key(cupy.reshape(values, (-1,))))
+    res = cupy.where(out >= 0, out, out ^ flip).view(values.dtype)
+    return cupy.reshape(res, batch + (seg.n_groups,))

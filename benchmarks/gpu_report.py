@@ -1,0 +1,206 @@
+"""GPU report: the CuPy test subset and tiltlab's throughput against the device's bandwidth.
+
+One command, one process for the measurements::
+
+    python benchmarks/gpu_report.py --json gpu_report.json
+
+It
+
+1. runs the CuPy test subset (``pytest -k cupy``) in a subprocess and records its summary
+   (``--no-tests`` skips it);
+2. measures the device-to-device copy bandwidth (bytes read plus bytes written per second)
+   of a large CuPy array;
+3. times ``tilted_risk`` (N = 1e7) and ``TiltedObjective.value_and_gradient`` (N = 1e7,
+   d in {16, 128}, squared and logistic losses) in float32 and float64, through the fused
+   CuPy kernel and through the generic array-API path, and reports the bytes of input read
+   once per second as a fraction of the copy bandwidth;
+4. times the same objective written in PyTorch on CUDA and differentiated by autograd
+   (``logsumexp`` of ``t * losses``), and reports tiltlab's speed-up over it;
+5. checks the fused kernel, the generic path and PyTorch against each other on every case.
+
+Times are medians of CUDA-event timings after warm-up. It prints a table and writes JSON.
+Nothing runs without a GPU (the script exits with a message).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+
+def _timeit(fn, sync, repeat=9, warmup=2):
+    import cupy
+
+    for _ in range(warmup):
+        fn()
+    sync()
+    out = []
+    for _ in range(repeat):
+        start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        out.append(cupy.cuda.get_elapsed_time(start, stop) / 1e3)
+    return float(np.median(out))
+
+
+def copy_bandwidth(nbytes=4 << 30):
+    import cupy
+
+    a = cupy.ones(nbytes // 4, dtype=cupy.float32)
+    b = cupy.empty_like(a)
+    sec = _timeit(lambda: cupy.copyto(b, a), cupy.cuda.Device().synchronize)
+    return 2 * nbytes / sec  # read + write
+
+
+def run_tests():
+    t0 = time.time()
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests", "-k", "cupy"],
+        capture_output=True, text=True,
+    )
+    tail = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr[-500:]
+    fails = [ln for ln in proc.stdout.splitlines() if ln.startswith("FAILED")]
+    return {"returncode": proc.returncode, "summary": tail, "failed": fails[:50],
+            "seconds": time.time() - t0}
+
+
+def _torch_objective(torch, X, y, theta, t, loss):
+    th = theta.clone().requires_grad_(True)
+    z = X @ th
+    if loss == "squared":
+        ell = (z - y) ** 2
+    else:
+        ell = torch.nn.functional.softplus(z) - y * z
+    n = ell.shape[0]
+    val = (torch.logsumexp(t * ell, 0) - math.log(n)) / t
+    (g,) = torch.autograd.grad(val, th)
+    return val.detach(), g
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--n", type=int, default=10_000_000)
+    ap.add_argument("--dims", type=int, nargs="+", default=[16, 128])
+    ap.add_argument("--no-tests", action="store_true")
+    ap.add_argument("--repeat", type=int, default=9)
+    args = ap.parse_args(argv)
+    try:
+        import cupy
+
+        cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:  # pragma: no cover - no GPU
+        print(f"no CUDA device: {exc}")
+        return 1
+    import tiltlab as tl
+
+    props = cupy.cuda.runtime.getDeviceProperties(0)
+    name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
+    report = {"device": name, "cupy": cupy.__version__, "python": platform.python_version(),
+              "n": args.n}
+    try:
+        import torch
+
+        report["torch"] = torch.__version__
+        has_torch = torch.cuda.is_available()
+    except ImportError:  # pragma: no cover
+        has_torch = False
+    print(f"device: {name}  cupy {cupy.__version__}" + (f"  torch {torch.__version__}"
+                                                        if has_torch else ""))
+    if not args.no_tests:
+        report["tests"] = run_tests()
+        print("cupy test subset:", report["tests"]["summary"])
+        for f in report["tests"]["failed"]:
+            print("  ", f)
+    sync = cupy.cuda.Device().synchronize
+    bw = copy_bandwidth()
+    report["copy_bandwidth_GBps"] = bw / 1e9
+    print(f"device-to-device copy: {bw / 1e9:.0f} GB/s (read + write)")
+    rng = np.random.default_rng(0)
+    rows = []
+    n = args.n
+    for dtype in (np.float32, np.float64):
+        l = cupy.asarray((3 * rng.exponential(size=n)).astype(dtype))
+        for t in (1.0, 1e-3):
+            sec = _timeit(lambda l=l, t=t: tl.tilted_risk(l, t), sync, args.repeat)
+            frac = l.nbytes / sec / bw
+            rows.append({"call": f"tilted_risk t={t:g}", "dtype": np.dtype(dtype).name, "d": 1,
+                         "ms": sec * 1e3, "GBps": l.nbytes / sec / 1e9, "frac_copy_bw": frac})
+            print(_fmt(rows[-1]), flush=True)
+        sec = _timeit(lambda l=l: tl.tilted_weights(l, 1.0), sync, args.repeat)
+        rows.append({"call": "tilted_weights t=1", "dtype": np.dtype(dtype).name, "d": 1,
+                     "ms": sec * 1e3, "GBps": 2 * l.nbytes / sec / 1e9,
+                     "frac_copy_bw": 2 * l.nbytes / sec / bw})
+        print(_fmt(rows[-1]), flush=True)
+        del l
+    for dtype in (np.float32, np.float64):
+        for d in args.dims:
+            X = cupy.random.default_rng(d).standard_normal((n, d), dtype=dtype)
+            theta_h = (rng.standard_normal(d) / math.sqrt(d)).astype(dtype)
+            theta = cupy.asarray(theta_h)
+            for loss, t in (("squared", -2.0), ("logistic", 1.0)):
+                if loss == "squared":
+                    y = X @ theta + cupy.random.default_rng(1).standard_normal(n, dtype=dtype)
+                else:
+                    y = (cupy.random.default_rng(2).random(n) < 0.3).astype(dtype)
+                obj = tl.TiltedObjective(loss, X, y, t=t)
+                gen = tl.TiltedObjective(loss, X, y, t=t)
+                gen.fused = False
+                row = {"call": f"value_and_gradient {loss}", "dtype": np.dtype(dtype).name,
+                       "d": d}
+                sec_f = _timeit(lambda o=obj, th=theta: o.value_and_gradient(th), sync,
+                                args.repeat)
+                sec_g = _timeit(lambda o=gen, th=theta: o.value_and_gradient(th), sync,
+                                args.repeat)
+                sec_mv = _timeit(lambda X=X, th=theta: X @ th, sync, args.repeat)
+                vf, gf = obj.value_and_gradient(theta)
+                vg, gg = gen.value_and_gradient(theta)
+                row.update(ms=sec_f * 1e3, GBps=X.nbytes / sec_f / 1e9,
+                           frac_copy_bw=X.nbytes / sec_f / bw,
+                           generic_ms=sec_g * 1e3, generic_frac=X.nbytes / sec_g / bw,
+                           matvec_ms=sec_mv * 1e3,
+                           fused_vs_generic_grad=float(cupy.max(cupy.abs(gf - gg))
+                                                       / cupy.max(cupy.abs(gg))),
+                           fused_vs_generic_value=abs(float(vf) - float(vg)) / abs(float(vg)))
+                if has_torch:
+                    tX = torch.as_tensor(X, device="cuda")
+                    ty = torch.as_tensor(y, device="cuda")
+                    tth = torch.as_tensor(theta, device="cuda")
+
+                    def tfn(tX=tX, ty=ty, tth=tth, t=t, loss=loss):
+                        return _torch_objective(torch, tX, ty, tth, t, loss)
+
+                    sec_t = _timeit(tfn, torch.cuda.synchronize, args.repeat)
+                    tv, tg = tfn()
+                    row.update(torch_ms=sec_t * 1e3, speedup_vs_torch=sec_t / sec_f,
+                               torch_vs_tiltlab_grad=float(
+                                   (tg - torch.as_tensor(gf, device="cuda")).abs().max()
+                                   / tg.abs().max()))
+                    del tX, ty, tth
+                rows.append(row)
+                print(_fmt(row), flush=True)
+                del obj, gen, y
+            X = None
+            cupy.get_default_memory_pool().free_all_blocks()
+    report["rows"] = rows
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(report, fh, indent=1)
+    return 0
+
+
+def _fmt(row):
+    return "  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items())
+
+
+if __name__ == "__main__":
+    sys.exit(main())
