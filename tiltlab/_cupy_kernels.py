@@ -26,11 +26,21 @@ typedef %(T)s T;
 #define NPL %(NPL)d
 #define R %(R)d
 
+__device__ __forceinline__ T group_sum(T v, unsigned mask) {
+#pragma unroll
+    for (int off = L / 2; off > 0; off >>= 1) v += __shfl_xor_sync(mask, v, off, L);
+    return v;
+}
+
 extern "C" __global__ void tilted_vg(
     const T* __restrict__ X, const T* __restrict__ y, const T* __restrict__ theta,
     const long long n, const int d, const T t,
     T* __restrict__ st, T* __restrict__ acc_out)
 {
+    // A group of L lanes reads R rows per step (all loads first, for memory parallelism);
+    // lane i < R then does the scalar work of row i (loss, derivative, exponentials) and
+    // the lanes share the coefficients by shuffles. Each lane keeps partial sums s, q,
+    // lsum, mass relative to the group's common shift c.
     const int lane = threadIdx.x %% L;
     const long long group = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / L;
     const long long n_groups = ((long long)gridDim.x * blockDim.x) / L;
@@ -45,28 +55,28 @@ extern "C" __global__ void tilted_vg(
         acc[k] = (T)0;
     }
     const T inf = (T)(1e300 * 1e300);
-    T c = (t > 0) ? -inf : inf;   // running shift: max loss (t > 0) or min loss (t < 0)
+    T c = (t > 0) ? -inf : inf;   // the group's shift: max loss (t > 0) or min (t < 0)
     T hi = -inf, lo = inf;
     T s = 0, q = 0, lsum = 0, mass = 0;
 
-    // every lane of a warp runs the same number of iterations (the shuffles need them)
+    // every lane of a warp runs the same number of steps (the shuffles need them)
     for (long long r0 = group; __any_sync(mask, r0 < n); r0 += n_groups * R) {
         T xv[R][NPL];
         T part[R];
-        T yy[R];
-        bool ok[R];
 #pragma unroll
-        for (int i = 0; i < R; ++i) {          // issue all loads first
+        for (int i = 0; i < R; ++i) {
             const long long r = r0 + i * n_groups;
-            ok[i] = r < n;
-            const T* row = X + (ok[i] ? r : 0) * (long long)d;
-            yy[i] = ok[i] ? y[r] : (T)0;
+            const bool ok = r < n;
+            const T* row = X + (ok ? r : 0) * (long long)d;
 #pragma unroll
             for (int k = 0; k < NPL; ++k) {
                 int j = lane + k * L;
-                xv[i][k] = (ok[i] && j < d) ? row[j] : (T)0;
+                xv[i][k] = (ok && j < d) ? row[j] : (T)0;
             }
         }
+        const long long my_r = r0 + (long long)lane * n_groups;
+        const bool mine = lane < R && my_r < n;
+        const T yy = mine ? y[my_r] : (T)0;
 #pragma unroll
         for (int i = 0; i < R; ++i) {
             T p = 0;
@@ -79,33 +89,39 @@ extern "C" __global__ void tilted_vg(
 #pragma unroll
             for (int i = 0; i < R; ++i) part[i] += __shfl_xor_sync(mask, part[i], off, L);
         }
-        T l[R], d1[R];
-        T cand = c;
+        // row `lane` is this lane's scalar work
+        T z = 0;
 #pragma unroll
-        for (int i = 0; i < R; ++i) {
-            const T z = part[i];
+        for (int i = 0; i < R; ++i) z = (lane == i) ? part[i] : z;
+        T l = 0, d1 = 0;
+        if (mine) {
 #if defined(LOSS_squared)
-            const T res = z - yy[i];
-            l[i] = res * res;
-            d1[i] = (T)2 * res;
+            const T res = z - yy;
+            l = res * res;
+            d1 = (T)2 * res;
 #else
             const T e = exp(-fabs(z));
             const T inv = (T)1 / ((T)1 + e);
             const T small = e * inv;
             const T sg = (z >= 0) ? inv : small;
             const T sc = (z >= 0) ? small : inv;
-            l[i] = (z > 0 ? z : (T)0) - yy[i] * z + log1p(e);
-            d1[i] = ((T)1 - yy[i]) * sg - yy[i] * sc;
+            l = (z > 0 ? z : (T)0) - yy * z + log1p(e);
+            d1 = ((T)1 - yy) * sg - yy * sc;
 #endif
-            if (ok[i]) {
-                hi = l[i] > hi ? l[i] : hi;
-                lo = l[i] < lo ? l[i] : lo;
-                lsum += l[i];
-                cand = (t > 0) ? (l[i] > cand ? l[i] : cand) : (l[i] < cand ? l[i] : cand);
-            }
+            hi = l > hi ? l : hi;
+            lo = l < lo ? l : lo;
+            lsum += l;
+        }
+        // the group's new shift
+        T cand = mine ? l : c;
+        cand = (t > 0) ? (cand > c ? cand : c) : (cand < c ? cand : c);
+#pragma unroll
+        for (int off = L / 2; off > 0; off >>= 1) {
+            const T o = __shfl_xor_sync(mask, cand, off, L);
+            cand = (t > 0) ? (o > cand ? o : cand) : (o < cand ? o : cand);
         }
         if (cand != c) {
-            // move the shift once per batch of rows (exact: both terms one-signed)
+            // move the shift (exact: both terms one-signed); the same factor on every lane
             const T du = t * (c - cand);   // <= 0 (-inf before the first sample)
             const T rr = exp(du);
             const T em = (mass > 0) ? expm1(du) : (T)0;
@@ -115,19 +131,33 @@ extern "C" __global__ void tilted_vg(
             for (int k = 0; k < NPL; ++k) acc[k] *= rr;
             c = cand;
         }
+        T coef = 0;
+        if (mine) {
+            const T u = t * (l - c);
+            const T ew = exp(u);
+            s += ew;
+            q += expm1(u);
+            mass += (T)1;
+            coef = ew * d1;
+        }
 #pragma unroll
         for (int i = 0; i < R; ++i) {
-            if (ok[i]) {
-                const T u = t * (l[i] - c);
-                const T ew = exp(u);
-                s += ew;
-                q += expm1(u);
-                mass += (T)1;
-                const T coef = ew * d1[i];
+            const T ci = __shfl_sync(mask, coef, i, L);
 #pragma unroll
-                for (int k = 0; k < NPL; ++k) acc[k] += coef * xv[i][k];
-            }
+            for (int k = 0; k < NPL; ++k) acc[k] += ci * xv[i][k];
         }
+    }
+    // combine the lanes' partial sums (all relative to the common shift c)
+    s = group_sum(s, mask);
+    q = group_sum(q, mask);
+    lsum = group_sum(lsum, mask);
+    mass = group_sum(mass, mask);
+#pragma unroll
+    for (int off = L / 2; off > 0; off >>= 1) {
+        const T h = __shfl_xor_sync(mask, hi, off, L);
+        const T w = __shfl_xor_sync(mask, lo, off, L);
+        hi = h > hi ? h : hi;
+        lo = w < lo ? w : lo;
     }
     if (lane == 0) {
         T* o = st + group * 7;
@@ -171,7 +201,9 @@ def _kernel(loss: str, dtype: Any, d: int):
     while L < min(d, 32):
         L *= 2
     npl = -(-d // L)
-    rows = max(1, min(8, 16 // npl))  # rows in flight per lane group (memory parallelism)
+    # rows in flight per lane group (memory parallelism); lane i < rows does row i's
+    # scalar work, so rows <= L
+    rows = max(1, min(16, 16 // npl, L))
     key = (loss, str(dtype), L, npl, rows)
     if key not in _CACHE:
         T = "float" if dtype == cupy.float32 else "double"
@@ -256,11 +288,39 @@ def _reductions():
     return _RED
 
 
+def _split(x: Any, k: int = 1024):
+    """``x`` as (k, m) rows plus a tail: a reduction along the rows runs in k blocks.
+
+    CuPy reduces a whole array to a scalar in a single thread block unless its CUB
+    accelerator is switched on globally (which a library should not do), so large
+    reductions are taken in two stages.
+    """
+    n = x.shape[0]
+    m = n // k
+    if m < 256:
+        return None, x
+    return x[: m * k].reshape(k, m), x[m * k :]
+
+
+def _sum(x: Any) -> Any:
+    head, tail = _split(x)
+    if head is None:
+        return tail.sum()
+    return head.sum(axis=1).sum() + tail.sum()
+
+
 def extremes(l: Any) -> tuple[float, float]:
     """(max, min) of a 1-d CuPy array, read to the host in one transfer."""
     import cupy
 
-    both = cupy.stack([l.max(), l.min()])
+    head, tail = _split(l)
+    if head is None:
+        both = cupy.stack([l.max(), l.min()])
+    else:
+        parts = [head.max(axis=1), head.min(axis=1)]
+        if tail.size:
+            parts = [cupy.concatenate([parts[0], tail]), cupy.concatenate([parts[1], tail])]
+        both = cupy.stack([parts[0].max(), parts[1].min()])
     hi, lo = (float(v) for v in both.get())
     return hi, lo
 
@@ -278,9 +338,9 @@ def risk_1d(l: Any, t: float, hi: float, lo: float) -> Any:
     if scale < math.sqrt(float(cupy.finfo(l.dtype).tiny)):
         return cupy.mean(l)
     if scale <= 1.0:
-        q = red["expm1"](l, dt(c), dt(t)).sum()
+        q = _sum(red["expm1"](l, dt(c), dt(t)))
         return (c + cupy.log1p(q / dt(n)) / dt(t)).astype(l.dtype)
-    s = red["exp"](l, dt(c), dt(t)).sum()
+    s = _sum(red["exp"](l, dt(c), dt(t)))
     return (c + cupy.log(s / dt(n)) / dt(t)).astype(l.dtype)
 
 
@@ -291,5 +351,5 @@ def weights_1d(l: Any, t: float, hi: float, lo: float) -> Any:
     dt = l.dtype.type
     c = hi if t > 0 else lo
     e = red["exp"](l, dt(c), dt(t))
-    e /= e.sum()
+    e /= _sum(e)
     return e

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ._compat import device, tiny_sqrt, to_numpy
+from ._compat import device, is_cupy_namespace, tiny_sqrt, to_numpy
 
 __all__ = [
     "NonFiniteLosses",
@@ -93,6 +93,10 @@ class TiltState:
 
 def _extremes(l: Any, p: Any, xp: Any) -> tuple[float, float]:
     """(max, min) of ``l`` over the support of ``p``, read in one synchronisation."""
+    if p is None and is_cupy_namespace(xp):
+        from . import _cupy_kernels
+
+        return _cupy_kernels.extremes(l)
     if p is None:
         both = xp.stack([xp.max(l), -xp.min(l)])
     else:

@@ -228,6 +228,21 @@ def _use_fast_path(l: Any, xp: Any, check: bool) -> bool:
     return check or not is_torch_namespace(xp)
 
 
+def _host_tilt(t: Any, like: Any, xp: Any) -> Any:
+    """A real Python/NumPy scalar tilt as a NumPy scalar of ``like``'s precision, else None
+    (arrays, strings and everything else go through ``prepare_tilt``)."""
+    if isinstance(t, (bool, np.bool_)) or not isinstance(t, (int, float, np.integer, np.floating)):
+        return None
+    v = float(t)
+    if math.isnan(v):
+        return None  # prepare_tilt raises the error
+    return np.float32(v) if xp.finfo(like.dtype).bits == 32 else np.float64(v)
+
+
+def _keep(r: Any, keepdims: bool, ax: int, xp: Any) -> Any:
+    return xp.expand_dims(r, axis=ax) if keepdims else r
+
+
 def _finite_nonzero(tt: Any) -> bool:
     v = float(to_numpy(tt))
     return v != 0.0 and math.isfinite(v)
@@ -370,6 +385,11 @@ def tilted_risk(
     l = prepare_losses(losses, xp, False)
     ax = normalize_axis(axis, l.ndim)
     l = xp.moveaxis(l, ax, -1) if ax != l.ndim - 1 else l
+    host_t = _host_tilt(t, l, xp)
+    if host_t is not None and _use_fast_path(l, xp, check_finite):
+        # a plain number: no device copy of the tilt, no synchronisation to validate it
+        p = prepare_prior(weights, l, xp)
+        return _keep(_risk_1d(l, p, host_t, False, xp, check_finite), keepdims, ax, xp)
     tt, grid = prepare_tilt(t, xp, l)
     p = prepare_prior(weights, l, xp)
     if _use_fast_path(l, xp, check_finite):
