@@ -203,7 +203,7 @@ def _kernel(loss: str, dtype: Any, d: int):
     npl = -(-d // L)
     # rows in flight per lane group (memory parallelism); lane i < rows does row i's
     # scalar work, so rows <= L
-    rows = max(1, min(16, 16 // npl, L))
+    rows = max(1, min(8, 16 // npl, L))
     key = (loss, str(dtype), L, npl, rows)
     if key not in _CACHE:
         T = "float" if dtype == cupy.float32 else "double"
