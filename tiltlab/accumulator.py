@@ -10,7 +10,7 @@ weights ``p_i`` is summarised by
 * ``q = sum p_i expm1(u_i)``, kept while ``|t| (hi - lo) <= 1``: near ``t = 0`` the risk
   ``c + log1p(q / mass) / t`` keeps full relative precision where ``log(s) / t`` would
   amplify the rounding of ``s`` by ``1 / |t|``;
-* ``lsum = sum p_i l_i``, kept while ``|t| (hi - lo)`` is below the square root of the
+* ``lsum = sum p_i (l_i - c)``, kept while ``|t| (hi - lo)`` is below the square root of the
   smallest normal number (there the risk is the mean to rounding);
 * any number of *sums* ``sum_i p_i exp(u_i) v_i`` of per-sample arrays ``v_i`` (the pieces
   of a gradient or a Hessian-vector product), which are rescaled exactly like ``s``.
@@ -67,7 +67,9 @@ class TiltState:
     q : array (0-d) or None
         ``sum p_i expm1(t (l_i - c))`` while ``|t| (hi - lo) <= 1``, else None.
     lsum : array (0-d) or None
-        ``sum p_i l_i`` while ``|t| (hi - lo)`` is below ``sqrt(tiny)``, else None.
+        ``sum p_i (l_i - shift)`` while ``|t| (hi - lo)`` is below ``sqrt(tiny)``, else
+        None (relative to the shift, so that losses near the float maximum cannot
+        overflow it).
     sums : tuple of arrays
         ``sum p_i exp(t (l_i - c)) v_i`` for the per-sample arrays requested.
     """
@@ -161,7 +163,7 @@ def block_state(
         s = xp.sum(pe)
     lsum = None
     if scale < tiny:
-        lsum = xp.sum(l) if p is None else xp.sum(p * l)
+        lsum = xp.sum(l - c) if p is None else xp.sum(p * (l - c))
     extra = tuple(sums(pe)) if sums is not None else ()
     return TiltState(t=t, hi=hi, lo=lo, mass=mass, s=s, q=q, lsum=lsum, sums=extra)
 
@@ -200,7 +202,7 @@ def merge(a: TiltState, b: TiltState, *, tiny: float | None = None) -> TiltState
         q = a.mass * math.expm1(ua) + a.q * ra + b.mass * math.expm1(ub) + b.q * rb
     lsum = None
     if a.lsum is not None and b.lsum is not None:
-        lsum = a.lsum + b.lsum
+        lsum = a.lsum + a.mass * (a.shift - c) + b.lsum + b.mass * (b.shift - c)
     sums = tuple(x * ra + y * rb for x, y in zip(a.sums, b.sums, strict=True))
     return TiltState(t=t, hi=hi, lo=lo, mass=a.mass + b.mass, s=s, q=q, lsum=lsum, sums=sums)
 
@@ -222,7 +224,7 @@ def finalize_risk(state: TiltState, xp: Any, dtype: Any) -> Any:
     t = state.t
     scale = abs(t) * state.spread
     if scale < tiny_sqrt(dtype, xp) and state.lsum is not None:
-        return state.lsum / state.mass
+        return state.shift + state.lsum / state.mass
     if state.q is not None:
         return state.shift + xp.log1p(state.q / state.mass) / t
     return state.shift + xp.log(state.s / state.mass) / t

@@ -457,7 +457,7 @@ class TiltedObjective:
         self.n_passes += 1
         assert state is not None
         if t == 0.0:
-            value = state.lsum / state.mass
+            value = state.shift + state.lsum / state.mass
         else:
             value = finalize_risk(state, xp, self.dtype)
         parts = normalized_sums(state)
@@ -670,7 +670,7 @@ def _mean_state(ell: Any, p: Any, xp: Any, sums: Any):
         raise NonFiniteLosses("`losses` contains NaN or infinite values")
     pe = xp.ones_like(ell) if p is None else p
     mass = xp.sum(pe)
-    lsum = xp.sum(ell) if p is None else xp.sum(p * ell)
+    lsum = xp.sum(ell - lo) if p is None else xp.sum(p * (ell - lo))  # relative to the shift
     return TiltState(t=0.0, hi=hi, lo=lo, mass=mass, s=mass, q=None, lsum=lsum,
                      sums=tuple(sums(pe)))
 

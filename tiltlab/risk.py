@@ -26,6 +26,7 @@ A grid of tilts is evaluated in one vectorised pass (the tilt axis leads the res
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -146,9 +147,13 @@ def _moments(l: Any, p: Any, xp: Any) -> tuple[Any, Any]:
 
 
 def _wsum(a: Any, p: Any, xp: Any) -> Any:
-    """Prior-weighted sum along the last axis (the mean when ``p`` is None)."""
+    """Prior-weighted sum along the last axis (the mean when ``p`` is None).
+
+    The mean is a sum of ``a / n``, which cannot overflow for finite ``a`` (a plain sum
+    of losses near the float maximum would).
+    """
     if p is None:
-        return xp.mean(a, axis=-1)
+        return xp.sum(a * (1.0 / a.shape[-1]), axis=-1)
     return xp.sum(p * a, axis=-1)
 
 
@@ -239,6 +244,15 @@ def _host_tilt(t: Any, like: Any, xp: Any) -> Any:
     return np.float32(v) if xp.finfo(like.dtype).bits == 32 else np.float64(v)
 
 
+def _quiet(xp: Any):
+    """Silence NumPy's overflow/underflow warnings inside the kernels: with finite input
+    they come from intermediate terms whose limits (0 or inf) the kernels handle, and a
+    finite result is returned (checked against mpmath near the float maximum)."""
+    if is_torch_namespace(xp) or is_cupy_namespace(xp):
+        return contextlib.nullcontext()  # they do not warn (and torch.compile traces this)
+    return np.errstate(over="ignore", under="ignore")
+
+
 def _keep(r: Any, keepdims: bool, ax: int, xp: Any) -> Any:
     return xp.expand_dims(r, axis=ax) if keepdims else r
 
@@ -258,13 +272,11 @@ def _risk_1d(l: Any, p: Any, tt: Any, grid: bool, xp: Any, check: bool) -> Any:
     out = []
     for t in ts:
         if t == 0.0:
-            r = _wsum(l, p, xp)
+            r = xp.mean(l) if p is None else xp.sum(p * l)
             if not math.isfinite(float(r)):
                 if check:
                     _check_losses(l, xp)
-                # a sum that overflowed although the losses are finite
-                half = 0.5 * l / l.shape[0] if p is None else 0.5 * p * l
-                r = 2.0 * xp.sum(half)
+                r = _wsum(l, p, xp)  # the plain sum overflowed: a sum of l / n cannot
         elif math.isinf(t):
             if ext is None:
                 ext = _checked_extremes(l, p, xp, check)
@@ -389,16 +401,29 @@ def tilted_risk(
     if host_t is not None and _use_fast_path(l, xp, check_finite):
         # a plain number: no device copy of the tilt, no synchronisation to validate it
         p = prepare_prior(weights, l, xp)
-        return _keep(_risk_1d(l, p, host_t, False, xp, check_finite), keepdims, ax, xp)
-    tt, grid = prepare_tilt(t, xp, l)
+        with _quiet(xp):
+            r = _risk_1d(l, p, host_t, False, xp, check_finite)
+        return _keep(r, keepdims, ax, xp)
+    if host_t is not None:
+        # validated on the host: nothing data-dependent for torch.compile to trace
+        tt, grid = xp.asarray(float(host_t), dtype=l.dtype, device=device(l)), False
+    else:
+        tt, grid = prepare_tilt(t, xp, l)
     p = prepare_prior(weights, l, xp)
     if _use_fast_path(l, xp, check_finite):
-        r = _risk_1d(l, p, tt, grid, xp, check_finite)
+        with _quiet(xp):
+            r = _risk_1d(l, p, tt, grid, xp, check_finite)
         if keepdims:
             r = xp.expand_dims(r, axis=ax + (1 if grid else 0))
         return r
     if check_finite:
         _check_losses(l, xp)
+    with _quiet(xp):
+        return _risk_grid(l, p, tt, grid, keepdims, ax, xp)
+
+
+def _risk_grid(l: Any, p: Any, tt: Any, grid: bool, keepdims: bool, ax: int, xp: Any) -> Any:
+    """The vectorised kernel over any batch shape and tilt grid (bounded temporaries)."""
     n_elem = 1
     for s in l.shape:
         n_elem *= int(s)
@@ -468,10 +493,12 @@ def tilted_weights(
         except ValueError:
             _check_losses(l, xp)
             raise
-        return _weights_1d(l, p, float(tt), hi, lo, xp)
+        with _quiet(xp):
+            return _weights_1d(l, p, float(tt), hi, lo, xp)
     if check_finite:
         _check_losses(l, xp)
-    w = _weights_kernel(l, p, tt, xp)
+    with _quiet(xp):
+        w = _weights_kernel(l, p, tt, xp)
     if ax != l.ndim - 1:
         w = xp.moveaxis(w, -1, ax + (1 if grid else 0))
     return w
@@ -613,55 +640,83 @@ def _scalar_risk_weights(l: Any, p: Any, t: float, xp: Any, want_weights: bool):
 def _group_level(v: Any, m: Any, M: Any, seg: Segments, tau: float, xp: Any, want: bool):
     """Tilted risk of each group of ``seg`` at tilt ``tau``, and the conditional weights.
 
-    ``v`` (..., n) are the children's values, ``m`` their (non-negative) masses and ``M``
-    (..., G) the groups' masses. Returns ``(R_g, w_cond)`` with ``w_cond`` the weight of
-    each child within its group (None unless ``want``).
+    ``v`` (..., n) are the children's values, ``m`` their non-negative masses (an array,
+    or one Python float shared by all children: the uniform prior, which skips the masking
+    of zero-mass children) and ``M`` (..., G) the groups' masses. Returns ``(R_g, w_cond)``
+    with ``w_cond`` the weight of each child within its group (None unless ``want``).
     """
     dev = device(v)
-    on = m > 0
-    ninf = xp.asarray(-xp.inf, dtype=v.dtype, device=dev)
-    pinf = xp.asarray(xp.inf, dtype=v.dtype, device=dev)
+    uniform = isinstance(m, float)
+    on = None if uniform else m > 0
+
+    def msum(a):  # sum over each group of m * a
+        if uniform:
+            return m * _segments.segment_sum(a, seg, xp)
+        return _segments.segment_sum(m * a, seg, xp)
+
+    def mtimes(a):
+        return a * m if uniform else m * a
+
     if tau == 0.0:
-        R = _segments.segment_sum(m * v, seg, xp) / M
-        w = m / _segments.expand(M, seg, xp) if want else None
-        return R, w
-    hi = _segments.segment_max(xp.where(on, v, ninf), seg, xp)
-    lo = _segments.segment_min(xp.where(on, v, pinf), seg, xp)
+        R = msum(v) / M
+        if not want:
+            return R, None
+        return R, m / _segments.expand(M, seg, xp)
+    if on is None:
+        hi = _segments.segment_max(v, seg, xp)
+        lo = _segments.segment_min(v, seg, xp)
+    else:
+        ninf = xp.asarray(-xp.inf, dtype=v.dtype, device=dev)
+        pinf = xp.asarray(xp.inf, dtype=v.dtype, device=dev)
+        hi = _segments.segment_max(xp.where(on, v, ninf), seg, xp)
+        lo = _segments.segment_min(xp.where(on, v, pinf), seg, xp)
     if math.isinf(tau):
         R = hi if tau > 0 else lo
         if not want:
             return R, None
-        ext = on & (v == _segments.expand(R, seg, xp))
-        mm = xp.where(ext, m, xp.zeros_like(m))
+        ext = v == _segments.expand(R, seg, xp)
+        if on is not None:
+            ext = ext & on
+        mm = xp.where(ext, mtimes(xp.ones_like(v)), xp.zeros_like(v))
         return R, mm / _segments.expand(_segments.segment_sum(mm, seg, xp), seg, xp)
     c = hi if tau > 0 else lo
-    u = xp.where(on, v - _segments.expand(c, seg, xp), xp.zeros_like(v))
-    u = tau * u
+    u = v - _segments.expand(c, seg, xp)
+    if on is not None:
+        u = xp.where(on, u, xp.zeros_like(u))
+    u *= tau  # a fresh array
     scale = abs(tau) * (hi - lo)
     small = scale <= 1
     n_small = int(to_numpy(xp.sum(xp.astype(small, xp.int64))))
     n_all = int(np.prod(tuple(small.shape)))
     R = None
     if n_small > 0:
-        e1 = xp.expm1(u)
-        q = _segments.segment_sum(m * e1, seg, xp)
+        e1 = xp.expm1(u) if n_small < n_all else _inplace(xp.expm1, u, xp)
+        q = msum(e1)
         R_small = c + xp.log1p(q / M) / tau
         if n_small == n_all:
             R = R_small
-            ew = e1 + 1.0 if want else None
+            if want:
+                e1 += 1.0  # exp(u) >= exp(-1): no cancellation
+            ew = e1
             s = M + q
     if n_small < n_all:
-        ew = xp.exp(u)
-        s = _segments.segment_sum(m * ew, seg, xp)
+        ew = _inplace(xp.exp, u, xp)
+        s = msum(ew)
         R_large = c + xp.log(s / M) / tau
         R = R_large if n_small == 0 else xp.where(small, R_small, R_large)
     tiny = tiny_sqrt(v.dtype, xp)
     if bool(to_numpy(xp.any(scale < tiny))):
-        mean = _segments.segment_sum(m * v, seg, xp) / M
-        R = xp.where(scale < tiny, mean, R)
+        R = xp.where(scale < tiny, msum(v) / M, R)
     if not want:
         return R, None
-    return R, (m * ew) / _segments.expand(s, seg, xp)
+    return R, mtimes(ew) / _segments.expand(s, seg, xp)
+
+
+def _inplace(fn: Any, u: Any, xp: Any) -> Any:
+    """``fn(u)`` written over the temporary ``u`` where the library allows it."""
+    if is_numpy_namespace(xp) or is_cupy_namespace(xp) or is_torch_namespace(xp):
+        return fn(u, out=u)
+    return fn(u)
 
 
 def risk_weights_scalar(l: Any, p: Any, t: float, xp: Any, *, weights: bool = True):
@@ -741,6 +796,8 @@ def hierarchy_eval(l: Any, p: Any, tree: GroupTree, ts: Sequence[float], xp: Any
     for depth, lev in enumerate(tree.levels):
         tau = float(ts[len(tree.levels) - depth])
         m = masses[depth]
+        if depth == 0 and p is None:
+            m = 1.0 / tree.n_samples  # uniform prior: one shared mass, nothing to mask
         R, w = _group_level(values, m, masses[depth + 1], lev, tau, xp, weights)
         conditional.append((lev, w))
         values = R
