@@ -34,13 +34,15 @@ from typing import Any
 import numpy as np
 
 from ._compat import (
-    as_array,
     as_float_array,
+    as_parameter,
     check_finite,
     device,
+    host_labels,
     is_array_api_obj,
     namespace_of,
     normalize_axis,
+    real_number,
     tiny_sqrt,
     to_numpy,
 )
@@ -59,51 +61,57 @@ def prepare_losses(losses: Any, xp: Any, check: bool) -> Any:
     if any(s == 0 for s in arr.shape):
         raise ValueError(f"`losses` must not be empty (shape {tuple(arr.shape)})")
     if check:
-        check_finite(arr, xp, name="losses")
+        check_finite(arr, xp, name="losses", skip="check_finite=False")
     return arr
 
 
 def prepare_tilt(t: Any, xp: Any, like: Any) -> tuple[Any, bool]:
-    """Tilt(s) as an array of ``like``'s dtype/device; returns (t, is_grid)."""
-    if isinstance(t, bool) or t is None:
-        raise TypeError(f"`t` must be a real number or a 1-d array of tilts, got {t!r}")
-    if is_array_api_obj(t):
-        tt = as_array(t, xp, name="t")
-        if xp.isdtype(tt.dtype, "complex floating"):
-            raise TypeError("`t` must be real")
-        tt = xp.astype(tt, like.dtype) if tt.dtype != like.dtype else tt
-    else:
-        try:
-            tt = xp.asarray(t, dtype=like.dtype, device=device(like))
-        except (TypeError, ValueError) as exc:
-            raise TypeError(f"`t` must be a real number or a 1-d array of tilts: {exc}") from None
-    if tt.ndim > 1:
-        raise ValueError(f"`t` must be a scalar or a 1-d array of tilts, got shape {tt.shape}")
-    if tt.ndim == 1 and tt.shape[0] == 0:
-        raise ValueError("`t` must not be an empty array")
+    """Tilt(s) as an array of ``like``'s dtype/device; returns (t, is_grid).
+
+    Tilts are parameters, not data: a Python number, a NumPy scalar or array, or an
+    array of any other library is converted to ``like``'s namespace; only strings,
+    booleans, complex values, NaN and more than one dimension are rejected.
+    """
+    tt = as_parameter(t, xp, like, name="t")
     if bool(xp.any(xp.isnan(tt))):
         raise ValueError("`t` must not be NaN")
     return tt, tt.ndim == 1
 
 
-def prepare_prior(weights: Any, l: Any, xp: Any) -> Any:
-    """Normalised prior weights broadcast to the shape of ``l`` (axis moved last)."""
+def prepare_prior(weights: Any, l: Any, xp: Any, axis: int | None = None) -> Any:
+    """Normalised prior weights broadcast to the shape of ``l`` (axis moved last).
+
+    ``axis`` is the sample axis of the caller's ``losses`` before it was moved last:
+    full-shape weights (of the losses' original shape) have their sample axis there
+    too and are moved the same way. 1-d weights always index the samples.
+    """
     if weights is None:
         return None
     p = as_float_array(weights, xp, name="weights", dev=device(l))
     if p.dtype != l.dtype:
         p = xp.astype(p, l.dtype)
+    if p.ndim == 0:
+        raise ValueError(
+            "`weights` must be 1-d with one entry per sample or have the shape of `losses`; "
+            "got a scalar"
+        )
     if p.ndim == 1:
         if p.shape[0] != l.shape[-1]:
             raise ValueError(
                 f"`weights` has length {p.shape[0]} but `losses` has {l.shape[-1]} samples "
                 "along `axis`"
             )
-    elif tuple(p.shape) != tuple(l.shape):
-        raise ValueError(
-            f"`weights` must be 1-d with one entry per sample or have the shape of `losses`; "
-            f"got {tuple(p.shape)} for losses of shape {tuple(l.shape)} (axis moved last)"
-        )
+    else:
+        ax = l.ndim - 1 if axis is None else axis
+        expected = list(l.shape[:-1])
+        expected.insert(ax, l.shape[-1])
+        if p.ndim != l.ndim or tuple(p.shape) != tuple(expected):
+            raise ValueError(
+                "`weights` must be 1-d with one entry per sample or have the shape of "
+                f"`losses` {tuple(expected)}; got {tuple(p.shape)}"
+            )
+        if ax != l.ndim - 1:
+            p = xp.moveaxis(p, ax, -1)
     check_finite(p, xp, name="weights")
     if not bool(xp.all(p >= 0)):
         raise ValueError("`weights` must be non-negative")
@@ -277,12 +285,12 @@ def tilted_risk(
     >>> tilted_risk(l, np.array([-1.0, 1.0])).shape
     (2,)
     """
-    xp = namespace_of(losses=losses, weights=weights, t=t) if xp is None else xp
+    xp = namespace_of(losses=losses, weights=weights) if xp is None else xp
     l = prepare_losses(losses, xp, check_finite)
     ax = normalize_axis(axis, l.ndim)
     l = xp.moveaxis(l, ax, -1) if ax != l.ndim - 1 else l
     tt, grid = prepare_tilt(t, xp, l)
-    p = prepare_prior(weights, l, xp)
+    p = prepare_prior(weights, l, xp, ax)
     n_elem = 1
     for s in l.shape:
         n_elem *= int(s)
@@ -336,12 +344,12 @@ def tilted_weights(
     >>> float(tilted_weights(np.array([0.0, 1.0]), 1000.0)[1])
     1.0
     """
-    xp = namespace_of(losses=losses, weights=weights, t=t) if xp is None else xp
+    xp = namespace_of(losses=losses, weights=weights) if xp is None else xp
     l = prepare_losses(losses, xp, check_finite)
     ax = normalize_axis(axis, l.ndim)
     l = xp.moveaxis(l, ax, -1) if ax != l.ndim - 1 else l
     tt, grid = prepare_tilt(t, xp, l)
-    p = prepare_prior(weights, l, xp)
+    p = prepare_prior(weights, l, xp, ax)
     w = _weights_kernel(l, p, tt, xp)
     if ax != l.ndim - 1:
         w = xp.moveaxis(w, -1, ax + (1 if grid else 0))
@@ -392,7 +400,7 @@ def _build_tree(groups: Any, n: int) -> list[_Level]:
     label_arrays = list(groups) if seq_of_arrays(groups) else [groups]
     labels = []
     for k, g in enumerate(label_arrays):
-        a = to_numpy(g)
+        a = host_labels(g, name="groups" if len(label_arrays) == 1 else f"groups[{k}]")
         if a.ndim != 1 or a.shape[0] != n:
             raise ValueError(
                 f"`groups` level {k} must be a 1-d label array of length {n} (one label per "
@@ -428,27 +436,23 @@ def _build_tree(groups: Any, n: int) -> list[_Level]:
 
 
 def prepare_tilts(tilts: Any, n_levels: int) -> list[float]:
+    """``n_levels + 1`` host tilts (outermost first) from a sequence or 1-d array."""
+    need = f"`tilts` must be a sequence of {n_levels + 1} real numbers (outermost first)"
+    if isinstance(tilts, (str, bytes)) or tilts is None:
+        raise TypeError(f"{need}, got {tilts!r}")
     if is_array_api_obj(tilts):
-        tilts = [float(v) for v in to_numpy(tilts).reshape(-1)]
-    if not isinstance(tilts, Sequence) or isinstance(tilts, (str, bytes)):
-        raise TypeError(f"`tilts` must be a sequence of {n_levels + 1} numbers (outermost first)")
+        arr = to_numpy(tilts)
+        if arr.ndim != 1:
+            raise ValueError(f"{need}, got an array of shape {arr.shape}")
+        tilts = list(arr)
+    if not isinstance(tilts, Sequence):
+        raise TypeError(f"{need}, got {type(tilts).__name__}")
     if len(tilts) != n_levels + 1:
         raise ValueError(
             f"`tilts` must have {n_levels + 1} entries (one per grouping level plus the "
             f"sample level, outermost first), got {len(tilts)}"
         )
-    out = []
-    for k, v in enumerate(tilts):
-        if isinstance(v, bool):
-            raise TypeError(f"`tilts[{k}]` must be a real number")
-        try:
-            f = float(to_numpy(v)) if is_array_api_obj(v) else float(v)
-        except (TypeError, ValueError):
-            raise TypeError(f"`tilts[{k}]` must be a real number, got {v!r}") from None
-        if np.isnan(f):
-            raise ValueError(f"`tilts[{k}]` must not be NaN")
-        out.append(f)
-    return out
+    return [real_number(v, f"tilts[{k}]") for k, v in enumerate(tilts)]
 
 
 def _gather(x: Any, idx: np.ndarray, xp: Any) -> Any:
