@@ -199,9 +199,7 @@ def test_numpy_tilts_with_other_backends(xp):
         xp=xp,
         rtol=1e-13,
     )
-    assert_close(
-        bounds.kl_dro_dual(l, np.float64(1.0))[0], _ref_risk(l_np, 1.0), xp=xp, rtol=1e-13
-    )
+    assert_close(bounds.kl_dro_dual(l, np.float64(1.0))[0], _ref_risk(l_np, 1.0), xp=xp, rtol=1e-13)
     assert_close(
         bounds.k_loss_bound(l, 3, np.float64(1.0)),
         bounds.k_loss_bound(l_np, 3, 1.0),

@@ -106,8 +106,7 @@ def _check_broadcast(z: Any, y: Any, *, name: str = "y") -> None:
     if out != zs:
         hint = " (pass `y.reshape(-1)`)" if ys == zs + (1,) else ""
         raise ValueError(
-            f"`{name}` has shape {ys}, which does not match the predictor `z` of shape "
-            f"{zs}{hint}"
+            f"`{name}` has shape {ys}, which does not match the predictor `z` of shape {zs}{hint}"
         )
 
 
