@@ -277,6 +277,27 @@ def test_strings_rejected(call):
         call()
 
 
+@pytest.mark.parametrize(
+    ("call", "name"),
+    [
+        (lambda: tl.tilted_risk(["1", "2"], 0.0), "losses"),
+        (lambda: tl.tilted_risk("12", 0.0), "losses"),
+        (lambda: tl.tilted_risk([1.0, None], 0.0), "losses"),
+        (lambda: tl.tilted_weights([1.0, 2.0], 0.0, weights=["1", "1"]), "weights"),
+        (lambda: tl.hierarchical_risk(["1", "2"], [0, 1], (0.0, 0.0)), "losses"),
+        (lambda: tl.TiltedObjective("squared", [["1", "2"]], [1.0]), "X"),
+        (lambda: tl.TiltedObjective("squared", np.eye(2), ["1", "2"]), "y"),
+        (lambda: bounds.quantile_curves(None, "1"), "a"),
+        (lambda: bounds.kl_divergence(["0.5", "0.5"]), "q"),
+        (lambda: tl.diagnostics.weight_entropy(["1", "2"]), "weights"),
+    ],
+)
+def test_string_data_rejected(call, name):
+    # NumPy would parse these strings as numbers; tiltlab refuses them
+    with pytest.raises(TypeError, match=f"`{name}`"):
+        call()
+
+
 def test_objective_strings_rejected():
     X, y = np.eye(3), np.ones(3)
     with pytest.raises(TypeError, match="`t`"):

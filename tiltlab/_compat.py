@@ -159,12 +159,31 @@ def as_array(x: Any, xp: Any, *, name: str, dtype: Any = None, dev: Any = None) 
         if dtype is not None and x.dtype != dtype:
             x = xp.astype(x, dtype)
         return x
+    _reject_non_numeric(x, name)
     try:
         if dev is None:
             return xp.asarray(x, dtype=dtype)
         return xp.asarray(x, dtype=dtype, device=dev)
     except (TypeError, ValueError) as exc:
         raise TypeError(f"`{name}` could not be converted to an array: {exc}") from exc
+
+
+def _reject_non_numeric(x: Any, name: str) -> None:
+    """Python input that NumPy would read as text or objects is not numeric data.
+
+    ``np.asarray(["1", "2"]).astype(float)`` quietly parses strings; tiltlab refuses
+    them (and ``None`` entries) with a ``TypeError`` naming the argument.
+    """
+    if isinstance(x, (str, bytes)):
+        raise TypeError(f"`{name}` must be numeric, got the string {x!r}")
+    if isinstance(x, (list, tuple)):
+        try:
+            kind = np.asarray(x).dtype.kind
+        except (TypeError, ValueError, RuntimeError):
+            return  # ragged or exotic: the namespace's asarray reports it
+        if kind in "USO":
+            what = {"U": "strings", "S": "bytes", "O": "non-numeric entries"}[kind]
+            raise TypeError(f"`{name}` must be numeric, got {what}")
 
 
 def as_float_array(x: Any, xp: Any, *, name: str, dev: Any = None) -> Any:

@@ -1119,10 +1119,7 @@ def _host_thresholds(a: Any) -> np.ndarray:
     """Thresholds as a finite float64 host array (0-d or 1-d)."""
     if isinstance(a, bool) or a is None:
         raise TypeError(f"`a` must be a real number or a 1-d array, got {a!r}")
-    try:
-        arr = np.asarray(to_numpy(a) if is_array_api_obj(a) else a, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"`a` must be a real number or a 1-d array: {exc}") from None
+    arr = host_real(a, "a", "a real number or a 1-d array").astype(np.float64)
     if arr.ndim > 1 or (arr.ndim == 1 and arr.size == 0):
         raise ValueError(f"`a` must be a scalar or a non-empty 1-d array, got shape {arr.shape}")
     if not np.all(np.isfinite(arr)):
