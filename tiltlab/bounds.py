@@ -339,12 +339,14 @@ def tail_fraction(
         Per-sample losses, samples along ``axis``; finite and non-empty.
     a : float, 0-d or 1-d array
         Threshold(s), finite. A 1-d array of length A gives a result with a leading axis
-        of length A.
+        of length A. Like tilts, thresholds (and floors) may come from any library; they
+        are converted to the namespace of ``losses``.
     axis : int, optional
         The sample axis (default: last).
     weights : array, optional
-        Non-negative prior weights (1-d, one per sample, or the shape of ``losses``),
-        normalised to sum one. Default: uniform, so ``Q(a)`` is a multiple of ``1/N``.
+        Non-negative prior weights (1-d, one per sample, or the shape of ``losses`` with
+        the samples along ``axis``), normalised to sum one. Default: uniform, so ``Q(a)``
+        is a multiple of ``1/N``.
     xp : namespace, optional
         Array namespace (inferred by default).
 

@@ -241,12 +241,16 @@ def tilted_risk(
         promoted to the namespace's default floating dtype.
     t : float, 0-d or 1-d array
         The tilt, or a grid of tilts. With a 1-d grid of length T the result gains a
-        leading axis of length T (vectorised, no Python loop).
+        leading axis of length T (vectorised, no Python loop). Tilts are parameters:
+        Python or NumPy numbers and arrays of any supported library are converted to
+        the namespace, dtype and device of ``losses`` (an array of that namespace is
+        kept, so autograd through ``t`` works). Strings and booleans raise ``TypeError``.
     axis : int, optional
         The sample axis. Default: the last.
     weights : array, optional
         Non-negative prior weights, 1-d with one entry per sample or of the shape of
-        ``losses``; normalised to sum to one. Default: uniform.
+        ``losses`` (then their sample axis is ``axis`` too, as for the losses);
+        normalised to sum to one along it. Default: uniform.
     keepdims : bool, optional
         Keep the reduced axis with length one.
     check_finite : bool, optional
