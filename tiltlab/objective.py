@@ -81,9 +81,10 @@ class TiltedObjective(PicklableNamespace):
     l2 : float, default 0.0
         Ridge penalty :math:`\tfrac{\lambda}{2}\|\theta\|^2`.
     check_finite : bool, default True
-        Reject NaN or infinite values in ``X`` and real-valued ``y`` up front. Pass
-        ``False`` to skip the check (one pass over the data; the objective is then NaN
-        wherever IEEE arithmetic makes it so). Prior ``weights`` are always checked.
+        Reject NaN or infinite values in ``X`` and real-valued ``y`` up front (one pass
+        over the data, a compute on lazy backends). Pass ``False`` to skip it; the
+        objective is then NaN wherever IEEE arithmetic makes it so. Prior ``weights``
+        and labels of classification losses are always checked.
     xp : namespace, optional
         Array namespace (inferred from ``X``/``y``).
 
@@ -98,9 +99,10 @@ class TiltedObjective(PicklableNamespace):
 
     Notes
     -----
-    Objectives pickle (:mod:`pickle`, :func:`copy.deepcopy`, joblib, multiprocessing,
-    Dask distributed) on every backend whose arrays pickle: the array namespace is
-    stored by name and imported again when unpickled. A :class:`~tiltlab.losses.CallableLoss`
+    Objectives pickle (:mod:`pickle`, :func:`copy.deepcopy`, and so joblib,
+    multiprocessing and Dask distributed, which rely on it) on every backend whose
+    arrays pickle: the array namespace is stored by name and imported again when
+    unpickled. A :class:`~tiltlab.losses.CallableLoss`
     pickles when its callables do (plain :mod:`pickle` refuses lambdas; cloudpickle
     takes them).
 
@@ -546,8 +548,11 @@ def _node_outer(wd1X: Any, w: Any, layout: Any, xp: Any) -> Any:
 
 
 def _tilt_value(t: Any) -> float:
-    """A sample-level tilt as a float: any real number (or size-one array of any library)
-    including +-inf; strings, booleans, NaN and arrays of several tilts are rejected."""
+    """A sample-level tilt as a float (``+-inf`` allowed).
+
+    Any real number or size-one array of any library; strings, booleans, NaN and
+    arrays of several tilts are rejected.
+    """
     return real_number(t, "t")
 
 
