@@ -290,6 +290,7 @@ def test_strings_rejected(call):
         (lambda: bounds.quantile_curves(None, "1"), "a"),
         (lambda: bounds.kl_divergence(["0.5", "0.5"]), "q"),
         (lambda: tl.diagnostics.weight_entropy(["1", "2"]), "weights"),
+        (lambda: bounds.min_tail_fraction(np.zeros((3, 2)), 1.0, weights=["1"] * 3), "weights"),
     ],
 )
 def test_string_data_rejected(call, name):

@@ -1751,7 +1751,7 @@ def _host_points(objective: Any) -> np.ndarray:
 def _host_prior(weights: Any, n: int) -> np.ndarray:
     if weights is None:
         return np.full(n, 1.0 / n)
-    p = np.asarray(to_numpy(weights) if is_array_api_obj(weights) else weights, dtype=float)
+    p = host_real(weights, "weights", "N finite non-negative numbers").astype(np.float64)
     if p.shape != (n,) or not np.all(np.isfinite(p)) or np.any(p < 0) or p.sum() <= 0:
         raise ValueError("`weights` must be N finite non-negative numbers, not all zero")
     return p / p.sum()
