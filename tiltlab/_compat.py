@@ -339,14 +339,16 @@ def real_number(value: Any, name: str) -> float:
     return v
 
 
-def as_parameter(value: Any, xp: Any, like: Any, *, name: str) -> Any:
+def as_parameter(value: Any, xp: Any, like: Any, *, name: str, allow_nan: bool = True) -> Any:
     """A scalar or 1-d parameter (tilts, thresholds) in the dtype/device of ``like``.
 
     Parameters are not data: a NumPy scalar or array, a Python number or list, or an
     array of any other supported library is converted to ``xp``. Arrays already of
     ``xp`` are kept as they are (only cast and moved), so autograd through them works.
     Strings, booleans, ``None`` and complex values raise ``TypeError``; more than one
-    dimension or an empty array raises ``ValueError``. NaN is left to the caller.
+    dimension or an empty array raises ``ValueError``, and so does NaN unless
+    ``allow_nan``. Host values are checked on the host, so only a parameter that is
+    already an array of ``xp`` costs a device synchronisation.
     """
     what = "a real number or a 1-d array of real numbers"
     dev = _device(like)
@@ -362,9 +364,13 @@ def as_parameter(value: Any, xp: Any, like: Any, *, name: str) -> Any:
         arr = value if value.dtype == like.dtype else xp.astype(value, like.dtype)
         if _device(arr) != dev:
             arr = array_api_compat.to_device(arr, dev)
+        if not allow_nan and _all_true(xp.any(xp.isnan(arr))):
+            raise ValueError(f"`{name}` must not be NaN")
     else:
-        host = host_real(value, name, what)
-        arr = xp.asarray(host.astype(np.float64), dtype=like.dtype, device=dev)
+        host = host_real(value, name, what).astype(np.float64)
+        if not allow_nan and np.any(np.isnan(host)):
+            raise ValueError(f"`{name}` must not be NaN")
+        arr = xp.asarray(host, dtype=like.dtype, device=dev)
     if arr.ndim > 1:
         raise ValueError(f"`{name}` must be a scalar or a 1-d array, got shape {tuple(arr.shape)}")
     if arr.ndim == 1 and arr.shape[0] == 0:

@@ -72,9 +72,7 @@ def prepare_tilt(t: Any, xp: Any, like: Any) -> tuple[Any, bool]:
     array of any other library is converted to ``like``'s namespace; only strings,
     booleans, complex values, NaN and more than one dimension are rejected.
     """
-    tt = as_parameter(t, xp, like, name="t")
-    if bool(xp.any(xp.isnan(tt))):
-        raise ValueError("`t` must not be NaN")
+    tt = as_parameter(t, xp, like, name="t", allow_nan=False)
     return tt, tt.ndim == 1
 
 
