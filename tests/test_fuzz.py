@@ -2,11 +2,12 @@
 
 Random shapes (1-3 dims), dtypes (float32/float64), sample axes, priors (none, 1-d,
 full shape, with zeros) and tilts (0, +-inf, tiny, large, grids of them) go through
-``tilted_risk`` and ``tilted_weights`` on every backend. The reference is written here
-independently: mpmath at a working precision that grows as ``|t| * spread`` shrinks
-(so that ``t = 1e-300`` is resolved, not rounded to the mean), on each 1-d slice of
-the exact input values. Malformed inputs must raise ``ValueError``/``TypeError``; a
-valid input never gives NaN.
+``tilted_risk``, ``tilted_weights`` and ``bounds.tail_fraction`` on every backend.
+The reference is written here independently: mpmath at a working precision that
+grows as ``|t| * spread`` shrinks (so that ``t = 1e-300`` is resolved, not rounded to
+the mean), on each 1-d slice of the exact input values; the tail fraction by direct
+counting. Malformed inputs must raise ``ValueError``/``TypeError``; a valid input
+never gives NaN.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import tiltlab as tl
+from tiltlab import bounds
 from tiltlab._compat import to_numpy
 from tiltlab.testing import assert_namespace
 
@@ -189,6 +191,15 @@ def test_fuzz_risk_and_weights(xp):
         scale = np.max(np.abs(l.astype(np.float64)), axis=axis) + float(np.finfo(l.dtype).tiny)
         assert np.all(np.abs(Rn - R_ref) <= tol * scale), (Rn, R_ref)
         np.testing.assert_allclose(Wn, W_ref, rtol=0, atol=tol)
+        # the tail fraction shares the prior handling: a threshold taken from the losses
+        # (so that ties with `>=` occur), reference by direct counting
+        a = float(l.reshape(-1)[0])
+        Q = to_numpy(bounds.tail_fraction(L, np.float64(a), axis=axis, weights=P))
+        pq = np.ones_like(l) if p is None else np.asarray(p, dtype=np.float64)
+        if pq.ndim == 1:
+            pq = np.moveaxis(np.broadcast_to(pq, np.moveaxis(l, axis, -1).shape), -1, axis)
+        Q_ref = np.sum(pq * (l >= a), axis=axis) / np.sum(pq, axis=axis)
+        np.testing.assert_allclose(Q.astype(np.float64), Q_ref, rtol=0, atol=tol)
         # keepdims keeps the sample axis in place
         Rk = tl.tilted_risk(L, t, axis=axis, weights=P, keepdims=True)
         lead = 1 if np.ndim(t) else 0
