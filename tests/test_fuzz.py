@@ -47,8 +47,9 @@ tilts = st.one_of(
     st.lists(scalar_tilts, min_size=1, max_size=4).map(lambda v: np.array(v)),
 )
 
-# per-backend example counts: Dask evaluates a task graph per call
-EXAMPLES = {"dask": int(os.environ.get("TILTLAB_FUZZ_DASK", "12"))}
+# per-backend example counts (Dask evaluates a task graph per call); raise them for a
+# longer local run, e.g. TILTLAB_FUZZ_EXAMPLES=600 TILTLAB_FUZZ_DASK=150
+EXAMPLES = {"dask": int(os.environ.get("TILTLAB_FUZZ_DASK", "8"))}
 DEFAULT_EXAMPLES = int(os.environ.get("TILTLAB_FUZZ_EXAMPLES", "30"))
 
 
