@@ -152,7 +152,7 @@ def block_state(
         q = xp.sum(e) if p is None else xp.sum(p * e)
         s = mass + q
         if sums is not None:
-            e += 1.0  # exp(u) >= exp(-1): no cancellation
+            e = e + 1.0  # exp(u) >= exp(-1): no cancellation
     else:
         q = None
         e = _unary(xp.exp, u, xp)
@@ -170,9 +170,9 @@ def block_state(
 
 def _unary(fn: Callable, x: Any, xp: Any) -> Any:
     """``fn(x)``, written over ``x`` where the library allows it (``x`` is a temporary)."""
-    if _INPLACE(xp):
+    if _INPLACE(xp) and not getattr(x, "requires_grad", False):
         return fn(x, out=x)
-    return fn(x)
+    return fn(x)  # autograd records no out= operations
 
 
 def _INPLACE(xp: Any) -> bool:

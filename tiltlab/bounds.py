@@ -51,8 +51,10 @@ import numpy as np
 
 from ._compat import (
     as_float_array,
+    as_parameter,
     check_finite,
     device,
+    host_real,
     is_array_api_obj,
     namespace_of,
     normalize_axis,
@@ -94,26 +96,16 @@ def _samples_last(losses: Any, axis: int, weights: Any, xp: Any) -> tuple[Any, A
     ax = normalize_axis(axis, l.ndim)
     if ax != l.ndim - 1:
         l = xp.moveaxis(l, ax, -1)
-    return l, prepare_prior(weights, l, xp)
+    return l, prepare_prior(weights, l, xp, ax)
 
 
 def _points(value: Any, xp: Any, like: Any, name: str) -> Any:
-    """A finite scalar or 1-d array of thresholds in the dtype/device of ``like``."""
-    if isinstance(value, bool) or value is None:
-        raise TypeError(f"`{name}` must be a real number or a 1-d array, got {value!r}")
-    try:
-        if is_array_api_obj(value):
-            arr = as_float_array(value, xp, name=name)
-            if arr.dtype != like.dtype:
-                arr = xp.astype(arr, like.dtype)
-        else:
-            arr = xp.asarray(value, dtype=like.dtype, device=device(like))
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"`{name}` must be a real number or a 1-d array: {exc}") from None
-    if arr.ndim > 1:
-        raise ValueError(f"`{name}` must be a scalar or a 1-d array, got shape {arr.shape}")
-    if arr.ndim == 1 and arr.shape[0] == 0:
-        raise ValueError(f"`{name}` must not be an empty array")
+    """A finite scalar or 1-d array of thresholds in the dtype/device of ``like``.
+
+    Like tilts, thresholds are parameters: numbers or arrays of any library are
+    converted to ``like``'s namespace.
+    """
+    arr = as_parameter(value, xp, like, name=name)
     check_finite(arr, xp, name=name)
     return arr
 
@@ -148,14 +140,15 @@ def _floor(floor: Any, xp: Any, l: Any, p: Any) -> Any:
     """The floor F as an array of the batch shape; must not exceed the smallest loss."""
     if isinstance(floor, bool) or floor is None:
         raise TypeError(f"`floor` must be a real number, got {floor!r}")
-    try:
-        if is_array_api_obj(floor):
-            f = as_float_array(floor, xp, name="floor")
-            f = xp.astype(f, l.dtype) if f.dtype != l.dtype else f
-        else:
-            f = xp.asarray(floor, dtype=l.dtype, device=device(l))
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"`floor` must be a real number: {exc}") from None
+    if is_array_api_obj(floor) and namespace_of(floor=floor) is xp:
+        f = as_float_array(floor, xp, name="floor")
+        f = xp.astype(f, l.dtype) if f.dtype != l.dtype else f
+    else:  # a number, or a parameter array of another library
+        f = xp.asarray(
+            host_real(floor, "floor", "a real number or an array").astype(np.float64),
+            dtype=l.dtype,
+            device=device(l),
+        )
     check_finite(f, xp, name="floor")
     batch = tuple(l.shape[:-1])
     try:
@@ -346,12 +339,14 @@ def tail_fraction(
         Per-sample losses, samples along ``axis``; finite and non-empty.
     a : float, 0-d or 1-d array
         Threshold(s), finite. A 1-d array of length A gives a result with a leading axis
-        of length A.
+        of length A. Like tilts, thresholds (and floors) may come from any library; they
+        are converted to the namespace of ``losses``.
     axis : int, optional
         The sample axis (default: last).
     weights : array, optional
-        Non-negative prior weights (1-d, one per sample, or the shape of ``losses``),
-        normalised to sum one. Default: uniform, so ``Q(a)`` is a multiple of ``1/N``.
+        Non-negative prior weights (1-d, one per sample, or the shape of ``losses`` with
+        the samples along ``axis``), normalised to sum one. Default: uniform, so ``Q(a)``
+        is a multiple of ``1/N``.
     xp : namespace, optional
         Array namespace (inferred by default).
 
@@ -376,7 +371,7 @@ def tail_fraction(
     >>> tail_fraction(l, np.array([0.0, 3.0, 5.0])).tolist()
     [1.0, 0.25, 0.0]
     """
-    xp = namespace_of(losses=losses, a=a, weights=weights) if xp is None else xp
+    xp = namespace_of(losses=losses, weights=weights) if xp is None else xp
     l, p = _samples_last(losses, axis, weights, xp)
     aa = _points(a, xp, l, "a")
     return _tail_kernel(l, p, aa, xp)
@@ -586,7 +581,7 @@ def tilted_tail_bound(
     >>> float(tilted_tail_bound(l, 1.5, 1e4)) > 1  # vacuous once R(t) > a: not clipped
     True
     """
-    xp = namespace_of(losses=losses, a=a, t=t, floor=floor, weights=weights) if xp is None else xp
+    xp = namespace_of(losses=losses, weights=weights) if xp is None else xp
     l, p = _samples_last(losses, axis, weights, xp)
     tt, _ = prepare_tilt(t, xp, l)
     aa = _points(a, xp, l, "a")
@@ -636,7 +631,7 @@ def chernoff_bound(
     >>> round(float(chernoff_bound(l, 1.0, 2.0)), 6)  # (3 + e^2) / 4 / e^2
     0.351501
     """
-    xp = namespace_of(losses=losses, a=a, t=t, weights=weights) if xp is None else xp
+    xp = namespace_of(losses=losses, weights=weights) if xp is None else xp
     l, p = _samples_last(losses, axis, weights, xp)
     tt, _ = prepare_tilt(t, xp, l)
     aa = _points(a, xp, l, "a")
@@ -746,7 +741,7 @@ def k_loss_bound(
     >>> bool(np.all(b >= 0.9))
     True
     """
-    xp = namespace_of(losses=losses, t=t, floor=floor) if xp is None else xp
+    xp = namespace_of(losses=losses) if xp is None else xp
     l, _ = _samples_last(losses, axis, None, xp)
     n = l.shape[-1]
     kk = _check_k(k, n)
@@ -989,7 +984,7 @@ def kl_dro_dual(
     >>> bool(np.isclose(value, q @ l - kl_divergence(q) / 2.0))
     True
     """
-    xp = namespace_of(losses=losses, t=t, weights=weights) if xp is None else xp
+    xp = namespace_of(losses=losses, weights=weights) if xp is None else xp
     l, p = _samples_last(losses, axis, weights, xp)
     tt, _ = prepare_tilt(t, xp, l)
     return _risk_kernel(l, p, tt, xp), _weights_kernel(l, p, tt, xp)
@@ -1126,10 +1121,7 @@ def _host_thresholds(a: Any) -> np.ndarray:
     """Thresholds as a finite float64 host array (0-d or 1-d)."""
     if isinstance(a, bool) or a is None:
         raise TypeError(f"`a` must be a real number or a 1-d array, got {a!r}")
-    try:
-        arr = np.asarray(to_numpy(a) if is_array_api_obj(a) else a, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"`a` must be a real number or a 1-d array: {exc}") from None
+    arr = host_real(a, "a", "a real number or a 1-d array").astype(np.float64)
     if arr.ndim > 1 or (arr.ndim == 1 and arr.size == 0):
         raise ValueError(f"`a` must be a scalar or a non-empty 1-d array, got shape {arr.shape}")
     if not np.all(np.isfinite(arr)):
@@ -1759,7 +1751,7 @@ def _host_points(objective: Any) -> np.ndarray:
 def _host_prior(weights: Any, n: int) -> np.ndarray:
     if weights is None:
         return np.full(n, 1.0 / n)
-    p = np.asarray(to_numpy(weights) if is_array_api_obj(weights) else weights, dtype=float)
+    p = host_real(weights, "weights", "N finite non-negative numbers").astype(np.float64)
     if p.shape != (n,) or not np.all(np.isfinite(p)) or np.any(p < 0) or p.sum() <= 0:
         raise ValueError("`weights` must be N finite non-negative numbers, not all zero")
     return p / p.sum()

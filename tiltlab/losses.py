@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from ._compat import (
+    PicklableNamespace,
     as_array,
     as_float_array,
     default_float,
@@ -90,15 +91,23 @@ def _float_of(x: Any, xp: Any) -> Any:
 
 
 def _check_broadcast(z: Any, y: Any, *, name: str = "y") -> None:
+    """``y`` must broadcast to ``z``'s shape without enlarging it.
+
+    A column ``y`` of shape (N, 1) against ``z`` of shape (N,) would broadcast to an
+    (N, N) table of losses: a silent wrong answer, so it is rejected here.
+    """
     zs, ys = tuple(z.shape), tuple(y.shape)
     if any(s is None or s != s for s in zs + ys):  # unknown (lazy) sizes
         return
     try:
-        np.broadcast_shapes(zs, ys)
+        out = np.broadcast_shapes(zs, ys)
     except ValueError:
+        out = None
+    if out != zs:
+        hint = " (pass `y.reshape(-1)`)" if ys == zs + (1,) else ""
         raise ValueError(
-            f"`{name}` has shape {ys}, which does not match the predictor `z` of shape {zs}"
-        ) from None
+            f"`{name}` has shape {ys}, which does not match the predictor `z` of shape {zs}{hint}"
+        )
 
 
 def _softplus(z: Any, xp: Any) -> Any:
@@ -122,7 +131,7 @@ def _sigmoid_pair(z: Any, xp: Any) -> tuple[Any, Any]:
 # ----------------------------------------------------------------------------------------
 
 
-class Loss:
+class Loss(PicklableNamespace):
     """Base class of tiltlab's per-sample losses.
 
     Linear-predictor losses (``is_linear = True``) implement :meth:`value`,

@@ -25,15 +25,17 @@ import numpy as np
 
 from . import _cupy_kernels
 from ._compat import (
+    PicklableNamespace,
     as_array,
     as_float_array,
-    check_finite,
     device,
     is_cupy_namespace,
     is_lazy,
     is_torch_namespace,
     namespace_of,
+    real_number,
 )
+from ._compat import check_finite as _check_finite
 from .accumulator import NonFiniteLosses, block_state, finalize_risk, merge, normalized_sums
 from .losses import get_loss
 from .risk import (
@@ -52,7 +54,7 @@ from .risk import (
 __all__ = ["TiltedObjective"]
 
 
-class TiltedObjective:
+class TiltedObjective(PicklableNamespace):
     r"""A tilted empirical risk as a function of the parameters ``theta``.
 
     .. math:: F(\theta) = R\big(t; \ell(\theta)\big) + \tfrac{\lambda}{2}\|\theta\|^2
@@ -69,7 +71,9 @@ class TiltedObjective:
     X : array of shape (N, d), optional
         Features (``None`` for losses that carry their own data, e.g. fair PCA).
     y : array of shape (N,), optional
-        Targets.
+        Targets, one per row of ``X``. A column vector ``(N, 1)`` (or any other
+        shape) is rejected rather than raveled: it is as often a mistake (the
+        wrong array) as a layout choice, so pass ``y.reshape(-1)`` explicitly.
     t : float, default 0.0
         Sample-level tilt (ignored when ``groups`` is given).
     groups : array or sequence of arrays, optional
@@ -80,6 +84,11 @@ class TiltedObjective:
         Prior sample weights (normalised; default uniform).
     l2 : float, default 0.0
         Ridge penalty :math:`\tfrac{\lambda}{2}\|\theta\|^2`.
+    check_finite : bool, default True
+        Reject NaN or infinite values in ``X`` and real-valued ``y`` up front (one pass
+        over the data, a compute on lazy backends). Pass ``False`` to skip it; the
+        objective is then NaN wherever IEEE arithmetic makes it so. Prior ``weights``
+        and labels of classification losses are always checked.
     xp : namespace, optional
         Array namespace (inferred from ``X``/``y``).
 
@@ -91,6 +100,15 @@ class TiltedObjective:
     n_passes : int
         Full passes over the data made so far (each product with ``X`` or ``X^T``
         counts one); solvers report it as their cost.
+
+    Notes
+    -----
+    Objectives pickle (:mod:`pickle`, :func:`copy.deepcopy`, and so joblib,
+    multiprocessing and Dask distributed, which rely on it) on every backend whose
+    arrays pickle: the array namespace is stored by name and imported again when
+    unpickled. A :class:`~tiltlab.losses.CallableLoss`
+    pickles when its callables do (plain :mod:`pickle` refuses lambdas; cloudpickle
+    takes them).
 
     Examples
     --------
@@ -117,8 +135,15 @@ class TiltedObjective:
         tilts: Any = None,
         weights: Any = None,
         l2: float = 0.0,
+        check_finite: bool = True,
         xp: Any = None,
     ):
+        if not isinstance(check_finite, (bool, np.bool_)):
+            raise TypeError(f"`check_finite` must be True or False, got {check_finite!r}")
+        l2 = real_number(l2, "l2")
+        if not np.isfinite(l2) or l2 < 0:
+            raise ValueError(f"`l2` must be a finite non-negative number, got {l2!r}")
+        skip = "check_finite=False"
         self.loss: Any = get_loss(loss)  # a Loss; callable losses add fun/grad/hvp
         self.n_samples: int | None
         self.n_features: int | None
@@ -137,13 +162,21 @@ class TiltedObjective:
                 raise ValueError(f"`X` must be 2-d (samples x features), got shape {X.shape}")
             if X.shape[0] == 0 or X.shape[1] == 0:
                 raise ValueError(f"`X` must not be empty, got shape {X.shape}")
-            check_finite(X, xp, name="X")
+            if check_finite:
+                _check_finite(X, xp, name="X", skip=skip)
             self.loss = self.loss.with_labels(y, xp=xp)
             y = self.loss.check_y(y, xp=xp)
+            if y.ndim != 1:
+                hint = " (pass `y.reshape(-1)`)" if y.ndim == 2 and y.shape[1] == 1 else ""
+                raise ValueError(
+                    f"`y` must be 1-d with one target per row of `X`, got shape "
+                    f"{tuple(y.shape)}{hint}"
+                )
             if y.shape[0] != X.shape[0]:
                 raise ValueError(f"`y` has {y.shape[0]} entries but `X` has {X.shape[0]} rows")
             if xp.isdtype(y.dtype, "real floating"):
-                check_finite(y, xp, name="y")
+                if check_finite:
+                    _check_finite(y, xp, name="y", skip=skip)
                 if y.dtype != X.dtype:
                     y = xp.astype(y, X.dtype)
             self.n_samples, self.n_features = int(X.shape[0]), int(X.shape[1])
@@ -166,9 +199,7 @@ class TiltedObjective:
             self._prior = prepare_prior(
                 weights, xp.zeros((self.n_samples,), dtype=self.dtype, device=self.device), xp
             )
-        if not np.isfinite(l2) or l2 < 0:
-            raise ValueError(f"`l2` must be a finite non-negative number, got {l2!r}")
-        self.l2 = float(l2)
+        self.l2 = l2
         self.tree: GroupTree | None = None
         self._groups = groups
         if groups is not None:
@@ -676,15 +707,12 @@ def _mean_state(ell: Any, p: Any, xp: Any, sums: Any):
 
 
 def _tilt_value(t: Any) -> float:
-    if isinstance(t, bool):
-        raise TypeError(f"`t` must be a real number, got {t!r}")
-    try:
-        v = float(t)
-    except (TypeError, ValueError):
-        raise TypeError(f"`t` must be a real number, got {t!r}") from None
-    if np.isnan(v):
-        raise ValueError("`t` must not be NaN")
-    return v
+    """A sample-level tilt as a float (``+-inf`` allowed).
+
+    Any real number or size-one array of any library; strings, booleans, NaN and
+    arrays of several tilts are rejected.
+    """
+    return real_number(t, "t")
 
 
 def _depth_of(groups: Any) -> int:

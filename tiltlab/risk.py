@@ -36,10 +36,11 @@ import numpy as np
 
 from . import segments as _segments
 from ._compat import (
-    as_array,
     as_float_array,
+    as_parameter,
     check_finite,
     device,
+    host_labels,
     is_array_api_obj,
     is_cupy_namespace,
     is_lazy,
@@ -47,6 +48,7 @@ from ._compat import (
     is_torch_namespace,
     namespace_of,
     normalize_axis,
+    real_number,
     tiny_sqrt,
     to_numpy,
 )
@@ -67,51 +69,55 @@ def prepare_losses(losses: Any, xp: Any, check: bool) -> Any:
     if any(s == 0 for s in arr.shape):
         raise ValueError(f"`losses` must not be empty (shape {tuple(arr.shape)})")
     if check:
-        check_finite(arr, xp, name="losses")
+        check_finite(arr, xp, name="losses", skip="check_finite=False")
     return arr
 
 
 def prepare_tilt(t: Any, xp: Any, like: Any) -> tuple[Any, bool]:
-    """Tilt(s) as an array of ``like``'s dtype/device; returns (t, is_grid)."""
-    if isinstance(t, bool) or t is None:
-        raise TypeError(f"`t` must be a real number or a 1-d array of tilts, got {t!r}")
-    if is_array_api_obj(t):
-        tt = as_array(t, xp, name="t")
-        if xp.isdtype(tt.dtype, "complex floating"):
-            raise TypeError("`t` must be real")
-        tt = xp.astype(tt, like.dtype) if tt.dtype != like.dtype else tt
-    else:
-        try:
-            tt = xp.asarray(t, dtype=like.dtype, device=device(like))
-        except (TypeError, ValueError) as exc:
-            raise TypeError(f"`t` must be a real number or a 1-d array of tilts: {exc}") from None
-    if tt.ndim > 1:
-        raise ValueError(f"`t` must be a scalar or a 1-d array of tilts, got shape {tt.shape}")
-    if tt.ndim == 1 and tt.shape[0] == 0:
-        raise ValueError("`t` must not be an empty array")
-    if bool(xp.any(xp.isnan(tt))):
-        raise ValueError("`t` must not be NaN")
+    """Tilt(s) as an array of ``like``'s dtype/device; returns (t, is_grid).
+
+    Tilts are parameters, not data: a Python number, a NumPy scalar or array, or an
+    array of any other library is converted to ``like``'s namespace; only strings,
+    booleans, complex values, NaN and more than one dimension are rejected.
+    """
+    tt = as_parameter(t, xp, like, name="t", allow_nan=False)
     return tt, tt.ndim == 1
 
 
-def prepare_prior(weights: Any, l: Any, xp: Any) -> Any:
-    """Normalised prior weights broadcast to the shape of ``l`` (axis moved last)."""
+def prepare_prior(weights: Any, l: Any, xp: Any, axis: int | None = None) -> Any:
+    """Normalised prior weights broadcast to the shape of ``l`` (axis moved last).
+
+    ``axis`` is the sample axis of the caller's ``losses`` before it was moved last:
+    full-shape weights (of the losses' original shape) have their sample axis there
+    too and are moved the same way. 1-d weights always index the samples.
+    """
     if weights is None:
         return None
     p = as_float_array(weights, xp, name="weights", dev=device(l))
     if p.dtype != l.dtype:
         p = xp.astype(p, l.dtype)
+    if p.ndim == 0:
+        raise ValueError(
+            "`weights` must be 1-d with one entry per sample or have the shape of `losses`; "
+            "got a scalar"
+        )
     if p.ndim == 1:
         if p.shape[0] != l.shape[-1]:
             raise ValueError(
                 f"`weights` has length {p.shape[0]} but `losses` has {l.shape[-1]} samples "
                 "along `axis`"
             )
-    elif tuple(p.shape) != tuple(l.shape):
-        raise ValueError(
-            f"`weights` must be 1-d with one entry per sample or have the shape of `losses`; "
-            f"got {tuple(p.shape)} for losses of shape {tuple(l.shape)} (axis moved last)"
-        )
+    else:
+        ax = l.ndim - 1 if axis is None else axis
+        expected = list(l.shape[:-1])
+        expected.insert(ax, l.shape[-1])
+        if p.ndim != l.ndim or tuple(p.shape) != tuple(expected):
+            raise ValueError(
+                "`weights` must be 1-d with one entry per sample or have the shape of "
+                f"`losses` {tuple(expected)}; got {tuple(p.shape)}"
+            )
+        if ax != l.ndim - 1:
+            p = xp.moveaxis(p, ax, -1)
     check_finite(p, xp, name="weights")
     if not bool(xp.all(p >= 0)):
         raise ValueError("`weights` must be non-negative")
@@ -219,7 +225,7 @@ def _weights_kernel(l: Any, p: Any, tt: Any, xp: Any) -> Any:
 
 
 def _check_losses(l: Any, xp: Any) -> None:
-    check_finite(l, xp, name="losses")
+    check_finite(l, xp, name="losses", skip="check_finite=False")
 
 
 def _use_fast_path(l: Any, xp: Any, check: bool) -> bool:
@@ -273,14 +279,14 @@ def _risk_1d(l: Any, p: Any, tt: Any, grid: bool, xp: Any, check: bool) -> Any:
     for t in ts:
         if t == 0.0:
             r = xp.mean(l) if p is None else xp.sum(p * l)
-            if not math.isfinite(float(r)):
+            if not math.isfinite(float(to_numpy(r))):
                 if check:
                     _check_losses(l, xp)
                 r = _wsum(l, p, xp)  # the plain sum overflowed: a sum of l / n cannot
         elif math.isinf(t):
             if ext is None:
                 ext = _checked_extremes(l, p, xp, check)
-            r = xp.asarray(ext[0] if t > 0 else ext[1], dtype=l.dtype, device=device(l))
+            r = _moments(l, p, xp)[0 if t > 0 else 1]  # on the device: differentiable
         else:
             if ext is None:
                 ext = _checked_extremes(l, p, xp, check)
@@ -312,6 +318,9 @@ def _weights_1d(l: Any, p: Any, t: float, hi: float, lo: float, xp: Any) -> Any:
         u = xp.where(p > 0, u, xp.zeros_like(u))
     u *= t
     e = _inplace_exp(u, xp)
+    if getattr(e, "requires_grad", False):  # autograd: no in-place updates
+        e = e if p is None else e * p
+        return e / xp.sum(e)
     if p is not None:
         e *= p
     e /= xp.sum(e)
@@ -349,12 +358,16 @@ def tilted_risk(
         promoted to the namespace's default floating dtype.
     t : float, 0-d or 1-d array
         The tilt, or a grid of tilts. With a 1-d grid of length T the result gains a
-        leading axis of length T (vectorised, no Python loop).
+        leading axis of length T (vectorised, no Python loop). Tilts are parameters:
+        Python or NumPy numbers and arrays of any supported library are converted to
+        the namespace, dtype and device of ``losses`` (an array of that namespace is
+        kept, so autograd through ``t`` works). Strings and booleans raise ``TypeError``.
     axis : int, optional
         The sample axis. Default: the last.
     weights : array, optional
         Non-negative prior weights, 1-d with one entry per sample or of the shape of
-        ``losses``; normalised to sum to one. Default: uniform.
+        ``losses`` (then their sample axis is ``axis`` too, as for the losses);
+        normalised to sum to one along it. Default: uniform.
     keepdims : bool, optional
         Keep the reduced axis with length one.
     check_finite : bool, optional
@@ -393,14 +406,14 @@ def tilted_risk(
     >>> tilted_risk(l, np.array([-1.0, 1.0])).shape
     (2,)
     """
-    xp = namespace_of(losses=losses, weights=weights, t=t) if xp is None else xp
+    xp = namespace_of(losses=losses, weights=weights) if xp is None else xp
     l = prepare_losses(losses, xp, False)
     ax = normalize_axis(axis, l.ndim)
     l = xp.moveaxis(l, ax, -1) if ax != l.ndim - 1 else l
     host_t = _host_tilt(t, l, xp)
     if host_t is not None and _use_fast_path(l, xp, check_finite):
         # a plain number: no device copy of the tilt, no synchronisation to validate it
-        p = prepare_prior(weights, l, xp)
+        p = prepare_prior(weights, l, xp, ax)
         with _quiet(xp):
             r = _risk_1d(l, p, host_t, False, xp, check_finite)
         return _keep(r, keepdims, ax, xp)
@@ -409,8 +422,8 @@ def tilted_risk(
         tt, grid = xp.asarray(float(host_t), dtype=l.dtype, device=device(l)), False
     else:
         tt, grid = prepare_tilt(t, xp, l)
-    p = prepare_prior(weights, l, xp)
-    if _use_fast_path(l, xp, check_finite):
+    p = prepare_prior(weights, l, xp, ax)
+    if _use_fast_path(l, xp, check_finite) and not getattr(tt, "requires_grad", False):
         with _quiet(xp):
             r = _risk_1d(l, p, tt, grid, xp, check_finite)
         if keepdims:
@@ -477,13 +490,18 @@ def tilted_weights(
     >>> float(tilted_weights(np.array([0.0, 1.0]), 1000.0)[1])
     1.0
     """
-    xp = namespace_of(losses=losses, weights=weights, t=t) if xp is None else xp
+    xp = namespace_of(losses=losses, weights=weights) if xp is None else xp
     l = prepare_losses(losses, xp, False)
     ax = normalize_axis(axis, l.ndim)
     l = xp.moveaxis(l, ax, -1) if ax != l.ndim - 1 else l
     tt, grid = prepare_tilt(t, xp, l)
-    p = prepare_prior(weights, l, xp)
-    if _use_fast_path(l, xp, check_finite) and not grid and _finite_nonzero(tt):
+    p = prepare_prior(weights, l, xp, ax)
+    if (
+        _use_fast_path(l, xp, check_finite)
+        and not grid
+        and not getattr(tt, "requires_grad", False)
+        and _finite_nonzero(tt)
+    ):
         if check_finite and p is not None:
             _check_losses(l, xp)
         try:
@@ -528,9 +546,7 @@ def _build_levels(groups: Any, n: int) -> list[Segments]:
     label_arrays = list(groups) if seq_of_arrays(groups) else [groups]
     labels = []
     for k, g in enumerate(label_arrays):
-        if g is None:
-            raise TypeError(f"`groups` level {k} is None; pass one label per sample")
-        a = to_numpy(g)
+        a = host_labels(g, name="groups" if len(label_arrays) == 1 else f"groups[{k}]")
         if a.ndim != 1 or a.shape[0] != n:
             raise ValueError(
                 f"`groups` level {k} must be a 1-d label array of length {n} (one label per "
@@ -563,27 +579,23 @@ def _build_levels(groups: Any, n: int) -> list[Segments]:
 
 
 def prepare_tilts(tilts: Any, n_levels: int) -> list[float]:
+    """``n_levels + 1`` host tilts (outermost first) from a sequence or 1-d array."""
+    need = f"`tilts` must be a sequence of {n_levels + 1} real numbers (outermost first)"
+    if isinstance(tilts, (str, bytes)) or tilts is None:
+        raise TypeError(f"{need}, got {tilts!r}")
     if is_array_api_obj(tilts):
-        tilts = [float(v) for v in to_numpy(tilts).reshape(-1)]
-    if not isinstance(tilts, Sequence) or isinstance(tilts, (str, bytes)):
-        raise TypeError(f"`tilts` must be a sequence of {n_levels + 1} numbers (outermost first)")
+        arr = to_numpy(tilts)
+        if arr.ndim != 1:
+            raise ValueError(f"{need}, got an array of shape {arr.shape}")
+        tilts = list(arr)
+    if not isinstance(tilts, Sequence):
+        raise TypeError(f"{need}, got {type(tilts).__name__}")
     if len(tilts) != n_levels + 1:
         raise ValueError(
             f"`tilts` must have {n_levels + 1} entries (one per grouping level plus the "
             f"sample level, outermost first), got {len(tilts)}"
         )
-    out = []
-    for k, v in enumerate(tilts):
-        if isinstance(v, bool):
-            raise TypeError(f"`tilts[{k}]` must be a real number")
-        try:
-            f = float(to_numpy(v)) if is_array_api_obj(v) else float(v)
-        except (TypeError, ValueError):
-            raise TypeError(f"`tilts[{k}]` must be a real number, got {v!r}") from None
-        if np.isnan(f):
-            raise ValueError(f"`tilts[{k}]` must not be NaN")
-        out.append(f)
-    return out
+    return [real_number(v, f"tilts[{k}]") for k, v in enumerate(tilts)]
 
 
 @dataclass(frozen=True)
@@ -714,9 +726,11 @@ def _group_level(v: Any, m: Any, M: Any, seg: Segments, tau: float, xp: Any, wan
 
 def _inplace(fn: Any, u: Any, xp: Any) -> Any:
     """``fn(u)`` written over the temporary ``u`` where the library allows it."""
-    if is_numpy_namespace(xp) or is_cupy_namespace(xp) or is_torch_namespace(xp):
+    if (is_numpy_namespace(xp) or is_cupy_namespace(xp) or is_torch_namespace(xp)) and not getattr(
+        u, "requires_grad", False
+    ):
         return fn(u, out=u)
-    return fn(u)
+    return fn(u)  # autograd records no out= operations
 
 
 def risk_weights_scalar(l: Any, p: Any, t: float, xp: Any, *, weights: bool = True):
@@ -751,9 +765,7 @@ def _weights_from_state(l: Any, p: Any, st: TiltState, xp: Any) -> Any:
 
 
 def _inplace_exp(u: Any, xp: Any) -> Any:
-    if is_numpy_namespace(xp) or is_cupy_namespace(xp) or is_torch_namespace(xp):
-        return xp.exp(u, out=u)
-    return xp.exp(u)
+    return _inplace(xp.exp, u, xp)
 
 
 def risk_and_weights(l: Any, p: Any, t: Any, xp: Any) -> tuple[Any, Any]:
