@@ -494,7 +494,11 @@ def tilted_weights(
     l = prepare_losses(losses, xp, False)
     ax = normalize_axis(axis, l.ndim)
     l = xp.moveaxis(l, ax, -1) if ax != l.ndim - 1 else l
-    tt, grid = prepare_tilt(t, xp, l)
+    host_t = _host_tilt(t, l, xp)
+    if host_t is not None:  # validated on the host: nothing for torch.compile to trace
+        tt, grid = xp.asarray(float(host_t), dtype=l.dtype, device=device(l)), False
+    else:
+        tt, grid = prepare_tilt(t, xp, l)
     p = prepare_prior(weights, l, xp, ax)
     if (
         _use_fast_path(l, xp, check_finite)
