@@ -21,12 +21,16 @@ from typing import Any
 
 import numpy as np
 
+from ._common import Reproduction, make_row, progress_bar
+from ._common import seed_list as _seed_list
+
 __all__ = [
     "PAPER_TABLE1",
     "ROBUST_METHODS",
     "robust_regression",
     "format_robust_table",
     "fit_term_regression",
+    "robust_regression_report",
 ]
 
 #: The paper's Table 1: test RMSE mean (standard error) on Drug Discovery.
@@ -73,8 +77,8 @@ def fit_term_regression(
 
     Returns the :class:`~tiltlab.OptimizeResult`; its ``x`` is the coefficient vector.
     """
-    from .objective import TiltedObjective
-    from .solvers import minimize
+    from ..objective import TiltedObjective
+    from ..solvers import minimize
 
     train = TiltedObjective("squared", data.X_train, data.y_train, t=t)
     val = TiltedObjective("squared", data.X_val, data.y_val, t=t)
@@ -84,7 +88,7 @@ def fit_term_regression(
 
 
 def _fitters(noise: float) -> dict[str, Callable[[Any], np.ndarray]]:
-    from . import baselines as bl
+    from .. import baselines as bl
 
     k = CRR_K.get(round(noise, 3), None)
     return {
@@ -132,12 +136,10 @@ def robust_regression(
     >>> rows[0]["method"], round(rows[0]["test_rmse_mean"], 1) > 1.0
     ('ERM', True)
     """
-    from .baselines import fit_genie, rmse
-    from .datasets import load_drug_discovery
+    from ..baselines import fit_genie, rmse
+    from ..datasets import load_drug_discovery
 
-    seed_list = list(range(seeds)) if isinstance(seeds, int) else [int(s) for s in seeds]
-    if not seed_list:
-        raise ValueError("`seeds` must name at least one seed")
+    seed_list = _seed_list(seeds)
     noise = [float(v) for v in noise]
     for v in noise:
         if not 0 <= v < 1:
@@ -146,13 +148,7 @@ def robust_regression(
     unknown = [m for m in methods if m not in ROBUST_METHODS]
     if unknown:
         raise ValueError(f"unknown `methods` {unknown}; choose from {list(ROBUST_METHODS)}")
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(
-            total=len(noise) * len(seed_list) * len(methods), desc="robust regression", leave=False
-        )
+    bar = progress_bar(progress, len(noise) * len(seed_list) * len(methods), "robust-regression")
     rows = []
     for p in noise:
         fitters = _fitters(p)
@@ -169,9 +165,8 @@ def robust_regression(
                     w = fitters[m](data)
                 secs[m].append(time.perf_counter() - t0)
                 errs[m].append(rmse(data.X_test, data.y_test, w))
-                if bar is not None:
-                    bar.set_postfix(noise=p, seed=s, method=m, refresh=False)
-                    bar.update(1)
+                bar.set_postfix_str(f"noise={p} seed={s} {m}")
+                bar.update(1)
         for m in methods:
             e = np.asarray(errs[m])
             se = float(e.std(ddof=1) / math.sqrt(e.size)) if e.size > 1 else float("nan")
@@ -188,8 +183,7 @@ def robust_regression(
                     "paper_se": paper[1],
                 }
             )
-    if bar is not None:
-        bar.close()
+    bar.close()
     return rows
 
 
@@ -225,3 +219,61 @@ def format_robust_table(rows: list[dict]) -> str:
             sec.append(r["seconds"])
         lines.append(line + f" | {np.mean(sec):.2f}")
     return "\n".join(lines)
+
+
+ROBUST_NOTES = (
+    "TERM: squared loss, t = -2, L-BFGS with early stopping on the noisy validation split.\n"
+    "Genie ERM is the oracle least-squares fit on the clean rows only.\n"
+    "Differences from the paper: at 80% noise our TERM (1.5) beats the paper's (1.68), and\n"
+    "our Genie ERM is worse (1.8 against 1.04): with 654 clean rows and 411 binary features\n"
+    "plain least squares nearly interpolates, and the paper does not say how its Genie fit\n"
+    "was regularised. Our CRR follows Bhatia et al. with the paper's k and runs to its\n"
+    "fixed point; at 40% and 80% noise it is worse than the paper's CRR (1.76 against 1.51,\n"
+    "4.7 against 4.07), whose stopping rule is not given."
+)
+
+
+def robust_regression_report(
+    seeds: int | Sequence[int] = 5,
+    *,
+    noise: Iterable[float] = (0.2, 0.4, 0.8),
+    methods: Iterable[str] = ROBUST_METHODS,
+    quick: bool = False,
+    progress: bool = False,
+) -> Reproduction:
+    """:func:`robust_regression` as a :class:`~tiltlab.reproduce.Reproduction`.
+
+    Rows have ``metric="test_rmse"``, ``split="test"`` and ``setting`` naming the noise
+    (``"noise=0.2"``); ``quick`` is accepted for a uniform interface (one seed of the full
+    table takes a few seconds).
+
+    Examples
+    --------
+    >>> from tiltlab.reproduce import robust_regression_report
+    >>> rep = robust_regression_report(seeds=1, noise=[0.2], methods=["ERM"])
+    >>> rep.to_dict()["rows"][0]["setting"], rep.to_dict()["rows"][0]["se"] is None
+    ('noise=0.2', True)
+    """
+    del quick
+    old = robust_regression(seeds, noise, methods=methods, progress=progress)
+    rows = [
+        make_row(
+            r["method"], f"noise={r['noise']:g}", "test_rmse", "test", r["test_rmse"],
+            (r["paper_mean"], r["paper_se"]),
+        )  # fmt: skip
+        for r in old
+    ]
+    n = len(old[0]["test_rmse"]) if old else 0
+    noises = sorted({r["noise"] for r in old})
+    return Reproduction(
+        experiment="robust-regression",
+        rows=rows,
+        title=(
+            f"tiltlab reproduce robust-regression: Drug Discovery (4085 x 411), {n} seed(s), "
+            f"noise {', '.join(f'{p:.0%}' for p in noises)}\nclean test RMSE, mean "
+            "(standard error over seeds); the paper's Table 1 beside it"
+        ),
+        table=format_robust_table(old),
+        notes=ROBUST_NOTES,
+        curves={"raw": old},
+    )
