@@ -262,10 +262,11 @@ def format_grid(
         row_labels = list(dict.fromkeys(row_of(r) for r in part))
         col_labels = list(dict.fromkeys(col_of(r) for r in part))
         cells = {(row_of(r), col_of(r)): r for r in part}
-        has_paper = {c: any(r["paper_mean"] is not None for r in part if col_of(r) == c)
-                     for c in col_labels}
+        has_paper = {
+            c: any(r["paper_mean"] is not None for r in part if col_of(r) == c) for c in col_labels
+        }
 
-        def text(r: dict | None, c: str) -> str:
+        def text(r: dict | None, c: str, has_paper: dict = has_paper) -> str:
             if r is None:
                 return ""
             s = _cell(r["mean"], r["se"], digits)
@@ -275,9 +276,7 @@ def format_grid(
             return s
 
         grid = [[text(cells.get((rl, c)), c) for c in col_labels] for rl in row_labels]
-        widths = [
-            max(len(c), *(len(g[j]) for g in grid)) for j, c in enumerate(col_labels)
-        ]
+        widths = [max(len(c), *(len(g[j]) for g in grid)) for j, c in enumerate(col_labels)]
         w0 = max(len(row_header), *(len(rl) for rl in row_labels))
         head = f"{row_header:<{w0}}" + "".join(
             f" | {c:>{w}}" for c, w in zip(col_labels, widths, strict=True)

@@ -258,7 +258,11 @@ def robust_regression_report(
     old = robust_regression(seeds, noise, methods=methods, progress=progress)
     rows = [
         make_row(
-            r["method"], f"noise={r['noise']:g}", "test_rmse", "test", r["test_rmse"],
+            r["method"],
+            f"noise={r['noise']:g}",
+            "test_rmse",
+            "test",
+            r["test_rmse"],
             (r["paper_mean"], r["paper_se"]),
         )  # fmt: skip
         for r in old
