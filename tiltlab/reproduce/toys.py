@@ -37,7 +37,7 @@ from ._common import (
 
 __all__ = ["TOY_TILTS", "TOY_TILTS_QUICK", "toys"]
 
-TOY_TILTS = (-10.0, -5.0, -2.0, -1.0, -0.5, 0.0, 0.5, 1.0, 2.0, 5.0, 10.0)
+TOY_TILTS = (-10.0, -5.0, -2.0, -1.0, -0.5, -0.2, -0.1, 0.0, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
 TOY_TILTS_QUICK = (-2.0, 0.0, 2.0)
 _TOYS = ("point-estimation", "linear-regression", "logistic-regression")
 
@@ -91,7 +91,7 @@ def toys(
         Data seeds (the paper shows one draw); with several, rows give mean and standard
         error over draws and the figures show the first.
     quick : bool, default False
-        Three tilts (-2, 0, 2) instead of eleven from -10 to 10.
+        Three tilts (-2, 0, 2) instead of fifteen from -10 to 10.
     tilts : sequence of float, optional
         Finite tilts to use instead.
     progress : bool, default False
@@ -240,11 +240,15 @@ def _plot(rep: Reproduction, directory: str) -> list[str]:
         for m, style in (("max_loss", "r-o"), ("mean_loss", "k-o"), ("min_loss", "b-o")):
             ax.plot(tt, get[m], style, ms=3, label=m.replace("_", " "))
         ax.set_xlabel("t")
+        ax.set_xscale("symlog", linthresh=0.1)
+        ax.set_yscale("symlog", linthresh=1e-2)
         ax.set_title(f"{name}: average vs max/min loss")
         ax.legend(fontsize=8)
         ax = axes[i, 1]
         ax.plot(tt, get["loss_variance"], "g-o", ms=3)
         ax.set_xlabel("t")
+        ax.set_xscale("symlog", linthresh=0.1)
+        ax.set_yscale("log")
         ax.set_title(f"{name}: variance of the losses")
     path = os.path.join(directory, "toys_tradeoffs.png")
     fig.savefig(path, dpi=120)
