@@ -13,6 +13,20 @@ from tiltlab.cli import demo_point_estimation, main
 from tiltlab.reproduce import ROW_KEYS
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_blas_thread():
+    """One BLAS thread, as in test_baselines: these problems are small, and on a shared
+    2-core machine a second OpenBLAS thread was measured to make a Drug Discovery SVD
+    take 30 s instead of 0.4 s. Results do not depend on the thread count."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover - threadpoolctl ships with scikit-learn
+        yield
+        return
+    with threadpool_limits(limits=1, user_api="blas"):
+        yield
+
+
 def _strict_loads(text: str):
     """``json.loads`` that fails on NaN and infinities (not valid JSON)."""
 

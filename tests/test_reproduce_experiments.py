@@ -23,6 +23,20 @@ from tiltlab.reproduce import (
 )
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_blas_thread():
+    """One BLAS thread, as in test_baselines: these problems are small, and on a shared
+    2-core machine a second OpenBLAS thread was measured to make a Drug Discovery SVD
+    take 30 s instead of 0.4 s. Results do not depend on the thread count."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover - threadpoolctl ships with scikit-learn
+        yield
+        return
+    with threadpool_limits(limits=1, user_api="blas"):
+        yield
+
+
 def _check_schema(rep, name, n_seeds=1):
     payload = rep.to_dict()
     assert payload["experiment"] == name
