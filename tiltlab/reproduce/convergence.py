@@ -113,10 +113,10 @@ def convergence(
     Examples
     --------
     >>> from tiltlab.reproduce import convergence
-    >>> rep = convergence(seeds=1, quick=True)
+    >>> rep = convergence(seeds=1, tilts=[0.0, 2.0], stochastic_tilts=[0.0], epochs=2)
     >>> it = {(r["method"], r["setting"]): r["mean"] for r in rep.rows
     ...       if r["metric"] == "iterations_to_tol"}
-    >>> it[("gd", "t=10")] > it[("gd", "t=0")]
+    >>> it[("gd", "t=2")] > it[("gd", "t=0")]
     True
     """
     from ..datasets import linear_regression_outliers, logistic_imbalanced

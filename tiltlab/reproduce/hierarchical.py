@@ -113,7 +113,7 @@ def hierarchical(
     Examples
     --------
     >>> from tiltlab.reproduce import hierarchical
-    >>> rep = hierarchical(seeds=1)
+    >>> rep = hierarchical(seeds=1, scenarios=["30% noise 1:20"])
     >>> by = {(r["method"], r["setting"], r["metric"]): r["mean"] for r in rep.rows}
     >>> key = ("30% noise 1:20", "accuracy_rare")
     >>> by[("TERM_sc", *key)] > by[("ERM", *key)]
