@@ -100,6 +100,7 @@ def test_reproduce_small(tmp_path, capsys):
         (["reproduce", "robust-regression", "--seeds", "0"], "--seeds"),
         (["reproduce", "robust-regression", "--seeds", "-3"], "--seeds"),
         (["reproduce", "robust-regression", "--methods", "NOPE"], "--methods"),
+        (["reproduce", "robust-regression", "--jobs", "0"], "--jobs"),
         (["reproduce", "hierarchical", "--seeds", "0"], "--seeds"),
         (["reproduce", "no-such-experiment"], "invalid choice"),
         (["reproduce"], "EXPERIMENT"),

@@ -168,3 +168,15 @@ def test_run_dispatch_and_errors():
     by = _check_schema(rep, "robust-regression")
     assert list(by) == [("ERM", "noise=0.2", "test_rmse", "test")]
     assert by[("ERM", "noise=0.2", "test_rmse", "test")]["paper_mean"] == 1.87
+
+
+def test_robust_regression_worker_processes_give_the_same_numbers():
+    from tiltlab.reproduce import robust_regression
+
+    kw = {"seeds": [0, 1], "noise": [0.2], "methods": ["ERM", "Huber"]}
+    serial = robust_regression(**kw, jobs=1)
+    parallel = robust_regression(**kw, jobs=2)
+    for a, b in zip(serial, parallel, strict=True):
+        assert a["method"] == b["method"] and a["test_rmse"] == b["test_rmse"]
+    with pytest.raises(ValueError, match="`jobs`"):
+        robust_regression(**kw, jobs=0)

@@ -6,7 +6,7 @@
 ``tiltlab reproduce EXPERIMENT [--seeds K] [--json PATH] [--plot DIR] [--no-progress] [--quick]``
     One of the paper's experiments on the shipped data, printed beside the published
     numbers: ``robust-regression`` (Table 1, the main job; also ``--noise``,
-    ``--methods``), ``hiv1-fairness``, ``hierarchical``, ``abalone``, ``toys``,
+    ``--methods``, ``--jobs``), ``hiv1-fairness``, ``hierarchical``, ``abalone``, ``toys``,
     ``convergence``. ``--json`` writes ``{"experiment", "rows": [{"method", "setting",
     "metric", "split", "mean", "se", "n_seeds", "paper_mean", "paper_se"}]}`` (null where
     a number is missing); ``--plot`` writes the paper's figures as PNG (needs matplotlib).
@@ -118,9 +118,9 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
 
     options = {}
     if args.experiment == "robust-regression":
-        options = {"noise": args.noise, "methods": args.methods or None}
-        if options["methods"] is None:
-            del options["methods"]
+        options = {"noise": args.noise, "jobs": args.jobs}
+        if args.methods:
+            options["methods"] = args.methods
     rep = run(
         args.experiment,
         seeds=args.seeds,
@@ -264,6 +264,12 @@ def build_parser() -> argparse.ArgumentParser:
                 nargs="+",
                 default=[0.2, 0.4, 0.8],
                 help="noise fractions in [0, 1) (default 0.2 0.4 0.8)",
+            )
+            exp.add_argument(
+                "--jobs",
+                type=_int_at_least(1, "--jobs"),
+                default=None,
+                help="worker processes, one BLAS thread each (default: one per CPU)",
             )
             exp.add_argument(
                 "--methods",
