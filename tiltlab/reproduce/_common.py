@@ -232,11 +232,11 @@ def write_json(payload: dict, path: str) -> None:
         fh.write(text + "\n")
 
 
-def _cell(mean: float | None, se: float | None, digits: int) -> str:
+def _cell(mean: float | None, se: float | None, digits: int, show_se: bool = True) -> str:
     if mean is None:
         return "-"
     text = f"{mean:.{digits}f}"
-    if se is not None:
+    if se is not None and show_se:
         text += f" ({se:.{digits}f})"
     return text
 
@@ -249,10 +249,12 @@ def format_grid(
     block_of: Callable[[dict], str] | None = None,
     digits: int = 3,
     row_header: str = "method",
+    show_se: bool = True,
 ) -> str:
     """Rows as a text grid: ``mean (se)`` with the paper's ``[mean]`` beside it.
 
-    Row, column and block labels come from the callables, in order of first appearance.
+    Row, column and block labels come from the callables, in order of first appearance;
+    ``show_se=False`` prints the means only (for wide grids; the JSON keeps the errors).
     """
     blocks: dict[str, list[dict]] = {}
     for r in rows:
@@ -269,7 +271,7 @@ def format_grid(
         def text(r: dict | None, c: str, has_paper: dict = has_paper) -> str:
             if r is None:
                 return ""
-            s = _cell(r["mean"], r["se"], digits)
+            s = _cell(r["mean"], r["se"], digits, show_se)
             if has_paper[c]:
                 p = r["paper_mean"]
                 s += f" [{p:.{digits}f}]" if p is not None else " [-]"

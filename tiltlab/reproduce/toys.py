@@ -157,6 +157,7 @@ def toys(
         col_of=lambda r: "t=" + r["setting"].split("t=")[1],
         block_of=lambda r: r["setting"].split(",")[0],
         row_header="metric",
+        show_se=False,
     )
     notes = (
         "Paper: figure 1 (toys) and the appendix trade-off figure; it prints no numbers, "
@@ -173,7 +174,8 @@ def toys(
         rows=rows,
         title=(
             f"tiltlab reproduce toys: point estimation, linear and logistic regression over "
-            f"{len(ts)} tilts, {len(seeds_)} seed(s)"
+            f"{len(ts)} tilts, {len(seeds_)} seed(s)\n(means over seeds; standard errors in "
+            "the JSON)"
         ),
         table=table,
         notes=notes,
