@@ -162,8 +162,10 @@ def toys(
     notes = (
         "Paper: figure 1 (toys) and the appendix trade-off figure; it prints no numbers, "
         "so only the directions compare:\nnegative t moves the estimate and the line to the "
-        "inliers, the max loss falls and the min loss rises with t,\nand the mean loss is "
-        "smallest at t = 0. On the logistic toy, sample-level tilting changes the rare "
+        "inliers, the max loss falls and the min loss rises from\nt = -2 through 0 to 2, and "
+        "the mean loss is smallest at t = 0. Along the whole grid the min loss is not "
+        "monotone\nfor t < 0 (the paper's min/mean trade-off for t < 0 does not hold as "
+        "printed; see tiltlab.theory). On the logistic toy, sample-level tilting changes the rare "
         "class's\naccuracy little (class-level tilting, as in hiv1-fairness, is the tool for "
         "imbalance). The toy data are tiltlab's seeded re-creations (the paper's draws "
         "are not\npublished), so the pictures match in shape, not point for point. "
