@@ -165,10 +165,10 @@ def toys(
         "inliers, the max loss falls and the min loss rises from\nt = -2 through 0 to 2, and "
         "the mean loss is smallest at t = 0. Along the whole grid the min loss is not "
         "monotone\nfor t < 0 (the paper's min/mean trade-off for t < 0 does not hold as "
-        "printed; see tiltlab.theory). On the logistic toy, sample-level tilting changes the rare "
-        "class's\naccuracy little (class-level tilting, as in hiv1-fairness, is the tool for "
-        "imbalance). The toy data are tiltlab's seeded re-creations (the paper's draws "
-        "are not\npublished), so the pictures match in shape, not point for point. "
+        "printed; see tiltlab.theory).\nOn the logistic toy, sample-level tilting changes the rare "
+        "class's accuracy little\n(class-level tilting, as in hiv1-fairness, is the tool for "
+        "imbalance). The toy data are tiltlab's seeded re-creations\n(the paper's draws "
+        "are not published), so the pictures match in shape, not point for point. "
         f"{len(seeds_)} seed(s), {seconds:.1f} s."
     )
     return Reproduction(
