@@ -74,3 +74,23 @@ def test_format_grid_puts_paper_beside_ours():
     assert "0.600 (0.100) [0.600]" in lines[2]  # ours (se) [paper]
     assert "0.800 (0.000) [0.850]" in lines[3]
     assert "0.900" in lines[2] and "[" not in lines[2].split("|")[2]  # no paper column for b
+
+
+def test_single_blas_thread_restores_the_environment(monkeypatch):
+    from tiltlab.reproduce._common import single_blas_thread
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "7")
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    with single_blas_thread():
+        import os
+
+        assert os.environ["OMP_NUM_THREADS"] == "1"
+        assert os.environ["OPENBLAS_NUM_THREADS"] == "1"
+        threadpoolctl = pytest.importorskip("threadpoolctl")
+        for pool in threadpoolctl.threadpool_info():
+            if pool["user_api"] == "blas":
+                assert pool["num_threads"] == 1
+    import os
+
+    assert os.environ["OMP_NUM_THREADS"] == "7"
+    assert "OPENBLAS_NUM_THREADS" not in os.environ

@@ -22,7 +22,15 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ._common import ROW_KEYS, Reproduction, make_row, mean_se, seed_list, write_json
+from ._common import (
+    ROW_KEYS,
+    Reproduction,
+    make_row,
+    mean_se,
+    seed_list,
+    single_blas_thread,
+    write_json,
+)
 from .abalone import PAPER_ABALONE, abalone
 from .convergence import convergence
 from .hierarchical import PAPER_HIERARCHICAL, hierarchical
@@ -83,7 +91,10 @@ def run(
     progress: bool = False,
     **options: Any,
 ) -> Reproduction:
-    """Run the experiment ``name`` (a key of :data:`EXPERIMENTS`).
+    """Run the experiment ``name`` (a key of :data:`EXPERIMENTS`), as the command does.
+
+    It runs with one BLAS thread per process (see
+    :func:`tiltlab.reproduce._common.single_blas_thread`); the numbers do not depend on it.
 
     Examples
     --------
@@ -94,4 +105,5 @@ def run(
     """
     if name not in EXPERIMENTS:
         raise ValueError(f"unknown experiment `name` {name!r}; choose from {list(EXPERIMENTS)}")
-    return EXPERIMENTS[name](seeds, quick=quick, progress=progress, **options)
+    with single_blas_thread():
+        return EXPERIMENTS[name](seeds, quick=quick, progress=progress, **options)

@@ -18,7 +18,8 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +34,7 @@ __all__ = [
     "progress_bar",
     "require_matplotlib",
     "seed_list",
+    "single_blas_thread",
     "write_json",
 ]
 
@@ -148,6 +150,38 @@ def progress_bar(enabled: bool, total: int, desc: str) -> Any:
     from tqdm.auto import tqdm
 
     return tqdm(total=total, desc=desc, leave=False)
+
+
+_THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+@contextmanager
+def single_blas_thread() -> Iterator[None]:
+    """One BLAS thread in this process, and in processes started inside the block.
+
+    The reproductions' problems are small (at most 3268 x 411); on a shared 2-core machine
+    a second OpenBLAS thread was measured to cost far more than it saves (one seed of the
+    robust-regression table: 106 s of CPU with two threads, 18 s with one), and
+    parallelism comes from worker processes instead. Uses ``threadpoolctl`` when it is
+    installed (it comes with scikit-learn); the environment variables set here reach
+    child processes started with ``spawn`` either way.
+    """
+    saved = {k: os.environ.get(k) for k in _THREAD_VARIABLES}
+    os.environ.update({k: "1" for k in _THREAD_VARIABLES})
+    try:
+        try:
+            from threadpoolctl import threadpool_limits
+        except ImportError:
+            yield
+        else:
+            with threadpool_limits(limits=1, user_api="blas"):
+                yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def require_matplotlib() -> Any:

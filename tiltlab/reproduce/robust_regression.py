@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ._common import Reproduction, make_row, progress_bar
+from ._common import Reproduction, make_row, progress_bar, single_blas_thread
 from ._common import seed_list as _seed_list
 
 __all__ = [
@@ -100,15 +100,6 @@ def _fitters(noise: float) -> dict[str, Callable[[Any], np.ndarray]]:
         "CRR": lambda d: bl.fit_crr(d.X_train, d.y_train, k=k, corruption_fraction=noise),
         "TERM": lambda d: np.asarray(fit_term_regression(d).x),
     }
-
-
-def _one_blas_thread() -> None:
-    """Worker initialiser: one BLAS thread per process (the processes share the cores)."""
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # pragma: no cover - optional
-        return
-    threadpool_limits(limits=1, user_api="blas")
 
 
 def _fit_split(p: float, s: int, methods: Sequence[str]) -> dict[str, tuple[float, float]]:
@@ -201,9 +192,7 @@ def robust_regression(
 
         # "spawn": fresh interpreters, safe whatever threads this process runs (fork is not)
         context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(
-            max_workers=jobs, mp_context=context, initializer=_one_blas_thread
-        ) as pool:
+        with single_blas_thread(), ProcessPoolExecutor(jobs, mp_context=context) as pool:
             futures = {pool.submit(_fit_split, p, s, methods): (p, s) for p, s in tasks}
             for future in as_completed(futures):
                 done[futures[future]] = future.result()
