@@ -3,9 +3,14 @@
 ``tiltlab demo``
     The paper's 2-D point-estimation toy with outliers: for a grid of tilts, the tilted
     solution and its tilted risk, min, mean and max loss and the effective sample size.
-``tiltlab reproduce robust-regression [--seeds 5] [--noise 0.2 0.4 0.8] [--json PATH]``
-    The paper's robust-regression table (Table 1) on the shipped Drug Discovery data,
-    printed beside the published numbers.
+``tiltlab reproduce EXPERIMENT [--seeds K] [--json PATH] [--plot DIR] [--no-progress] [--quick]``
+    One of the paper's experiments on the shipped data, printed beside the published
+    numbers: ``robust-regression`` (Table 1, the main job; also ``--noise``,
+    ``--methods``, ``--jobs``), ``hiv1-fairness``, ``hierarchical``, ``abalone``, ``toys``,
+    ``convergence``. ``--json`` writes ``{"experiment", "rows": [{"method", "setting",
+    "metric", "split", "mean", "se", "n_seeds", "paper_mean", "paper_se"}]}`` (null where
+    a number is missing); ``--plot`` writes the paper's figures as PNG (needs matplotlib).
+``tiltlab --version``
 """
 
 from __future__ import annotations
@@ -109,81 +114,174 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_reproduce(args: argparse.Namespace) -> int:
-    import json
+    from .reproduce import run
 
-    from .reproduce import ROBUST_METHODS, format_robust_table, robust_regression
-
-    if args.experiment != "robust-regression":  # pragma: no cover - argparse restricts
-        raise SystemExit(f"unknown experiment {args.experiment!r}")
-    methods = args.methods or list(ROBUST_METHODS)
-    print(
-        f"tiltlab reproduce robust-regression: Drug Discovery (4085 x 411), {args.seeds} "
-        f"seed(s), noise {', '.join(f'{p:.0%}' for p in args.noise)}"
+    options = {}
+    if args.experiment == "robust-regression":
+        options = {"noise": args.noise, "jobs": args.jobs}
+        if args.methods:
+            options["methods"] = args.methods
+    rep = run(
+        args.experiment,
+        seeds=args.seeds,
+        quick=args.quick,
+        progress=not args.no_progress,
+        **options,
     )
-    print(
-        "clean test RMSE, mean (standard error over seeds); the paper's Table 1 beside it\n",
-        flush=True,
-    )
-    rows = robust_regression(
-        seeds=args.seeds, noise=args.noise, methods=methods, progress=not args.no_progress
-    )
-    print(format_robust_table(rows))
-    print(
-        "\nTERM: squared loss, t = -2, L-BFGS with early stopping on the noisy validation "
-        "split.\nGenie ERM is the oracle fit on the clean rows only."
-    )
+    print(rep.report(), flush=True)
     if args.json:
-        keys = ("method", "noise", "test_rmse_mean", "test_rmse_se", "seconds")
-        out = {
-            "rows": [
-                {k: r[k] for k in keys}
-                | {
-                    "test_rmse": r["test_rmse"],
-                    "paper_mean": r["paper_mean"],
-                    "paper_se": r["paper_se"],
-                }
-                for r in rows
-            ]
-        }
-        with open(args.json, "w") as fh:
-            json.dump(out, fh, indent=2)
+        from .reproduce import write_json
+
+        write_json(rep.to_dict(), args.json)
         print(f"wrote {args.json}")
+    if args.plot:
+        paths = rep.plot(args.plot)
+        if paths:
+            print("figures: " + ", ".join(paths))
+        else:
+            print("(the paper has no figure for this experiment: --plot wrote nothing)")
     return 0
+
+
+# --------------------------------------------------------------------------- argument types
+
+
+def _int_at_least(minimum: int, what: str):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{what} must be an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{what} must be at least {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text!r}") from None
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"must lie in [0, 1), got {text}")
+    return value
+
+
+def _check_outputs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Fail before any work when an output cannot be written."""
+    import os
+
+    path = getattr(args, "json", None)
+    if path:
+        folder = os.path.dirname(os.path.abspath(path))
+        if os.path.isdir(path):
+            parser.error(f"--json {path}: is a folder, give a file name")
+        if not os.path.isdir(folder):
+            parser.error(f"--json {path}: folder {folder} does not exist")
+        if not os.access(folder, os.W_OK):
+            parser.error(f"--json {path}: folder {folder} is not writable")
+    plot = getattr(args, "plot", None)
+    if plot:
+        if os.path.exists(plot) and not os.path.isdir(plot):
+            parser.error(f"--plot {plot}: exists and is not a folder")
+        if getattr(args, "experiment", None) in _HAS_FIGURES:
+            try:
+                import matplotlib  # noqa: F401
+            except ImportError:
+                parser.error("--plot needs matplotlib: pip install 'tiltlab[plot]'")
+        try:
+            os.makedirs(plot, exist_ok=True)
+        except OSError as exc:
+            parser.error(f"--plot {plot}: cannot create the folder ({exc})")
+        if not os.access(plot, os.W_OK):
+            parser.error(f"--plot {plot}: folder is not writable")
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("tiltlab")
+    except Exception:  # not installed (running from a checkout)
+        from . import __version__
+
+        return __version__
+
+
+_EXPERIMENT_HELP = {
+    "robust-regression": "Table 1: robust regression on Drug Discovery (the main job)",
+    "hiv1-fairness": "class-level TERM on HIV-1: fairness (t=50) and generalisation (t=0.1)",
+    "hierarchical": "hierarchical TERM on HIV-1 with label noise and class imbalance",
+    "abalone": "appendix: feature-and-target noise on abalone",
+    "toys": "figure 1's toy problems and the average vs max/min-loss trade-offs",
+    "convergence": "appendix: convergence with t and the stochastic solver's correctness",
+}
+
+_DEFAULT_SEEDS = {"toys": 1, "convergence": 3}
+_HAS_FIGURES = ("toys", "convergence")  # the paper shows the others as tables
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tiltlab", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="the 2-D point-estimation toy over a grid of tilts")
-    demo.add_argument("--n", type=int, default=100, help="number of points (default 100)")
-    demo.add_argument("--outliers", type=float, default=0.2, help="outlier fraction (default 0.2)")
-    demo.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    demo.set_defaults(func=_cmd_demo)
-    rep = sub.add_parser("reproduce", help="reproduce a table of the TERM paper")
-    rep.add_argument(
-        "experiment",
-        choices=["robust-regression"],
-        help="robust-regression: Table 1 on the Drug Discovery data",
+    demo.add_argument(
+        "--n", type=_int_at_least(5, "--n"), default=100, help="number of points (default 100)"
     )
-    rep.add_argument("--seeds", type=int, default=5, help="number of seeds (default 5)")
-    rep.add_argument(
-        "--noise",
-        type=float,
-        nargs="+",
-        default=[0.2, 0.4, 0.8],
-        help="noise fractions (default 0.2 0.4 0.8)",
+    demo.add_argument(
+        "--outliers", type=_fraction, default=0.2, help="outlier fraction in [0, 1) (default 0.2)"
     )
-    rep.add_argument(
-        "--methods",
-        nargs="+",
-        default=None,
-        help="subset of ERM L1 Huber STIR CRR TERM 'Genie ERM'",
+    demo.add_argument(
+        "--seed", type=_int_at_least(0, "--seed"), default=0, help="random seed (default 0)"
     )
-    rep.add_argument("--json", default=None, help="write the rows to this JSON file")
-    rep.add_argument("--no-progress", action="store_true", help="no progress bar")
-    rep.set_defaults(func=_cmd_reproduce)
+    demo.set_defaults(func=_cmd_demo, parser=demo)
+    rep = sub.add_parser("reproduce", help="reproduce a table or figure of the TERM paper")
+    experiments = rep.add_subparsers(dest="experiment", required=True, metavar="EXPERIMENT")
+    for name, text in _EXPERIMENT_HELP.items():
+        exp = experiments.add_parser(name, help=text, description=text)
+        seeds = _DEFAULT_SEEDS.get(name, 5)
+        exp.add_argument(
+            "--seeds",
+            type=_int_at_least(1, "--seeds"),
+            default=seeds,
+            help=f"number of seeds (default {seeds})",
+        )
+        exp.add_argument("--json", default=None, help="write the rows to this JSON file")
+        exp.add_argument("--plot", default=None, metavar="DIR", help="write PNG figures here")
+        exp.add_argument("--no-progress", action="store_true", help="no progress bar")
+        exp.add_argument(
+            "--quick", action="store_true", help="a reduced grid (for CI and a first look)"
+        )
+        if name == "robust-regression":
+            from .reproduce import ROBUST_METHODS
+
+            exp.add_argument(
+                "--noise",
+                type=_fraction,
+                nargs="+",
+                default=[0.2, 0.4, 0.8],
+                help="noise fractions in [0, 1) (default 0.2 0.4 0.8)",
+            )
+            exp.add_argument(
+                "--jobs",
+                type=_int_at_least(1, "--jobs"),
+                default=None,
+                help="worker processes, one BLAS thread each (default: one per CPU)",
+            )
+            exp.add_argument(
+                "--methods",
+                nargs="+",
+                default=None,
+                choices=list(ROBUST_METHODS),
+                metavar="METHOD",
+                help="subset of: " + ", ".join(repr(m) for m in ROBUST_METHODS),
+            )
+        exp.set_defaults(func=_cmd_reproduce, parser=exp)
     return parser
 
 
@@ -191,7 +289,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``tiltlab`` command."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    return int(args.func(args))
+    _check_outputs(args.parser, args)
+    try:
+        return int(args.func(args))
+    except BrokenPipeError:  # e.g. `tiltlab reproduce toys | head`: stop quietly
+        import os
+
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # no second error when Python flushes stdout
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":  # pragma: no cover
