@@ -384,8 +384,11 @@ class TiltedObjective(PicklableNamespace):
 
     # -- the one-pass engine ----------------------------------------------------------
 
-    #: target size in bytes of one block of rows of ``X`` on CPU backends (cache-sized)
-    BLOCK_BYTES = 1 << 21
+    #: target size in bytes of one block of rows of ``X`` on CPU backends. Measured on the
+    #: 2-core CI-class machine under load (benchmarks/engine_speed.py), cache-sized blocks
+    #: (256 KiB - 2 MiB) lost to per-block overhead; 32 MiB blocks bound the temporaries
+    #: and cost no more than one block.
+    BLOCK_BYTES = 1 << 25
 
     #: use the fused CuPy kernel (:mod:`tiltlab._cupy_kernels`) where it applies; set to
     #: False on an instance to force the generic array-API path (for comparisons)
@@ -395,9 +398,9 @@ class TiltedObjective(PicklableNamespace):
     def block_rows(self) -> int:
         """Rows of ``X`` per block of the one-pass evaluations. Settable.
 
-        Chosen from ``BLOCK_BYTES`` (about 2 MiB, so a block stays in cache between the
-        products ``X_b @ theta`` and ``X_b.T @ c``) on CPU backends; the whole of ``X`` on
-        GPU backends, whose kernels block internally.
+        Chosen from ``BLOCK_BYTES`` (32 MiB of ``X``: the per-sample temporaries stay
+        O(block), not O(N)) on CPU backends; the whole of ``X`` on GPU backends, whose
+        kernels block internally.
         """
         n = self.n_samples or 1
         if getattr(self, "_block_rows", None):
