@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import shutil
 import sys
+import warnings
 from pathlib import Path
 
 DOCS = Path(__file__).resolve().parent
@@ -91,5 +92,23 @@ def _estimators_page(app, docname, source):
         )
 
 
+# autosummary's summary tables parse the raw docstrings, before _options_section runs
+warnings.filterwarnings("ignore", message="Unknown section Options", category=UserWarning)
+
+
+def _options_section(app, what, name, obj, options, lines):
+    """Render the solvers' ``Options`` docstring section as numpydoc's "Other Parameters".
+
+    The solver classes list the method options of :func:`tiltlab.minimize` under an
+    ``Options`` heading, which numpydoc does not know and would drop. Runs before numpydoc.
+    """
+    for i in range(len(lines) - 1):
+        if lines[i].strip() == "Options" and set(lines[i + 1].strip()) == {"-"}:
+            indent = lines[i][: len(lines[i]) - len(lines[i].lstrip())]
+            lines[i] = indent + "Other Parameters"
+            lines[i + 1] = indent + "-" * len("Other Parameters")
+
+
 def setup(app):
     app.connect("source-read", _estimators_page)
+    app.connect("autodoc-process-docstring", _options_section, priority=100)

@@ -34,7 +34,7 @@ import tiltlab as tl
 SMALL = os.environ.get("TILTLAB_BENCH_SCALE", "small") == "small"
 N_RISK = 10**6 if SMALL else 10**7
 N_OBJ, D_OBJ = (100_000, 50) if SMALL else (2_000_000, 100)
-N_FIT, D_FIT = (20_000, 20) if SMALL else (500_000, 50)
+N_FIT, D_FIT = (10_000, 20) if SMALL else (500_000, 50)
 
 
 def backends():
@@ -156,7 +156,7 @@ else:
 
 `notebooks/data/backends_h100.json` was written by this notebook's measuring cell run on
 a machine with one NVIDIA H100 (80 GB) and 16 CPU cores, with
-`TILTLAB_BENCH_SCALE=large` (ten to twenty-five times larger problems than above) and
+`TILTLAB_BENCH_SCALE=large` (ten to fifty times larger problems than above) and
 `TILTLAB_BENCH_JSON` set. The table below is read from that file, not measured here; the
 file records the software versions and the tiltlab revision it ran.""",
     ),
