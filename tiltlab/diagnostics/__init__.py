@@ -1,26 +1,27 @@
 r"""Diagnostics of tilted objectives: curvature, step sizes, GLM statistics, d theta/dt.
 
 Everything here reads a :class:`~tiltlab.TiltedObjective` and a parameter ``theta``
-and answers a question the TERM paper's theory asks about them:
+and answers a question the TERM paper's theory asks about them. One file of this
+subpackage per question (import everything from ``tiltlab.diagnostics``):
 
-* **Curvature.** :func:`smoothness` (largest Hessian eigenvalue, the paper's
-  :math:`\beta(t)`, optionally the supremum over a ball around ``theta``),
+* **Curvature** (``curvature.py``). :func:`smoothness` (largest Hessian eigenvalue, the
+  paper's :math:`\beta(t)`, optionally the supremum over a ball around ``theta``),
   :func:`strong_convexity` (smallest eigenvalue), :func:`condition_number` and
   :func:`classify_stationary_point` (the strict-saddle property of the paper's
   assumptions). Small problems use a dense symmetric eigensolver on
   ``objective.hessian``; large ones run Lanczos (``scipy.sparse.linalg.eigsh``) on
   ``objective.hvp`` without forming the Hessian.
-* **Step size.** :func:`fit_step_size_rule` fits the convergence theorem's rule
-  :math:`\alpha = 1/(C_1 + C_2 t)` to measured smoothness at several tilts;
+* **Step size** (``step_size_rule.py``). :func:`fit_step_size_rule` fits the convergence
+  theorem's rule :math:`\alpha = 1/(C_1 + C_2 t)` to measured smoothness at several tilts;
   :func:`step_size` evaluates it.
-* **GLM statistics.** :func:`glm_statistics` returns the paper's :math:`\Lambda`,
-  :math:`\Gamma`, :math:`\mathcal M`, :math:`\mathcal V` for the exponential-family
+* **GLM statistics** (``glm.py``). :func:`glm_statistics` returns the paper's
+  :math:`\Lambda`, :math:`\Gamma`, :math:`\mathcal M`, :math:`\mathcal V` for the exponential-family
   losses (squared, logistic), plus the tilted averages that generalise them to our
   per-sample cumulants (see below).
-* **Tilted solutions.** :func:`solution_derivative` gives
+* **Tilted solutions** (``path_derivative.py``). :func:`solution_derivative` gives
   :math:`d\breve\theta/dt` at a stationary point from the implicit function theorem.
-* **Weights.** :func:`weight_entropy`, :func:`effective_sample_size` and
-  :func:`tilted_weight_stats`.
+* **Weights** (``weight_statistics.py``). :func:`weight_entropy`,
+  :func:`effective_sample_size` and :func:`tilted_weight_stats`.
 
 Mapping the paper's GLM to tiltlab's losses
 -------------------------------------------
