@@ -9,6 +9,7 @@ reads only files under this folder.
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import shutil
 import sys
 import warnings
@@ -33,6 +34,8 @@ extensions = [
     "numpydoc",
     "myst_nb",
 ]
+
+templates_path = ["_templates"]  # autosummary/class.rst: a class's own members only
 
 # --- sources -------------------------------------------------------------------------
 source_suffix = {".rst": "restructuredtext", ".md": "myst-nb", ".ipynb": "myst-nb"}
@@ -109,6 +112,20 @@ def _options_section(app, what, name, obj, options, lines):
             lines[i + 1] = indent + "-" * len("Other Parameters")
 
 
+def _no_inherited_type_doc(app, what, name, obj, options, lines):
+    """Drop the docstring a module-level constant inherits from its type (tuple, ndarray).
+
+    A constant documented by a ``#:`` comment keeps that comment; one without gets the
+    docstring of its class from autodoc, which describes ``tuple`` or ``numpy.ndarray``.
+    """
+    if what != "data" or not lines:
+        return
+    own = inspect.getdoc(obj) or ""
+    if own and lines[0].strip() == own.splitlines()[0].strip():
+        lines.clear()
+
+
 def setup(app):
     app.connect("source-read", _estimators_page)
     app.connect("autodoc-process-docstring", _options_section, priority=100)
+    app.connect("autodoc-process-docstring", _no_inherited_type_doc, priority=100)

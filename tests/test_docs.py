@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import doctest
 import importlib
+import importlib.util
 import pkgutil
 import re
 from pathlib import Path
@@ -91,12 +92,14 @@ def test_api_reference_exists():
 
 
 def test_every_listed_name_exists():
+    have_estimators = (
+        importlib.util.find_spec("tiltlab.estimators") is not None
+        and importlib.util.find_spec("sklearn") is not None
+    )
     stale = []
     for full_name, fname in _documented().items():
-        if full_name.startswith("tiltlab.estimators.") and "estimators" not in {
-            m.split(".")[1] for m in _public_module_names() if m.count(".") >= 1
-        }:
-            continue  # the estimators page is rendered as a note until the module exists
+        if full_name.startswith("tiltlab.estimators.") and not have_estimators:
+            continue  # docs/conf.py renders that page as a note without the module
         try:
             _resolve(full_name)
         except (ImportError, AttributeError):
