@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
 SOURCES = HERE / "_sources"
 
 
@@ -52,9 +54,17 @@ def build(cells):
     return nb
 
 
+def kernel_env() -> None:
+    """Make the kernel import this checkout's tiltlab (it inherits the environment)."""
+    path = os.environ.get("PYTHONPATH", "")
+    if str(ROOT) not in path.split(os.pathsep):
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), path) if p)
+
+
 def execute(nb) -> None:
     from nbclient import NotebookClient
 
+    kernel_env()
     client = NotebookClient(
         nb,
         timeout=300,

@@ -9,6 +9,7 @@ two cores (together about a minute and a half on an idle 2-core machine).
 from __future__ import annotations
 
 import importlib.util
+import os
 import warnings
 from pathlib import Path
 
@@ -48,8 +49,11 @@ def test_notebook_matches_its_source(path):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
-def test_notebook_executes(path):
+def test_notebook_executes(path, monkeypatch):
     pytest.importorskip("ipykernel")
+    # the kernel is a subprocess: make it import this checkout's tiltlab
+    paths = [str(NOTEBOOK_DIR.parent), os.environ.get("PYTHONPATH")]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in paths if p))
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
     nb = nbformat.read(path, as_version=4)
