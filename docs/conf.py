@@ -42,7 +42,10 @@ source_suffix = {".rst": "restructuredtext", ".md": "myst-nb", ".ipynb": "myst-n
 exclude_patterns = ["_build", "**.ipynb_checkpoints", "Thumbs.db", ".DS_Store"]
 #: whether ``tiltlab.estimators`` (scikit-learn estimators) is importable; without it the
 #: API page ``api/estimators.rst`` is replaced by a short note (see ``_estimators_page``)
-HAVE_ESTIMATORS = importlib.util.find_spec("tiltlab.estimators") is not None
+HAVE_ESTIMATORS = (
+    importlib.util.find_spec("tiltlab.estimators") is not None
+    and importlib.util.find_spec("sklearn") is not None
+)
 
 # copy the executed notebooks next to their index page (outputs are stored in them)
 (DOCS / "notebooks").mkdir(exist_ok=True)
@@ -89,9 +92,8 @@ def _estimators_page(app, docname, source):
         source[0] = (
             "``tiltlab.estimators``: scikit-learn estimators\n"
             "===============================================\n\n"
-            "This module is not part of this build. The :doc:`user guide "
-            "<../user_guide/estimators>` describes ``TiltedRegressor``, "
-            "``TiltedClassifier`` and ``TiltedRegressorCV``.\n"
+            "This module (or scikit-learn, which it needs) is not part of this build. "
+            "The :doc:`user guide <../user_guide/estimators>` describes its estimators.\n"
         )
 
 
