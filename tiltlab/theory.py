@@ -102,7 +102,7 @@ only when a result has none) and :math:`\mu_k` the smallest eigenvalue of the
 objective's Hessian there. A statistic :math:`q(\ell)` of the losses moves by at most
 :math:`\|\partial q/\partial\ell\|_1\, G_k\,\delta\theta_k` (``G_k`` the largest
 per-sample gradient norm; the ridge adds :math:`\lambda\|\theta_k\|\delta\theta_k`), so a
-comparison of ``q`` at points ``j`` and ``k`` passes when it fails by at most
+comparison of ``q`` at points ``j`` and ``k`` passes when it fails by at most::
 
     10 * (S_j G_j dtheta_j + S_k G_k dtheta_k) + rtol * (|q_j| + |q_k|),
 

@@ -24,7 +24,7 @@ class TiltPath:
     ----------
     ts : ndarray of shape (T,)
         The tilts, in the order given.
-    x : array of shape (T, *theta.shape)
+    x : array of shape (T,) + theta.shape
         One solution per tilt (in the objective's namespace).
     results : list of OptimizeResult
         The solver's result at each tilt.
