@@ -11,6 +11,7 @@
     "metric", "split", "mean", "se", "n_seeds", "paper_mean", "paper_se"}]}`` (null where
     a number is missing); ``--plot`` writes the paper's figures as PNG (needs matplotlib).
 ``tiltlab --version``
+    Print the installed version and exit.
 """
 
 from __future__ import annotations
