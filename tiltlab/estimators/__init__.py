@@ -12,6 +12,15 @@ scikit-learn is an optional dependency of tiltlab (``pip install "tiltlab[sklear
 """
 
 from ._classifier import TiltedClassifier
+from ._cv import DEFAULT_TS, TiltedClassifierCV, TiltedRegressorCV
+from ._plot import plot_tilt_scores
 from ._regressor import TiltedRegressor
 
-__all__ = ["TiltedRegressor", "TiltedClassifier"]
+__all__ = [
+    "TiltedRegressor",
+    "TiltedClassifier",
+    "TiltedRegressorCV",
+    "TiltedClassifierCV",
+    "DEFAULT_TS",
+    "plot_tilt_scores",
+]

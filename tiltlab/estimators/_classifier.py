@@ -214,6 +214,12 @@ class TiltedClassifier(ClassifierMixin, TiltedLinearBase):
         return self
 
     def _set_fitted(self, data: FitData, thetas: list, results: list) -> None:
+        self._set_coef(data, thetas)
+        self.n_iter_ = int(max(r.nit for r in results))
+        self.result_ = results[0] if len(results) == 1 else results
+        self.tilted_weights_ = self._tilted_weights(data, data.spec, thetas)
+
+    def _set_coef(self, data: FitData, thetas: list) -> None:
         xp = data.xp
         self._thetas = thetas
         coefs, bs = [], []
@@ -227,9 +233,6 @@ class TiltedClassifier(ClassifierMixin, TiltedLinearBase):
                 bs.append(xp.reshape(b, (1,)))
         self.coef_ = coefs[0] if len(coefs) == 1 else xp.concat(coefs, axis=0)
         self.intercept_ = bs[0] if len(bs) == 1 else xp.concat(bs, axis=0)
-        self.n_iter_ = int(max(r.nit for r in results))
-        self.result_ = results[0] if len(results) == 1 else results
-        self.tilted_weights_ = self._tilted_weights(data, data.spec, thetas)
 
     # -------------------------------------------------------------------- prediction
 

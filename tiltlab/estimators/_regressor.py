@@ -125,7 +125,8 @@ class TiltedRegressor(RegressorMixin, TiltedLinearBase):
     >>> d = load_drug_discovery(seed=1, noise=0.4)
     >>> X, y = d.X_train[:1000, :-1], d.y_train[:1000]   # the last column is the intercept
     >>> term = TiltedRegressor(t=-2.0, early_stopping=True, random_state=0).fit(X, y)
-    >>> ols = TiltedRegressor(t=0.0).fit(X, y)
+    >>> from sklearn.linear_model import LinearRegression
+    >>> ols = LinearRegression().fit(X, y)                 # plain least squares
     >>> def rmse(m): return float(np.sqrt(np.mean((m.predict(d.X_test[:, :-1]) - d.y_test) ** 2)))
     >>> rmse(term) < 1.5 < 2.5 < rmse(ols)
     True
@@ -219,14 +220,17 @@ class TiltedRegressor(RegressorMixin, TiltedLinearBase):
         return self
 
     def _set_fitted(self, data: FitData, thetas: list, results: list) -> None:
+        self._set_coef(data, thetas)
+        self.n_iter_ = int(max(r.nit for r in results))
+        self.result_ = results[0] if len(results) == 1 else results
+        self.tilted_weights_ = self._tilted_weights(data, data.spec, thetas)
+
+    def _set_coef(self, data: FitData, thetas: list) -> None:
         xp = data.xp
         self._thetas = thetas
         coef, b = split_theta(thetas[0], data.intercept, xp)
         self.coef_ = coef
         self.intercept_ = float(b) if is_numpy(xp) else b
-        self.n_iter_ = int(max(r.nit for r in results))
-        self.result_ = results[0]
-        self.tilted_weights_ = self._tilted_weights(data, data.spec, thetas)
 
     def predict(self, X: Any) -> Any:
         """Predictions ``X @ coef_ + intercept_`` (in the namespace of ``X``)."""
