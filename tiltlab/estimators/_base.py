@@ -353,11 +353,22 @@ class TiltedLinearBase(BaseEstimator):
             kw = {"validation": val, "patience": int(self.n_iter_no_change)}
         if self.solver == "stochastic":
             kw["seed"] = seed
+        # the tolerance is relative to the gradient at zero, not at the start, so that warm
+        # starts (refits, tilt paths) stop where a cold start would
+        # (and never below 10 sqrt(eps) of the dtype: a float32 objective cannot resolve the
+        # decrease a smaller gradient promises, so the line search would stall)
+        rtol = max(float(self.tol), 10 * float(np.sqrt(obj.xp.finfo(obj.dtype).eps)))
+        if theta0 is None:
+            tol, atol = rtol, 0.0
+        else:
+            g0 = float(to_numpy(obj.xp.linalg.vector_norm(obj.gradient(obj.zeros()))))
+            tol, atol = 0.0, rtol * g0
         return minimize(
             obj,
             theta0,
             method=self.solver,
-            tol=float(self.tol),
+            tol=tol,
+            atol=atol,
             max_iter=int(self.max_iter),
             **kw,
             **opts,

@@ -258,7 +258,7 @@ class TiltedClassifier(ClassifierMixin, TiltedLinearBase):
             idx = xp.astype(scores > 0, xp.int64)
         else:
             idx = xp.argmax(scores, axis=1)
-        if is_numpy(xp) or not hasattr(self.classes_, "__array_namespace__"):
+        if is_numpy(xp) or isinstance(self.classes_, np.ndarray):
             return np.asarray(self.classes_)[to_numpy(idx)]
         return xp.take(self.classes_, xp.asarray(idx, device=device(self.classes_)), axis=0)
 

