@@ -16,15 +16,26 @@ from tiltlab.estimators import (  # noqa: E402
 )
 
 ESTIMATORS = [
-    TiltedRegressor(),
-    TiltedRegressor(t=-1.0, loss="huber"),
-    TiltedClassifier(),
-    TiltedClassifier(t=1.0, loss="squared_hinge"),
+    TiltedRegressor(t=-0.5),
+    TiltedClassifier(t=0.5),
     TiltedRegressorCV(ts=[-1.0, 0.0, 1.0], cv=3),
     TiltedClassifierCV(ts=[-1.0, 0.0, 1.0], cv=3),
 ]
 
 
-@parametrize_with_checks(ESTIMATORS)
+
+
+def _expected_failures(estimator):
+    if isinstance(estimator, TiltedClassifierCV):
+        return {
+            "check_sample_weight_equivalence_on_dense_data": (
+                "cross-validation folds of repeated rows differ from the folds of weighted "
+                "rows, so the held-out scores (and possibly the chosen t) differ"
+            )
+        }
+    return {}
+
+
+@parametrize_with_checks(ESTIMATORS, expected_failed_checks=_expected_failures)
 def test_sklearn_compatible(estimator, check):
     check(estimator)

@@ -355,9 +355,10 @@ class TiltedLinearBase(BaseEstimator):
             kw["seed"] = seed
         # the tolerance is relative to the gradient at zero, not at the start, so that warm
         # starts (refits, tilt paths) stop where a cold start would
-        # (and never below 10 sqrt(eps) of the dtype: a float32 objective cannot resolve the
-        # decrease a smaller gradient promises, so the line search would stall)
-        rtol = max(float(self.tol), 10 * float(np.sqrt(obj.xp.finfo(obj.dtype).eps)))
+        # (and in single precision never below 10 sqrt(eps) = 3.5e-3: a float32 objective
+        # cannot resolve the decrease a smaller gradient promises, the line search stalls)
+        eps = float(obj.xp.finfo(obj.dtype).eps)
+        rtol = max(float(self.tol), 10 * np.sqrt(eps)) if eps > 1e-10 else float(self.tol)
         if theta0 is None:
             tol, atol = rtol, 0.0
         else:

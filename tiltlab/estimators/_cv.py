@@ -11,6 +11,8 @@ does not do.
 
 from __future__ import annotations
 
+import warnings
+
 from typing import Any
 
 import numpy as np
@@ -152,7 +154,9 @@ class _TiltCV:
         y_np = data.stratify if data.stratify is not None else None
         cv = check_cv(self.cv, y_np, classifier=isinstance(self, ClassifierMixin))
         g_split = None if groups is None else np.asarray(to_numpy(groups))
-        splits = list(cv.split(np.zeros((n, 1)), y_np, g_split))
+        with warnings.catch_warnings():  # non-group splitters warn that they ignore groups
+            warnings.filterwarnings("ignore", message="The groups parameter is ignored")
+            splits = list(cv.split(np.zeros((n, 1)), y_np, g_split))
         seed = est._seed()
         scores = np.full((len(splits), ts.size), np.nan)
         n_iter = np.zeros((len(splits), ts.size), dtype=np.int64)

@@ -74,9 +74,9 @@ class TiltedRegressor(RegressorMixin, TiltedLinearBase):
         A :func:`tiltlab.minimize` method.
     tol : float, default 1e-6
         Relative gradient tolerance: stop when ``||grad|| <= tol * ||grad at 0||`` (the
-        gradient at zero coefficients, also for warm starts), and at least ten times the
-        square root of the machine epsilon of the data (3.5e-3 in float32: a float32
-        objective cannot resolve the decrease a smaller gradient promises).
+        gradient at zero coefficients, also for warm starts). For float32 data at least
+        3.5e-3 (ten times the square root of float32's epsilon): a float32 objective cannot
+        resolve the decrease a smaller gradient promises.
     max_iter : int, default 1000
         Iteration budget of the solver.
     early_stopping : bool, default False
