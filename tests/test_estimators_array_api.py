@@ -57,8 +57,6 @@ def reg_data():
     return X, y
 
 
-
-
 def _torch():
     return pytest.importorskip("torch")
 

@@ -23,8 +23,6 @@ ESTIMATORS = [
 ]
 
 
-
-
 def _expected_failures(estimator):
     if isinstance(estimator, TiltedClassifierCV):
         return {

@@ -107,8 +107,7 @@ def check_sample_weight(sample_weight: Any, n: int, X: Any, xp: Any) -> Any:
         sw = xp.astype(sw, X.dtype)
     if sw.ndim != 1 or int(sw.shape[0]) != n:
         raise ValueError(
-            f"`sample_weight` must have shape ({n},) (one weight per sample), got "
-            f"{tuple(sw.shape)}"
+            f"`sample_weight` must have shape ({n},) (one weight per sample), got {tuple(sw.shape)}"
         )
     if not bool(xp.all(xp.isfinite(sw))):
         raise ValueError("`sample_weight` must be finite")
@@ -131,7 +130,9 @@ def check_groups(groups: Any, n: int) -> list[np.ndarray]:
     elif g.ndim == 2:
         cols = [g[:, j] for j in range(g.shape[1])]
     else:
-        raise ValueError(f"`groups` must have shape (n_samples,) or (n_samples, n_levels), got {g.shape}")
+        raise ValueError(
+            f"`groups` must have shape (n_samples,) or (n_samples, n_levels), got {g.shape}"
+        )
     if g.shape[0] != n:
         raise ValueError(f"`groups` has {g.shape[0]} entries but `X` has {n} rows")
     out = []
@@ -312,7 +313,9 @@ class TiltedLinearBase(BaseEstimator):
             )
             tr, va = next(splitter.split(dummy, strat))
         else:
-            splitter = ShuffleSplit(n_splits=1, test_size=self.validation_fraction, random_state=seed)
+            splitter = ShuffleSplit(
+                n_splits=1, test_size=self.validation_fraction, random_state=seed
+            )
             tr, va = next(splitter.split(dummy))
         return np.sort(tr), np.sort(va)
 
@@ -391,6 +394,14 @@ class TiltedLinearBase(BaseEstimator):
     def _tilted_weights(self, data: FitData, spec: TiltSpec, thetas: list) -> Any:
         """Tilted weights of all rows passed to fit at the solution (one column per problem)."""
         xp = data.xp
+        if spec.tilts is None and spec.t == 0.0:  # untilted: the weights are the prior
+            n = data.n
+            if data.sample_weight is None:
+                w = xp.full((n,), 1.0 / n, dtype=data.X.dtype, device=device(data.X))
+            else:
+                w = data.sample_weight / xp.sum(data.sample_weight)
+            k = len(data.problems)
+            return w if k == 1 else xp.stack([w] * k, axis=1)
         cols = []
         for prob, th in zip(data.problems, thetas, strict=True):
             obj = make_objective(

@@ -78,8 +78,10 @@ class TiltedClassifier(ClassifierMixin, TiltedLinearBase):
         ``LogisticRegression`` sums the losses where TERM averages them. The small default
         keeps the solution finite on separable data.
     fit_intercept : bool, default True
-    solver, tol, max_iter, early_stopping, validation_fraction, n_iter_no_change, warm_start, random_state, solver_options
-        As in :class:`TiltedRegressor`. The early-stopping split is stratified by class.
+    solver, tol, max_iter, warm_start, random_state, solver_options
+        As in :class:`TiltedRegressor`.
+    early_stopping, validation_fraction, n_iter_no_change
+        As in :class:`TiltedRegressor`; the validation split is stratified by class.
 
     Attributes
     ----------

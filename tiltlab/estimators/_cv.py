@@ -12,7 +12,6 @@ does not do.
 from __future__ import annotations
 
 import warnings
-
 from typing import Any
 
 import numpy as np
@@ -61,7 +60,9 @@ def _subset(data: FitData, rows: np.ndarray) -> FitData:
     return FitData(
         X=take_rows(data.X, rows, xp),
         xp=xp,
-        sample_weight=None if data.sample_weight is None else take_rows(data.sample_weight, rows, xp),
+        sample_weight=None
+        if data.sample_weight is None
+        else take_rows(data.sample_weight, rows, xp),
         intercept=data.intercept,
         spec=spec,
         problems=[Problem(p.loss, take_rows(p.y, rows, xp)) for p in data.problems],
@@ -105,6 +106,10 @@ class _TiltCV:
         trim = check_real(self.trim, "trim")
         if not 0 <= trim < 1:
             raise ValueError(f"`trim` must lie in [0, 1), got {self.trim!r}")
+        if hasattr(self, "outlier_threshold"):
+            thr = check_real(self.outlier_threshold, "outlier_threshold")
+            if thr <= 0:
+                raise ValueError(f"`outlier_threshold` must be positive, got {thr!r}")
         s = self.scoring
         if s is not None and not callable(s) and not isinstance(s, str):
             raise TypeError("`scoring` must be None, a string or a callable scorer")
@@ -171,7 +176,9 @@ class _TiltCV:
                 for j in range(ts.size):
                     scores[k, j] = self._score(est, held, path[j], scorer)
             else:
-                scores[k] = self._builtin_scores_fold(held, [path[j] for j in range(ts.size)], scoring)
+                scores[k] = self._builtin_scores_fold(
+                    held, [path[j] for j in range(ts.size)], scoring
+                )
         mean = scores.mean(axis=0)
         std = scores.std(axis=0)
         if not np.any(np.isfinite(mean)):
@@ -294,21 +301,32 @@ class _TiltCV:
         return tags
 
 
-
-
 class TiltedRegressorCV(_TiltCV, TiltedRegressor):
     """:class:`TiltedRegressor` with the tilt chosen by cross-validation.
 
     Each fold solves the grid ``ts`` as a warm-started continuation path (from ``t = 0``
-    outwards) and scores every solution on its held-out rows. The chosen tilt ``t_`` has
-    the best mean score (ties go to the tilt nearest 0).
+    outwards) and scores every solution on its held-out rows. With ``select="one_se"``
+    (default) the chosen tilt ``t_`` is the one nearest 0 whose mean score is within one
+    standard error of the best (the "one-standard-error rule": prefer the least departure
+    from ERM the data cannot tell apart from the best); ``select="best"`` takes the best.
+
+    The held-out rows are as corrupted as the training rows, so the default score is
+    robust: ``"clean"`` first flags, per fold, the held-out rows whose residual under a
+    robust reference fit (the grid's fit with the smallest median held-out loss) lies more
+    than ``outlier_threshold`` robust standard deviations (1.4826 x the median absolute
+    deviation) from the median residual, then scores every tilt by minus its mean loss on
+    the same unflagged rows. On clean data almost nothing is flagged and the score is the
+    plain held-out loss.
 
     Parameters
     ----------
-    loss, alpha, epsilon, fit_intercept, solver, tol, max_iter, early_stopping, validation_fraction, n_iter_no_change, random_state, solver_options
+    loss, alpha, epsilon, fit_intercept, solver, tol, max_iter, random_state, solver_options
+        As in :class:`TiltedRegressor`.
+    early_stopping, validation_fraction, n_iter_no_change
         As in :class:`TiltedRegressor`; ``early_stopping`` applies inside every fit of
         the path (its validation split is drawn from the fold's training rows).
-    scoring : str or callable, default "median"
+    scoring : str or callable, optional
+        Default ``"clean"`` (see above), or ``"worst_group"`` when groups are given.
         ``"median"``: minus the median held-out loss (robust to up to half of the held-out
         targets being corrupted, like the training ones); ``"trimmed"``: minus the mean
         of the smallest ``1 - trim`` share of the held-out losses; ``"mean"``: minus the
@@ -327,19 +345,24 @@ class TiltedRegressorCV(_TiltCV, TiltedRegressor):
         As in scikit-learn (stratified folds for classifiers).
     trim : float, default 0.5
         Share of the largest held-out losses dropped by ``scoring="trimmed"``.
+    outlier_threshold : float, default 3.0
+        Robust standard deviations beyond which ``scoring="clean"`` flags a held-out row.
+    select : {"one_se", "best"}, default "one_se"
     refit : bool, default True
         Refit on all the data at the chosen tilt (``best_estimator_``); needed for
         ``predict``.
+
     Attributes
     ----------
     t_ : float
         The chosen tilt.
-
     cv_results_ : dict of ndarray
         ``t``, ``split{k}_test_score``, ``mean_test_score``, ``std_test_score``,
         ``rank_test_score``, ``mean_n_iter``.
     best_score_ : float
     best_index_ : int
+    scoring_ : str or callable
+        The scoring used.
     best_estimator_ : TiltedRegressor
         Refitted at ``t_`` (with ``refit=True``).
     coef_, intercept_, n_iter_, tilted_weights_, result_
@@ -448,7 +471,9 @@ class TiltedClassifierCV(_TiltCV, TiltedClassifier):
 
     Parameters
     ----------
-    loss, groups, alpha, fit_intercept, solver, tol, max_iter, early_stopping, validation_fraction, n_iter_no_change, random_state, solver_options
+    loss, groups, alpha, fit_intercept, solver, tol, max_iter, random_state, solver_options
+        As in :class:`TiltedClassifier`.
+    early_stopping, validation_fraction, n_iter_no_change
         As in :class:`TiltedClassifier`.
     scoring : str or callable, optional
         ``"worst_group"``: the lowest held-out accuracy over the groups (the classes for
@@ -465,12 +490,15 @@ class TiltedClassifierCV(_TiltCV, TiltedClassifier):
         As in scikit-learn (stratified folds for classifiers).
     trim : float, default 0.5
         Share of the largest held-out losses dropped by ``scoring="trimmed"``.
+    select : {"one_se", "best"}, default "one_se"
+        As in :class:`TiltedRegressorCV`.
     refit : bool, default True
         Refit on all the data at the chosen tilt (``best_estimator_``); needed for
         ``predict``.
+
     Attributes
     ----------
-    t_, ts_, cv_results_, best_score_, best_index_
+    t_, cv_results_, best_score_, best_index_, scoring_
         As in :class:`TiltedRegressorCV`.
     best_estimator_ : TiltedClassifier
     classes_, coef_, intercept_, n_iter_, tilted_weights_, result_
