@@ -11,13 +11,14 @@ does not do.
 
 from __future__ import annotations
 
+import numbers
 import warnings
 from typing import Any
 
 import numpy as np
 from sklearn.base import ClassifierMixin, clone
 from sklearn.metrics import check_scoring
-from sklearn.model_selection import check_cv
+from sklearn.model_selection import KFold, StratifiedKFold, check_cv
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
@@ -157,12 +158,19 @@ class _TiltCV:
             scorer = check_scoring(est, scoring=scoring)
         n = data.n
         y_np = data.stratify if data.stratify is not None else None
-        cv = check_cv(self.cv, y_np, classifier=isinstance(self, ClassifierMixin))
+        seed = est._seed()
+        cv = self.cv
+        if cv is None or (isinstance(cv, numbers.Integral) and not isinstance(cv, bool)):
+            # shuffled folds: the robust scores assume every held-out fold is no more
+            # corrupted than the data, which sorted data (corrupted rows first) would break
+            n_folds = 5 if cv is None else int(cv)
+            kind = StratifiedKFold if isinstance(self, ClassifierMixin) else KFold
+            cv = kind(n_folds, shuffle=True, random_state=seed)
+        cv = check_cv(cv, y_np, classifier=isinstance(self, ClassifierMixin))
         g_split = None if groups is None else np.asarray(to_numpy(groups))
         with warnings.catch_warnings():  # non-group splitters warn that they ignore groups
             warnings.filterwarnings("ignore", message="The groups parameter is ignored")
             splits = list(cv.split(np.zeros((n, 1)), y_np, g_split))
-        seed = est._seed()
         scores = np.full((len(splits), ts.size), np.nan)
         n_iter = np.zeros((len(splits), ts.size), dtype=np.int64)
         for k, (tr, te) in enumerate(splits):
@@ -342,7 +350,11 @@ class TiltedRegressorCV(_TiltCV, TiltedRegressor):
         The grid of tilts (default :data:`DEFAULT_TS`: 0 and 0.1, 0.32, 1, 3.2, 10 of
         both signs).
     cv : int, cross-validation generator or iterable, default 5
-        As in scikit-learn (stratified folds for classifiers).
+        An int ``k`` means ``k`` *shuffled* folds (``KFold``, or ``StratifiedKFold`` for
+        classifiers, seeded by ``random_state``): the robust scores assume that each
+        held-out fold is no more corrupted than the data as a whole, which contiguous
+        folds of sorted data (corrupted rows first) would break. Otherwise as in
+        scikit-learn.
     trim : float, default 0.5
         Share of the largest held-out losses dropped by ``scoring="trimmed"``.
     outlier_threshold : float, default 3.0
@@ -487,7 +499,11 @@ class TiltedClassifierCV(_TiltCV, TiltedClassifier):
         The grid of tilts (default :data:`DEFAULT_TS`: 0 and 0.1, 0.32, 1, 3.2, 10 of
         both signs).
     cv : int, cross-validation generator or iterable, default 5
-        As in scikit-learn (stratified folds for classifiers).
+        An int ``k`` means ``k`` *shuffled* folds (``KFold``, or ``StratifiedKFold`` for
+        classifiers, seeded by ``random_state``): the robust scores assume that each
+        held-out fold is no more corrupted than the data as a whole, which contiguous
+        folds of sorted data (corrupted rows first) would break. Otherwise as in
+        scikit-learn.
     trim : float, default 0.5
         Share of the largest held-out losses dropped by ``scoring="trimmed"``.
     select : {"one_se", "best"}, default "one_se"
