@@ -202,12 +202,12 @@ def test_warm_start_reuses_solution(reg_data):
 
 def test_stochastic_solver_and_random_state(reg_data):
     X, y = reg_data
-    kw = dict(solver="stochastic", max_iter=3000, random_state=0, alpha=0.1)
+    kw = dict(solver="stochastic", max_iter=300, random_state=0, alpha=0.1)
     a = TiltedRegressor(**kw).fit(X, y)
     b = TiltedRegressor(**kw).fit(X, y)
     np.testing.assert_array_equal(a.coef_, b.coef_)
     exact = TiltedRegressor(alpha=0.1, tol=1e-10).fit(X, y)
-    np.testing.assert_allclose(a.coef_, exact.coef_, atol=0.1)
+    np.testing.assert_allclose(a.coef_, exact.coef_, atol=0.02)
 
 
 def test_float32_stays_float32(reg_data):
