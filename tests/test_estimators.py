@@ -299,3 +299,33 @@ def test_groups_through_metadata_routing():
     flat = TiltedRegressor(tilts=(0.0, 0.0)).fit(X, y, groups=g)
     tilted = TiltedRegressor(tilts=(2.0, 0.0)).fit(X, y, groups=g)
     assert tilted.tilted_weights_[g == 3].sum() > flat.tilted_weights_[g == 3].sum() + 0.1
+
+
+@pytest.mark.parametrize("loss", ["squared", "logistic", "multinomial"])
+def test_masked_ridge_objective_derivatives(loss):
+    """The intercept-sparing ridge wrapper against finite differences and its own Hessian."""
+    from scipy.optimize import approx_fprime
+
+    from tiltlab.estimators._objective import make_objective
+
+    rng = np.random.default_rng(8)
+    X = np.c_[rng.normal(size=(40, 3)), np.ones(40)]
+    y = {
+        "squared": rng.normal(size=40),
+        "logistic": rng.integers(0, 2, 40),
+        "multinomial": rng.integers(0, 3, 40),
+    }[loss]
+    obj = make_objective(loss, X, y, t=-0.7, alpha=0.3, intercept=True)
+    plain = tl.TiltedObjective(loss, X, y, t=-0.7)
+    theta = rng.normal(size=obj.shape)
+    penalty = 0.15 * np.sum(theta[:-1] ** 2)  # the intercept row is not penalised
+    assert float(obj.value(theta)) == pytest.approx(float(plain.value(theta)) + penalty)
+    flat = theta.reshape(-1)
+    fd = approx_fprime(flat, lambda th: float(obj.value(th.reshape(obj.shape))), 1e-7)
+    np.testing.assert_allclose(np.reshape(obj.gradient(theta), -1), fd, rtol=1e-5, atol=1e-6)
+    v = rng.normal(size=obj.shape)
+    H = np.asarray(obj.hessian(theta))
+    np.testing.assert_allclose(np.reshape(obj.hvp(theta, v), -1), H @ v.reshape(-1), atol=1e-10)
+    g = lambda th: np.reshape(obj.gradient(th.reshape(obj.shape)), -1)  # noqa: E731
+    fd_h = (g(flat + 1e-6 * v.reshape(-1)) - g(flat - 1e-6 * v.reshape(-1))) / 2e-6
+    np.testing.assert_allclose(H @ v.reshape(-1), fd_h, rtol=1e-5, atol=1e-6)

@@ -96,6 +96,13 @@ class TiltedClassifier(ClassifierMixin, TiltedLinearBase):
     result_ : OptimizeResult, or a list of them (one-vs-rest)
     n_features_in_, feature_names_in_
 
+    Notes
+    -----
+    The hinge loss has a kink, where no gradient test can certify convergence: its fits
+    stop at ``max_iter`` or when the line search stalls, without a ConvergenceWarning
+    (``"squared_hinge"`` is differentiable and converges in the usual sense). Array-API
+    inputs: as for :class:`TiltedRegressor`.
+
     Examples
     --------
     Class-level tilting on HIV-1 (the paper's t = 50 across the classes, none inside them)

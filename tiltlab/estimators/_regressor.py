@@ -113,7 +113,11 @@ class TiltedRegressor(RegressorMixin, TiltedLinearBase):
     -----
     With ``sklearn.set_config(array_api_dispatch=True)``, ``X`` (and ``y``) may be PyTorch,
     CuPy or other array-API arrays: the fit runs in their namespace and on their device, and
-    the fitted arrays stay there.
+    the fitted arrays stay there. (scikit-learn's array-API mode also needs the environment
+    variable ``SCIPY_ARRAY_API=1`` set before SciPy is imported.)
+
+    The absolute loss has a kink, where no gradient test can certify convergence: its fits
+    stop at ``max_iter`` or when the line search stalls, without a ConvergenceWarning.
 
     Examples
     --------
