@@ -13,6 +13,16 @@ from .solvers import OptimizeResult, Status, TiltPath, minimize, tilt_path
 
 __version__ = "0.1.0.dev0"
 
+
+def __getattr__(name: str):
+    # ``tiltlab.estimators`` needs scikit-learn (an optional extra): imported on first use
+    if name == "estimators":
+        import importlib
+
+        return importlib.import_module(".estimators", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "tilted_risk",
     "tilted_weights",

@@ -1,0 +1,460 @@
+"""What the tilted estimators share: parameter checks, data handling and the fit itself.
+
+Conventions (documented in the estimators' docstrings):
+
+* The fitted objective is ``R_t(loss_1, ..., loss_N; p) + alpha/2 * ||coef||^2`` where
+  ``R_t`` is the tilted (or hierarchical) risk of :class:`~tiltlab.TiltedObjective`, ``p``
+  the normalised ``sample_weight`` and ``coef`` the coefficients *without* the intercept.
+* The intercept is the coefficient of an appended column of ones and is never penalised.
+* Everything after input validation runs in the array namespace and on the device of
+  ``X`` (NumPy unless scikit-learn's ``array_api_dispatch`` is on).
+"""
+
+from __future__ import annotations
+
+import numbers
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+import array_api_compat
+import numpy as np
+from sklearn.base import BaseEstimator
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils import check_random_state
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from .._compat import device, to_numpy
+from ._objective import make_objective
+
+SOLVERS = ("lbfgs", "newton", "agd", "gd", "stochastic")
+
+
+# ------------------------------------------------------------------------ small helpers
+
+
+def namespace(X: Any) -> Any:
+    """The array namespace of ``X`` (array-api-compat's wrapper)."""
+    return array_api_compat.array_namespace(X)
+
+
+def is_numpy(xp: Any) -> bool:
+    return array_api_compat.is_numpy_namespace(xp)
+
+
+def take_rows(A: Any, idx: np.ndarray, xp: Any) -> Any:
+    """Rows ``idx`` (host integer array) of ``A`` in ``A``'s namespace and device."""
+    if is_numpy(xp):
+        return A[idx]
+    return xp.take(A, xp.asarray(idx.astype(np.int64), device=device(A)), axis=0)
+
+
+def add_intercept_column(X: Any, xp: Any) -> Any:
+    ones = xp.ones((X.shape[0], 1), dtype=X.dtype, device=device(X))
+    return xp.concat([X, ones], axis=1)
+
+
+def as_float_X(X: Any, xp: Any) -> Any:
+    if not xp.isdtype(X.dtype, "real floating"):
+        X = xp.astype(X, xp.float64 if is_numpy(xp) else _default_float(xp, X))
+    return X
+
+
+def _default_float(xp: Any, X: Any) -> Any:
+    try:
+        return xp.__array_namespace_info__().default_dtypes(device=device(X))["real floating"]
+    except Exception:  # pragma: no cover - old namespaces
+        return xp.float64
+
+
+def check_real(value: Any, name: str, *, allow_inf: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"`{name}` must be a real number, got {value!r}")
+    v = float(value)
+    if np.isnan(v) or (not allow_inf and not np.isfinite(v)):
+        what = "not NaN" if allow_inf else "finite"
+        raise ValueError(f"`{name}` must be {what}, got {value!r}")
+    return v
+
+
+def check_tilts(tilts: Any) -> tuple[float, ...]:
+    if isinstance(tilts, (str, bytes)) or not hasattr(tilts, "__len__"):
+        raise TypeError(
+            f"`tilts` must be a sequence (t_group, ..., t_sample), outermost first; got {tilts!r}"
+        )
+    if len(tilts) < 2:
+        raise ValueError(
+            "`tilts` needs one tilt per grouping level plus one for the samples, e.g. "
+            f"(t_group, t_sample); got {tuple(tilts)!r}"
+        )
+    return tuple(check_real(v, f"tilts[{k}]") for k, v in enumerate(tilts))
+
+
+def check_sample_weight(sample_weight: Any, n: int, X: Any, xp: Any) -> Any:
+    """``sample_weight`` as a finite non-negative array of X's dtype and device (or None)."""
+    if sample_weight is None:
+        return None
+    if isinstance(sample_weight, numbers.Number):
+        return xp.full((n,), float(sample_weight), dtype=X.dtype, device=device(X))
+    if not is_numpy(xp) and array_api_compat.is_array_api_obj(sample_weight):
+        sw = xp.asarray(sample_weight, device=device(X))
+        sw = xp.astype(sw, X.dtype)
+    else:
+        sw_np = np.asarray(to_numpy(sample_weight))
+        if sw_np.dtype.kind not in "biuf":
+            raise TypeError(f"`sample_weight` must hold numbers, got dtype {sw_np.dtype}")
+        sw = xp.asarray(sw_np.astype(np.float64), device=device(X))
+        sw = xp.astype(sw, X.dtype)
+    if sw.ndim != 1 or int(sw.shape[0]) != n:
+        raise ValueError(
+            f"`sample_weight` must have shape ({n},) (one weight per sample), got {tuple(sw.shape)}"
+        )
+    if not bool(xp.all(xp.isfinite(sw))):
+        raise ValueError("`sample_weight` must be finite")
+    if not bool(xp.all(sw >= 0)):
+        raise ValueError("`sample_weight` must be non-negative")
+    if not bool(xp.sum(sw) > 0):
+        raise ValueError("`sample_weight` must not be all zero")
+    return sw
+
+
+def check_groups(groups: Any, n: int) -> list[np.ndarray]:
+    """Group labels as a list of host integer code arrays, outermost level first.
+
+    ``groups`` is one label per sample (shape ``(n,)``) or one column per level
+    (shape ``(n, L)``, outermost first). Labels may be any hashable values.
+    """
+    g = np.asarray(to_numpy(groups))
+    if g.ndim == 1:
+        cols = [g]
+    elif g.ndim == 2:
+        cols = [g[:, j] for j in range(g.shape[1])]
+    else:
+        raise ValueError(
+            f"`groups` must have shape (n_samples,) or (n_samples, n_levels), got {g.shape}"
+        )
+    if g.shape[0] != n:
+        raise ValueError(f"`groups` has {g.shape[0]} entries but `X` has {n} rows")
+    out = []
+    for c in cols:
+        if c.dtype.kind == "f" and not np.all(np.isfinite(c)):
+            raise ValueError("`groups` must not contain NaN or infinite labels")
+        _, codes = np.unique(c, return_inverse=True)
+        out.append(codes.reshape(-1).astype(np.int64))
+    if len(out) > 1:  # nest inner levels inside outer ones: (outer, inner) pairs
+        nested = [out[0]]
+        for c in out[1:]:
+            pair = np.stack([nested[-1], c], axis=1)
+            _, codes = np.unique(pair, axis=0, return_inverse=True)
+            nested.append(codes.reshape(-1).astype(np.int64))
+        out = nested
+    return out
+
+
+# ---------------------------------------------------------------------- the fitted problem
+
+
+@dataclass
+class Problem:
+    """One tilted minimisation: a loss and the targets it sees (one per OvR class)."""
+
+    loss: Any
+    y: Any
+
+
+@dataclass
+class TiltSpec:
+    """Sample-level tilt ``t``, or hierarchical ``tilts`` with host group codes."""
+
+    t: float = 0.0
+    tilts: tuple[float, ...] | None = None
+    groups: list[np.ndarray] | None = None
+
+    def with_outer(self, t: float) -> TiltSpec:
+        """The same spec with the outermost tilt replaced by ``t``."""
+        if self.tilts is None:
+            return TiltSpec(t=t)
+        return TiltSpec(tilts=(t,) + tuple(self.tilts[1:]), groups=self.groups)
+
+    def objective_kwargs(self, idx: np.ndarray | None = None) -> dict[str, Any]:
+        if self.tilts is None:
+            return {"t": self.t}
+        gs = self.groups if idx is None else [g[idx] for g in self.groups]
+        return {"tilts": self.tilts, "groups": gs[0] if len(gs) == 1 else gs}
+
+
+@dataclass
+class FitData:
+    """Validated training data in X's namespace (X with the intercept column appended)."""
+
+    X: Any
+    xp: Any
+    sample_weight: Any
+    intercept: bool
+    spec: TiltSpec
+    problems: list[Problem] = field(default_factory=list)
+    stratify: np.ndarray | None = None
+
+    @property
+    def n(self) -> int:
+        return int(self.X.shape[0])
+
+
+class TiltedLinearBase(BaseEstimator):
+    """Base class of the tilted linear estimators (not public)."""
+
+    _is_classifier = False
+
+    # ------------------------------------------------------------------ parameter checks
+
+    def _check_params(self) -> None:
+        if self.solver not in SOLVERS:
+            raise ValueError(f"`solver` must be one of {SOLVERS}, got {self.solver!r}")
+        alpha = check_real(self.alpha, "alpha")
+        if alpha < 0:
+            raise ValueError(f"`alpha` must be non-negative, got {self.alpha!r}")
+        tol = check_real(self.tol, "tol")
+        if tol < 0:
+            raise ValueError(f"`tol` must be non-negative, got {self.tol!r}")
+        if (
+            isinstance(self.max_iter, bool)
+            or not isinstance(self.max_iter, numbers.Integral)
+            or self.max_iter < 1
+        ):
+            raise ValueError(f"`max_iter` must be a positive integer, got {self.max_iter!r}")
+        if self.early_stopping:
+            vf = check_real(self.validation_fraction, "validation_fraction")
+            if not 0 < vf < 1:
+                raise ValueError(
+                    f"`validation_fraction` must lie in (0, 1), got {self.validation_fraction!r}"
+                )
+            nic = self.n_iter_no_change
+            if isinstance(nic, bool) or not isinstance(nic, numbers.Integral) or nic < 1:
+                raise ValueError(
+                    f"`n_iter_no_change` must be a positive integer, got {self.n_iter_no_change!r}"
+                )
+        if self.solver_options is not None and not isinstance(self.solver_options, dict):
+            raise TypeError("`solver_options` must be a dict of options for tiltlab.minimize")
+
+    def _tilt_spec(self, groups: Any, n: int, class_codes: np.ndarray | None) -> TiltSpec:
+        """Check ``t``, ``tilts`` and the groups together; clear errors at fit."""
+        by_class = getattr(self, "groups", None)
+        if by_class is not None and not (isinstance(by_class, str) and by_class == "class"):
+            raise ValueError(
+                f"`groups` (constructor) must be None or 'class', got {by_class!r}; pass "
+                "per-sample group labels to fit(X, y, groups=...)"
+            )
+        if by_class == "class" and groups is not None:
+            raise ValueError(
+                "`groups`: got groups='class' in the constructor and group labels in fit; "
+                "use one of them"
+            )
+        t = check_real(self.t, "t", allow_inf=False)
+        if self.tilts is None:
+            if groups is not None or by_class == "class":
+                raise ValueError(
+                    "`groups` were given but `tilts` is None: pass tilts=(t_group, t_sample) "
+                    "for group-level tilting (or drop the groups and use `t`)"
+                )
+            return TiltSpec(t=t)
+        tilts = check_tilts(self.tilts)
+        if t != 0.0:
+            raise ValueError(
+                f"`t`={self.t!r} and `tilts`={self.tilts!r} were both given; with `tilts` the "
+                "tilts are (t_group, ..., t_sample): leave `t` at 0"
+            )
+        if by_class == "class":
+            codes = [np.asarray(class_codes, dtype=np.int64)]
+        elif groups is None:
+            raise ValueError(
+                "`tilts` needs groups: pass fit(X, y, groups=...) (through metadata routing in "
+                "a meta-estimator: est.set_fit_request(groups=True)), or groups='class'"
+            )
+        else:
+            codes = check_groups(groups, n)
+        if len(tilts) != len(codes) + 1:
+            raise ValueError(
+                f"`tilts` must have {len(codes) + 1} entries for {len(codes)} grouping "
+                f"level(s) (outermost first, the sample tilt last), got {len(tilts)}"
+            )
+        return TiltSpec(tilts=tilts, groups=codes)
+
+    # ----------------------------------------------------------------------- data
+
+    def _validate_X(self, X: Any, *, reset: bool) -> tuple[Any, Any]:
+        X = validate_data(self, X, reset=reset, dtype="numeric")
+        xp = namespace(X)
+        return as_float_X(X, xp), xp
+
+    def _augment(self, X: Any, xp: Any) -> Any:
+        return add_intercept_column(X, xp) if self.fit_intercept else X
+
+    # ------------------------------------------------------------------------ solving
+
+    def _seed(self) -> int:
+        return int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
+
+    def _split(self, data: FitData, seed: int) -> tuple[np.ndarray, np.ndarray]:
+        """Train / validation indices for early stopping (stratified for classifiers)."""
+        from sklearn.model_selection import ShuffleSplit, StratifiedShuffleSplit
+
+        n = data.n
+        n_val = int(np.ceil(self.validation_fraction * n))
+        if n_val < 1 or n - n_val < 2:
+            raise ValueError(
+                f"early stopping needs a validation split: `validation_fraction`="
+                f"{self.validation_fraction} of {n} samples is too few or too many"
+            )
+        dummy = np.zeros((n, 1))
+        strat = data.stratify
+        if strat is not None and np.bincount(strat).min() >= 2 and n_val >= strat.max() + 1:
+            splitter: Any = StratifiedShuffleSplit(
+                n_splits=1, test_size=self.validation_fraction, random_state=seed
+            )
+            tr, va = next(splitter.split(dummy, strat))
+        else:
+            splitter = ShuffleSplit(
+                n_splits=1, test_size=self.validation_fraction, random_state=seed
+            )
+            tr, va = next(splitter.split(dummy))
+        return np.sort(tr), np.sort(va)
+
+    def _objective(self, data: FitData, problem: Problem, spec: TiltSpec, rows=None) -> Any:
+        xp = data.xp
+        X, y, sw = data.X, problem.y, data.sample_weight
+        if rows is not None:
+            X, y = take_rows(X, rows, xp), take_rows(y, rows, xp)
+            sw = None if sw is None else take_rows(sw, rows, xp)
+        return make_objective(
+            problem.loss,
+            X,
+            y,
+            weights=sw,
+            alpha=float(self.alpha),
+            intercept=data.intercept,
+            **spec.objective_kwargs(rows),
+        )
+
+    def _validation_objective(self, data: FitData, problem: Problem, spec: TiltSpec, rows):
+        xp = data.xp
+        sw = data.sample_weight
+        return make_objective(
+            problem.loss,
+            take_rows(data.X, rows, xp),
+            take_rows(problem.y, rows, xp),
+            weights=None if sw is None else take_rows(sw, rows, xp),
+            alpha=0.0,
+            **spec.objective_kwargs(rows),
+        )
+
+    def _minimize(self, obj: Any, theta0: Any, val: Any, seed: int) -> Any:
+        from ..solvers import minimize
+
+        opts = dict(self.solver_options or {})
+        kw: dict[str, Any] = {}
+        if val is not None:
+            kw = {"validation": val, "patience": int(self.n_iter_no_change)}
+        if self.solver == "stochastic":
+            kw["seed"] = seed
+        # the tolerance is relative to the gradient at zero, not at the start, so that warm
+        # starts (refits, tilt paths) stop where a cold start would
+        # (and in single precision never below 10 sqrt(eps) = 3.5e-3: a float32 objective
+        # cannot resolve the decrease a smaller gradient promises, the line search stalls)
+        eps = float(obj.xp.finfo(obj.dtype).eps)
+        rtol = max(float(self.tol), 10 * np.sqrt(eps)) if eps > 1e-10 else float(self.tol)
+        if theta0 is None:
+            tol, atol = rtol, 0.0
+        else:
+            g0 = float(to_numpy(obj.xp.linalg.vector_norm(obj.gradient(obj.zeros()))))
+            tol, atol = 0.0, rtol * g0
+        return minimize(
+            obj,
+            theta0,
+            method=self.solver,
+            tol=tol,
+            atol=atol,
+            max_iter=int(self.max_iter),
+            **kw,
+            **opts,
+        )
+
+    def _solve_all(self, data: FitData, spec: TiltSpec, theta0s: list | None, seed: int):
+        """Solve every problem; returns (thetas, results)."""
+        split = self._split(data, seed) if self.early_stopping else None
+        thetas, results = [], []
+        for k, prob in enumerate(data.problems):
+            rows = None if split is None else split[0]
+            obj = self._objective(data, prob, spec, rows)
+            val = None if split is None else self._validation_objective(data, prob, spec, split[1])
+            res = self._minimize(obj, None if theta0s is None else theta0s[k], val, seed)
+            thetas.append(res.x)
+            results.append(res)
+        return thetas, results
+
+    def _tilted_weights(self, data: FitData, spec: TiltSpec, thetas: list) -> Any:
+        """Tilted weights of all rows passed to fit at the solution (one column per problem)."""
+        xp = data.xp
+        if spec.tilts is None and spec.t == 0.0:  # untilted: the weights are the prior
+            n = data.n
+            if data.sample_weight is None:
+                w = xp.full((n,), 1.0 / n, dtype=data.X.dtype, device=device(data.X))
+            else:
+                w = data.sample_weight / xp.sum(data.sample_weight)
+            k = len(data.problems)
+            return w if k == 1 else xp.stack([w] * k, axis=1)
+        cols = []
+        for prob, th in zip(data.problems, thetas, strict=True):
+            obj = make_objective(
+                prob.loss, data.X, prob.y, weights=data.sample_weight, **spec.objective_kwargs()
+            )
+            cols.append(obj.weights(th))
+        return cols[0] if len(cols) == 1 else xp.stack(cols, axis=1)
+
+    def _warn_convergence(self, results: list, problems: list) -> None:
+        # the gradient test cannot be met at the kinks of non-smooth losses (absolute,
+        # hinge): their runs end at max_iter or a stalled line search, silently
+        if any(p.loss.name in ("absolute", "hinge") for p in problems):
+            return
+        bad = [r for r in results if not r.success]
+        if bad:
+            warnings.warn(
+                f"{type(self).__name__}: the solver did not converge ({bad[0].message}); "
+                "raise `max_iter` or `tol`, or scale the features",
+                ConvergenceWarning,
+                stacklevel=3,
+            )
+
+    def _theta0(self, data: FitData) -> list | None:
+        """Previous solution for warm starts, when its shape still fits."""
+        if not self.warm_start or not hasattr(self, "_thetas"):
+            return None
+        prev = self._thetas
+        if len(prev) != len(data.problems):
+            return None
+        want = int(data.X.shape[1])
+        if any(int(th.shape[0]) != want for th in prev):
+            return None
+        if array_api_compat.array_namespace(prev[0]) is not data.xp:
+            return None
+        return [xp_copy(th, data.xp) for th in prev]
+
+    def _check_fitted(self) -> None:
+        check_is_fitted(self, "coef_")
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.array_api_support = True
+        return tags
+
+
+def xp_copy(a: Any, xp: Any) -> Any:
+    return xp.asarray(a, copy=True)
+
+
+def split_theta(theta: Any, intercept: bool, xp: Any) -> tuple[Any, Any]:
+    """(coefficients, intercept) from ``theta`` of shape (d[+1],) or (d[+1], K)."""
+    if not intercept:
+        if theta.ndim == 1:
+            return theta, xp.zeros((), dtype=theta.dtype, device=device(theta))
+        return theta, xp.zeros((theta.shape[1],), dtype=theta.dtype, device=device(theta))
+    return theta[:-1, ...], theta[-1, ...]
