@@ -100,8 +100,8 @@ def armijo(
     """Backtracking line search along ``d`` from ``x`` (sufficient decrease).
 
     ``feps`` is the relative rounding level of objective values (:func:`value_rtol`):
-    where the decrease a step promises is below it, the gradient-based approximate
-    Wolfe test decides instead of the value test.
+    where the decrease a step promises is below it, the decrease is estimated from the
+    directional derivatives at both ends (trapezoidal rule) instead of the rounded values.
 
     Returns ``(step, x_new, f_new, g_new, n_evals)``; ``step`` is 0 when it failed.
     """
@@ -118,7 +118,10 @@ def armijo(
             if -c1 * step * slope > feps * abs(f):  # the decrease test can resolve it
                 if fn <= f + c1 * step * slope:
                     return step, x_new, f_new, g_new, evals
-            elif approx_wolfe(fn, f, dnew, slope, c1=c1, eps=feps):
+            elif fn <= f + feps * abs(f) and 0.5 * (slope + dnew) <= c1 * slope:
+                # below the rounding level of f: the trapezoidal estimate of the change,
+                # step * (slope + dnew) / 2, from the directional derivatives at both ends
+                # must meet the sufficient-decrease test instead
                 return step, x_new, f_new, g_new, evals
         step *= shrink
     return 0.0, x, None, None, evals

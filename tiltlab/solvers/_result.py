@@ -107,6 +107,9 @@ class OptimizeResult:
         With ``validation``: the iteration of ``x``.
     n_iter_run : int or None
         Iterations the run made in all (with ``validation`` it may exceed ``nit``).
+    lbfgs_pairs : tuple or None
+        ``method="lbfgs"``: the final correction pairs ``(S, Y)`` (the ``pairs`` option
+        of a later run accepts them).
     """
 
     x: Any
@@ -122,6 +125,8 @@ class OptimizeResult:
     method: str = ""
     best_iteration: int | None = None
     n_iter_run: int | None = None
+    #: lbfgs only: the final correction pairs ``(S, Y)``, for warm starts (not shown)
+    lbfgs_pairs: Any = field(default=None, repr=False)
 
     def __repr__(self) -> str:
         try:

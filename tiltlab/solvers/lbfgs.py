@@ -86,16 +86,22 @@ class LBFGS(Solver):
     -------
     memory : int, default 10
         Number of correction pairs kept.
+    pairs : tuple of two lists of arrays, optional
+        Initial correction pairs ``(S, Y)`` (flattened steps and gradient changes, oldest
+        first), e.g. ``result.lbfgs_pairs`` of a neighbouring problem: :func:`tilt_path`
+        passes them from tilt to tilt, so that each solve starts with the curvature
+        learned at the previous tilt.
     """
 
     name = "lbfgs"
     default_max_iter = 2000
 
-    def __init__(self, memory: int = 10, **options: Any):
+    def __init__(self, memory: int = 10, pairs: Any = None, **options: Any):
         super().__init__(**options)
         if isinstance(memory, bool) or int(memory) != memory or int(memory) < 1:
             raise ValueError(f"`memory` must be a positive integer, got {memory!r}")
         self.memory = int(memory)
+        self.pairs = pairs
 
     def _reset(self) -> None:
         self.S: list = []  # flattened s_i, oldest first
@@ -110,7 +116,28 @@ class LBFGS(Solver):
         state = super().init(objective, x0)
         self.shape = tuple(x0.shape)
         self.gg = state.grad_norm**2
+        if self.pairs is not None and state.failed is None:
+            self._seed_pairs(objective.xp, state.jac)
         return state
+
+    def _seed_pairs(self, xp: Any, g: Any) -> None:
+        """Start from given correction pairs (e.g. of a neighbouring tilt on a path)."""
+        S, Y = list(self.pairs[0])[-self.memory :], list(self.pairs[1])[-self.memory :]
+        if not S or len(S) != len(Y):
+            return
+        m = len(S)
+        rows = xp.stack(S + Y)
+        P = to_numpy(rows @ xp.stack(Y + [xp.reshape(g, (-1,))], axis=1)).astype(np.float64)
+        SY, YY, Sg, Yg = P[:m, :m], P[m:, :m], P[:m, m], P[m:, m]
+        if not (np.all(np.isfinite(P)) and np.all(np.diag(SY) > 0)):
+            return
+        self.S, self.Y = S, Y
+        self.SY, self.YY = np.triu(SY), YY
+        self.Sg, self.Yg = Sg, Yg
+
+    def export_pairs(self) -> tuple[list, list]:
+        """The stored correction pairs ``(S, Y)`` (flattened arrays, oldest first)."""
+        return list(self.S), list(self.Y)
 
     def _coefficients(self) -> tuple[float, np.ndarray, np.ndarray] | None:
         """``H g = gamma g + cS . S + cY . Y`` (host), or None without pairs."""
