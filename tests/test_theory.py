@@ -71,7 +71,7 @@ def paths():
         ("squared", tl.TiltedObjective("squared", X, y, l2=L2)),
         ("logistic", tl.TiltedObjective("logistic", Xl, yl, l2=L2)),
     ):
-        out[name] = tl.tilt_path(obj, TILTS, method="newton", tol=1e-10)
+        out[name] = tl.tilt_path(obj, TILTS, method="newton", tol=1e-12)
     return out
 
 

@@ -17,7 +17,6 @@ import math
 from typing import Any
 
 import numpy as np
-from scipy.linalg import solve_triangular
 
 from .._compat import device, materialize, to_numpy
 from ._base import Solver
@@ -147,8 +146,9 @@ class LBFGS(Solver):
         R = np.triu(self.SY)
         D = np.diag(self.SY)
         gamma = float(self.SY[-1, -1] / self.YY[-1, -1])
-        p1 = solve_triangular(R, self.Sg, lower=False)
-        cS = solve_triangular(R, D * p1 + gamma * (self.YY @ p1) - gamma * self.Yg, trans="T")
+        # m x m (m <= memory) triangular systems: LAPACK directly, without SciPy's checks
+        p1 = np.linalg.solve(R, self.Sg)
+        cS = np.linalg.solve(R.T, D * p1 + gamma * (self.YY @ p1) - gamma * self.Yg)
         cY = -gamma * p1
         return gamma, cS, cY
 
