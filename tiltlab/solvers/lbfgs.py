@@ -114,6 +114,7 @@ class LBFGS(Solver):
         self._reset()
         state = super().init(objective, x0)
         self.shape = tuple(x0.shape)
+        self.np_dtype = to_numpy_dtype(x0)
         self.gg = state.grad_norm**2
         if self.pairs is not None and state.failed is None:
             self._seed_pairs(objective.xp, state.jac)
@@ -143,7 +144,7 @@ class LBFGS(Solver):
         m = len(self.S)
         if m == 0:
             return None
-        R = np.triu(self.SY)
+        R = self.SY  # kept upper triangular (s_i . y_j for i <= j)
         D = np.diag(self.SY)
         gamma = float(self.SY[-1, -1] / self.YY[-1, -1])
         # m x m (m <= memory) triangular systems: LAPACK directly, without SciPy's checks
@@ -161,7 +162,7 @@ class LBFGS(Solver):
         w = np.concatenate([cS, cY])
         slope = -(gamma * self.gg + float(cS @ self.Sg) + float(cY @ self.Yg))
         rows = xp.stack(self.S + self.Y)  # (2m, p)
-        wd = xp.asarray(w.astype(to_numpy_dtype(g)), device=device(g))
+        wd = xp.asarray(w.astype(self.np_dtype), device=device(g))
         hg = gamma * xp.reshape(g, (-1,)) + wd @ rows
         return xp.reshape(-hg, self.shape), slope
 
