@@ -756,13 +756,10 @@ def _check_cosine_local(d: _PathData) -> PropertyCheck:
         f"lambda = {d.l2:g}; computed rate {rate:.4g}."
     )
     if not cond:
-        desc += (
-            " The condition does not hold here, so the sign is not guaranteed"
-            + (
-                ": with m < 0 the cosine decreases through t = 0, as the formula predicts."
-                if m < 0
-                else "."
-            )
+        desc += " The condition does not hold here, so the sign is not guaranteed" + (
+            ": with m < 0 the cosine decreases through t = 0, as the formula predicts."
+            if m < 0
+            else "."
         )
     return v.record("cosine_local", desc, ref)
 
