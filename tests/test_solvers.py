@@ -161,7 +161,8 @@ def test_status_messages_and_controls():
     res = tl.minimize(obj, method="gd", validation=val, patience=3, max_iter=500)
     best = int(np.argmin(res.history["validation"]))
     assert res.best_iteration == best
-    assert res.fun is not None and len(res.history["validation"]) == res.nit + 1
+    assert res.fun is not None and len(res.history["validation"]) == res.n_iter_run + 1
+    assert res.nit == best and res.status is Status.EARLY_STOPPED and res.success
     with pytest.raises(ValueError, match="`method` must be one of"):
         tl.minimize(obj, method="sgd")
     with pytest.raises(TypeError, match="unknown option"):

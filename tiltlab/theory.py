@@ -46,8 +46,12 @@ statements whose proofs use :math:`\mathcal V_0`). Counterexamples, with tight s
   (``A = ||theta||^2``, ``T(x) = 2x``, no ridge), with 2-D Gaussian data
   (``numpy.random.default_rng(s)``, ``n = rng.integers(5, 20)`` points
   ``rng.normal(size=(n, 2)) @ rng.normal(size=(2, 2)) + 2 rng.normal(size=2)``): the
-  max-loss *increases* by 0.020 between ``t = 0.25`` and ``0.30`` (seed 38), the mean loss
-  *decreases* by 0.0062 from ``t = 2.05`` to ``2.10`` (seed 15), the loss variance
+  max-loss *increases* by 0.020 between ``t = 0.25`` and ``0.30`` (seed 38) and already
+  at ``t = 0+`` (seed 546: d/dt max-loss = 1.47 at ``t = 0``; the max/mean trade-off has
+  no local form near ``t = 0``, because the max-loss is the risk at ``tau = +inf``), the
+  mean loss *decreases* by 0.0062 from ``t = 2.05`` to ``2.10`` (seed 15), for ``t < 0``
+  *both* halves of the min/mean trade-off fail (seed 31: the mean loss rises by 0.29 from
+  ``t = -10`` to ``t = -1.58``; the min half fails on the squared-loss test path), the loss variance
   increases for ``t > 0`` (seed 15, by 0.012) and for ``t < 0``; the entropy of
   fixed-tilt weights decreases in ``t`` (seed 33, ``tau = -20``).
 * The paper claims its GLM assumption covers the squared and logistic losses; it does
@@ -81,7 +85,11 @@ definite Hessian at the path, ridge included; checked by the ``*_local`` records
 * ``cosine_local`` -- at ``t = 0``,
   :math:`\frac{d}{dt}s = (m\,c_0^\top H^{-1}c_0 + \lambda\,\mathrm{Var}\,
   \breve\theta^\top H^{-1}c_0)/q^3` (``m`` the mean, ``q`` the root-mean-square loss):
-  non-negative without a ridge.
+  non-negative when ``m >= 0`` and there is no ridge, and only then. With losses of
+  mean ``m < 0`` (the paper's point-estimation GLM, whose losses
+  :math:`\|\theta\|^2 - 2\theta^\top x_i` are negative near the data) the cosine
+  *decreases* through ``t = 0``; the record then fails and says so (the cosine is defined
+  for losses of any sign, so the check is never skipped for negative losses).
 * ``entropy_local`` -- :math:`\frac{d}{dt} H(w(\tau;\breve\theta(t)))|_{t=\tau}
   = \tau^2 c_\tau^\top H^{-1} c_\tau \ge 0` (the paper's "more uniform weights" holds at
   the path point itself; the paper's strict ``> 0`` also fails at ``tau = 0``, where the
@@ -107,10 +115,14 @@ comparison of ``q`` at points ``j`` and ``k`` passes when it fails by at most::
     10 * (S_j G_j dtheta_j + S_k G_k dtheta_k) + rtol * (|q_j| + |q_k|),
 
 ``S = ||dq/dl||_1`` computed exactly for each statistic and ``rtol`` (default ``1e-10``)
-covering floating-point rounding. Finite-difference checks use a Richardson estimate of
-their truncation error (steps ``h`` and ``2h``) plus the solution error over the step.
-A path whose solutions are wrong (say, shuffled across tilts) fails the stationarity
-record and the monotonicity records, since its reported gradients are small.
+covering floating-point rounding. The local rates (``*_local``) are sums with
+cancellation; their tolerance is ``1e-8`` times the rate's magnitude bound built from the
+absolute values of every term (per-sample coefficients before cancellation times
+per-sample gradient norms, and ``||H^-1||``), so a rate of ``1e-78`` computed from terms
+of ``1e-60`` reads as rounding, not as a broken theorem. Finite-difference checks use a
+Richardson estimate of their truncation error (steps ``h`` and ``2h``) plus the solution
+error over the step. A path whose solutions are wrong (say, shuffled across tilts) fails
+the stationarity record and the monotonicity records, since its reported gradients are small.
 
 Backends: any (the objective is evaluated in its namespace); the checks run on the host
 in float64 with NumPy and SciPy.
@@ -159,6 +171,9 @@ class PropertyCheck:
         The paper's statement it checks (theorem title and label).
     tolerance : float
         The tolerance of the worst comparison (of the worst failing one, if any).
+    parts : tuple of (str, bool, float)
+        For statements made of several halves (the trade-offs): ``(label, holds,
+        worst_violation)`` of each half, e.g. ``("min", False, 5e-4), ("mean", True, 0.0)``.
     """
 
     name: str
@@ -167,6 +182,7 @@ class PropertyCheck:
     description: str
     reference: str
     tolerance: float = 0.0
+    parts: tuple = ()
 
 
 #: Names of the checks of :func:`check_path`, in the order they are reported.
@@ -224,7 +240,9 @@ class _Violations:
             k = int(np.argmax(excess - tol))
             self.worst_tol = max(self.worst_tol, float(tol[k]))
 
-    def record(self, name: str, description: str, reference: str) -> PropertyCheck:
+    def record(
+        self, name: str, description: str, reference: str, parts: tuple = ()
+    ) -> PropertyCheck:
         return PropertyCheck(
             name=name,
             holds=self.worst == 0.0,
@@ -232,6 +250,7 @@ class _Violations:
             description=description,
             reference=reference,
             tolerance=self.worst_tol,
+            parts=parts,
         )
 
 
@@ -519,6 +538,10 @@ def _monotone(v: _Violations, d: _PathData, ks: Sequence[int], q: np.ndarray, S,
         v.add(-diff if increasing else diff, tol)
 
 
+def _parts_tuple(parts: dict[str, _Violations]) -> tuple:
+    return tuple((label, part.worst == 0.0, part.worst) for label, part in parts.items())
+
+
 def _parts_note(parts: dict[str, _Violations]) -> str:
     out = []
     for label, part in parts.items():
@@ -551,11 +574,16 @@ def _check_max_mean(d: _PathData) -> PropertyCheck:
         f"{_pen_label(d)} non-decreasing along the path ({len(ks)} tilts)"
         + _parts_note(parts)
         + _NOT_A_THEOREM
+        + " It has no local form at t = 0: the max-loss is the risk at tau = +inf, far "
+        "from t, and d/dt max-loss can be positive already at t = 0+ on valid data."
     )
     if len(ks) < 2:
         desc += " Skipped: fewer than two tilts >= 0."
     return v.record(
-        "max_mean_tradeoff", desc, "Theorem 'Average- vs. max-loss tradeoff' (thm:tradeoff)"
+        "max_mean_tradeoff",
+        desc,
+        "Theorem 'Average- vs. max-loss tradeoff' (thm:tradeoff)",
+        _parts_tuple(parts),
     )
 
 
@@ -573,7 +601,10 @@ def _check_min_mean(d: _PathData) -> PropertyCheck:
     if len(ks) < 2:
         desc += " Skipped: fewer than two tilts <= 0."
     return v.record(
-        "min_mean_tradeoff", desc, "Theorem 'Average- vs. min-loss tradeoff' (thm:tradeoff-2)"
+        "min_mean_tradeoff",
+        desc,
+        "Theorem 'Average- vs. min-loss tradeoff' (thm:tradeoff-2)",
+        _parts_tuple(parts),
     )
 
 
@@ -614,6 +645,34 @@ def _zero_point(d: _PathData) -> tuple[Any, np.ndarray, np.ndarray, str]:
     return x, th, dth, "t = 0 (re-solved: 0 is not on the path)"
 
 
+def _local_tol(
+    d: _PathData,
+    t: float,
+    x: Any,
+    grad_q: np.ndarray,
+    dq_abs: np.ndarray,
+    dth: np.ndarray,
+    c_abs: np.ndarray,
+) -> float:
+    """Tolerance of a local rate ``grad_q . dth`` that scales with its rounding error.
+
+    ``grad_q = sum_i dq_i grad l_i`` and ``dth = -H^-1 c`` (``c = sum_i c_i grad l_i``)
+    are sums with cancellation (a rate of 1e-78 can be built from terms of 1e-70), so
+    the rounding error is bounded through the sums of absolute values ``dq_abs`` and
+    ``c_abs`` (each coefficient's magnitude before cancellation) times the per-sample
+    gradient norms, with ``||H^-1|| = 1 / mu``.
+    """
+    o = d.obj.with_tilt(float(t))
+    G = _sample_grad_norms(o, x)
+    H = _host(o.hessian(x))
+    ev = np.linalg.eigvalsh(0.5 * (H + H.T))
+    mu = max(float(ev[0]), 1e-12 * max(float(np.abs(ev).max()), 1e-300))
+    gq, nd = float(np.linalg.norm(grad_q)), float(np.linalg.norm(dth))
+    A = float(dq_abs @ G)
+    B = float(c_abs @ G) / mu
+    return 1e-8 * (gq * nd + A * nd + gq * B) + 1e-300
+
+
 def _check_variance_local(d: _PathData) -> PropertyCheck:
     v = _Violations()
     x0, th0, dth, where = _zero_point(d)
@@ -621,7 +680,9 @@ def _check_variance_local(d: _PathData) -> PropertyCheck:
     _, _, dv = _variance_parts(l, d.p)
     grad_var = d.vjp(x0, 0.0, dv)  # = 2 c_0
     rate = float(grad_var @ dth)
-    tol = 1e-8 * float(np.linalg.norm(grad_var) * np.linalg.norm(dth)) + 1e-300
+    m = float(d.p @ l)
+    c_abs = d.p * (np.abs(l) + abs(m))
+    tol = _local_tol(d, 0.0, x0, grad_var, 2 * c_abs, dth, c_abs)
     v.add(rate, tol)
     return v.record(
         "variance_local",
@@ -639,61 +700,68 @@ def _cosine_parts(l: np.ndarray, p: np.ndarray) -> tuple[float, np.ndarray]:
     return s, ds
 
 
+_COSINE_REF = (
+    "Theorem 'Cosine similarity of the loss vector and the all-ones vector increases "
+    "with t' (thm: cosine-similarity)"
+)
+
+
 def _check_cosine(d: _PathData) -> PropertyCheck:
     v = _Violations()
-    if np.any(d.L < 0) or np.any(np.all(d.L == 0, axis=1)):
-        return PropertyCheck(
-            "cosine_increasing",
-            True,
-            0.0,
-            "Not applicable: the theorem is about non-negative, non-zero loss vectors.",
-            "Theorem 'Cosine similarity of the loss vector and the all-ones vector increases "
-            "with t' (thm: cosine-similarity)",
-        )
-    s = np.empty(d.ts.size)
-    S = np.empty(d.ts.size)
-    for k in range(d.ts.size):
+    # the cosine E l / sqrt(E l^2) is defined for losses of any sign (not for all-zero ones)
+    ks = [k for k in range(d.ts.size) if np.any(d.L[k] != 0)]
+    s = np.zeros(d.ts.size)
+    S = np.zeros(d.ts.size)
+    for k in ks:
         s[k], ds = _cosine_parts(d.L[k], d.p)
         S[k] = np.abs(ds).sum()
-    _monotone(v, d, list(range(d.ts.size)), s, S, True, False)
-    return v.record(
-        "cosine_increasing",
+    _monotone(v, d, ks, s, S, True, False)
+    desc = (
         "The cosine similarity of the loss vector with the all-ones vector (prior-weighted: "
-        "E l / sqrt(E l^2)) is non-decreasing along the whole path." + _NOT_A_THEOREM,
-        "Theorem 'Cosine similarity of the loss vector and the all-ones vector increases "
-        "with t' (thm: cosine-similarity)",
+        "E l / sqrt(E l^2)) is non-decreasing along the whole path." + _NOT_A_THEOREM
     )
+    if np.any(d.L < 0):
+        desc += (
+            " The losses take negative values here; the cosine is still defined, and the "
+            "local form (cosine_local) needs a non-negative mean loss."
+        )
+    if len(ks) < d.ts.size:
+        desc += f" {d.ts.size - len(ks)} point(s) with all-zero losses left out."
+    return v.record("cosine_increasing", desc, _COSINE_REF)
 
 
 def _check_cosine_local(d: _PathData) -> PropertyCheck:
     v = _Violations()
     x0, _, dth, where = _zero_point(d)
     l = _host(d.obj.losses(x0))
-    if np.any(l < 0) or np.all(l == 0):
+    ref = "Theorem thm: cosine-similarity, local form at t = 0"
+    if np.all(l == 0):
         return PropertyCheck(
-            "cosine_local",
-            True,
-            0.0,
-            "Not applicable: non-negative, non-zero losses are needed.",
-            "Theorem thm: cosine-similarity, local form at t = 0",
+            "cosine_local", True, 0.0, "Skipped: all losses are zero at t = 0 (no cosine).", ref
         )
     _, ds = _cosine_parts(l, d.p)
     grad_s = d.vjp(x0, 0.0, ds)
     rate = float(grad_s @ dth)
-    tol = 1e-8 * float(np.linalg.norm(grad_s) * np.linalg.norm(dth)) + 1e-300
+    m = float(d.p @ l)
+    q = math.sqrt(float(d.p @ (l * l)))
+    ds_abs = d.p / q + abs(m) * d.p * np.abs(l) / q**3
+    tol = _local_tol(d, 0.0, x0, grad_s, ds_abs, dth, d.p * (np.abs(l) + abs(m)))
     v.add(-rate, tol)
-    ridge = (
-        " With a ridge the rate gains lambda Var theta' H^-1 c0 / q^3, of either sign; the "
-        "statement is a theorem for l2 = 0."
-        if d.l2
-        else ""
-    )
-    return v.record(
-        "cosine_local",
+    cond = m >= 0 and d.l2 == 0
+    desc = (
         f"Corrected cosine statement: d/dt s(l(theta(t)), 1) at {where} equals "
-        f"m c0' H^-1 c0 / q^3 >= 0 (computed: {rate:.4g}).{ridge}",
-        "Theorem thm: cosine-similarity, local form at t = 0",
+        "(m c0' H^-1 c0 + lambda Var theta' H^-1 c0) / q^3 (m the mean and q the root mean "
+        "square loss, lambda the ridge), which is >= 0 when m >= 0 and lambda = 0 (the "
+        f"theorem's real condition; the paper states none). Here m = {m:.4g}, "
+        f"lambda = {d.l2:g}; computed rate {rate:.4g}."
     )
+    if not cond:
+        desc += " The condition does not hold here, so the sign is not guaranteed" + (
+            ": with m < 0 the cosine decreases through t = 0, as the formula predicts."
+            if m < 0
+            else "."
+        )
+    return v.record("cosine_local", desc, ref)
 
 
 def _entropy_parts(l: np.ndarray, p: np.ndarray, tau: float) -> tuple[float, np.ndarray]:
@@ -753,7 +821,13 @@ def _check_entropy_local(d: _PathData) -> PropertyCheck:
         grad_H = d.vjp(k, float(tau), dH)  # = -tau^2 c_tau
         rate = float(grad_H @ d.derivs()[k])
         worst_rate = min(worst_rate, rate)
-        tol = 1e-8 * float(np.linalg.norm(grad_H) * np.linalg.norm(d.derivs()[k])) + 1e-300
+        w = _tilted_weights(d.L[k], d.p, float(tau))
+        logw = np.log(np.where(w > 0, w, 1.0))
+        Hw = _entropy(w)
+        dH_abs = abs(tau) * w * (np.abs(logw) + Hw)  # before cancellation in log w + H
+        lbar = float(w @ d.L[k])
+        c_abs = w * (np.abs(d.L[k]) + abs(lbar))
+        tol = _local_tol(d, float(tau), d.x_native[k], grad_H, dH_abs, d.derivs()[k], c_abs)
         v.add(-rate, tol)
     return v.record(
         "entropy_local",

@@ -6,7 +6,7 @@ import math
 from typing import Any
 
 from .._compat import materialize
-from ._linalg import norm, to_float
+from ._linalg import norm, to_floats, value_rtol, working_eps
 from ._result import SolverState, Status
 
 __all__ = ["Solver", "make_state"]
@@ -14,8 +14,7 @@ __all__ = ["Solver", "make_state"]
 
 def make_state(x: Any, f: Any, g: Any, xp: Any, **kw: Any) -> SolverState:
     x, f, g = materialize(x, f, g)
-    ff = to_float(f)
-    gn = to_float(norm(g, xp))
+    ff, gn = to_floats(f, norm(g, xp), xp=xp)
     state = SolverState(x=x, fun=f, jac=g, fun_float=ff, grad_norm=gn, **kw)
     if not (math.isfinite(ff) and math.isfinite(gn)):
         state.failed = Status.NONFINITE
@@ -36,7 +35,13 @@ class Solver:
                 f"unknown option(s) for method {self.name!r}: {', '.join(sorted(options))}"
             )
 
+    #: machine epsilon of the working dtype and the rounding level of objective values
+    eps = float(2.0**-52)
+    feps = 1e-12
+
     def init(self, objective: Any, x0: Any) -> SolverState:
+        self.eps = working_eps(x0)
+        self.feps = value_rtol(self.eps)
         f, g = objective.value_and_gradient(x0)
         return make_state(x0, f, g, objective.xp)
 

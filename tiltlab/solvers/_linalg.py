@@ -9,7 +9,40 @@ import numpy as np
 
 from .._compat import device, to_numpy
 
-__all__ = ["vdot", "norm", "to_float", "armijo", "approx_wolfe", "host_solve", "power_iteration"]
+__all__ = [
+    "vdot",
+    "norm",
+    "to_float",
+    "to_floats",
+    "armijo",
+    "approx_wolfe",
+    "host_solve",
+    "power_iteration",
+    "working_eps",
+    "value_rtol",
+]
+
+
+def working_eps(x: Any) -> float:
+    """Machine epsilon of ``x``'s floating-point type (float64's for other dtypes)."""
+    try:
+        return float(np.finfo(to_numpy_dtype(x)).eps)
+    except (TypeError, ValueError):
+        return float(np.finfo(np.float64).eps)
+
+
+def to_numpy_dtype(x: Any) -> Any:
+    name = str(getattr(x, "dtype", "float64")).rsplit(".", 1)[-1]
+    return np.dtype(name)
+
+
+def value_rtol(eps: float) -> float:
+    """Relative change of an objective value below which it is rounding noise.
+
+    ``1e-12`` in float64 (a sum of many rounded terms), ``64 eps`` in lower precision
+    (``7.6e-6`` in float32).
+    """
+    return max(1e-12, 64.0 * eps)
 
 
 def approx_wolfe(
@@ -43,6 +76,13 @@ def to_float(a: Any) -> float:
     return float(to_numpy(a))
 
 
+def to_floats(*scalars: Any, xp: Any) -> list[float]:
+    """Host floats of several 0-d arrays with one device-to-host transfer."""
+    if len(scalars) == 1:
+        return [to_float(scalars[0])]
+    return [float(v) for v in to_numpy(xp.stack(list(scalars))).astype(np.float64)]
+
+
 def armijo(
     objective: Any,
     x: Any,
@@ -55,8 +95,13 @@ def armijo(
     c1: float = 1e-4,
     shrink: float = 0.5,
     max_halvings: int = 60,
+    feps: float = 1e-12,
 ):
     """Backtracking line search along ``d`` from ``x`` (sufficient decrease).
+
+    ``feps`` is the relative rounding level of objective values (:func:`value_rtol`):
+    where the decrease a step promises is below it, the decrease is estimated from the
+    directional derivatives at both ends (trapezoidal rule) instead of the rounded values.
 
     Returns ``(step, x_new, f_new, g_new, n_evals)``; ``step`` is 0 when it failed.
     """
@@ -68,12 +113,15 @@ def armijo(
         x_new = x + step * d
         f_new, g_new = objective.value_and_gradient(x_new)
         evals += 1
-        fn = to_float(f_new)
+        fn, dnew = to_floats(f_new, vdot(g_new, d, xp), xp=xp)
         if math.isfinite(fn):
-            if -c1 * step * slope > 1e-12 * abs(f):  # the decrease test can resolve it
+            if -c1 * step * slope > feps * abs(f):  # the decrease test can resolve it
                 if fn <= f + c1 * step * slope:
                     return step, x_new, f_new, g_new, evals
-            elif approx_wolfe(fn, f, to_float(vdot(g_new, d, xp)), slope, c1=c1):
+            elif fn <= f + feps * abs(f) and 0.5 * (slope + dnew) <= c1 * slope:
+                # below the rounding level of f: the trapezoidal estimate of the change,
+                # step * (slope + dnew) / 2, from the directional derivatives at both ends
+                # must meet the sufficient-decrease test instead
                 return step, x_new, f_new, g_new, evals
         step *= shrink
     return 0.0, x, None, None, evals

@@ -19,6 +19,8 @@ class Status(enum.IntEnum):
     CALLBACK = 4
     EARLY_STOPPED = 5
     MAX_PASSES = 6
+    PRECISION = 7
+    COMPLETED = 8
 
     def describe(self, iteration: int | None = None, detail: str = "") -> str:
         k = "" if iteration is None else f" at iteration {iteration}"
@@ -30,15 +32,26 @@ class Status(enum.IntEnum):
             Status.LINE_SEARCH_FAILED: f"line search failed{k}: no sufficient decrease found "
             "(the iterate is as accurate as float precision allows, or the gradient is wrong)",
             Status.CALLBACK: f"stopped by the callback{k}",
-            Status.EARLY_STOPPED: f"early stopping{k}: the validation objective did not improve "
-            "for `patience` iterations; the best iterate is returned",
+            Status.EARLY_STOPPED: f"chosen by validation (early stopping): the iterate{k} with "
+            "the lowest validation objective is returned; fun, jac and nit describe it",
             Status.MAX_PASSES: f"max_passes reached{k}; raise max_passes",
+            Status.PRECISION: f"converged to working precision{k}: no further decrease of the "
+            "objective is possible at the rounding level of its floating-point type, and the "
+            "gradient norm is at the attainable level",
+            Status.COMPLETED: f"completed the stochastic step budget{k} (a stochastic method "
+            "has no convergence test); raise max_iter for a more accurate solution",
         }[self]
         return msg + (f" ({detail})" if detail else "")
 
     @property
     def success(self) -> bool:
-        return self in (Status.CONVERGED, Status.EARLY_STOPPED)
+        """The one definition of success: ``OptimizeResult.success == status.success``.
+
+        Success: ``CONVERGED`` (tolerance met), ``PRECISION`` (converged as far as the
+        floating-point type allows), ``EARLY_STOPPED`` (the best validation iterate was
+        returned) and ``COMPLETED`` (a stochastic run finished its step budget).
+        """
+        return self in (Status.CONVERGED, Status.EARLY_STOPPED, Status.PRECISION, Status.COMPLETED)
 
 
 @dataclass
@@ -74,12 +87,15 @@ class OptimizeResult:
     jac : array
         Gradient at ``x``.
     nit : int
-        Iterations made.
+        Iterations that produced ``x`` (with ``validation``: the best iteration; the run
+        may have gone on, see ``n_iter_run``).
     nfev : int
         Objective evaluations (values, gradients or Hessian products) made.
     success : bool
+        Always ``status.success``.
     status : Status
     message : str
+        Describes ``x`` (and, with validation, why the run stopped).
     n_passes : float
         Full passes over the data (each product with ``X`` or ``X^T`` counts one;
         validation passes count in proportion to the validation set's size).
@@ -87,6 +103,13 @@ class OptimizeResult:
         Per iteration: ``fun``, ``grad_norm``, ``step``, ``n_passes``, ``time`` and,
         with validation, ``validation``.
     method : str
+    best_iteration : int or None
+        With ``validation``: the iteration of ``x``.
+    n_iter_run : int or None
+        Iterations the run made in all (with ``validation`` it may exceed ``nit``).
+    lbfgs_pairs : tuple or None
+        ``method="lbfgs"``: the final correction pairs ``(S, Y)`` (the ``pairs`` option
+        of a later run accepts them).
     """
 
     x: Any
@@ -101,9 +124,17 @@ class OptimizeResult:
     history: dict
     method: str = ""
     best_iteration: int | None = None
+    n_iter_run: int | None = None
+    #: lbfgs only: the final correction pairs ``(S, Y)``, for warm starts (not shown)
+    lbfgs_pairs: Any = field(default=None, repr=False)
 
     def __repr__(self) -> str:
-        f = self.history["fun"][-1] if self.history.get("fun") else float("nan")
+        try:
+            from .._compat import to_numpy
+
+            f = float(to_numpy(self.fun))
+        except Exception:  # pragma: no cover - a result built by hand without fun
+            f = float("nan")
         return (
             f"OptimizeResult(method={self.method!r}, success={self.success}, "
             f"status={self.status.name}, fun={f:.6g}, nit={self.nit}, "

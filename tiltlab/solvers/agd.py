@@ -67,7 +67,7 @@ class AcceleratedGradient(Solver):
             if math.isfinite(fn):
                 dg = to_float(norm(g_new - gy, xp))
                 dx = to_float(norm(x_new - y, xp))
-                if dg <= L * dx * (1 + 1e-12) or dx == 0:
+                if dg <= L * dx * (1 + self.feps) or dx == 0:
                     break
             L *= 2.0
         else:

@@ -68,7 +68,14 @@ class GradientDescent(Solver):
         xp = objective.xp
         if self.mode == "armijo":
             step, x, f, g, _ = armijo(
-                objective, state.x, state.fun_float, state.jac, -state.jac, 2.0 * self.alpha, xp
+                objective,
+                state.x,
+                state.fun_float,
+                state.jac,
+                -state.jac,
+                2.0 * self.alpha,
+                xp,
+                feps=self.feps,
             )
             if step == 0.0:
                 out = make_state(state.x, state.fun, state.jac, xp, nit=state.nit + 1)

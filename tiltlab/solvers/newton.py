@@ -74,7 +74,9 @@ class Newton(Solver):
             d = xp.reshape(d, shape)
         else:
             d = self._cg(objective, state.x, state.jac, state.grad_norm, xp)
-        step, x, f, g, _ = armijo(objective, state.x, state.fun_float, state.jac, d, 1.0, xp)
+        step, x, f, g, _ = armijo(
+            objective, state.x, state.fun_float, state.jac, d, 1.0, xp, feps=self.feps
+        )
         if step == 0.0:
             step, x, f, g, _ = armijo(
                 objective,
@@ -84,6 +86,7 @@ class Newton(Solver):
                 -state.jac,
                 1.0 / max(state.grad_norm, 1.0),
                 xp,
+                feps=self.feps,
             )
             if step == 0.0:
                 out = make_state(state.x, state.fun, state.jac, xp, nit=state.nit + 1)

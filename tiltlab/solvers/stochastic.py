@@ -26,6 +26,7 @@ from scipy.special import logsumexp
 from .._compat import to_numpy
 from ._base import Solver, make_state
 from ._linalg import power_iteration
+from ._result import SolverState
 
 __all__ = ["StochasticTERM"]
 
@@ -59,6 +60,7 @@ class StochasticTERM(Solver):
 
     name = "stochastic"
     default_max_iter = 20_000
+    checks_gradient = False
 
     def __init__(
         self,
@@ -190,6 +192,10 @@ class StochasticTERM(Solver):
             if xe is not x:
                 out.x = xe
             return out
-        out = make_state(x, state.fun, state.jac, xp, nit=state.nit + 1, step=self.lr)
-        out.grad_norm = state.grad_norm
+        # no full evaluation this step: fun and jac are those of an earlier iterate
+        out = SolverState(
+            x, state.fun, state.jac, state.fun_float, state.grad_norm, nit=state.nit + 1
+        )
+        out.step = self.lr
+        out.extra["stale"] = True
         return out
