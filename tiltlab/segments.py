@@ -61,6 +61,13 @@ class Segments:
             self._cache[key] = xp.asarray(self.codes, device=dev)
         return self._cache[key]
 
+    def members(self) -> list[np.ndarray]:
+        """The item indices of each group (host arrays, ascending), cached."""
+        if "members" not in self._cache:
+            order = np.argsort(self.codes, kind="stable")
+            self._cache["members"] = np.split(order, np.cumsum(self.counts)[:-1])
+        return self._cache["members"]
+
     def padded(self) -> tuple[np.ndarray, np.ndarray]:
         """``(idx, mask)`` of shape (G, L): the generic fallback layout."""
         if "padded" not in self._cache:

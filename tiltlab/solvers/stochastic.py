@@ -114,7 +114,7 @@ class StochasticTERM(Solver):
                     f"this objective has {tree.depth}"
                 )
             lev = tree.levels[0]
-            self.members = [lev.idx[g][lev.mask[g]] for g in range(lev.n_groups)]
+            self.members = lev.members()
             pm = np.ones(n) / n if self.p is None else self.p
             self.log_mass = np.log([pm[m].sum() for m in self.members])
             self.t_outer, self.tau = tilts[0], tilts[1]
