@@ -1,0 +1,177 @@
+"""The KL distributionally robust view of tilted risks.
+
+:func:`kl_dro_dual` (a tilted risk as the value of a KL-penalised worst case),
+:func:`worst_case_distribution` (the maximising distribution, the tilted weights) and
+:func:`kl_divergence`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._compat import (
+    as_float_array,
+    check_finite,
+    device,
+    namespace_of,
+    normalize_axis,
+)
+from ..risk import (
+    _risk_kernel,
+    _weights_kernel,
+    prepare_tilt,
+)
+from ._common import _samples_last
+
+__all__ = ["kl_dro_dual", "worst_case_distribution", "kl_divergence"]
+
+
+def kl_dro_dual(
+    losses: Any, t: Any, *, axis: int = -1, weights: Any = None, xp: Any = None
+) -> tuple[Any, Any]:
+    r"""The tilted risk as a KL-regularised distributionally robust risk.
+
+    By the Donsker-Varadhan formula, for ``t > 0``
+
+    .. math:: R(t) = \max_q\; E_q[\ell] - \frac{\mathrm{KL}(q \| p)}{t},
+
+    over distributions ``q`` on the samples, attained at the tilted weights
+    ``q_i = p_i e^{t\ell_i} / \sum_j p_j e^{t\ell_j}``. For ``t < 0`` the same formula
+    holds with ``min`` (``R(t) = min_q E_q[l] + KL(q||p)/|t|``), ``t = 0`` forces
+    ``q = p`` (the mean), and ``t = +-inf`` drops the penalty (``q`` on the extreme
+    losses).
+
+    Parameters
+    ----------
+    losses, t, axis, weights, xp
+        As for :func:`tiltlab.tilted_risk`.
+
+    Returns
+    -------
+    value : array
+        ``R(t)``, the optimal value (shape ``t.shape + batch``).
+    q : array
+        The optimal distribution, the tilted weights (shape ``t.shape + losses.shape``
+        with the samples on the last axis).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tiltlab.bounds import kl_divergence, kl_dro_dual
+    >>> l = np.array([0.0, 1.0, 3.0])
+    >>> value, q = kl_dro_dual(l, 2.0)
+    >>> bool(np.isclose(value, q @ l - kl_divergence(q) / 2.0))
+    True
+    """
+    xp = namespace_of(losses=losses, weights=weights) if xp is None else xp
+    l, p = _samples_last(losses, axis, weights, xp)
+    tt, _ = prepare_tilt(t, xp, l)
+    return _risk_kernel(l, p, tt, xp), _weights_kernel(l, p, tt, xp)
+
+
+def worst_case_distribution(
+    losses: Any, t: Any, *, axis: int = -1, weights: Any = None, xp: Any = None
+) -> Any:
+    r"""The maximiser ``q`` of :math:`E_q[\ell] - \mathrm{KL}(q\|p)/t` (``t > 0``).
+
+    The tilted weights: the worst-case reweighting of the prior within the KL penalty
+    (for ``t < 0`` the minimiser, the best case). See :func:`kl_dro_dual`.
+
+    Parameters
+    ----------
+    losses, t, axis, weights, xp
+        As for :func:`tiltlab.tilted_risk`.
+
+    Returns
+    -------
+    array
+        ``q`` with the samples on the last axis (a tilt grid leads).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tiltlab.bounds import worst_case_distribution
+    >>> q = worst_case_distribution(np.array([0.0, 0.0, 1.0]), 50.0)
+    >>> [round(v, 6) for v in q.tolist()]
+    [0.0, 0.0, 1.0]
+    """
+    return kl_dro_dual(losses, t, axis=axis, weights=weights, xp=xp)[1]
+
+
+def kl_divergence(q: Any, p: Any = None, *, axis: int = -1, xp: Any = None) -> Any:
+    r"""Kullback-Leibler divergence :math:`\mathrm{KL}(q\|p) = \sum_i q_i \log(q_i/p_i)`.
+
+    ``q`` and ``p`` are non-negative weights, each normalised to sum one along
+    ``axis`` (``p`` uniform by default). Terms with ``q_i = 0`` contribute 0; a ``q_i > 0``
+    with ``p_i = 0`` gives ``+inf``.
+
+    Parameters
+    ----------
+    q : array
+        Weights, samples along ``axis``.
+    p : array, optional
+        Reference weights, 1-d with one entry per sample or of the shape of ``q``.
+    axis : int, optional
+        The sample axis (default: last).
+    xp : namespace, optional
+        Array namespace (inferred by default).
+
+    Returns
+    -------
+    array
+        Shape of ``q`` without ``axis``; namespace, dtype and device of ``q``.
+
+    Raises
+    ------
+    ValueError
+        Empty, negative, non-finite or all-zero ``q`` or ``p``; mismatched shapes.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tiltlab.bounds import kl_divergence
+    >>> round(float(kl_divergence(np.array([1.0, 0.0]), np.array([0.5, 0.5]))), 12)
+    0.69314718056
+    """
+    xp = namespace_of(q=q, p=p) if xp is None else xp
+    qq = as_float_array(q, xp, name="q")
+    if qq.ndim == 0 or any(s == 0 for s in qq.shape):
+        raise ValueError(f"`q` must be a non-empty array, got shape {tuple(qq.shape)}")
+    ax = normalize_axis(axis, qq.ndim)
+    if ax != qq.ndim - 1:
+        qq = xp.moveaxis(qq, ax, -1)
+    check_finite(qq, xp, name="q")
+    if not bool(xp.all(qq >= 0)):
+        raise ValueError("`q` must be non-negative")
+    tq = xp.sum(qq, axis=-1, keepdims=True)
+    if not bool(xp.all(tq > 0)):
+        raise ValueError("`q` must not be all zero")
+    qq = qq / tq
+    if p is None:
+        pp = xp.full_like(qq, 1.0 / qq.shape[-1])
+    else:
+        pp = as_float_array(p, xp, name="p", dev=device(qq))
+        pp = xp.astype(pp, qq.dtype) if pp.dtype != qq.dtype else pp
+        if pp.ndim == 0:
+            raise ValueError("`p` must be an array with one entry per sample")
+        if pp.ndim > 1 and ax != qq.ndim - 1:
+            pp = xp.moveaxis(pp, ax, -1)  # a 1-d p already lines up with the sample axis
+        if pp.shape[-1] != qq.shape[-1] or (pp.ndim != 1 and tuple(pp.shape) != tuple(qq.shape)):
+            raise ValueError(
+                f"`p` of shape {tuple(pp.shape)} does not match `q` of shape {tuple(qq.shape)} "
+                "(axis moved last); pass one entry per sample or the shape of `q`"
+            )
+        check_finite(pp, xp, name="p")
+        if not bool(xp.all(pp >= 0)):
+            raise ValueError("`p` must be non-negative")
+        tp = xp.sum(pp, axis=-1, keepdims=True)
+        if not bool(xp.all(tp > 0)):
+            raise ValueError("`p` must not be all zero")
+        pp = xp.broadcast_to(pp / tp, tuple(qq.shape))
+    on = qq > 0
+    ok = pp > 0
+    one = xp.ones_like(qq)
+    terms = qq * (xp.log(xp.where(on, qq, one)) - xp.log(xp.where(ok, pp, one)))
+    terms = xp.where(on, terms, xp.zeros_like(terms))
+    terms = xp.where(on & ~ok, xp.full_like(terms, xp.inf), terms)
+    return xp.sum(terms, axis=-1)

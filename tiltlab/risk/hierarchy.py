@@ -1,0 +1,430 @@
+"""Hierarchical tilting: tilted risks over nested groups of samples.
+
+:class:`GroupTree` and :func:`build_tree` (the group structure, built once on the host
+from label arrays), :func:`hierarchy_eval` (risk and weights without validation, reused by
+:class:`~tiltlab.TiltedObjective`) and the public :func:`hierarchical_risk` and
+:func:`hierarchical_weights`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .. import segments as _segments
+from .._compat import (
+    device,
+    host_labels,
+    namespace_of,
+    tiny_sqrt,
+    to_numpy,
+)
+from ..accumulator import TiltState, block_state, finalize_risk
+from ..segments import Segments
+from .inputs import prepare_losses, prepare_prior, prepare_tilts
+from .kernels import _inplace, _inplace_exp, _risk_kernel, _weights_kernel
+
+__all__ = [
+    "GroupTree",
+    "build_tree",
+    "segment_sum",
+    "broadcast_groups",
+    "risk_weights_scalar",
+    "risk_and_weights",
+    "hierarchy_eval",
+    "check_group_mass",
+    "hierarchical_risk",
+    "hierarchical_weights",
+]
+
+
+# ---------------------------------------------------------------------------
+# hierarchical tilting
+
+
+def _codes_of(labels: np.ndarray) -> np.ndarray:
+    """Integer codes in [0, G) for a label array (no sort for dense integer codes)."""
+    if labels.dtype.kind in "iu" and labels.size and int(labels.min()) >= 0:
+        top = int(labels.max())
+        if top < 2 * labels.size + 1024:
+            counts = np.bincount(labels, minlength=top + 1)
+            if np.all(counts > 0):
+                return labels.astype(np.int64, copy=False)
+    return np.unique(labels, return_inverse=True)[1].reshape(-1).astype(np.int64)
+
+
+def _build_levels(groups: Any, n: int) -> list[Segments]:
+    """Levels innermost first (children -> groups) from label arrays given outermost first."""
+    from .._compat import seq_of_arrays
+
+    if groups is None:
+        raise TypeError("`groups` is required")
+    label_arrays = list(groups) if seq_of_arrays(groups) else [groups]
+    labels = []
+    for k, g in enumerate(label_arrays):
+        a = host_labels(g, name="groups" if len(label_arrays) == 1 else f"groups[{k}]")
+        if a.ndim != 1 or a.shape[0] != n:
+            raise ValueError(
+                f"`groups` level {k} must be a 1-d label array of length {n} (one label per "
+                f"sample), got shape {a.shape}"
+            )
+        if a.dtype.kind == "f" and not np.all(np.isfinite(a)):
+            raise ValueError(f"`groups` level {k} contains NaN or infinite labels")
+        if a.dtype.kind == "O" and any(v is None for v in a):
+            raise TypeError(f"`groups` level {k} contains None labels")
+        labels.append(a)
+    codes = [_codes_of(a) for a in labels]
+    parents = []
+    for k in range(1, len(codes)):
+        outer, inner = codes[k - 1], codes[k]
+        n_inner = int(inner.max()) + 1
+        parent = np.full(n_inner, -1, dtype=np.int64)
+        parent[inner] = outer
+        if np.any(parent[inner] != outer):
+            bad = int(inner[parent[inner] != outer][0])
+            raise ValueError(
+                f"`groups` levels are not nested: a group of level {k} (label "
+                f"{np.unique(labels[k])[bad]!r}) spans several groups of level {k - 1}"
+            )
+        parents.append(parent)
+    # levels from the inside out: samples -> innermost groups -> ... -> outermost groups
+    levels = [Segments.from_codes(codes[-1])]
+    for k in range(len(codes) - 2, -1, -1):
+        levels.append(Segments.from_codes(parents[k], int(codes[k].max()) + 1))
+    return levels
+
+
+@dataclass(frozen=True)
+class GroupTree:
+    """Group structure of a hierarchy, built once on the host from label arrays.
+
+    ``levels`` (innermost first) map the nodes of one level to the groups of the next and
+    drive the bottom-up evaluation; ``sample_layouts`` (innermost first) map samples
+    directly to the nodes of each grouping level, for segment sums over samples
+    (Hessians of hierarchical objectives). Both are :class:`~tiltlab.segments.Segments`:
+    reductions cost O(N) whatever the group sizes.
+    """
+
+    n_samples: int
+    levels: tuple
+    sample_layouts: tuple
+
+    @property
+    def depth(self) -> int:
+        """Number of grouping levels (tilts needed: depth + 1)."""
+        return len(self.levels)
+
+
+def build_tree(groups: Any, n: int) -> GroupTree:
+    """Validate label arrays (outermost first) and build a :class:`GroupTree`."""
+    levels = _build_levels(groups, n)
+    layouts = [levels[0]]
+    codes = levels[0].codes
+    for lev in levels[1:]:
+        codes = lev.codes[codes]
+        layouts.append(Segments.from_codes(codes, lev.n_groups))
+    return GroupTree(n_samples=n, levels=tuple(levels), sample_layouts=tuple(layouts))
+
+
+def segment_sum(values: Any, layout: Segments, xp: Any) -> Any:
+    """Sum ``values`` (..., N) over the groups of a sample layout -> (..., G)."""
+    return _segments.segment_sum(values, layout, xp)
+
+
+def broadcast_groups(values: Any, layout: Segments, xp: Any) -> Any:
+    """Per-group ``values`` (..., G) repeated to one entry per sample (..., N)."""
+    return _segments.expand(values, layout, xp)
+
+
+def _scalar_risk_weights(l: Any, p: Any, t: float, xp: Any, want_weights: bool):
+    """Risk and weights for a host tilt over the last axis (any batch shape)."""
+    if l.ndim == 1 and math.isfinite(t) and t != 0.0:
+        return risk_weights_scalar(l, p, t, xp, weights=want_weights)
+    tt = xp.asarray(t, dtype=l.dtype, device=device(l))
+    r = _risk_kernel(l, p, tt, xp)
+    return r, (_weights_kernel(l, p, tt, xp) if want_weights else None)
+
+
+def _group_level(v: Any, m: Any, M: Any, seg: Segments, tau: float, xp: Any, want: bool):
+    """Tilted risk of each group of ``seg`` at tilt ``tau``, and the conditional weights.
+
+    ``v`` (..., n) are the children's values, ``m`` their non-negative masses (an array,
+    or one Python float shared by all children: the uniform prior, which skips the masking
+    of zero-mass children) and ``M`` (..., G) the groups' masses. Returns ``(R_g, w_cond)``
+    with ``w_cond`` the weight of each child within its group (None unless ``want``).
+    """
+    dev = device(v)
+    uniform = isinstance(m, float)
+    on = None if uniform else m > 0
+
+    def msum(a):  # sum over each group of m * a
+        if uniform:
+            return m * _segments.segment_sum(a, seg, xp)
+        return _segments.segment_sum(m * a, seg, xp)
+
+    def mtimes(a):
+        return a * m if uniform else m * a
+
+    if tau == 0.0:
+        R = msum(v) / M
+        if not want:
+            return R, None
+        return R, m / _segments.expand(M, seg, xp)
+    if on is None:
+        hi = _segments.segment_max(v, seg, xp)
+        lo = _segments.segment_min(v, seg, xp)
+    else:
+        ninf = xp.asarray(-xp.inf, dtype=v.dtype, device=dev)
+        pinf = xp.asarray(xp.inf, dtype=v.dtype, device=dev)
+        hi = _segments.segment_max(xp.where(on, v, ninf), seg, xp)
+        lo = _segments.segment_min(xp.where(on, v, pinf), seg, xp)
+    if math.isinf(tau):
+        R = hi if tau > 0 else lo
+        if not want:
+            return R, None
+        ext = v == _segments.expand(R, seg, xp)
+        if on is not None:
+            ext = ext & on
+        mm = xp.where(ext, mtimes(xp.ones_like(v)), xp.zeros_like(v))
+        return R, mm / _segments.expand(_segments.segment_sum(mm, seg, xp), seg, xp)
+    c = hi if tau > 0 else lo
+    u = v - _segments.expand(c, seg, xp)
+    if on is not None:
+        u = xp.where(on, u, xp.zeros_like(u))
+    u *= tau  # a fresh array
+    scale = abs(tau) * (hi - lo)
+    small = scale <= 1
+    n_small = int(to_numpy(xp.sum(xp.astype(small, xp.int64))))
+    n_all = int(np.prod(tuple(small.shape)))
+    R = None
+    if n_small > 0:
+        e1 = xp.expm1(u) if n_small < n_all else _inplace(xp.expm1, u, xp)
+        q = msum(e1)
+        R_small = c + xp.log1p(q / M) / tau
+        if n_small == n_all:
+            R = R_small
+            if want:
+                e1 += 1.0  # exp(u) >= exp(-1): no cancellation
+            ew = e1
+            s = M + q
+    if n_small < n_all:
+        ew = _inplace(xp.exp, u, xp)
+        s = msum(ew)
+        R_large = c + xp.log(s / M) / tau
+        R = R_large if n_small == 0 else xp.where(small, R_small, R_large)
+    tiny = tiny_sqrt(v.dtype, xp)
+    if bool(to_numpy(xp.any(scale < tiny))):
+        R = xp.where(scale < tiny, msum(v) / M, R)
+    if not want:
+        return R, None
+    return R, mtimes(ew) / _segments.expand(s, seg, xp)
+
+
+def risk_weights_scalar(l: Any, p: Any, t: float, xp: Any, *, weights: bool = True):
+    """Risk (and weights) along the last axis for one host-side tilt ``t``.
+
+    One-dimensional losses at a finite non-zero tilt go through the tilted accumulator
+    (one exponential per loss, one synchronisation, at most two temporaries of ``l``'s
+    size); everything else through the vectorised kernels. For eager backends.
+    """
+    t = float(t)
+    if l.ndim != 1 or t == 0.0 or not math.isfinite(t):
+        tt = xp.asarray(t, dtype=l.dtype, device=device(l))
+        r = _risk_kernel(l, p, tt, xp)
+        return (r, _weights_kernel(l, p, tt, xp)) if weights else (r, None)
+    st = block_state(l, p, t, xp)
+    r = finalize_risk(st, xp, l.dtype)
+    if not weights:
+        return r, None
+    return r, _weights_from_state(l, p, st, xp)
+
+
+def _weights_from_state(l: Any, p: Any, st: TiltState, xp: Any) -> Any:
+    """Tilted weights of 1-d losses given their merged state (shift and normaliser)."""
+    u = l - st.shift
+    if p is not None:
+        u = xp.where(p > 0, u, xp.zeros_like(u))
+    u *= st.t
+    e = _inplace_exp(u, xp)
+    if p is not None:
+        e = e * p
+    return e / st.s
+
+
+def risk_and_weights(l: Any, p: Any, t: Any, xp: Any) -> tuple[Any, Any]:
+    """Sample-level risk and weights along the last axis, without validation.
+
+    ``p`` is a normalised prior or None; ``t`` a 0-d array of ``l``'s dtype. For
+    internal callers (objectives, solvers) that validated their inputs once.
+    """
+    return _risk_kernel(l, p, t, xp), _weights_kernel(l, p, t, xp)
+
+
+def _level_masses(p: Any, tree: GroupTree, like: Any, xp: Any) -> list[Any]:
+    """Masses of the children of every level (innermost first) and of the top groups."""
+    if p is None:
+        n = tree.n_samples
+        key = ("uniform-masses", xp.__name__, str(device(like)), str(like.dtype))
+        cache = tree.levels[0]._cache
+        if key not in cache:
+            host = [np.full(n, 1.0 / n)]
+            for lev in tree.levels:
+                host.append(np.bincount(lev.codes, weights=host[-1], minlength=lev.n_groups))
+            cache[key] = [xp.asarray(h, dtype=like.dtype, device=device(like)) for h in host]
+        return cache[key]
+    masses = [p]
+    for lev in tree.levels:
+        masses.append(_segments.segment_sum(masses[-1], lev, xp))
+    return masses
+
+
+def hierarchy_eval(l: Any, p: Any, tree: GroupTree, ts: Sequence[float], xp: Any, *,
+                   weights: bool = True):
+    """Hierarchical risk and per-sample weights, without validation.
+
+    ``ts`` holds ``tree.depth + 1`` floats, outermost first; ``p`` a normalised prior
+    or None. Returns ``(risk, weights)`` (weights None unless ``weights``).
+    """
+    masses = _level_masses(p, tree, l, xp)
+    values = l
+    conditional = []
+    for depth, lev in enumerate(tree.levels):
+        tau = float(ts[len(tree.levels) - depth])
+        m = masses[depth]
+        if depth == 0 and p is None:
+            m = 1.0 / tree.n_samples  # uniform prior: one shared mass, nothing to mask
+        R, w = _group_level(values, m, masses[depth + 1], lev, tau, xp, weights)
+        conditional.append((lev, w))
+        values = R
+    top_mass = masses[-1]
+    if top_mass.ndim < values.ndim:
+        top_mass = top_mass + xp.zeros_like(values)
+    risk, w_top = _scalar_risk_weights(values, top_mass, float(ts[0]), xp, weights)
+    if not weights:
+        return risk, None
+    w = w_top
+    for lev, cond in reversed(conditional):
+        w = _segments.expand(w, lev, xp) * cond
+    return risk, w
+
+
+def check_group_mass(p: Any, tree: GroupTree, xp: Any) -> None:
+    """Every group of every level needs positive prior mass."""
+    if p is None:
+        return
+    for lay in tree.sample_layouts:
+        if not bool(xp.all(segment_sum(p, lay, xp) > 0)):
+            raise ValueError(
+                "`weights` give a group zero total weight (an empty group); every group needs "
+                "at least one sample with positive weight"
+            )
+
+
+def _prepare_hierarchy(losses: Any, groups: Any, tilts: Any, weights: Any, xp: Any, check: bool):
+    """Validated ``(losses, prior, tree, tilts)`` for the public hierarchical functions."""
+    l = prepare_losses(losses, xp, check)
+    tree = build_tree(groups, l.shape[-1])
+    ts = prepare_tilts(tilts, tree.depth)
+    p = prepare_prior(weights, l, xp)
+    check_group_mass(p, tree, xp)
+    return l, p, tree, ts
+
+
+def hierarchical_risk(
+    losses: Any,
+    groups: Any,
+    tilts: Any,
+    *,
+    weights: Any = None,
+    check_finite: bool = True,
+    xp: Any = None,
+) -> Any:
+    r"""Hierarchical (multi-objective) tilted risk of any depth.
+
+    With one grouping level and ``tilts = (t, tau)`` this is the paper's class-level
+    objective
+
+    .. math:: J(t, \tau) = \frac1t \log \sum_g P_g\, e^{t R_g(\tau)}, \qquad
+              R_g(\tau) = \frac1\tau \log \sum_{x\in g} \frac{p_x}{P_g} e^{\tau \ell_x},
+
+    with group masses :math:`P_g = \sum_{x \in g} p_x` (``|g|/N`` for uniform priors).
+    Deeper hierarchies nest the same construction: ``tilts = (m, t, tau)`` for two grouping
+    levels, outermost first. Every tilt may be 0 or +-inf (their exact limits).
+
+    Parameters
+    ----------
+    losses : array, shape (..., N)
+        Per-sample losses, samples along the last axis.
+    groups : array or sequence of arrays
+        One label array of length N (two levels), or a sequence of label arrays,
+        outermost first, each level nested in the one before (every inner label lies in
+        one outer group). Labels may be any sortable values.
+    tilts : sequence of float
+        One more entry than grouping levels, outermost first.
+    weights : array, optional
+        Prior sample weights (default uniform).
+    check_finite : bool, optional
+        Reject NaN/infinite losses (default).
+    xp : namespace, optional
+        Array namespace (inferred by default).
+
+    Returns
+    -------
+    array
+        The hierarchical risk (shape ``losses.shape[:-1]``).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tiltlab import hierarchical_risk, tilted_risk
+    >>> l = np.array([0.1, 0.5, 2.0, 3.0])
+    >>> g = np.array([0, 0, 1, 1])
+    >>> bool(np.isclose(hierarchical_risk(l, g, (1.5, 1.5)), tilted_risk(l, 1.5)))
+    True
+    """
+    xp = namespace_of(losses=losses, weights=weights) if xp is None else xp
+    l, p, tree, ts = _prepare_hierarchy(losses, groups, tilts, weights, xp, check_finite)
+    return hierarchy_eval(l, p, tree, ts, xp, weights=False)[0]
+
+
+def hierarchical_weights(
+    losses: Any,
+    groups: Any,
+    tilts: Any,
+    *,
+    weights: Any = None,
+    check_finite: bool = True,
+    xp: Any = None,
+) -> Any:
+    r"""Per-sample weights of the hierarchical tilted risk.
+
+    The weights satisfy :math:`\nabla J = \sum_x w_x \nabla \ell_x` (the paper's
+    hierarchical gradient lemma) and sum to one. Each weight is the product, along the
+    sample's path in the hierarchy, of its tilted weight within its group and of each
+    group's tilted weight within its parent.
+
+    Parameters
+    ----------
+    losses, groups, tilts, weights, check_finite, xp
+        As for :func:`hierarchical_risk`.
+
+    Returns
+    -------
+    array
+        Weights of the shape of ``losses``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tiltlab import hierarchical_weights
+    >>> w = hierarchical_weights(np.array([0.1, 0.5, 2.0, 3.0]), [0, 0, 1, 1], (0.0, 0.0))
+    >>> w.tolist()
+    [0.25, 0.25, 0.25, 0.25]
+    """
+    xp = namespace_of(losses=losses, weights=weights) if xp is None else xp
+    l, p, tree, ts = _prepare_hierarchy(losses, groups, tilts, weights, xp, check_finite)
+    return hierarchy_eval(l, p, tree, ts, xp)[1]

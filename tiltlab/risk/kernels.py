@@ -1,0 +1,127 @@
+"""The tilted-risk and tilted-weight kernels, without validation.
+
+Losses have samples on the last axis and priors are normalised (or None). The kernels
+implement the shifted, two-form evaluation described in :mod:`tiltlab.risk` for one
+tilt or a grid of tilts; :mod:`tiltlab.bounds` and the hierarchy reuse them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .._compat import (
+    device,
+    is_cupy_namespace,
+    is_numpy_namespace,
+    is_torch_namespace,
+    tiny_sqrt,
+)
+
+__all__: list[str] = []
+
+
+# ---------------------------------------------------------------------------
+# kernels (no validation; l has samples on the last axis, p normalised or None)
+
+
+@dataclass
+class _Shifted:
+    """Quantities shared by the risk and the weights for one set of tilts."""
+
+    t_fin: Any  # tilt with 0/inf replaced by +-1 (placeholders, masked later)
+    c: Any  # shift: max over the support for t > 0, min for t < 0
+    u: Any  # t_fin * (l - c) <= 0, zero off the support
+    lmax: Any
+    lmin: Any
+
+
+def _moments(l: Any, p: Any, xp: Any) -> tuple[Any, Any]:
+    """(max, min) over the support of ``p`` along the last axis."""
+    if p is None:
+        return xp.max(l, axis=-1), xp.min(l, axis=-1)
+    ninf = xp.asarray(-xp.inf, dtype=l.dtype, device=device(l))
+    pinf = xp.asarray(xp.inf, dtype=l.dtype, device=device(l))
+    on = p > 0
+    return xp.max(xp.where(on, l, ninf), axis=-1), xp.min(xp.where(on, l, pinf), axis=-1)
+
+
+def _wsum(a: Any, p: Any, xp: Any) -> Any:
+    """Prior-weighted sum along the last axis (the mean when ``p`` is None).
+
+    The mean is a sum of ``a / n``, which cannot overflow for finite ``a`` (a plain sum
+    of losses near the float maximum would).
+    """
+    if p is None:
+        return xp.sum(a * (1.0 / a.shape[-1]), axis=-1)
+    return xp.sum(p * a, axis=-1)
+
+
+def _shift(l: Any, p: Any, tt: Any, xp: Any) -> _Shifted:
+    lmax, lmin = _moments(l, p, xp)
+    one = xp.ones_like(tt)
+    fin = xp.isfinite(tt) & (tt != 0)
+    t_fin = xp.where(fin, tt, xp.where(tt < 0, -one, one))
+    # broadcast tilt against the batch shape of l (grid axis leads)
+    tb = xp.reshape(t_fin, tuple(tt.shape) + (1,) * (l.ndim - 1))
+    c = xp.where(tb > 0, lmax, lmin)
+    d = l - c[..., None]
+    if p is not None:
+        d = xp.where(p > 0, d, xp.zeros_like(d))
+    u = tb[..., None] * d
+    return _Shifted(t_fin=tb, c=c, u=u, lmax=lmax, lmin=lmin)
+
+
+def _risk_kernel(l: Any, p: Any, tt: Any, xp: Any) -> Any:
+    """Tilted risk along the last axis of ``l`` for tilts ``tt`` (0-d or 1-d)."""
+    s = _shift(l, p, tt, xp)
+    spread = s.lmax - s.lmin
+    tb = xp.reshape(tt, tuple(tt.shape) + (1,) * (l.ndim - 1))
+    scale = xp.abs(s.t_fin) * spread
+    small = scale <= 1
+    # log Z in the two forms described in the module docstring
+    S = _wsum(xp.expm1(s.u), p, xp)
+    S = xp.where(small, S, xp.zeros_like(S))
+    Z = _wsum(xp.exp(s.u), p, xp)
+    Z = xp.where(small, xp.ones_like(Z), Z)
+    logZ = xp.where(small, xp.log1p(S), xp.log(Z))
+    r = s.c + logZ / s.t_fin
+    mean = _wsum(l, p, xp)
+    lmax = s.lmax + xp.zeros_like(r)
+    lmin = s.lmin + xp.zeros_like(r)
+    tiny = tiny_sqrt(l.dtype, xp)
+    r = xp.where((tb == 0) | (scale < tiny), mean + xp.zeros_like(r), r)
+    r = xp.where(tb == xp.inf, lmax, r)
+    r = xp.where(tb == -xp.inf, lmin, r)
+    return r
+
+
+def _weights_kernel(l: Any, p: Any, tt: Any, xp: Any) -> Any:
+    """Tilted weights along the last axis; the tilt grid (if any) leads."""
+    s = _shift(l, p, tt, xp)
+    tb = xp.reshape(tt, tuple(tt.shape) + (1,) * l.ndim)
+    prior = xp.ones_like(l) / l.shape[-1] if p is None else p
+    e = prior * xp.exp(s.u)
+    w = e / xp.sum(e, axis=-1, keepdims=True)
+    # t = +-inf: prior restricted to the tied extreme set (the limit of w as t -> +-inf)
+    is_ext = s.u == 0
+    if p is not None:
+        is_ext = is_ext & (p > 0)
+    ext = xp.where(is_ext, prior + xp.zeros_like(w), xp.zeros_like(w))
+    ext = ext / xp.sum(ext, axis=-1, keepdims=True)
+    w = xp.where(xp.isinf(tb), ext, w)
+    w = xp.where(tb == 0, prior + xp.zeros_like(w), w)
+    return w
+
+
+def _inplace(fn: Any, u: Any, xp: Any) -> Any:
+    """``fn(u)`` written over the temporary ``u`` where the library allows it."""
+    if (is_numpy_namespace(xp) or is_cupy_namespace(xp) or is_torch_namespace(xp)) and not getattr(
+        u, "requires_grad", False
+    ):
+        return fn(u, out=u)
+    return fn(u)  # autograd records no out= operations
+
+
+def _inplace_exp(u: Any, xp: Any) -> Any:
+    return _inplace(xp.exp, u, xp)
