@@ -49,10 +49,13 @@ def test_losses_near_float_max_are_finite_and_exact(xp, xp_name, values, t):
     assert np.all(np.isfinite(w)) and w.sum() == pytest.approx(1.0, rel=1e-12)
 
 
-def test_near_float_max_on_a_grid_and_batched(xp):
+def test_near_float_max_on_a_grid_and_batched(xp, xp_name):
     values = np.array([[1e308, 1.5e308, 1.7e308], [1.0, 2.0, 3.0]])
     ts = np.array([-1.0, 0.0, 1.0])
-    r = to_numpy(tl.tilted_risk(xp.asarray(values), xp.asarray(ts)))
+    with warnings.catch_warnings():
+        if xp_name == "dask.array":  # worker threads do not see NumPy's error state
+            warnings.simplefilter("ignore", RuntimeWarning)
+        r = to_numpy(tl.tilted_risk(xp.asarray(values), xp.asarray(ts)))
     for i, t in enumerate(ts):
         for j in range(2):
             assert r[i, j] == pytest.approx(float(_mp_risk(values[j], t)), rel=1e-12)

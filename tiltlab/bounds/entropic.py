@@ -57,7 +57,8 @@ def _evar_row(l: np.ndarray, p: np.ndarray | None, alpha: float, xp_np: Any) -> 
         w = np.asarray(_weights_kernel(la, pa, tt, xp_np))
         return float(np.sum(w * (t * (l - r)))) - level
 
-    lo = hi = -math.log(lmax - lmin)
+    # start near t = 1/spread (capped: a subnormal spread would overflow exp)
+    lo = hi = min(-math.log(lmax - lmin), 690.0)
     while excess_kl(lo) >= 0 and lo > -700:
         lo -= 2.0
     while excess_kl(hi) <= 0:

@@ -21,7 +21,7 @@ from .._compat import (
     to_numpy,
 )
 from ..accumulator import _extremes, block_state, finalize_risk
-from .kernels import _inplace_exp, _moments, _wsum
+from .kernels import _inplace_exp, _moments, _safe_mean
 
 __all__: list[str] = []
 
@@ -88,7 +88,7 @@ def _risk_1d(l: Any, p: Any, tt: Any, grid: bool, xp: Any, check: bool) -> Any:
             if not math.isfinite(float(to_numpy(r))):
                 if check:
                     _check_losses(l, xp)
-                r = _wsum(l, p, xp)  # the plain sum overflowed: a sum of l / n cannot
+                r = _safe_mean(l, p, xp)  # the plain sum overflowed: a sum of l / n cannot
         elif math.isinf(t):
             if ext is None:
                 ext = _checked_extremes(l, p, xp, check)

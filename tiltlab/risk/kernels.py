@@ -47,14 +47,19 @@ def _moments(l: Any, p: Any, xp: Any) -> tuple[Any, Any]:
 
 
 def _wsum(a: Any, p: Any, xp: Any) -> Any:
-    """Prior-weighted sum along the last axis (the mean when ``p`` is None).
-
-    The mean is a sum of ``a / n``, which cannot overflow for finite ``a`` (a plain sum
-    of losses near the float maximum would).
-    """
+    """Prior-weighted sum along the last axis (the mean when ``p`` is None)."""
     if p is None:
-        return xp.sum(a * (1.0 / a.shape[-1]), axis=-1)
+        return xp.mean(a, axis=-1)
     return xp.sum(p * a, axis=-1)
+
+
+def _safe_mean(a: Any, p: Any, xp: Any) -> Any:
+    """:func:`_wsum` that cannot overflow for finite ``a``: where the plain mean does (losses
+    near the float maximum), the sum of ``a / n`` is used instead (no synchronisation)."""
+    m = _wsum(a, p, xp)
+    if p is not None:
+        return m  # a sum of p * a with p summing to one cannot overflow
+    return xp.where(xp.isfinite(m), m, xp.sum(a * (1.0 / a.shape[-1]), axis=-1))
 
 
 def _shift(l: Any, p: Any, tt: Any, xp: Any) -> _Shifted:
@@ -86,7 +91,7 @@ def _risk_kernel(l: Any, p: Any, tt: Any, xp: Any) -> Any:
     Z = xp.where(small, xp.ones_like(Z), Z)
     logZ = xp.where(small, xp.log1p(S), xp.log(Z))
     r = s.c + logZ / s.t_fin
-    mean = _wsum(l, p, xp)
+    mean = _safe_mean(l, p, xp)
     lmax = s.lmax + xp.zeros_like(r)
     lmin = s.lmin + xp.zeros_like(r)
     tiny = tiny_sqrt(l.dtype, xp)
