@@ -41,6 +41,7 @@ from ._compat import (
     device,
     is_array_api_obj,
     is_cupy_namespace,
+    is_dask_namespace,
     is_lazy,
     is_numpy_namespace,
     is_torch_namespace,
@@ -358,6 +359,13 @@ def tilted_risk(
     (2,)
     """
     xp = namespace_of(losses=losses, weights=weights, t=t) if xp is None else xp
+    if is_dask_namespace(xp):  # issue-12 hook: one lazy reduction (tiltlab.distributed)
+        from .distributed import dask_tilted_risk
+
+        out = dask_tilted_risk(losses, t, axis=axis, weights=weights, keepdims=keepdims,
+                               check_finite=check_finite)
+        if out is not None:
+            return out
     l = prepare_losses(losses, xp, False)
     ax = normalize_axis(axis, l.ndim)
     l = xp.moveaxis(l, ax, -1) if ax != l.ndim - 1 else l
@@ -802,6 +810,13 @@ def hierarchical_risk(
     True
     """
     xp = namespace_of(losses=losses, weights=weights) if xp is None else xp
+    if is_dask_namespace(xp):  # issue-12 hook: one lazy reduction (tiltlab.distributed)
+        from .distributed import dask_hierarchical_risk
+
+        out = dask_hierarchical_risk(losses, groups, tilts, weights=weights,
+                                     check_finite=check_finite)
+        if out is not None:
+            return out
     l, p, tree, ts = _prepare_hierarchy(losses, groups, tilts, weights, xp, check_finite)
     return hierarchy_eval(l, p, tree, ts, xp, weights=False)[0]
 

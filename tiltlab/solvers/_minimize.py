@@ -109,6 +109,14 @@ def minimize(
         raise ValueError("`tol` and `atol` must be non-negative")
     if patience is not None and validation is None:
         raise ValueError("`patience` needs `validation`")
+    from ..distributed import client_minimize, is_dask_objective  # issue-12 hook
+
+    if is_dask_objective(objective):  # issue-12 hook: Dask data, client-driven solver
+        return client_minimize(
+            minimize, objective, theta0, method=method, tol=tol, atol=atol,
+            max_iter=max_iter, max_passes=max_passes, validation=validation,
+            patience=patience, callback=callback, progress=progress, seed=seed, **options,
+        )
     cls = METHODS[method]
     if method == "stochastic":
         options["seed"] = seed
