@@ -46,7 +46,8 @@ def _weights_like(weights: Any, losses: Any) -> Any:
     w = weights if isinstance(weights, da.Array) else da.from_array(np.asarray(to_numpy(weights)))
     if w.ndim != 1 or w.shape[0] != losses.shape[0]:
         raise ValueError(
-            f"`weights` has shape {tuple(w.shape)} but `losses` has {losses.shape[0]} samples"
+            f"`weights` has length {w.shape[0] if w.ndim == 1 else tuple(w.shape)} but "
+            f"`losses` has {losses.shape[0]} samples along `axis`"
         )
     return w.rechunk((losses.chunks[0],))
 

@@ -225,7 +225,8 @@ def _params(theta: Any, V: Any, Xb: Any, xp: Any) -> tuple[Any, Any]:
 
 def _check_weights(pb: Any, xp: Any) -> None:
     if not bool(xp.all(xp.isfinite(pb))):
-        raise ValueError("`weights` contains NaN or infinite values")
+        what = "NaN" if bool(xp.any(xp.isnan(pb))) else "infinite"
+        raise ValueError(f"`weights` contains {what} values")
     if not bool(xp.all(pb >= 0)):
         raise ValueError("`weights` must be non-negative")
 
@@ -288,9 +289,17 @@ def _sample_state(ell: Any, pb: Any, t: float, xp: Any, sums: Any, *, raise_nonf
             st = block_state(ell, pb, t, xp, sums=sums)
     except NonFiniteLosses:
         if raise_nonfinite:
-            raise ValueError("`losses` contains NaN or infinite values") from None
+            _raise_nonfinite(ell, xp)
         return None
     return _to_host_state(st)
+
+
+def _raise_nonfinite(ell: Any, xp: Any) -> None:
+    what = "NaN" if bool(xp.any(xp.isnan(ell))) else "infinite"
+    raise ValueError(
+        f"`losses` contains {what} values; pass finite values (or check_finite=False to "
+        "skip this check)"
+    )
 
 
 def chunk_loss_state(lb: Any, pb: Any, t: float) -> TiltState | None:
@@ -354,7 +363,7 @@ def _group_state_or_none(ell, pb, seg, tau, xp, sums, *, raise_nonfinite: bool =
         return group_state(ell, pb, seg, tau, xp, sums=sums)
     except NonFiniteLosses:
         if raise_nonfinite:
-            raise ValueError("`losses` contains NaN or infinite values") from None
+            _raise_nonfinite(ell, xp)
         return None
 
 
