@@ -646,6 +646,16 @@ class TiltedObjective:
         H = xp.stack(cols, axis=1)
         return 0.5 * (H + H.T)
 
+    def __getstate__(self) -> dict:  # issue-12 hook: pickles (Dask workers, joblib)
+        state = self.__dict__.copy()
+        state["xp"] = self.xp.__name__  # a module does not pickle: keep its name
+        return state
+
+    def __setstate__(self, state: dict) -> None:  # issue-12 hook
+        import importlib
+
+        self.__dict__.update(state, xp=importlib.import_module(state["xp"]))
+
     def __repr__(self) -> str:
         tilt = f"tilts={self.tilts}" if self.is_hierarchical else f"t={self.t}"
         shape = "?" if self.n_samples is None else f"{self.n_samples}x{self.n_features}"

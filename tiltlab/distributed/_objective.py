@@ -51,6 +51,14 @@ class DaskPlan:
     persisted: bool
     n_groups: int
 
+    def __reduce__(self):
+        # persisted chunks belong to one client session: a pickled objective re-plans
+        return (_dropped_plan, ())
+
+
+def _dropped_plan() -> None:
+    return None
+
 
 def _memory_budget() -> float:
     """Bytes the data may take when persisted: half the cluster's (or machine's) memory."""

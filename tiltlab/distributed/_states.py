@@ -69,7 +69,9 @@ def _host(a: Any) -> np.ndarray:
     return np.asarray(to_numpy(a))
 
 
-def group_state(l: Any, p: Any, seg: Segments, t: float, xp: Any, *, sums: Any = None) -> GroupState:
+def group_state(
+    l: Any, p: Any, seg: Segments, t: float, xp: Any, *, sums: Any = None
+) -> GroupState:
     """States of the groups of ``seg`` from one chunk's losses ``l`` (prior ``p`` or None).
 
     ``sums(pe)`` maps the unnormalised weights ``p_i exp(u_i)`` to a tuple of per-group
@@ -81,8 +83,9 @@ def group_state(l: Any, p: Any, seg: Segments, t: float, xp: Any, *, sums: Any =
     on = None if p is None else p > 0
     ninf = xp.asarray(-math.inf, dtype=l.dtype, device=dev)
     pinf = xp.asarray(math.inf, dtype=l.dtype, device=dev)
-    hi_d = segment_max(l if on is None else xp.where(on, l, ninf), seg, xp)
-    lo_d = segment_min(l if on is None else xp.where(on, l, pinf), seg, xp)
+    with np.errstate(invalid="ignore"):  # NaN losses are reported below, not warned about
+        hi_d = segment_max(l if on is None else xp.where(on, l, ninf), seg, xp)
+        lo_d = segment_min(l if on is None else xp.where(on, l, pinf), seg, xp)
     hi, lo = _host(hi_d), _host(lo_d)
     present = hi >= lo
     if np.any(np.isnan(hi) | np.isnan(lo)) or not (
@@ -275,7 +278,9 @@ def chunk_sample_state(Xb: Any, yb: Any, pb: Any, theta: Any, V: Any, loss: Any,
 EMPTY = "empty"
 
 
-def _sample_state(ell: Any, pb: Any, t: float, xp: Any, sums: Any, *, raise_nonfinite: bool = False):
+def _sample_state(
+    ell: Any, pb: Any, t: float, xp: Any, sums: Any, *, raise_nonfinite: bool = False
+) -> Any:
     if pb is not None:
         _check_weights(pb, xp)
         if not bool(xp.any(pb > 0)):
