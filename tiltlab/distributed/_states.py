@@ -234,8 +234,41 @@ def _check_weights(pb: Any, xp: Any) -> None:
         raise ValueError("`weights` must be non-negative")
 
 
+#: bytes of ``X`` per sub-block inside a chunk on CPU (cache-sized, as the eager engine)
+SUB_BLOCK_BYTES = 1 << 21
+
+
+def _sub_blocks(Xb: Any, *rest: Any):
+    """Row slices of a chunk small enough to stay in cache between ``X @ theta`` and
+    ``X^T c`` (the whole chunk on GPU backends, whose kernels block internally)."""
+    from .._compat import is_cupy_namespace
+
+    n, d = int(Xb.shape[0]), int(Xb.shape[1])
+    xp = _ns(Xb)
+    if is_cupy_namespace(xp):
+        B = n
+    else:
+        B = max(256, SUB_BLOCK_BYTES // max(1, d * int(np.dtype(str(Xb.dtype)).itemsize)))
+    for r0 in range(0, n, B):
+        r1 = min(n, r0 + B)
+        if (r0, r1) == (0, n):
+            yield (Xb,) + rest
+        else:
+            yield (Xb[r0:r1, ...],) + tuple(None if a is None else a[r0:r1, ...] for a in rest)
+
+
 def chunk_sample_state(Xb: Any, yb: Any, pb: Any, theta: Any, V: Any, loss: Any, t: float,
-                       mode: str) -> TiltState | None:
+                       mode: str) -> Any:
+    """One chunk's :class:`TiltState` for a sample-level objective (None: non-finite), merged
+    over cache-sized sub-blocks; see :func:`_block_sample_state` for ``mode``."""
+    return merge_states(*[
+        _block_sample_state(X1, y1, p1, theta, V, loss, t, mode)
+        for X1, y1, p1 in _sub_blocks(Xb, yb, pb)
+    ])
+
+
+def _block_sample_state(Xb: Any, yb: Any, pb: Any, theta: Any, V: Any, loss: Any, t: float,
+                        mode: str) -> Any:
     """One chunk's :class:`TiltState` for a sample-level objective (None: non-finite).
 
     ``mode``: ``"value"`` (no sums), ``"grad"`` (``X^T (pe l')``), ``"hvp"`` (the
@@ -326,7 +359,17 @@ def _group_xt(Xb: Any, coef: Any, seg: Segments, xp: Any) -> Any:
 
 
 def chunk_group_state(Xb: Any, yb: Any, pb: Any, cb: Any, theta: Any, V: Any, loss: Any,
-                      tau: float, n_groups: int, mode: str) -> GroupState | None:
+                      tau: float, n_groups: int, mode: str) -> Any:
+    """One chunk's :class:`GroupState` (None: non-finite), merged over sub-blocks; see
+    :func:`_block_group_state`."""
+    return merge_states(*[
+        _block_group_state(X1, y1, p1, c1, theta, V, loss, tau, n_groups, mode)
+        for X1, y1, p1, c1 in _sub_blocks(Xb, yb, pb, cb)
+    ])
+
+
+def _block_group_state(Xb: Any, yb: Any, pb: Any, cb: Any, theta: Any, V: Any, loss: Any,
+                       tau: float, n_groups: int, mode: str) -> Any:
     """One chunk's :class:`GroupState` over the innermost groups of a hierarchy.
 
     ``cb`` holds the chunk's innermost-group codes. Sums per group: ``"grad"``:
