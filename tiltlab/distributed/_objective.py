@@ -27,6 +27,7 @@ from ..accumulator import finalize_risk, normalized_sums
 from ..risk import GroupTree, hierarchy_eval
 from ._states import (
     GroupState,
+    aligned,
     chunk_group_state,
     chunk_sample_state,
     group_risks,
@@ -129,7 +130,8 @@ def distribute(objective: Any, *, persist: bool | str = "auto") -> DaskPlan:
     nbytes = sum(float(a.nbytes) for a in parts)
     do = persist is True or (persist == "auto" and nbytes <= _memory_budget())
     if do:
-        parts = list(dask.persist(*parts))
+        # chunks arriving in messages may be misaligned: realign once, on the workers
+        parts = list(dask.persist(*[a.map_blocks(aligned, dtype=a.dtype) for a in parts]))
         X, y = parts[0], parts[1]
         rest = parts[2:]
         if p is not None:
