@@ -141,7 +141,7 @@ def inmem(rows: int, repeats: int, max_iter: int) -> None:
 
 
 def _write_memmap(path: str, n: int, block: int = 1 << 20) -> None:
-    if os.path.exists(path + ".X") and os.path.getsize(path + ".X") == n * D * 4:
+    if os.path.exists(path + ".done"):  # written in full by an earlier run
         return
     Xm = np.lib.format.open_memmap(path + ".X", mode="w+", dtype=np.float32, shape=(n, D))
     ym = np.lib.format.open_memmap(path + ".y", mode="w+", dtype=np.float32, shape=(n,))
@@ -154,6 +154,7 @@ def _write_memmap(path: str, n: int, block: int = 1 << 20) -> None:
     Xm.flush()
     ym.flush()
     del Xm, ym
+    open(path + ".done", "w").close()
     print(f"  wrote {n * D * 4 / 1e9:.1f} GB in {time.perf_counter() - t0:.0f} s")
 
 
