@@ -173,6 +173,8 @@ def test_stochastic_fetches_rows_only():
     distribute(obj)
     res = tl.minimize(obj, method="stochastic", seed=0, max_iter=100, batch_size=32)
     assert res.success and isinstance(res.x, da.Array)
+    back = pickle.loads(pickle.dumps(res))  # results pickle, their Dask arrays included
+    np.testing.assert_array_equal(np.asarray(back.x), np.asarray(res.x))
     want = tl.minimize(ref, method="stochastic", seed=0, max_iter=100, batch_size=32)
     # the same draws: the same iterates up to rounding
     np.testing.assert_allclose(np.asarray(res.x), want.x, rtol=1e-9, atol=1e-10)

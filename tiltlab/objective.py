@@ -647,14 +647,18 @@ class TiltedObjective:
         return 0.5 * (H + H.T)
 
     def __getstate__(self) -> dict:  # issue-12 hook: pickles (Dask workers, joblib)
+        import types
+
         state = self.__dict__.copy()
-        state["xp"] = self.xp.__name__  # a module does not pickle: keep its name
+        if isinstance(self.xp, types.ModuleType):  # a module does not pickle: its name does
+            state["xp"] = self.xp.__name__
         return state
 
     def __setstate__(self, state: dict) -> None:  # issue-12 hook
         import importlib
 
-        self.__dict__.update(state, xp=importlib.import_module(state["xp"]))
+        xp = state["xp"]
+        self.__dict__.update(state, xp=importlib.import_module(xp) if isinstance(xp, str) else xp)
 
     def __repr__(self) -> str:
         tilt = f"tilts={self.tilts}" if self.is_hierarchical else f"t={self.t}"
