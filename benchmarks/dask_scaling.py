@@ -126,6 +126,7 @@ def inmem(rows: int, repeats: int, max_iter: int) -> None:
             graphs[key].append((counter.n - before) / max(r.nit, 1))
             xs[key] = np.asarray(r.x)
             n_eval[key] = r.nfev
+    print(f"  load average (1, 5, 15 min) at the end: {os.getloadavg()}")
     med = {k: statistics.median(v) for k, v in times.items()}
     for k in times:
         g = f", graphs/iteration {statistics.median(graphs[k]):.2f}" if graphs[k] else ""
