@@ -30,6 +30,7 @@ from ._compat import (
     as_float_array,
     device,
     is_cupy_namespace,
+    is_dask_namespace,
     is_lazy,
     is_torch_namespace,
     namespace_of,
@@ -338,6 +339,10 @@ class TiltedObjective(PicklableNamespace):
 
     def value(self, theta: Any) -> Any:
         """Objective value at ``theta`` (a 0-d array)."""
+        if is_lazy(self.xp):  # issue-12 hook: Dask data -> one graph (tiltlab.distributed)
+            out = _distributed_call(self, "value", theta)
+            if out is not None:
+                return out
         th = self._theta(theta)
         r, _ = self._aggregate(self.losses(th))
         return r + self._penalty(th) if self.l2 else r
@@ -350,6 +355,10 @@ class TiltedObjective(PicklableNamespace):
     def value_and_gradient(self, theta: Any) -> tuple[Any, Any]:
         """Objective value and gradient (gradient in the shape of ``theta``)."""
         xp = self.xp
+        if is_lazy(xp):  # issue-12 hook: Dask data -> one graph (tiltlab.distributed)
+            out = _distributed_call(self, "grad", theta)
+            if out is not None:
+                return out
         th0 = self._theta(theta)
         one = None
         if self.loss.is_linear and self._one_pass_ok():
@@ -581,6 +590,10 @@ class TiltedObjective(PicklableNamespace):
         xp = self.xp
         if not all(np.isfinite(self._tilts_list)):
             raise ValueError("the Hessian is not defined at an infinite tilt")
+        if is_lazy(xp):  # issue-12 hook: Dask data -> one graph (tiltlab.distributed)
+            out = _distributed_call(self, "hvp", theta, v)
+            if out is not None:
+                return out
         th0 = self._theta(theta)
         vv = self._theta(v, name="v")
         one = None
@@ -637,6 +650,10 @@ class TiltedObjective(PicklableNamespace):
         th0 = self._theta(theta)
         if not all(np.isfinite(self._tilts_list)):
             raise ValueError("the Hessian is not defined at an infinite tilt")
+        if is_lazy(xp):  # issue-12 hook: Dask data -> one graph (tiltlab.distributed)
+            out = _distributed_call(self, "hess", th0)
+            if out is not None:
+                return out
         if self.loss.is_linear and self.shape is not None and len(self.shape) == 1:
             th, z, ell, d1, d2 = self._linear_parts(th0)
             _, w = self._aggregate(ell)
@@ -672,6 +689,20 @@ class TiltedObjective(PicklableNamespace):
         H = xp.stack(cols, axis=1)
         return 0.5 * (H + H.T)
 
+    def __getstate__(self) -> dict:  # issue-12 hook: pickles (Dask workers, joblib)
+        import types
+
+        state = self.__dict__.copy()
+        if isinstance(self.xp, types.ModuleType):  # a module does not pickle: its name does
+            state["xp"] = self.xp.__name__
+        return state
+
+    def __setstate__(self, state: dict) -> None:  # issue-12 hook
+        import importlib
+
+        xp = state["xp"]
+        self.__dict__.update(state, xp=importlib.import_module(xp) if isinstance(xp, str) else xp)
+
     def __repr__(self) -> str:
         tilt = f"tilts={self.tilts}" if self.is_hierarchical else f"t={self.t}"
         shape = "?" if self.n_samples is None else f"{self.n_samples}x{self.n_features}"
@@ -686,6 +717,15 @@ def _node_outer(wd1X: Any, w: Any, layout: Any, xp: Any) -> Any:
     W = segment_sum(w, layout, xp)
     safe = xp.where(W > 0, W, xp.ones_like(W))
     return S.T @ (S / safe[:, None])
+
+
+def _distributed_call(obj: Any, kind: str, theta: Any, v: Any = None) -> Any:
+    """issue-12 hook: one-graph evaluation of a Dask objective (None: not applicable)."""
+    if not is_dask_namespace(obj.xp):
+        return None
+    from .distributed import objective_call
+
+    return objective_call(obj, kind, theta, v)
 
 
 def _itemsize(dtype: Any, xp: Any) -> int:

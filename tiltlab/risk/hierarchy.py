@@ -19,6 +19,7 @@ from .. import segments as _segments
 from .._compat import (
     device,
     host_labels,
+    is_dask_namespace,
     namespace_of,
     tiny_sqrt,
     to_numpy,
@@ -387,6 +388,13 @@ def hierarchical_risk(
     True
     """
     xp = namespace_of(losses=losses, weights=weights) if xp is None else xp
+    if is_dask_namespace(xp):  # issue-12 hook: one lazy reduction (tiltlab.distributed)
+        from ..distributed import dask_hierarchical_risk
+
+        out = dask_hierarchical_risk(losses, groups, tilts, weights=weights,
+                                     check_finite=check_finite)
+        if out is not None:
+            return out
     l, p, tree, ts = _prepare_hierarchy(losses, groups, tilts, weights, xp, check_finite)
     return hierarchy_eval(l, p, tree, ts, xp, weights=False)[0]
 

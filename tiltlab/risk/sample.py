@@ -11,6 +11,7 @@ from typing import Any
 
 from .._compat import (
     device,
+    is_dask_namespace,
     namespace_of,
     normalize_axis,
 )
@@ -111,6 +112,13 @@ def tilted_risk(
     (2,)
     """
     xp = namespace_of(losses=losses, weights=weights) if xp is None else xp
+    if is_dask_namespace(xp):  # issue-12 hook: one lazy reduction (tiltlab.distributed)
+        from ..distributed import dask_tilted_risk
+
+        out = dask_tilted_risk(losses, t, axis=axis, weights=weights, keepdims=keepdims,
+                               check_finite=check_finite)
+        if out is not None:
+            return out
     l = prepare_losses(losses, xp, False)
     ax = normalize_axis(axis, l.ndim)
     l = xp.moveaxis(l, ax, -1) if ax != l.ndim - 1 else l

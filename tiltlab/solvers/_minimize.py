@@ -193,6 +193,14 @@ def minimize(
     _check_seed(seed)
     if callback is not None and not callable(callback):
         raise TypeError(f"`callback` must be callable, got {type(callback).__name__}")
+    from ..distributed import client_minimize, is_dask_objective  # issue-12 hook
+
+    if is_dask_objective(objective):  # issue-12 hook: Dask data, client-driven solver
+        return client_minimize(
+            minimize, objective, theta0, method=method, tol=tol, atol=atol,
+            max_iter=max_iter, max_passes=max_passes, validation=validation,
+            patience=patience, callback=callback, progress=progress, seed=seed, **options,
+        )
     cls = METHODS[method]
     if method == "stochastic":
         options["seed"] = seed

@@ -1,0 +1,246 @@
+"""Tilted L-BFGS on Dask: in-memory scaling and an out-of-core fit.
+
+(a) ``inmem``: logistic TERM (t = -1, l2 = 1e-4) on ``--rows`` x 32 float64 (default
+    2e6: 512 MB) with NumPy (one BLAS thread, in this process) and with Dask on a
+    ``LocalCluster`` of 1 and of 2 worker processes (one thread each). Fits run round-robin
+    (``--repeats`` rounds, medians) with a fixed iteration budget, so every backend does
+    the same work; reported: time per fit, time per evaluation, the ratios to NumPy, and
+    graphs per iteration (counted by a scheduler plugin).
+
+(b) ``ooc``: the same objective in float32 from an on-disk ``numpy.memmap`` file
+    (``--ooc-rows`` x 32, default 1e8: 12.8 GB) read chunk by chunk inside the worker tasks
+    through ``dask.array.from_delayed``; 2 workers with ``memory_limit=3GB`` each, so the
+    data cannot be held in memory. Reported: the time to read the data once through the
+    same chunk loaders (a graph that only sums the chunks) against the time of one
+    evaluation (value and gradient), both after evicting the file from the page cache
+    (``posix_fadvise(DONTNEED)``), and a short L-BFGS fit.
+
+Usage::
+
+    PYTHONPATH=. python benchmarks/dask_scaling.py inmem [--rows 2000000] [--repeats 3]
+    PYTHONPATH=. python benchmarks/dask_scaling.py ooc [--ooc-rows 100000000] [--dir /tmp/x]
+
+(``PYTHONPATH=.`` so that the worker processes import this checkout's tiltlab.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+import numpy as np
+
+D = 32
+T = -1.0
+L2 = 1e-4
+
+
+def _data(n: int, seed: int = 0, dtype=np.float64) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, D), dtype=np.float64 if dtype == np.float64 else np.float32)
+    X[:, 0] = 1.0
+    beta = np.linspace(-1.0, 1.0, D).astype(X.dtype)
+    p = 1.0 / (1.0 + np.exp(-(X @ beta)))
+    y = (rng.uniform(size=n) < p).astype(X.dtype)
+    return X, y
+
+
+class _Counter:
+    """A scheduler plugin counting submitted graphs (``update_graph`` calls)."""
+
+    def __new__(cls):
+        from distributed.diagnostics.plugin import SchedulerPlugin
+
+        class GraphCounter(SchedulerPlugin):
+            name = "graph-counter"
+
+            def __init__(self):
+                self.n = 0
+
+            def update_graph(self, scheduler, **kwargs):
+                self.n += 1
+
+        return GraphCounter()
+
+
+def _cluster(n_workers: int, memory_limit: str):
+    import distributed
+
+    cluster = distributed.LocalCluster(
+        n_workers=n_workers, threads_per_worker=1, processes=True,
+        memory_limit=memory_limit, dashboard_address=None, silence_logs=40,
+    )
+    client = distributed.Client(cluster, set_as_default=False)
+    counter = _Counter()
+    cluster.scheduler.add_plugin(counter)
+    return cluster, client, counter
+
+
+def inmem(rows: int, repeats: int, max_iter: int) -> None:
+    import dask.array as da
+    import distributed
+    from threadpoolctl import threadpool_limits
+
+    import tiltlab as tl
+    from tiltlab.distributed import ClientObjective, distribute
+
+    X, y = _data(rows)
+    chunk = 1 << 17  # 131072 rows x 32 float64 = 32 MiB per chunk
+    print(f"(a) in memory: {rows} x {D} float64 ({X.nbytes / 1e9:.2f} GB), logistic, t={T}, "
+          f"l2={L2}, lbfgs max_iter={max_iter} (tol=0: fixed work), chunks of {chunk} rows")
+    setups = {}
+    for w in (1, 2):
+        cluster, client, counter = _cluster(w, "6GB")
+        with client.as_current():
+            obj = tl.TiltedObjective("logistic", da.from_array(X, chunks=(chunk, D)),
+                                     da.from_array(y, chunks=chunk), t=T, l2=L2)
+            plan = distribute(obj, persist=True)
+            distributed.wait([plan.X, plan.y])
+            ClientObjective(obj).value_and_gradient(np.zeros(D))  # workers import tiltlab
+        setups[w] = (cluster, client, counter, obj)
+    ref = tl.TiltedObjective("logistic", X, y, t=T, l2=L2)
+    times: dict[str, list] = {"numpy": [], "dask-1": [], "dask-2": []}
+    per_eval: dict[str, list] = {k: [] for k in times}
+    graphs: dict[str, list] = {k: [] for k in times}
+    xs = {}
+    for _ in range(repeats):
+        with threadpool_limits(1):
+            t0 = time.perf_counter()
+            r = tl.minimize(ref, method="lbfgs", tol=0.0, max_iter=max_iter)
+            dt = time.perf_counter() - t0
+        n_eval = {"numpy": r.n_passes}  # one pass per evaluation (the one-pass engine)
+        times["numpy"].append(dt)
+        per_eval["numpy"].append(dt / max(r.n_passes, 1))
+        xs["numpy"] = r.x
+        for w, (_, client, counter, obj) in setups.items():
+            key = f"dask-{w}"
+            with client.as_current():
+                before = counter.n
+                t0 = time.perf_counter()
+                r = tl.minimize(obj, method="lbfgs", tol=0.0, max_iter=max_iter)
+                dt = time.perf_counter() - t0
+            times[key].append(dt)
+            per_eval[key].append(dt / r.nfev)
+            graphs[key].append((counter.n - before) / max(r.nit, 1))
+            xs[key] = np.asarray(r.x)
+            n_eval[key] = r.nfev
+    print(f"  load average (1, 5, 15 min) at the end: {os.getloadavg()}")
+    med = {k: statistics.median(v) for k, v in times.items()}
+    for k in times:
+        g = f", graphs/iteration {statistics.median(graphs[k]):.2f}" if graphs[k] else ""
+        print(f"  {k:7s} fit {med[k]:7.2f} s (runs {', '.join(f'{v:.2f}' for v in times[k])}),"
+              f" per evaluation {statistics.median(per_eval[k]) * 1e3:7.1f} ms, "
+              f"ratio to numpy {med[k] / med['numpy']:.2f}{g}")
+    print(f"  evaluations per fit: {n_eval}; max |x_dask - x_numpy| / max |x_numpy|: "
+          + ", ".join(f"{k} {np.abs(xs[k] - xs['numpy']).max() / np.abs(xs['numpy']).max():.1e}"
+                      for k in ("dask-1", "dask-2")))
+    for cluster, client, _, _ in setups.values():
+        client.close()
+        cluster.close()
+
+
+def _write_memmap(path: str, n: int, block: int = 1 << 20) -> None:
+    if os.path.exists(path + ".done"):  # written in full by an earlier run
+        return
+    Xm = np.lib.format.open_memmap(path + ".X", mode="w+", dtype=np.float32, shape=(n, D))
+    ym = np.lib.format.open_memmap(path + ".y", mode="w+", dtype=np.float32, shape=(n,))
+    t0 = time.perf_counter()
+    for r0 in range(0, n, block):
+        r1 = min(n, r0 + block)
+        Xb, yb = _data(r1 - r0, seed=r0, dtype=np.float32)
+        Xm[r0:r1] = Xb
+        ym[r0:r1] = yb
+    Xm.flush()
+    ym.flush()
+    del Xm, ym
+    open(path + ".done", "w").close()
+    print(f"  wrote {n * D * 4 / 1e9:.1f} GB in {time.perf_counter() - t0:.0f} s")
+
+
+def _load(path: str, r0: int, r1: int) -> np.ndarray:
+    """Rows [r0, r1) of an on-disk .npy array, read inside the worker task."""
+    a = np.load(path, mmap_mode="r")
+    return np.array(a[r0:r1])
+
+
+def _evict(path: str) -> None:
+    for suffix in (".X", ".y"):
+        fd = os.open(path + suffix, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def ooc(rows: int, directory: str, chunk: int, fit_iter: int) -> None:
+    import dask
+    import dask.array as da
+
+    import tiltlab as tl
+    from tiltlab.distributed import ClientObjective, distribute
+
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, f"data_{rows}")
+    print(f"(b) out of core: {rows} x {D} float32 ({rows * D * 4 / 1e9:.1f} GB) in {path}.X "
+          f"(numpy memmap), chunks of {chunk} rows ({chunk * D * 4 / 2**20:.0f} MiB), "
+          "2 workers x 1 thread, memory_limit=3GB each")
+    _write_memmap(path, rows)
+    load = dask.delayed(_load, pure=True)
+    starts = list(range(0, rows, chunk))
+    Xs = [da.from_delayed(load(path + ".X", r, min(rows, r + chunk)),
+                          shape=(min(rows, r + chunk) - r, D), dtype=np.float32) for r in starts]
+    ys = [da.from_delayed(load(path + ".y", r, min(rows, r + chunk)),
+                          shape=(min(rows, r + chunk) - r,), dtype=np.float32) for r in starts]
+    X, y = da.concatenate(Xs, axis=0), da.concatenate(ys, axis=0)
+    cluster, client, counter = _cluster(2, "3GB")
+    with client.as_current():
+        obj = tl.TiltedObjective("logistic", X, y, t=T, l2=L2)  # (validation reads X once)
+        plan = distribute(obj)
+        print(f"  persisted: {plan.persisted} (data larger than half the workers' memory)")
+        cl = ClientObjective(obj)
+        rows_read = []
+        for rep in range(2):
+            _evict(path)
+            t0 = time.perf_counter()
+            dask.compute(X.sum(axis=0), y.sum())
+            read = time.perf_counter() - t0
+            _evict(path)
+            t0 = time.perf_counter()
+            cl.value_and_gradient(np.zeros(D, dtype=np.float32) + 0.01 * rep)
+            ev = time.perf_counter() - t0
+            rows_read.append((read, ev))
+            print(f"  round {rep}: read once {read:6.1f} s ({rows * D * 4 / 1e9 / read:.2f} GB/s),"
+                  f" one evaluation {ev:6.1f} s, ratio {ev / read:.2f}")
+        before = counter.n
+        t0 = time.perf_counter()
+        res = tl.minimize(obj, method="lbfgs", tol=0.0, max_iter=fit_iter)
+        dt = time.perf_counter() - t0
+        print(f"  lbfgs {res.nit} iterations: {dt:.1f} s, {res.nfev} evaluations "
+              f"({dt / res.nfev:.1f} s each, page cache warm after the first), "
+              f"{(counter.n - before) / max(res.nit, 1):.2f} graphs/iteration, "
+              f"fun {float(res.fun):.6f}")
+    client.close()
+    cluster.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("part", choices=["inmem", "ooc"])
+    ap.add_argument("--rows", type=int, default=2_000_000)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--max-iter", type=int, default=15)
+    ap.add_argument("--ooc-rows", type=int, default=100_000_000)
+    ap.add_argument("--chunk", type=int, default=1 << 20)
+    ap.add_argument("--fit-iter", type=int, default=3)
+    ap.add_argument("--dir", default="/tmp/tiltlab_ooc")
+    a = ap.parse_args()
+    if a.part == "inmem":
+        inmem(a.rows, a.repeats, a.max_iter)
+    else:
+        ooc(a.ooc_rows, a.dir, a.chunk, a.fit_iter)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,34 @@
+"""Tilted objectives, risks and solvers on Dask (laptop ``LocalCluster`` or a real cluster).
+
+Dask arrays reach this package through small hooks in :class:`tiltlab.TiltedObjective`,
+:func:`tiltlab.tilted_risk`, :func:`tiltlab.hierarchical_risk` and :func:`tiltlab.minimize`:
+
+* every evaluation of a linear-predictor objective (value, value and gradient,
+  Hessian-vector product, dense Hessian) is **one task graph**: per row chunk a tilted
+  accumulator state, merged by a tree reduction; only scalars and ``d``-vectors (``G x d``
+  for ``G`` innermost groups of a hierarchy) reach the client;
+* ``tilted_risk`` / ``hierarchical_risk`` of 1-d Dask losses return a lazy 0-d Dask array
+  whose graph is the same per-chunk reduction;
+* ``minimize`` drives its solvers from the client: the ``d``-dimensional algebra runs in
+  NumPy and each evaluation (including every line-search trial) calls the cluster once.
+
+See ``docs_snippets/dask_guide.md`` for a laptop walk-through.
+"""
+
+from ._api import objective_call
+from ._objective import DaskPlan, distribute, evaluate, supported
+from ._risk import dask_hierarchical_risk, dask_tilted_risk
+from ._solvers import ClientObjective, client_minimize, is_dask_objective
+
+__all__ = [
+    "ClientObjective",
+    "DaskPlan",
+    "client_minimize",
+    "dask_hierarchical_risk",
+    "dask_tilted_risk",
+    "distribute",
+    "evaluate",
+    "is_dask_objective",
+    "objective_call",
+    "supported",
+]

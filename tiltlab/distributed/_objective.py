@@ -1,0 +1,311 @@
+"""Tilted objectives on Dask arrays: one task graph per evaluation.
+
+For a linear-predictor loss on Dask data, each evaluation (value, value and gradient,
+Hessian-vector product, dense Hessian) builds one graph: a task per row chunk computes
+the chunk's tilted accumulator state (:mod:`tiltlab.accumulator` for a sample-level tilt;
+one state per innermost group, :mod:`tiltlab.distributed._states`, for a hierarchy), the
+states are merged by a tree reduction, and the client receives the merged state only
+(scalars and ``d``-vectors, or ``G x d`` for ``G`` innermost groups). The client finishes
+in NumPy: the risk, the upper levels of a hierarchy (:func:`tiltlab.risk.hierarchy_eval`
+on the ``G`` group risks) and the normalised sums.
+
+The data are rechunked once to whole rows and, when they fit in the workers' memory,
+persisted once (:func:`distribute`); every later graph refers to the persisted chunks.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .._compat import is_dask_namespace, to_numpy
+from ..accumulator import finalize_risk, normalized_sums
+from ..risk import GroupTree, hierarchy_eval
+from ._states import (
+    GroupState,
+    aligned,
+    chunk_group_state,
+    chunk_sample_state,
+    group_risks,
+    merge_states,
+)
+
+__all__ = ["distribute", "DaskPlan", "evaluate", "merged_state", "supported", "tree_reduce"]
+
+#: states merged per reduction task
+FAN_IN = 8
+
+
+@dataclass
+class DaskPlan:
+    """Row-chunked (and possibly persisted) data of one objective, with per-chunk keys."""
+
+    X: Any
+    y: Any
+    p: Any
+    codes: Any  # innermost-group codes (hierarchies) or None
+    blocks: list  # per chunk: (X_b, y_b, p_b, codes_b) as Delayed (or None)
+    persisted: bool
+    n_groups: int
+
+    def __reduce__(self):
+        # persisted chunks belong to one client session: a pickled objective re-plans
+        return (_dropped_plan, ())
+
+
+def _dropped_plan() -> None:
+    return None
+
+
+def _memory_budget() -> float:
+    """Bytes the data may take when persisted: half the cluster's (or machine's) memory."""
+    try:
+        from distributed import default_client
+
+        client = default_client()
+        workers = client.scheduler_info().get("workers", {})
+        total = sum(float(w.get("memory_limit") or 0) for w in workers.values())
+        if total > 0:
+            return 0.5 * total
+    except (ImportError, ValueError):
+        pass
+    try:
+        return 0.5 * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - non-POSIX
+        return 0.0
+
+
+def _like_rows(a: Any, chunks: tuple) -> Any:
+    """``a`` (a Dask array, or None) with its first axis chunked as ``chunks``."""
+    if a is None:
+        return None
+    import dask.array as da
+
+    if not isinstance(a, da.Array):
+        return da.from_array(np.asarray(to_numpy(a)), chunks=(chunks,) + a.shape[1:])
+    want = (chunks,) + tuple((s,) for s in a.shape[1:])
+    return a if a.chunks == want else a.rechunk(want)
+
+
+def distribute(objective: Any, *, persist: bool | str = "auto") -> DaskPlan:
+    """Prepare a Dask objective's data for one-graph evaluations (done once, cached).
+
+    ``X`` is rechunked to whole rows (one chunk along the features), ``y``, the prior
+    and the group codes follow its row chunks. With ``persist=True`` (or ``"auto"`` when
+    the data take at most half the workers' total memory) they are persisted: the data
+    then stay on the workers and every evaluation only ships ``theta``.
+
+    Examples
+    --------
+    >>> import dask.array as da, numpy as np
+    >>> import tiltlab as tl
+    >>> from tiltlab.distributed import distribute
+    >>> X = da.from_array(np.eye(4), chunks=2)
+    >>> obj = tl.TiltedObjective("squared", X, da.ones(4, chunks=2), t=1.0)
+    >>> plan = distribute(obj, persist=False)
+    >>> len(plan.blocks), plan.X.chunks[1]
+    (2, (4,))
+    """
+    plan = getattr(objective, "_dask_plan", None)
+    if plan is not None:
+        return plan
+    import dask
+
+    X = objective.X
+    X = X.rechunk({1: -1}) if len(X.chunks[1]) > 1 else X
+    rows = X.chunks[0]
+    y = _like_rows(objective.y, rows)
+    p = _like_rows(objective._prior, rows)
+    codes, G = None, 1
+    if objective._groups is not None:
+        if objective.tree is None:
+            objective._set_tree(objective._groups, objective.n_samples)
+        codes = _like_rows(objective.tree.levels[0].codes, rows)
+        G = objective.tree.levels[0].n_groups
+    parts = [a for a in (X, y, p, codes) if a is not None]
+    nbytes = sum(float(a.nbytes) for a in parts)
+    do = persist is True or (persist == "auto" and nbytes <= _memory_budget())
+    if do:
+        # chunks arriving in messages may be misaligned: realign once, on the workers
+        parts = list(dask.persist(*[a.map_blocks(aligned, dtype=a.dtype) for a in parts]))
+        X, y = parts[0], parts[1]
+        rest = parts[2:]
+        if p is not None:
+            p = rest.pop(0)
+        if codes is not None:
+            codes = rest.pop(0)
+
+    def blocks_of(a: Any) -> list:
+        if a is None:
+            return [None] * len(rows)
+        d = a.to_delayed()
+        return [d[i] if d.ndim == 1 else d[i, 0] for i in range(len(rows))]
+
+    blocks = list(zip(blocks_of(X), blocks_of(y), blocks_of(p), blocks_of(codes), strict=True))
+    plan = DaskPlan(X=X, y=y, p=p, codes=codes, blocks=blocks, persisted=do, n_groups=G)
+    objective._dask_plan = plan
+    return plan
+
+
+def supported(objective: Any) -> bool:
+    """Whether the one-graph Dask path applies (linear loss, Dask data, finite inner tilt)."""
+    if not is_dask_namespace(objective.xp) or not objective.loss.is_linear:
+        return False
+    if objective._prior is None and objective._weights_in is not None:
+        return False
+    ts = objective._tilts_list
+    return bool(np.isfinite(ts[-1]))
+
+
+def tree_reduce(parts: list, combine: Any, fan_in: int = FAN_IN) -> Any:
+    """Combine Delayed values with ``combine(*group)`` in a tree of the given fan-in."""
+    from dask import delayed
+
+    if not parts:
+        raise ValueError("nothing to reduce")
+    fn = delayed(combine, pure=False)
+    while len(parts) > 1:
+        parts = [fn(*parts[i : i + fan_in]) for i in range(0, len(parts), fan_in)]
+    return parts[0]
+
+
+def merged_state(objective: Any, theta: Any, V: Any, mode: str) -> tuple:
+    """The merged state of all chunks for one evaluation: exactly one ``dask.compute``.
+
+    ``theta`` and ``V`` (None outside ``"hvp"``) are NumPy or Dask arrays of the
+    objective's ``shape``; they are computed in the same graph and returned as NumPy:
+    ``(state, theta, V)``.
+    """
+    import dask
+    from dask import delayed
+
+    plan = distribute(objective)
+    loss = objective.loss
+    tau = float(objective._tilts_list[-1])
+    if plan.codes is None:
+        fn = delayed(chunk_sample_state, pure=False)
+        parts = [fn(Xb, yb, pb, theta, V, loss, tau, mode) for Xb, yb, pb, _ in plan.blocks]
+    else:
+        fn = delayed(chunk_group_state, pure=False)
+        parts = [
+            fn(Xb, yb, pb, cb, theta, V, loss, tau, plan.n_groups, mode)
+            for Xb, yb, pb, cb in plan.blocks
+        ]
+    state, theta, V = dask.compute(tree_reduce(parts, merge_states), theta, V)
+    objective.n_passes += 1
+    return state, np.asarray(theta), (None if V is None else np.asarray(V))
+
+
+def _upper(objective: Any, R: np.ndarray, M: np.ndarray) -> tuple[float, np.ndarray]:
+    """Risk and weights of the innermost groups through the upper levels (client, NumPy)."""
+    tree = objective.tree
+    sub = GroupTree(n_samples=int(R.shape[0]), levels=tuple(tree.levels[1:]), sample_layouts=())
+    risk, W = hierarchy_eval(R, M, sub, objective._tilts_list[:-1], np)
+    return float(risk), np.asarray(W)
+
+
+def _kappa(objective: Any, W: np.ndarray, abar: np.ndarray) -> np.ndarray:
+    """Per-group coefficient of the group gradient in a hierarchical Hessian product.
+
+    With ``s_1 = abar`` (each innermost group's weighted mean of ``a = l' . u``) and
+    ``s_k`` the ``W``-weighted mean of ``abar`` over each node of level ``k`` (the root
+    last), ``kappa_g = -t_1 s_1(g) + sum_{k >= 2} t_k (s_{k-1} - s_k)(ancestors of g)``.
+    """
+    tree = objective.tree
+    tilts = objective._tilts_list[::-1]  # innermost first: t_1 (samples in groups), ...
+    kappa = -tilts[0] * abar
+    prev = abar  # s_{k-1} per innermost group
+    codes = np.arange(W.shape[0])  # innermost group -> node of the current level
+    for k in range(1, len(tilts)):
+        if k < len(tree.levels):  # a grouping level: node means
+            lev = tree.levels[k]
+            codes = lev.codes[codes]
+            num = np.bincount(codes, weights=W * abar, minlength=lev.n_groups)
+            den = np.bincount(codes, weights=W, minlength=lev.n_groups)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                node = np.where(den > 0, num / np.where(den > 0, den, 1.0), 0.0)
+            cur = node[codes]
+        else:  # the root
+            cur = np.full_like(abar, float(np.sum(W * abar)))
+        if tilts[k] != 0.0:
+            kappa = kappa + tilts[k] * (prev - cur)
+        prev = cur
+    return kappa
+
+
+def _nonfinite(objective: Any, shape: tuple, dtype: Any) -> tuple:
+    return np.asarray(math.inf, dtype=dtype), np.full(shape, np.nan, dtype=dtype)
+
+
+def evaluate(objective: Any, theta: np.ndarray, V: np.ndarray | None, mode: str) -> tuple:
+    """One evaluation on the cluster, finished on the client in NumPy.
+
+    ``theta`` (and ``V``) are NumPy arrays of the objective's ``shape``. Returns NumPy
+    ``(value,)`` for ``"value"``, ``(value, gradient)`` for ``"grad"``, ``(value, Hv)``
+    for ``"hvp"`` and ``(value, H)`` for ``"hess"`` (flat ``p x p``); the ridge term is
+    included. A trial point with overflowing losses gives ``value = inf``.
+    """
+    dtype = np.dtype(objective.dtype)
+    state, theta, V = merged_state(objective, theta, V, mode)
+    l2 = objective.l2
+    if state is None:
+        return _nonfinite(objective, theta.shape, dtype)
+    if isinstance(state, GroupState):
+        value, out = _finish_groups(objective, state, mode, dtype)
+    else:
+        value, out = _finish_sample(objective, state, mode, dtype)
+    if l2:
+        value = value + 0.5 * l2 * float(np.sum(theta.astype(np.float64) ** 2))
+    value = np.asarray(value, dtype=dtype)
+    if mode == "value":
+        return (value,)
+    if l2:
+        if mode == "grad":
+            out = out + l2 * theta
+        elif mode == "hvp":
+            out = out + l2 * V
+        else:
+            out = out + l2 * np.eye(out.shape[0], dtype=out.dtype)
+    return value, np.asarray(out, dtype=dtype)
+
+
+def _finish_sample(objective: Any, state: Any, mode: str, dtype: Any) -> tuple:
+    t = state.t
+    if t == 0.0:
+        value = float(state.shift + state.lsum / state.mass)  # lsum is relative to the shift
+    else:
+        value = float(finalize_risk(state, np, dtype))
+    if mode == "value":
+        return value, None
+    parts = normalized_sums(state)
+    if mode == "grad":
+        return value, parts[0]
+    if mode == "hvp":
+        A, G, av = parts
+        return value, (A - t * G * av if t != 0.0 else A)
+    A, g = parts  # "hess"
+    H = A - t * np.outer(g, g) if t != 0.0 else A
+    return value, 0.5 * (H + H.T)
+
+
+def _finish_groups(objective: Any, state: GroupState, mode: str, dtype: Any) -> tuple:
+    R = group_risks(state, dtype)
+    M = state.mass / np.sum(state.mass)
+    value, W = _upper(objective, R.astype(np.float64), M)
+    if mode == "value":
+        return value, None
+    with np.errstate(invalid="ignore", divide="ignore"):
+        parts = [v / np.reshape(state.s, state.s.shape + (1,) * (v.ndim - 1)) for v in state.sums]
+    parts = [np.where(np.reshape(state.present, p.shape[:1] + (1,) * (p.ndim - 1)), p, 0.0)
+             for p in parts]
+    if mode == "grad":
+        return value, np.tensordot(W, parts[0], axes=1)
+    A, G, abar = parts  # "hvp"
+    kappa = _kappa(objective, W, abar)
+    Wk = W * kappa
+    return value, np.tensordot(W, A, axes=1) + np.tensordot(Wk, G, axes=1)
+

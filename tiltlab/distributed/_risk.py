@@ -1,0 +1,160 @@
+"""``tilted_risk`` and ``hierarchical_risk`` of Dask losses as one lazy reduction."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from .._compat import is_array_api_obj, is_dask_namespace, namespace_of, to_numpy
+from ..accumulator import finalize_risk
+from ..risk import GroupTree, build_tree, hierarchy_eval, prepare_tilts
+from ._objective import tree_reduce
+from ._states import GroupState, chunk_loss_group_state, chunk_loss_state, group_risks, merge_states
+
+__all__ = ["dask_tilted_risk", "dask_hierarchical_risk"]
+
+
+def _host_tilt(t: Any) -> float | None:
+    if isinstance(t, bool) or t is None:
+        return None
+    if is_array_api_obj(t):
+        if is_dask_namespace(namespace_of(t=t)):
+            return None
+        a = to_numpy(t)
+        if a.ndim != 0:
+            return None
+        t = a
+    try:
+        v = float(t)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(v) else v
+
+
+def _result_dtype(losses: Any) -> np.dtype:
+    dt = np.dtype(losses.dtype)
+    return dt if dt.kind == "f" else np.dtype(np.float64)
+
+
+def _weights_like(weights: Any, losses: Any) -> Any:
+    import dask.array as da
+
+    if weights is None:
+        return None
+    w = weights if isinstance(weights, da.Array) else da.from_array(np.asarray(to_numpy(weights)))
+    if w.ndim != 1 or w.shape[0] != losses.shape[0]:
+        raise ValueError(
+            f"`weights` has length {w.shape[0] if w.ndim == 1 else tuple(w.shape)} but "
+            f"`losses` has {losses.shape[0]} samples along `axis`"
+        )
+    return w.rechunk((losses.chunks[0],))
+
+
+def _blocks(a: Any) -> list:
+    return [None] * 0 if a is None else list(a.to_delayed().reshape(-1))
+
+
+def dask_tilted_risk(losses: Any, t: Any, *, axis: int, weights: Any, keepdims: bool,
+                     check_finite: bool) -> Any:
+    """Lazy tilted risk of 1-d Dask losses at one host tilt (None: use the generic path).
+
+    The graph: per chunk a :class:`~tiltlab.accumulator.TiltState`, a tree of merges, and a
+    finaliser; computing the result runs it once. NaN or infinite losses raise
+    ``ValueError`` when the result is computed.
+    """
+    import dask.array as da
+    from dask import delayed
+
+    tv = _host_tilt(t)
+    if (
+        tv is None
+        or not check_finite
+        or keepdims
+        or getattr(losses, "ndim", 0) != 1
+        or axis not in (0, -1)
+        or not isinstance(losses, da.Array)
+        or np.dtype(losses.dtype).kind not in "fiub"
+        or losses.shape[0] == 0
+    ):
+        return None
+    w = _weights_like(weights, losses)
+    dtype = _result_dtype(losses)
+    t_state = tv if math.isfinite(tv) else 0.0
+    fn = delayed(chunk_loss_state, pure=False)
+    wb = _blocks(w) or [None] * len(losses.chunks[0])
+    parts = [fn(lb, pb, t_state) for lb, pb in zip(_blocks(losses), wb, strict=True)]
+    root = delayed(_finish_risk, pure=False)(tree_reduce(parts, merge_states), tv, dtype.str)
+    return da.from_delayed(root, shape=(), dtype=dtype)
+
+
+def _finish_risk(state: Any, t: float, dtype: str) -> np.ndarray:
+    dt = np.dtype(dtype)
+    _check_state(state)
+    if math.isinf(t):
+        return np.asarray(state.hi if t > 0 else state.lo, dtype=dt)
+    if t == 0.0:
+        return np.asarray(state.shift + state.lsum / state.mass, dtype=dt)  # lsum: shift-relative
+    return np.asarray(finalize_risk(state, np, dt), dtype=dt)
+
+
+def _check_state(state: Any) -> None:
+    if isinstance(state, str):  # "empty": every chunk had zero prior mass
+        raise ValueError("`weights` must not be all zero")
+
+
+def dask_hierarchical_risk(losses: Any, groups: Any, tilts: Any, *, weights: Any,
+                           check_finite: bool) -> Any:
+    """Lazy hierarchical risk of 1-d Dask losses (None: use the generic path).
+
+    The group tree is built on the client from the labels (computed once if they are
+    Dask arrays); the graph carries one state per innermost group per chunk.
+    """
+    import dask.array as da
+    from dask import delayed
+
+    if (
+        not check_finite
+        or getattr(losses, "ndim", 0) != 1
+        or not isinstance(losses, da.Array)
+        or np.dtype(losses.dtype).kind not in "fiub"
+        or losses.shape[0] == 0
+    ):
+        return None
+    n = int(losses.shape[0])
+    tree = build_tree(groups, n)
+    ts = prepare_tilts(tilts, tree.depth)
+    if not math.isfinite(ts[-1]):
+        return None
+    w = _weights_like(weights, losses)
+    dtype = _result_dtype(losses)
+    codes = da.from_array(tree.levels[0].codes, chunks=(losses.chunks[0],))
+    G = tree.levels[0].n_groups
+    fn = delayed(chunk_loss_group_state, pure=False)
+    wb = _blocks(w) or [None] * len(losses.chunks[0])
+    parts = [
+        fn(lb, pb, cb, ts[-1], G)
+        for lb, pb, cb in zip(_blocks(losses), wb, _blocks(codes), strict=True)
+    ]
+    upper = GroupTree(n_samples=G, levels=tuple(tree.levels[1:]), sample_layouts=())
+    root = delayed(_finish_hier, pure=False)(
+        tree_reduce(parts, merge_states), upper, ts[:-1], dtype.str
+    )
+    return da.from_delayed(root, shape=(), dtype=dtype)
+
+
+def _finish_hier(state: GroupState, upper: GroupTree, ts: list, dtype: str) -> np.ndarray:
+    dt = np.dtype(dtype)
+    _check_state(state)
+    if state is None:
+        raise ValueError("`losses` contains NaN or infinite values")
+    if not np.all(state.mass > 0):
+        raise ValueError(
+            "`weights` give a group zero total weight (an empty group); every group needs "
+            "at least one sample with positive weight"
+        )
+    R = group_risks(state, dt).astype(np.float64)
+    M = state.mass / np.sum(state.mass)
+    risk, _ = hierarchy_eval(R, M, upper, ts, np, weights=False)
+    return np.asarray(risk, dtype=dt)

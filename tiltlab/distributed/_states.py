@@ -1,0 +1,455 @@
+"""Per-group tilted accumulator states (vectorised over groups) and per-chunk kernels.
+
+The sample-level objective reduces one :class:`~tiltlab.accumulator.TiltState` per chunk.
+A hierarchical objective needs one state per *innermost group*: samples of a group may lie
+in any chunk, so each chunk summarises, for every group ``g`` of the innermost level,
+
+* ``hi_g``, ``lo_g`` (``-inf``/``+inf`` for a group with no sample in the chunk), the
+  shift ``c_g`` (``hi_g`` for ``tau > 0``, ``lo_g`` otherwise);
+* ``mass_g = sum p_i``, ``s_g = sum p_i exp(u_i)`` and ``q_g = sum p_i expm1(u_i)`` (kept
+  while ``|tau| (hi_g - lo_g) <= 1``), with ``u_i = tau (l_i - c_g)``;
+* ``lsum_g = sum p_i l_i`` (always: it is one multiply-add per sample);
+* weighted sums ``sum p_i exp(u_i) v_i`` of per-sample arrays (gradient pieces).
+
+These merge exactly like the scalar state (:func:`tiltlab.accumulator.merge`), group by
+group, so the chunks of a Dask array combine in any tree. Every function here runs on
+concrete chunks (NumPy or CuPy) inside a worker task and returns NumPy arrays: only
+``O(G d)`` numbers travel.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .._compat import device, tiny_sqrt, to_numpy
+from ..accumulator import NonFiniteLosses, TiltState, block_state, merge
+from ..segments import Segments, expand, segment_max, segment_min, segment_sum
+
+__all__ = [
+    "GroupState",
+    "group_state",
+    "merge_groups",
+    "group_risks",
+    "chunk_sample_state",
+    "chunk_group_state",
+    "merge_states",
+    "EMPTY",
+]
+
+
+@dataclass(frozen=True)
+class GroupState:
+    """Tilted states of ``G`` groups at one tilt ``t`` (NumPy arrays of length ``G``)."""
+
+    t: float
+    hi: np.ndarray
+    lo: np.ndarray
+    mass: np.ndarray
+    s: np.ndarray
+    q: np.ndarray
+    has_q: np.ndarray
+    lsum: np.ndarray
+    sums: tuple
+
+    @property
+    def present(self) -> np.ndarray:
+        return self.hi >= self.lo
+
+    @property
+    def shift(self) -> np.ndarray:
+        c = self.hi if self.t > 0 else self.lo
+        return np.where(self.present, c, 0.0)
+
+
+def _host(a: Any) -> np.ndarray:
+    return np.asarray(to_numpy(a))
+
+
+def group_state(
+    l: Any, p: Any, seg: Segments, t: float, xp: Any, *, sums: Any = None
+) -> GroupState:
+    """States of the groups of ``seg`` from one chunk's losses ``l`` (prior ``p`` or None).
+
+    ``sums(pe)`` maps the unnormalised weights ``p_i exp(u_i)`` to a tuple of per-group
+    sums (arrays with the group axis first). Raises :class:`NonFiniteLosses` for NaN or
+    infinite losses on the support.
+    """
+    t = float(t)
+    dev = device(l)
+    on = None if p is None else p > 0
+    ninf = xp.asarray(-math.inf, dtype=l.dtype, device=dev)
+    pinf = xp.asarray(math.inf, dtype=l.dtype, device=dev)
+    with np.errstate(invalid="ignore"):  # NaN losses are reported below, not warned about
+        hi_d = segment_max(l if on is None else xp.where(on, l, ninf), seg, xp)
+        lo_d = segment_min(l if on is None else xp.where(on, l, pinf), seg, xp)
+    hi, lo = _host(hi_d), _host(lo_d)
+    present = hi >= lo
+    if np.any(np.isnan(hi) | np.isnan(lo)) or not (
+        np.all(np.isfinite(hi[present])) and np.all(np.isfinite(lo[present]))
+    ):
+        raise NonFiniteLosses("`losses` contains NaN or infinite values")
+    c = np.where(present, hi if t > 0 else lo, 0.0)
+    scale = np.where(present, abs(t) * (hi - lo), 0.0)
+    small = scale <= 1.0
+    u = l - expand(xp.asarray(c.astype(to_numpy(hi_d).dtype), device=dev), seg, xp)
+    if on is not None:
+        u = xp.where(on, u, xp.zeros_like(u))
+    u = t * u
+    G = seg.n_groups
+    if np.all(small):
+        e1 = xp.expm1(u)
+        e = e1 + 1.0  # exp(u) >= exp(-1): no cancellation
+    elif not np.any(small):
+        e1 = None
+        e = xp.exp(u)
+    else:
+        e1 = xp.expm1(u)
+        small_el = expand(xp.asarray(small, device=dev), seg, xp)
+        e = xp.where(small_el, e1 + 1.0, xp.exp(u))
+    del u
+    if e1 is None:
+        q = np.zeros(G)
+    else:
+        q = _host(segment_sum(e1 if p is None else p * e1, seg, xp))
+    pe = e if p is None else p * e
+    s = _host(segment_sum(pe, seg, xp))
+    if p is None:
+        mass = np.bincount(seg.codes, minlength=G).astype(s.dtype)
+        lsum = _host(segment_sum(l, seg, xp))
+    else:
+        mass = _host(segment_sum(p, seg, xp))
+        lsum = _host(segment_sum(p * l, seg, xp))
+    extra = tuple(_host(v) for v in sums(pe)) if sums is not None else ()
+    return GroupState(t=t, hi=hi, lo=lo, mass=mass, s=s, q=np.where(small, q, 0.0),
+                      has_q=small, lsum=lsum, sums=extra)
+
+
+def merge_groups(a: GroupState, b: GroupState) -> GroupState:
+    """Merge two group states of the same tilt, group by group (exact up to rounding)."""
+    t = a.t
+    hi, lo = np.maximum(a.hi, b.hi), np.minimum(a.lo, b.lo)
+    present = hi >= lo
+    c = np.where(present, hi if t > 0 else lo, 0.0)
+    with np.errstate(invalid="ignore", over="ignore"):
+        ua = np.where(a.present, t * (a.shift - c), 0.0)
+        ub = np.where(b.present, t * (b.shift - c), 0.0)
+    ra, rb = np.where(a.present, np.exp(ua), 0.0), np.where(b.present, np.exp(ub), 0.0)
+    ma = np.where(a.present, np.expm1(ua), 0.0)
+    mb = np.where(b.present, np.expm1(ub), 0.0)
+    s = a.s * ra + b.s * rb
+    q = a.mass * ma + a.q * ra + b.mass * mb + b.q * rb
+    scale = np.where(present, abs(t) * (hi - lo), 0.0)
+    has_q = a.has_q & b.has_q & (scale <= 1.0)
+    sums = tuple(
+        x * _col(ra, x) + y * _col(rb, y) for x, y in zip(a.sums, b.sums, strict=True)
+    )
+    return GroupState(t=t, hi=hi, lo=lo, mass=a.mass + b.mass, s=s, q=np.where(has_q, q, 0.0),
+                      has_q=has_q, lsum=a.lsum + b.lsum, sums=sums)
+
+
+def _col(r: np.ndarray, like: np.ndarray) -> np.ndarray:
+    """Per-group factors shaped to broadcast against a per-group sum (group axis first)."""
+    return np.reshape(r, r.shape + (1,) * (np.ndim(like) - 1))
+
+
+def group_risks(st: GroupState, dtype: Any) -> np.ndarray:
+    """Tilted risk of every group (the finaliser of :class:`GroupState`)."""
+    t = st.t
+    mass = st.mass
+    tiny = tiny_sqrt(np.dtype(dtype), np)
+    scale = np.where(st.present, abs(t) * (st.hi - st.lo), 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mean = st.lsum / mass
+        if t == 0.0:
+            return mean
+        r_q = st.shift + np.log1p(st.q / mass) / t
+        r_s = st.shift + np.log(st.s / mass) / t
+    r = np.where(st.has_q, r_q, r_s)
+    return np.where(scale < tiny, mean, r).astype(dtype, copy=False)
+
+
+# ---------------------------------------------------------------------------
+# per-chunk kernels (run inside worker tasks on concrete chunks)
+
+
+def _ns(a: Any) -> Any:
+    import array_api_compat
+
+    return array_api_compat.array_namespace(a)
+
+
+def _to_host_state(st: TiltState) -> TiltState:
+    def h(a):
+        return None if a is None else _host(a)
+
+    return TiltState(t=st.t, hi=st.hi, lo=st.lo, mass=h(st.mass), s=h(st.s), q=h(st.q),
+                     lsum=h(st.lsum), sums=tuple(h(v) for v in st.sums))
+
+
+def _derivs(loss: Any, Xb: Any, yb: Any, th: Any, V: Any, mode: str, xp: Any) -> dict:
+    """Predictor, losses and the derivative pieces a mode needs, for one block of rows."""
+    multi = th.ndim == 2
+    out: dict = {"multi": multi}
+    if mode in ("value", "risk"):
+        out["ell"] = loss.value(Xb @ th, yb, validate=False, xp=xp)
+        return out
+    if mode == "grad":
+        out["ell"], out["d1"] = loss.value_and_d1(Xb @ th, yb, validate=False, xp=xp)
+        return out
+    if mode == "hess":
+        z = Xb @ th
+        out["ell"], out["d1"], out["d2"] = loss.derivatives(z, yb, validate=False, xp=xp)
+        return out
+    # hvp: one product with [theta, V]
+    k = th.shape[1] if multi else 1
+    TV = xp.concat([th, V], axis=1) if multi else xp.stack([th, V], axis=1)
+    zu = Xb @ TV
+    z, u = (zu[:, :k], zu[:, k:]) if multi else (zu[:, 0], zu[:, 1])
+    ell, d1, d2 = loss.derivatives(z, yb, validate=False, xp=xp)
+    out.update(ell=ell, d1=d1, d2=d2, u=u)
+    if multi:
+        out["hz"] = loss.hvp_z(z, yb, u, validate=False, xp=xp)
+        out["a"] = xp.sum(d1 * u, axis=1)
+    else:
+        out["a"] = d1 * u
+    return out
+
+
+def _params(theta: Any, V: Any, Xb: Any, xp: Any) -> tuple[Any, Any]:
+    dev = device(Xb)
+    th = xp.asarray(np.asarray(theta), dtype=Xb.dtype, device=dev)
+    v = None if V is None else xp.asarray(np.asarray(V), dtype=Xb.dtype, device=dev)
+    return th, v
+
+
+def _check_weights(pb: Any, xp: Any) -> None:
+    if not bool(xp.all(xp.isfinite(pb))):
+        what = "NaN" if bool(xp.any(xp.isnan(pb))) else "infinite"
+        raise ValueError(f"`weights` contains {what} values")
+    if not bool(xp.all(pb >= 0)):
+        raise ValueError("`weights` must be non-negative")
+
+
+#: bytes of ``X`` per sub-block inside a chunk on CPU (cache-sized, as the eager engine)
+SUB_BLOCK_BYTES = 1 << 21
+
+
+def aligned(a: Any) -> Any:
+    """``a``, copied if it is a NumPy array at a misaligned address.
+
+    Chunks unpickled from a message buffer (Dask's transfers) can start at an address
+    that is not a multiple of the item size; NumPy and BLAS then take slow paths (four
+    times slower here on float64 chunks).
+    """
+    if isinstance(a, np.ndarray) and not a.flags.aligned:
+        return np.require(a, requirements="A")
+    return a
+
+
+def _sub_blocks(Xb: Any, *rest: Any):
+    """Row slices of a chunk small enough to stay in cache between ``X @ theta`` and
+    ``X^T c`` (the whole chunk on GPU backends, whose kernels block internally)."""
+    from .._compat import is_cupy_namespace
+
+    Xb = aligned(Xb)
+    rest = tuple(aligned(a) for a in rest)
+
+    n, d = int(Xb.shape[0]), int(Xb.shape[1])
+    xp = _ns(Xb)
+    if is_cupy_namespace(xp):
+        B = n
+    else:
+        B = max(256, SUB_BLOCK_BYTES // max(1, d * int(np.dtype(str(Xb.dtype)).itemsize)))
+    for r0 in range(0, n, B):
+        r1 = min(n, r0 + B)
+        if (r0, r1) == (0, n):
+            yield (Xb,) + rest
+        else:
+            yield (Xb[r0:r1, ...],) + tuple(None if a is None else a[r0:r1, ...] for a in rest)
+
+
+def chunk_sample_state(Xb: Any, yb: Any, pb: Any, theta: Any, V: Any, loss: Any, t: float,
+                       mode: str) -> Any:
+    """One chunk's :class:`TiltState` for a sample-level objective (None: non-finite), merged
+    over cache-sized sub-blocks; see :func:`_block_sample_state` for ``mode``."""
+    return merge_states(*[
+        _block_sample_state(X1, y1, p1, theta, V, loss, t, mode)
+        for X1, y1, p1 in _sub_blocks(Xb, yb, pb)
+    ])
+
+
+def _block_sample_state(Xb: Any, yb: Any, pb: Any, theta: Any, V: Any, loss: Any, t: float,
+                        mode: str) -> Any:
+    """One chunk's :class:`TiltState` for a sample-level objective (None: non-finite).
+
+    ``mode``: ``"value"`` (no sums), ``"grad"`` (``X^T (pe l')``), ``"hvp"`` (the
+    pieces of a Hessian-vector product along ``V``) or ``"hess"`` (``X^T diag X`` and the
+    gradient, scalar predictors).
+    """
+    xp = _ns(Xb)
+    th, v = _params(theta, V, Xb, xp)
+    D = _derivs(loss, Xb, yb, th, v, mode, xp)
+    multi = D["multi"]
+    sums = None
+    if mode == "grad":
+        d1 = D["d1"]
+
+        def sums(pe):
+            return (Xb.T @ (pe[:, None] * d1 if multi else pe * d1),)
+    elif mode == "hvp":
+        d1, d2, u, a = D["d1"], D["d2"], D["u"], D["a"]
+
+        def sums(pe):
+            if multi:
+                c = pe[:, None] * D["hz"]
+                if t != 0.0:
+                    c = c + (t * pe * a)[:, None] * d1
+                gcoef = pe[:, None] * d1
+            else:
+                c = pe * (d2 * u + t * d1 * a) if t != 0.0 else pe * d2 * u
+                gcoef = pe * d1
+            return (Xb.T @ c, Xb.T @ gcoef, xp.sum(pe * a))
+    elif mode == "hess":
+        d1, d2 = D["d1"], D["d2"]
+
+        def sums(pe):
+            diag = pe * (d2 + t * d1 * d1) if t != 0.0 else pe * d2
+            return (Xb.T @ (diag[:, None] * Xb), Xb.T @ (pe * d1))
+    return _sample_state(D["ell"], pb, t, xp, sums)
+
+
+#: a chunk whose prior weights are all zero (merges as the neutral element)
+EMPTY = "empty"
+
+
+def _sample_state(
+    ell: Any, pb: Any, t: float, xp: Any, sums: Any, *, raise_nonfinite: bool = False
+) -> Any:
+    if pb is not None:
+        _check_weights(pb, xp)
+        if not bool(xp.any(pb > 0)):
+            return EMPTY
+    try:
+        if t == 0.0:
+            from ..objective import _mean_state
+
+            st = _mean_state(ell, pb, xp, sums if sums is not None else (lambda pe: ()))
+        else:
+            st = block_state(ell, pb, t, xp, sums=sums)
+    except NonFiniteLosses:
+        if raise_nonfinite:
+            _raise_nonfinite(ell, xp)
+        return None
+    return _to_host_state(st)
+
+
+def _raise_nonfinite(ell: Any, xp: Any) -> None:
+    what = "NaN" if bool(xp.any(xp.isnan(ell))) else "infinite"
+    raise ValueError(
+        f"`losses` contains {what} values; pass finite values (or check_finite=False to "
+        "skip this check)"
+    )
+
+
+def chunk_loss_state(lb: Any, pb: Any, t: float) -> TiltState | None:
+    """One chunk's :class:`TiltState` of given losses (for :func:`tiltlab.tilted_risk`)."""
+    xp = _ns(lb)
+    if not xp.isdtype(lb.dtype, "real floating"):
+        lb = xp.astype(lb, xp.float64)
+    if pb is not None:
+        pb = xp.astype(pb, lb.dtype)
+    return _sample_state(lb, pb, t, xp, None, raise_nonfinite=True)
+
+
+def _group_xt(Xb: Any, coef: Any, seg: Segments, xp: Any) -> Any:
+    """Per-group ``sum_{i in g} coef_i x_i``: shape (G, d), or (G, d, K) for 2-d ``coef``."""
+    if coef.ndim == 1:
+        return xp.permute_dims(segment_sum(Xb.T * coef[None, :], seg, xp), (1, 0))
+    vals = Xb.T[:, None, :] * xp.permute_dims(coef, (1, 0))[None, :, :]
+    return xp.permute_dims(segment_sum(vals, seg, xp), (2, 0, 1))
+
+
+def chunk_group_state(Xb: Any, yb: Any, pb: Any, cb: Any, theta: Any, V: Any, loss: Any,
+                      tau: float, n_groups: int, mode: str) -> Any:
+    """One chunk's :class:`GroupState` (None: non-finite), merged over sub-blocks; see
+    :func:`_block_group_state`."""
+    return merge_states(*[
+        _block_group_state(X1, y1, p1, c1, theta, V, loss, tau, n_groups, mode)
+        for X1, y1, p1, c1 in _sub_blocks(Xb, yb, pb, cb)
+    ])
+
+
+def _block_group_state(Xb: Any, yb: Any, pb: Any, cb: Any, theta: Any, V: Any, loss: Any,
+                       tau: float, n_groups: int, mode: str) -> Any:
+    """One chunk's :class:`GroupState` over the innermost groups of a hierarchy.
+
+    ``cb`` holds the chunk's innermost-group codes. Sums per group: ``"grad"``:
+    ``X^T (pe l')``; ``"hvp"``: ``X^T (pe (l'' u + tau l' a))``, ``X^T (pe l')`` and
+    ``sum pe a`` (``a = l' u``). Returns None for non-finite losses.
+    """
+    xp = _ns(Xb)
+    th, v = _params(theta, V, Xb, xp)
+    seg = Segments.from_codes(to_numpy(cb), n_groups)
+    D = _derivs(loss, Xb, yb, th, v, mode, xp)
+    multi = D["multi"]
+    sums = None
+    if mode == "grad":
+        d1 = D["d1"]
+
+        def sums(pe):
+            return (_group_xt(Xb, pe[:, None] * d1 if multi else pe * d1, seg, xp),)
+    elif mode == "hvp":
+        d1, d2, u, a = D["d1"], D["d2"], D["u"], D["a"]
+
+        def sums(pe):
+            if multi:
+                c = pe[:, None] * D["hz"]
+                if tau != 0.0:
+                    c = c + (tau * pe * a)[:, None] * d1
+                gcoef = pe[:, None] * d1
+            else:
+                c = pe * (d2 * u + tau * d1 * a) if tau != 0.0 else pe * d2 * u
+                gcoef = pe * d1
+            return (_group_xt(Xb, c, seg, xp), _group_xt(Xb, gcoef, seg, xp),
+                    segment_sum(pe * a, seg, xp))
+    return _group_state_or_none(D["ell"], pb, seg, tau, xp, sums)
+
+
+def _group_state_or_none(ell, pb, seg, tau, xp, sums, *, raise_nonfinite: bool = False):
+    if pb is not None:
+        _check_weights(pb, xp)
+    try:
+        return group_state(ell, pb, seg, tau, xp, sums=sums)
+    except NonFiniteLosses:
+        if raise_nonfinite:
+            _raise_nonfinite(ell, xp)
+        return None
+
+
+def chunk_loss_group_state(lb: Any, pb: Any, cb: Any, tau: float, n_groups: int):
+    """One chunk's :class:`GroupState` of given losses (for hierarchical_risk)."""
+    xp = _ns(lb)
+    if not xp.isdtype(lb.dtype, "real floating"):
+        lb = xp.astype(lb, xp.float64)
+    if pb is not None:
+        pb = xp.astype(pb, lb.dtype)
+    seg = Segments.from_codes(to_numpy(cb), n_groups)
+    return _group_state_or_none(lb, pb, seg, tau, xp, None, raise_nonfinite=True)
+
+
+def merge_states(*states: Any) -> Any:
+    """Merge chunk states (TiltState or GroupState); None (non-finite) absorbs and
+    :data:`EMPTY` (a chunk without prior mass) is neutral."""
+    if any(s is None for s in states):
+        return None
+    states = tuple(s for s in states if not isinstance(s, str))
+    if not states:
+        return EMPTY
+    out = states[0]
+    for s in states[1:]:
+        out = merge_groups(out, s) if isinstance(out, GroupState) else merge(out, s)
+    return out
