@@ -336,7 +336,7 @@ def risk_1d(l: Any, t: float, hi: float, lo: float) -> Any:
     n = float(l.shape[0])
     scale = abs(t) * (hi - lo)
     if scale < math.sqrt(float(cupy.finfo(l.dtype).tiny)):
-        return cupy.mean(l)
+        return (c + cupy.mean(l - dt(c))).astype(l.dtype)  # the mean, without overflow
     if scale <= 1.0:
         q = _sum(red["expm1"](l, dt(c), dt(t)))
         return (c + cupy.log1p(q / dt(n)) / dt(t)).astype(l.dtype)
