@@ -229,7 +229,7 @@ def _params(theta: Any, V: Any, Xb: Any, xp: Any) -> tuple[Any, Any]:
 def _check_weights(pb: Any, xp: Any) -> None:
     if not bool(xp.all(xp.isfinite(pb))):
         what = "NaN" if bool(xp.any(xp.isnan(pb))) else "infinite"
-        raise ValueError(f"`weights` contains {what} values")
+        raise ValueError(f"`weights` contains {what} values; pass finite values")
     if not bool(xp.all(pb >= 0)):
         raise ValueError("`weights` must be non-negative")
 
