@@ -478,14 +478,7 @@ class TiltedObjective(PicklableNamespace):
                     a = d1 * u
 
                 def sums(pe, Xb=Xb, d1=d1, d2=d2, u=u, a=a, hz=(hz if multi else None)):
-                    if multi:
-                        c = pe[:, None] * hz
-                        if t != 0.0:
-                            c = c + (t * pe * a)[:, None] * d1
-                        gcoef = pe[:, None] * d1
-                    else:
-                        c = pe * (d2 * u + t * d1 * a) if t != 0.0 else pe * d2 * u
-                        gcoef = pe * d1
+                    c, gcoef = hvp_coefficients(pe, d1, d2, u, a, hz, t)
                     return (Xb.T @ c, Xb.T @ gcoef, xp.sum(pe * a))
 
             try:
@@ -726,6 +719,24 @@ def _distributed_call(obj: Any, kind: str, theta: Any, v: Any = None) -> Any:
     from .distributed import objective_call
 
     return objective_call(obj, kind, theta, v)
+
+
+def hvp_coefficients(pe: Any, d1: Any, d2: Any, u: Any, a: Any, hz: Any, t: float):
+    """Per-sample coefficients of a block's Hessian-vector product pieces.
+
+    With unnormalised tilted weights ``pe``, loss derivatives ``d1``/``d2`` in the
+    predictor (``hz``: the multinomial loss's per-sample Hessian applied to ``u``, else
+    None), the direction's predictor ``u = X v`` and ``a = l' . u``, returns ``(c, g)``
+    such that ``X^T c`` sums ``w (l'' u + t l' a)`` and ``X^T g`` sums ``w l'``; the
+    Hessian-vector product is ``X^T c / s - t (X^T g / s)(sum w a / s)``.
+    """
+    if hz is not None:  # multinomial: (n, K) coefficients
+        c = pe[:, None] * hz
+        if t != 0.0:
+            c = c + (t * pe * a)[:, None] * d1
+        return c, pe[:, None] * d1
+    c = pe * (d2 * u + t * d1 * a) if t != 0.0 else pe * d2 * u
+    return c, pe * d1
 
 
 def _itemsize(dtype: Any, xp: Any) -> int:

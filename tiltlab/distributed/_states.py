@@ -27,6 +27,7 @@ import numpy as np
 
 from .._compat import device, tiny_sqrt, to_numpy
 from ..accumulator import NonFiniteLosses, TiltState, block_state, merge
+from ..objective import hvp_coefficients
 from ..segments import Segments, expand, segment_max, segment_min, segment_sum
 
 __all__ = [
@@ -304,14 +305,7 @@ def _block_sample_state(Xb: Any, yb: Any, pb: Any, theta: Any, V: Any, loss: Any
         d1, d2, u, a = D["d1"], D["d2"], D["u"], D["a"]
 
         def sums(pe):
-            if multi:
-                c = pe[:, None] * D["hz"]
-                if t != 0.0:
-                    c = c + (t * pe * a)[:, None] * d1
-                gcoef = pe[:, None] * d1
-            else:
-                c = pe * (d2 * u + t * d1 * a) if t != 0.0 else pe * d2 * u
-                gcoef = pe * d1
+            c, gcoef = hvp_coefficients(pe, d1, d2, u, a, D["hz"] if multi else None, t)
             return (Xb.T @ c, Xb.T @ gcoef, xp.sum(pe * a))
     elif mode == "hess":
         d1, d2 = D["d1"], D["d2"]
@@ -406,14 +400,7 @@ def _block_group_state(Xb: Any, yb: Any, pb: Any, cb: Any, theta: Any, V: Any, l
         d1, d2, u, a = D["d1"], D["d2"], D["u"], D["a"]
 
         def sums(pe):
-            if multi:
-                c = pe[:, None] * D["hz"]
-                if tau != 0.0:
-                    c = c + (tau * pe * a)[:, None] * d1
-                gcoef = pe[:, None] * d1
-            else:
-                c = pe * (d2 * u + tau * d1 * a) if tau != 0.0 else pe * d2 * u
-                gcoef = pe * d1
+            c, gcoef = hvp_coefficients(pe, d1, d2, u, a, D["hz"] if multi else None, tau)
             return (_group_xt(Xb, c, seg, xp), _group_xt(Xb, gcoef, seg, xp),
                     segment_sum(pe * a, seg, xp))
     return _group_state_or_none(D["ell"], pb, seg, tau, xp, sums)
