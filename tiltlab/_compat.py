@@ -53,6 +53,7 @@ __all__ = [
     "is_torch_namespace",
     "is_dask_namespace",
     "is_array_api_obj",
+    "apply_inplace",
 ]
 
 device = _device
@@ -267,6 +268,17 @@ def normalize_axis(axis: int, ndim: int, *, name: str = "axis") -> int:
     if not -ndim <= axis < ndim:
         raise ValueError(f"`{name}`={axis} is out of range for an array of {ndim} dimension(s)")
     return int(axis) % ndim
+
+
+def apply_inplace(fn: Any, x: Any, xp: Any) -> Any:
+    """``fn(x)`` written over ``x`` where the library supports ``out=`` (NumPy, CuPy,
+    PyTorch), else a new array. ``x`` must be a temporary the caller owns; a tensor that
+    requires grad is not overwritten (autograd records no ``out=`` operations)."""
+    if (is_numpy_namespace(xp) or is_cupy_namespace(xp) or is_torch_namespace(xp)) and not (
+        getattr(x, "requires_grad", False)
+    ):
+        return fn(x, out=x)
+    return fn(x)
 
 
 def tiny_sqrt(dtype: Any, xp: Any) -> float:

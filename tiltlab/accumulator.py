@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ._compat import device, is_cupy_namespace, tiny_sqrt, to_numpy
+from ._compat import apply_inplace, device, is_cupy_namespace, tiny_sqrt, to_numpy
 
 __all__ = [
     "NonFiniteLosses",
@@ -148,14 +148,14 @@ def block_state(
     scale = abs(t) * spread
     mass = _mass(l, p, xp)
     if scale <= 1.0:
-        e = _unary(xp.expm1, u, xp)
+        e = apply_inplace(xp.expm1, u, xp)
         q = xp.sum(e) if p is None else xp.sum(p * e)
         s = mass + q
         if sums is not None:
             e = e + 1.0  # exp(u) >= exp(-1): no cancellation
     else:
         q = None
-        e = _unary(xp.exp, u, xp)
+        e = apply_inplace(xp.exp, u, xp)
         s = None
     del u
     pe = e if p is None else p * e
@@ -166,19 +166,6 @@ def block_state(
         lsum = xp.sum(l - c) if p is None else xp.sum(p * (l - c))
     extra = tuple(sums(pe)) if sums is not None else ()
     return TiltState(t=t, hi=hi, lo=lo, mass=mass, s=s, q=q, lsum=lsum, sums=extra)
-
-
-def _unary(fn: Callable, x: Any, xp: Any) -> Any:
-    """``fn(x)``, written over ``x`` where the library allows it (``x`` is a temporary)."""
-    if _INPLACE(xp) and not getattr(x, "requires_grad", False):
-        return fn(x, out=x)
-    return fn(x)  # autograd records no out= operations
-
-
-def _INPLACE(xp: Any) -> bool:
-    from ._compat import is_cupy_namespace, is_numpy_namespace, is_torch_namespace
-
-    return is_numpy_namespace(xp) or is_cupy_namespace(xp) or is_torch_namespace(xp)
 
 
 def _mass(l: Any, p: Any, xp: Any) -> Any:

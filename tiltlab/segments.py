@@ -199,8 +199,7 @@ def _cupy_extreme(values: Any, seg: Segments, xp: Any, kind: str, fill: float) -
         bits = cupy.ascontiguousarray(a).view(itype)
         return cupy.where(bits >= 0, bits, bits ^ flip)
 
-    out = key(cupy.full((G_rows := seg.n_groups * rows,), fill, dtype=values.dtype))
-    assert out.shape[0] == G_rows
+    out = key(cupy.full((seg.n_groups * rows,), fill, dtype=values.dtype))
     scatter = cupyx.scatter_max if kind == "max" else cupyx.scatter_min
     scatter(out, flat, key(cupy.reshape(values, (-1,))))
     res = cupy.where(out >= 0, out, out ^ flip).view(values.dtype)

@@ -11,10 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._compat import (
+    apply_inplace,
     device,
-    is_cupy_namespace,
-    is_numpy_namespace,
-    is_torch_namespace,
     tiny_sqrt,
 )
 
@@ -121,11 +119,7 @@ def _weights_kernel(l: Any, p: Any, tt: Any, xp: Any) -> Any:
 
 def _inplace(fn: Any, u: Any, xp: Any) -> Any:
     """``fn(u)`` written over the temporary ``u`` where the library allows it."""
-    if (is_numpy_namespace(xp) or is_cupy_namespace(xp) or is_torch_namespace(xp)) and not getattr(
-        u, "requires_grad", False
-    ):
-        return fn(u, out=u)
-    return fn(u)  # autograd records no out= operations
+    return apply_inplace(fn, u, xp)
 
 
 def _inplace_exp(u: Any, xp: Any) -> Any:
