@@ -323,6 +323,8 @@ EMPTY = "empty"
 def _sample_state(
     ell: Any, pb: Any, t: float, xp: Any, sums: Any, *, raise_nonfinite: bool = False
 ) -> Any:
+    if raise_nonfinite and pb is not None and not bool(xp.all(xp.isfinite(ell))):
+        _raise_nonfinite(ell, xp)  # zero-weight samples too, as on the eager backends
     if pb is not None:
         _check_weights(pb, xp)
         if not bool(xp.any(pb > 0)):
@@ -407,6 +409,8 @@ def _block_group_state(Xb: Any, yb: Any, pb: Any, cb: Any, theta: Any, V: Any, l
 
 
 def _group_state_or_none(ell, pb, seg, tau, xp, sums, *, raise_nonfinite: bool = False):
+    if raise_nonfinite and pb is not None and not bool(xp.all(xp.isfinite(ell))):
+        _raise_nonfinite(ell, xp)  # zero-weight samples too, as on the eager backends
     if pb is not None:
         _check_weights(pb, xp)
     try:
