@@ -17,7 +17,8 @@ __all__ = ["dask_tilted_risk", "dask_hierarchical_risk"]
 
 
 def _host_tilt(t: Any) -> float | None:
-    if isinstance(t, bool) or t is None:
+    """A real host tilt, or None (the generic path then validates ``t`` and raises)."""
+    if isinstance(t, (bool, str, bytes)) or t is None:
         return None
     if is_array_api_obj(t):
         if is_dask_namespace(namespace_of(t=t)):
