@@ -6,6 +6,7 @@ risk and weights, ``tiltlab.objective`` for tilted objectives, ``tiltlab.solvers
 ``tiltlab.theory`` for the analysis tools.
 """
 
+from . import _backends  # noqa: F401  (wires optional backends; registers lazily)
 from . import bounds, diagnostics, losses, plot, theory
 from .objective import TiltedObjective
 from .risk import hierarchical_risk, hierarchical_weights, tilted_risk, tilted_weights

@@ -1,0 +1,11 @@
+"""Wiring of optional backends into the dispatch tables of the lower layers.
+
+This module sits at the top of the package (it is imported by ``tiltlab/__init__.py``)
+and is the one place that names both a lower layer's :class:`~tiltlab._dispatch.Dispatch`
+table and the higher module that fills it. Registrations are lazy (module paths as
+strings), so ``import tiltlab`` imports no optional backend.
+"""
+
+from __future__ import annotations
+
+__all__: list[str] = []
