@@ -6,8 +6,14 @@ risk and weights, ``tiltlab.objective`` for tilted objectives, ``tiltlab.solvers
 ``tiltlab.theory`` for the analysis tools.
 """
 
-from . import _backends  # noqa: F401  (wires optional backends; registers lazily)
-from . import bounds, diagnostics, losses, plot, theory
+from . import (
+    _backends,  # noqa: F401  (wires optional backends; registers lazily)
+    bounds,
+    diagnostics,
+    losses,
+    plot,
+    theory,
+)
 from .objective import TiltedObjective
 from .risk import hierarchical_risk, hierarchical_weights, tilted_risk, tilted_weights
 from .solvers import OptimizeResult, Status, TiltPath, minimize, tilt_path
