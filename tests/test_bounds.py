@@ -704,3 +704,38 @@ def test_mixed_backends_rejected():
     torch = pytest.importorskip("torch")
     with pytest.raises(TypeError, match="`losses` and `weights`"):
         tb.superquantile(np.array(L3), 0.5, weights=torch.ones(3, dtype=torch.float64))
+
+
+# ---------------------------------------------------------------------------
+# value at risk: one definition with and without weights (NumPy's inverted_cdf)
+
+
+def test_value_at_risk_levels_k_over_n_agree_with_numpy_inverted_cdf(xp):
+    rng = np.random.default_rng(7)
+    for n in (1, 3, 5, 9, 11, 28):
+        host = rng.normal(size=n)
+        losses = xp.asarray(host)
+        levels = np.arange(n) / n
+        plain = to_numpy(tb.value_at_risk(losses, levels))
+        unit = to_numpy(tb.value_at_risk(losses, levels, weights=xp.ones(n, dtype=losses.dtype)))
+        ref = np.array([np.quantile(host, a, method="inverted_cdf") for a in levels])
+        np.testing.assert_array_equal(plain, ref)
+        np.testing.assert_array_equal(unit, ref)
+
+
+def test_value_at_risk_weighted_agrees_with_numpy_inverted_cdf():
+    rng = np.random.default_rng(3)
+    for n in (2, 7, 40):
+        losses = rng.normal(size=n)
+        w = rng.exponential(size=n)
+        w[rng.random(n) < 0.3] = 0.0
+        w[0] = 1.0
+        for a in np.concatenate([rng.random(25), [0.0, 0.2, 0.5]]):
+            got = float(tb.value_at_risk(losses, a, weights=w))
+            assert got == np.quantile(losses, a, method="inverted_cdf", weights=w)
+
+
+def test_value_at_risk_one_fifth_of_five():
+    l = np.arange(1.0, 6.0)
+    assert float(tb.value_at_risk(l, 0.2)) == 1.0
+    assert float(tb.value_at_risk(l, 0.2, weights=np.ones(5))) == 1.0

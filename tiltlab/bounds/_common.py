@@ -193,24 +193,42 @@ def _superquantile_kernel(l: Any, p: Any, alpha: np.ndarray, xp: Any) -> Any:
 
 
 def _var_kernel(l: Any, p: Any, alpha: np.ndarray, xp: Any) -> Any:
-    """Lower alpha-quantile min{c : P(l <= c) >= alpha}; alpha axis (if any) leads."""
-    ld, pd = _sorted_desc(l, p, xp)
+    """Lower alpha-quantile: the smallest loss whose cumulative mass reaches alpha.
+
+    The losses are sorted increasingly and ``cdf_i`` is the cumulative prior mass up to
+    and including the i-th of them, normalised by the total (``i / N`` for a uniform
+    prior); the value is the first loss with positive mass and ``cdf_i >= alpha``, where
+    "reaches" forgives the rounding of the cumulative sums (four units in the last place
+    of the losses' dtype), so that ``alpha = k / N`` picks the k-th smallest loss with or
+    without (uniform) weights. This is NumPy's ``quantile(..., method="inverted_cdf",
+    weights=p)``. The alpha axis (if any) leads.
+    """
     n = l.shape[-1]
     dev = device(l)
-    if pd is None:
-        # the VaR is the j-th largest loss, j = floor(N (1 - alpha)) (0-based), exactly
-        flat = alpha.reshape(-1).tolist()
-        js = [min(math.floor((1 - Fraction(a)) * n), n - 1) for a in flat]
-        out = xp.take(ld, xp.asarray(js, device=dev), axis=-1)
+    alpha = alpha * (1.0 - 4.0 * float(xp.finfo(l.dtype).eps))
+    if p is None:
+        la = xp.sort(l, axis=-1)
+        counts = np.arange(1, n + 1, dtype=np.float64)
+        cdf_host = counts / n
+        flat = alpha.reshape(-1)
+        # first index whose cdf reaches alpha: the exact float rule, on the host
+        js = np.minimum(np.searchsorted(cdf_host, flat, side="left"), n - 1)
+        out = xp.take(la, xp.asarray(js.tolist(), device=dev), axis=-1)
         out = xp.moveaxis(out, -1, 0)
         return xp.reshape(out, tuple(alpha.shape) + tuple(l.shape[:-1]))
-    smass = xp.asarray(_top_mass(alpha, n, True), dtype=l.dtype, device=dev)
-    smass = _bshape(smass, 0, l.ndim, xp)
-    above = xp.cumulative_sum(pd, axis=-1, include_initial=True)[..., :-1]
-    # a sample qualifies when the mass strictly above it is at most 1 - alpha
-    ok = (above <= smass) & (pd > 0)
+    ld, pd = _sorted_desc(l, p, xp)
+    la, pa = xp.flip(ld, axis=-1), xp.flip(pd, axis=-1)
+    cum = xp.cumulative_sum(pa, axis=-1)
+    cdf = cum / cum[..., -1:]
+    levels = xp.asarray(alpha, dtype=l.dtype, device=dev)
+    levels = _bshape(levels, 0, l.ndim, xp)
+    ok = (cdf >= levels) & (pa > 0)
+    # the last sample with positive mass always qualifies (its cdf is 1 up to rounding)
+    rev = xp.flip(xp.astype(pa > 0, l.dtype), axis=-1)
+    last = xp.flip(xp.cumulative_sum(rev, axis=-1), axis=-1)
+    ok = ok | ((last == 1) & (pa > 0))
     inf = xp.asarray(xp.inf, dtype=l.dtype, device=dev)
-    return xp.min(xp.where(ok, ld, inf), axis=-1)
+    return xp.min(xp.where(ok, la, inf), axis=-1)
 
 
 def _logmax(dtype: Any, xp: Any) -> float:

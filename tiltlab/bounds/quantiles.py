@@ -127,9 +127,11 @@ def value_at_risk(
     ``alpha`` is the confidence level in ``[0, 1)``; ``alpha = 0`` gives the smallest
     loss (over samples with positive weight), and the value tends to the largest loss
     as ``alpha -> 1``. It is the left end of the set of minimisers ``c`` of the
-    Rockafellar-Uryasev objective in :func:`superquantile`. With uniform weights the
-    rank is computed exactly from ``alpha`` (``alpha = 0.7``, ``N = 10`` picks the 7th
-    smallest loss although ``0.7 * 10`` rounds above 7 in floating point).
+    Rockafellar-Uryasev objective in :func:`superquantile`. One definition holds with
+    and without weights: the losses are sorted increasingly and the value is the first
+    one (with positive weight) at which the cumulative mass reaches ``alpha``, up to
+    the rounding of the sums; ``alpha = k / N`` picks the k-th smallest loss. This is
+    :func:`numpy.quantile` with ``method="inverted_cdf"`` (and its ``weights``).
 
     Parameters
     ----------
