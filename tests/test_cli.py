@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import numpy as np
@@ -166,3 +167,27 @@ def test_new_command_writes_schema_and_figures(tmp_path, capsys):
     for name in pngs:
         assert (figs / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "figures:" in capsys.readouterr().out
+
+
+def test_json_that_cannot_be_written_fails_before_running(tmp_path, capsys, monkeypatch):
+    def must_not_run(*args, **kwargs):  # pragma: no cover - failing path
+        raise AssertionError("the experiment ran although its output cannot be written")
+
+    monkeypatch.setattr(tiltlab.reproduce, "run", must_not_run)
+    # permission bits do not stop root: a file of a read-only pseudo file system does
+    unwritable = "/proc/version"
+    if not os.path.exists(unwritable):  # pragma: no cover - not Linux
+        pytest.skip("needs /proc")
+    with pytest.raises(SystemExit) as exc:
+        main(["reproduce", "abalone", "--json", unwritable])
+    assert exc.value.code == 2
+    assert "cannot be written" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:  # an empty path is an error, not "no JSON"
+        main(["reproduce", "abalone", "--json", ""])
+    assert exc.value.code == 2
+    assert "empty" in capsys.readouterr().err
+    fresh = tmp_path / "fresh.json"  # the check leaves no file behind
+    monkeypatch.setattr(tiltlab.reproduce, "run", must_not_run)
+    with pytest.raises(AssertionError):
+        main(["reproduce", "abalone", "--json", str(fresh)])
+    assert not fresh.exists()

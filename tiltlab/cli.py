@@ -130,7 +130,7 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
         **options,
     )
     print(rep.report(), flush=True)
-    if args.json:
+    if args.json is not None:
         from .reproduce import write_json
 
         write_json(rep.to_dict(), args.json)
@@ -175,14 +175,23 @@ def _check_outputs(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
     import os
 
     path = getattr(args, "json", None)
-    if path:
+    if path is not None:
+        if not path.strip():
+            parser.error("--json: the path is empty; give a file name")
         folder = os.path.dirname(os.path.abspath(path))
         if os.path.isdir(path):
             parser.error(f"--json {path}: is a folder, give a file name")
         if not os.path.isdir(folder):
             parser.error(f"--json {path}: folder {folder} does not exist")
-        if not os.access(folder, os.W_OK):
-            parser.error(f"--json {path}: folder {folder} is not writable")
+        # try the write itself: permission bits do not tell (root, read-only mounts)
+        existed = os.path.exists(path)
+        try:
+            with open(path, "a", encoding="utf-8"):
+                pass
+        except OSError as exc:
+            parser.error(f"--json {path}: cannot be written ({exc.strerror or exc})")
+        if not existed:
+            os.remove(path)
     plot = getattr(args, "plot", None)
     if plot:
         if os.path.exists(plot) and not os.path.isdir(plot):
