@@ -47,12 +47,36 @@ def assert_close(
 ) -> None:
     """Assert namespace, dtype, shape and values of ``actual`` against ``desired``.
 
-    ``desired`` may be a NumPy array, a Python number or an array of ``xp``. With
-    ``xp`` given, ``actual`` must belong to that namespace (and to ``dtype`` when
-    given). ``rtol`` defaults to :func:`default_rtol` of the dtype.
+    ``desired`` may be a NumPy array, a Python number or an array of ``xp``.
+
+    - With ``xp`` given, ``actual`` must be an array of ``xp`` (of ``dtype`` when given);
+      ``desired`` may then be a reference computed elsewhere (NumPy, mpmath as floats).
+    - Without ``xp``, ``actual`` must come from the same library as ``desired`` and have
+      its dtype (or ``dtype`` when given) whenever ``desired`` is an array: a float32
+      result does not pass against a float64 reference, nor a NumPy array against a
+      PyTorch tensor.
+
+    ``rtol`` defaults to :func:`default_rtol` of the dtype of ``actual``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tiltlab.testing import assert_close
+    >>> assert_close(np.array([1.0, 2.0]), np.array([1.0, 2.0 + 1e-12]))
+    >>> try:
+    ...     assert_close(np.array([1.0], dtype=np.float32), np.array([1.0]))
+    ... except AssertionError as exc:
+    ...     print("dtype" in str(exc))
+    True
     """
     if xp is not None:
         assert_namespace(actual, xp, dtype=dtype)
+    elif array_api_compat.is_array_api_obj(desired):
+        assert_namespace(actual, array_api_compat.array_namespace(desired), dtype=dtype)
+        if dtype is None:
+            assert actual.dtype == desired.dtype, f"dtype {actual.dtype} != {desired.dtype}"
+    elif dtype is not None:
+        assert actual.dtype == dtype, f"dtype {actual.dtype} != {dtype}"
     a = to_numpy(actual)
     d = to_numpy(desired) if not isinstance(desired, (int, float)) else np.asarray(desired)
     if check_shape:
