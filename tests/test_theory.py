@@ -411,6 +411,13 @@ def test_plots_return_axes(agg, paths):
     curves = quantile_curves(path, a)
     ax = plot_quantile_curves(curves, a, Q0=min_tail_fraction(path.objective, a))
     assert len(ax.get_lines()) == 4 and ax.get_ylim()[1] <= 1.1
+    # a path is accepted directly, its curves computed at `a` (same lines as the dict's)
+    from_path = plot_quantile_curves(path, a)
+    np.testing.assert_allclose(from_path.get_lines()[0].get_ydata(), curves["Q1"])
+    with pytest.raises(ValueError, match="`a`"):
+        plot_quantile_curves(path)
+    with pytest.raises(TypeError, match="`curves`"):
+        plot_quantile_curves([1, 2, 3], a)
     assert plot_path(path, coords=[1]).get_lines()[0].get_label() == "theta[1]"
     with pytest.raises(ValueError, match="coords"):
         plot_path(path, coords=[5])

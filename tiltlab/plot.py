@@ -101,6 +101,24 @@ def plot_tradeoffs(path_or_curves: Any, ax: Any = None) -> Any:
     return axes
 
 
+def _as_quantile_curves(curves: Any, a: Any) -> Mapping[str, Any]:
+    """The curves of a path (computed at ``a``), or the given mapping, checked."""
+    from .solvers import TiltPath
+
+    if isinstance(curves, TiltPath):
+        if a is None:
+            raise ValueError("`a` is required when `curves` is a TiltPath")
+        from .bounds import quantile_curves
+
+        return quantile_curves(curves, a)
+    if not isinstance(curves, Mapping):
+        raise TypeError(
+            "`curves` must be the dict of tiltlab.bounds.quantile_curves or a TiltPath, "
+            f"got {type(curves).__name__}"
+        )
+    return curves
+
+
 def plot_quantile_curves(
     curves: Mapping[str, Any], a: Any = None, ax: Any = None, Q0: Any = None
 ) -> Any:
@@ -108,10 +126,11 @@ def plot_quantile_curves(
 
     Parameters
     ----------
-    curves : dict
-        Output of :func:`tiltlab.bounds.quantile_curves`.
+    curves : dict or TiltPath
+        Output of :func:`tiltlab.bounds.quantile_curves`, or a
+        :class:`~tiltlab.solvers.TiltPath` whose curves are computed at ``a``.
     a : 1-d array, optional
-        Thresholds (default ``curves["a"]``).
+        Thresholds (default ``curves["a"]``; required with a path).
     ax : Axes, optional
         Where to draw (default: a new figure).
     Q0 : 1-d array, optional
@@ -140,6 +159,7 @@ def plot_quantile_curves(
     >>> ax.get_xlabel()
     'threshold a'
     """
+    curves = _as_quantile_curves(curves, a)
     if ax is None:
         ax = _new_axes(1, width=5.0, height=3.6)[0]
     if a is None:
