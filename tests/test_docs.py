@@ -52,7 +52,19 @@ def _import(name: str):
 
 
 def _api_sources() -> dict[str, str]:
-    return {p.name: p.read_text(encoding="utf-8") for p in sorted(API_DIR.glob("*.rst"))}
+    """The hand-written API pages, and the pages the build generates for other modules."""
+    pages = {p.name: p.read_text(encoding="utf-8") for p in sorted(API_DIR.glob("*.rst"))}
+    return {**pages, **_docs_helpers().module_pages(API_DIR)}
+
+
+def _docs_helpers():
+    """``docs/_ext/tiltlab_sphinx.py`` (it writes the generated module pages)."""
+    spec = importlib.util.spec_from_file_location(
+        "tiltlab_sphinx", API_DIR.parent / "_ext" / "tiltlab_sphinx.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _documented() -> dict[str, str]:
@@ -160,3 +172,4 @@ def test_docstring_examples(module_name, monkeypatch, tmp_path):
         result = runner.run(test, out=failures.append, clear_globs=True)
         assert result.attempted
     assert not failures, "".join(failures)
+
