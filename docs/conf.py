@@ -174,6 +174,7 @@ def _no_inherited_type_doc(app, what, name, obj, options, lines):
 
 def setup(app):
     app.connect("missing-reference", tiltlab_sphinx.resolve_missing)
+    app.connect("autodoc-process-docstring", tiltlab_sphinx.add_backend_line, priority=400)
     app.connect("source-read", _estimators_page)
     app.connect("source-read", _module_pages_toctree)
     app.connect("autodoc-process-docstring", _options_section, priority=100)

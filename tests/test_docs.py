@@ -262,3 +262,13 @@ def test_guide_snippets_run(page, tmp_path):
         timeout=600,
     )
     assert proc.returncode == 0, f"{page.name}: its code failed\n{proc.stdout}\n{proc.stderr}"
+
+
+def test_every_public_module_states_its_backends():
+    """Each public module's functions get a "Backends" line (docs/_ext/tiltlab_sphinx.py)."""
+    helpers = _docs_helpers()
+    names = [m + ".f" for m in _public_module_names() if m != "tiltlab"]
+    names += [f"tiltlab.{n}" for n in tiltlab.__all__ if callable(getattr(tiltlab, n))]
+    missing = [n for n in names if helpers.backend_kind(n) is None]
+    assert not missing, f"add these modules to BACKEND_SUPPORT in docs/_ext: {missing}"
+    assert set(helpers.BACKEND_SUPPORT.values()) <= set(helpers.BACKEND_TEXT)

@@ -434,3 +434,80 @@ class ContextFunction:
 
     def __repr__(self) -> str:
         return f"ContextFunction({self.name!r})"
+
+
+# --- backend support -------------------------------------------------------------------
+
+#: what each kind of function accepts and returns (the sentence under "Backends")
+BACKEND_TEXT = {
+    "all": (
+        "NumPy, CuPy, PyTorch, array-api-strict and Dask arrays; the result is in the "
+        "input's library, dtype and device."
+    ),
+    "host": (
+        "arrays of any supported library (or objects holding them); the computation runs "
+        "on the host in NumPy and the results are NumPy arrays or Python numbers."
+    ),
+    "numpy": "NumPy: takes and returns host data (NumPy arrays, Python numbers).",
+    "dask": (
+        "Dask arrays (chunks may be NumPy or CuPy arrays); the client-side work runs in "
+        "NumPy."
+    ),
+    "none": "no arrays: works on Python objects only.",
+}
+#: the kind of every public function, by module (the first matching prefix wins); the
+#: "all" entries are those the test suite runs on every backend
+BACKEND_SUPPORT = {
+    "tiltlab.tilted_risk": "all",
+    "tiltlab.tilted_weights": "all",
+    "tiltlab.hierarchical_risk": "all",
+    "tiltlab.hierarchical_weights": "all",
+    "tiltlab.minimize": "all",
+    "tiltlab.tilt_path": "all",
+    "tiltlab.TiltedObjective": "all",
+    "tiltlab.TiltPath": "all",
+    "tiltlab.OptimizeResult": "all",
+    "tiltlab.Status": "none",
+    "tiltlab.objective": "all",
+    "tiltlab.accumulator": "all",
+    "tiltlab.segments": "all",
+    "tiltlab.risk": "all",
+    "tiltlab.losses": "all",
+    "tiltlab.solvers": "all",
+    "tiltlab.bounds.quantile_curves": "host",
+    "tiltlab.bounds.min_tail_fraction": "host",
+    "tiltlab.bounds": "all",
+    "tiltlab.diagnostics.classify_stationary_point": "host",
+    "tiltlab.diagnostics.fit_step_size_rule": "host",
+    "tiltlab.diagnostics": "all",
+    "tiltlab.theory.format_checks": "none",
+    "tiltlab.theory": "host",
+    "tiltlab.plot": "host",
+    "tiltlab.estimators": "host",
+    "tiltlab.distributed": "dask",
+    "tiltlab.baselines": "numpy",
+    "tiltlab.datasets": "numpy",
+    "tiltlab.reproduce": "numpy",
+    "tiltlab.cli": "none",
+    "tiltlab.testing": "all",
+}
+
+
+def backend_kind(fullname: str) -> str | None:
+    """The :data:`BACKEND_SUPPORT` kind of the function documented as ``fullname``."""
+    for prefix in sorted(BACKEND_SUPPORT, key=len, reverse=True):
+        if fullname == prefix or fullname.startswith(prefix + "."):
+            return BACKEND_SUPPORT[prefix]
+    return None
+
+
+def add_backend_line(app, what, name, obj, options, lines):
+    """``autodoc-process-docstring``: a "Backends" paragraph on every function's page."""
+    if what != "function" or not name.startswith("tiltlab"):
+        return
+    kind = backend_kind(name)
+    if kind is None:
+        return
+    # numpydoc keeps text before the first section at the top: insert after the summary
+    at = next((i for i, line in enumerate(lines) if not line.strip()), len(lines))
+    lines[at:at] = ["", f"**Backends:** {BACKEND_TEXT[kind]}"]
