@@ -143,6 +143,25 @@ def point_estimation_objective(points, *, t: float = 0.0, l2: float = 0.0):
     Per-sample loss ``||x_i - theta||^2`` (:class:`~tiltlab.losses.PointEstimationLoss`) on
     the rows of ``points``, which may be an array of any supported backend.
 
+    Parameters
+    ----------
+    points : array of shape (n_samples, d)
+        The points (for instance from :func:`point_estimation_2d`).
+    t : float, default 0.0
+        The tilt.
+    l2 : float, default 0.0
+        Ridge strength.
+
+    Returns
+    -------
+    TiltedObjective
+        Its parameter is the point estimate ``theta`` of shape ``(d,)``.
+
+    See Also
+    --------
+    point_estimation_2d : The paper's data for this toy.
+    point_estimation_losses : The per-sample losses at a given ``theta``.
+
     Examples
     --------
     >>> import tiltlab as tl
