@@ -91,6 +91,11 @@ def plot_tradeoffs(path_or_curves: Any, ax: Any = None) -> Any:
     list of Axes
         The axes drawn on (one or three).
 
+    See Also
+    --------
+    tiltlab.theory.tradeoff_curves : The data drawn.
+    plot_path : The solutions themselves.
+
     Examples
     --------
     >>> import matplotlib
@@ -170,6 +175,11 @@ def plot_quantile_curves(
     -------
     Axes
 
+    See Also
+    --------
+    tiltlab.bounds.quantile_curves : The data drawn.
+    tiltlab.bounds.min_tail_fraction : The exact curve.
+
     Notes
     -----
     ``Q3`` (the bound) is drawn clipped to ``[0, 1.05]``: above one it is vacuous.
@@ -223,6 +233,11 @@ def plot_path(path: Any, ax: Any = None, *, coords: Sequence[int] | None = None)
     Returns
     -------
     Axes
+
+    See Also
+    --------
+    plot_tradeoffs : The loss statistics along the same path.
+    tiltlab.tilt_path : Computes the path.
 
     Examples
     --------

@@ -80,6 +80,10 @@ def point_estimation_2d(
     inlier : ndarray, shape (n,), bool
         True for points drawn around ``center``.
 
+    See Also
+    --------
+    point_estimation_objective : The toy as an objective.
+
     Examples
     --------
     >>> from tiltlab.datasets import point_estimation_2d, point_estimation_losses
@@ -215,6 +219,10 @@ def linear_regression_outliers(
     y : ndarray, shape (n,), float64
     inlier : ndarray, shape (n,), bool
 
+    See Also
+    --------
+    logistic_imbalanced : The paper's classification toy.
+
     Examples
     --------
     >>> import numpy as np
@@ -273,6 +281,10 @@ def logistic_imbalanced(
         Columns ``[x1, x2, 1]`` (two features, intercept).
     y : ndarray, shape (n,), float64
         Labels in ``{0.0, 1.0}``; 1 is the rare class.
+
+    See Also
+    --------
+    linear_regression_outliers : The paper's regression toy.
 
     Examples
     --------
