@@ -120,7 +120,8 @@ html_theme_options = {
     "show_toc_level": 2,
     "secondary_sidebar_items": ["page-toc"],
 }
-html_sidebars = {"index": []}
+# pages without sub-pages: no (empty) section navigation
+html_sidebars = {page: [] for page in ("index", "getting_started", "benchmarks", "changelog")}
 
 
 def _module_pages_toctree(app, docname, source):

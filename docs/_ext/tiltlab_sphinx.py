@@ -116,6 +116,14 @@ def class_members(fullname: str) -> dict:
     """
     cls = _import_object(fullname)
     described = _docstring_attributes(cls)
+    # attributes a tiltlab base class describes in its docstring: named, linked to it
+    inherited: dict[str, list[str]] = {}
+    for base in cls.__mro__[1:]:
+        if _is_tiltlab(base):
+            for name in sorted(_docstring_attributes(base) - described):
+                if hasattr(cls, name) and not any(name in v for v in inherited.values()):
+                    inherited.setdefault(f"{base.__module__}.{base.__qualname__}", []).append(name)
+    inherited_names = {n for v in inherited.values() for n in v}
     methods, attributes, external, undocumented = [], [], [], []
     is_enum = isinstance(cls, enum.EnumMeta)
     names = set(dir(cls)) | {n for k in cls.__mro__ if _is_tiltlab(k) for n in vars(k)}
@@ -140,7 +148,7 @@ def class_members(fullname: str) -> dict:
             methods.append(name)
             if not inspect.getdoc(getattr(cls, name)):
                 undocumented.append(name)
-        elif name not in described:
+        elif name not in described and name not in inherited_names:
             attributes.append(name)
             if not _attribute_doc(owner, name, raw):
                 undocumented.append(name)
@@ -150,6 +158,7 @@ def class_members(fullname: str) -> dict:
         "external": _external_by_owner(external),
         "undocumented": undocumented,
         "has_attributes_section": bool(described),
+        "base_attributes": sorted(inherited.items()),
     }
 
 
@@ -450,8 +459,7 @@ BACKEND_TEXT = {
     ),
     "numpy": "NumPy: takes and returns host data (NumPy arrays, Python numbers).",
     "dask": (
-        "Dask arrays (chunks may be NumPy or CuPy arrays); the client-side work runs in "
-        "NumPy."
+        "Dask arrays (chunks may be NumPy or CuPy arrays); the client-side work runs in NumPy."
     ),
     "none": "no arrays: works on Python objects only.",
 }
@@ -508,6 +516,13 @@ def add_backend_line(app, what, name, obj, options, lines):
     kind = backend_kind(name)
     if kind is None:
         return
-    # numpydoc keeps text before the first section at the top: insert after the summary
-    at = next((i for i, line in enumerate(lines) if not line.strip()), len(lines))
-    lines[at:at] = ["", f"**Backends:** {BACKEND_TEXT[kind]}"]
+    # at the end of the extended summary, before the first numpydoc section
+    at = next(
+        (
+            i
+            for i in range(1, len(lines) - 1)
+            if lines[i].strip() and set(lines[i + 1].strip()) == {"-"} and not lines[i - 1].strip()
+        ),
+        len(lines),
+    )
+    lines[at:at] = [f"**Backends:** {BACKEND_TEXT[kind]}", ""]
