@@ -133,11 +133,11 @@ if out:  # used to record the run shown in the last section
 was converted to NumPy behind the scenes. On a shared CPU machine the timings are noisy
 (other processes run at the same time); compare backends within one run only.
 
-PyTorch on the CPU is usually several times slower than NumPy here. tiltlab runs the
-same sequence of array operations on both, and on arrays of this size the cost of each
-operation is dominated by the library's per-call overhead, which is larger for PyTorch
-(dispatch and autograd bookkeeping); PyTorch's CPU thread pool also competes with other
-processes on a small machine. On the CPU, use NumPy; PyTorch pays off on a GPU, or when
+PyTorch on the CPU is usually slower than NumPy for the objective and, by several
+times, for the solver. tiltlab runs the same sequence of array operations on both; a
+solver makes many small ones, whose cost is dominated by the library's per-call overhead,
+which is larger for PyTorch (dispatch and autograd bookkeeping), and PyTorch's CPU thread
+pool also competes with other processes on a small machine. On the CPU, use NumPy; PyTorch pays off on a GPU, or when
 the losses come from a PyTorch model whose gradients flow through autograd.
 
 ## Dask
