@@ -1,15 +1,22 @@
 """Sphinx configuration of the tiltlab documentation.
 
-Build with ``pip install ".[docs]" && sphinx-build -W -b html docs docs/_build/html``.
-The notebooks of ``../notebooks`` are rendered with their stored outputs (myst-nb,
-no execution at build time); they are copied into ``docs/notebooks`` here because Sphinx
-reads only files under this folder.
+Build with ``pip install ".[docs]" && sphinx-build -n -W -b html docs docs/_build/html``
+(nitpicky: every cross-reference must resolve). The build needs no network:
+
+* formulas are rendered by a MathJax copy shipped with the site (``sphinx-mathjax-offline``);
+* references to NumPy, SciPy, scikit-learn, PyTorch, Dask and the standard library are
+  linked by their documentation's URL patterns (``_ext/tiltlab_sphinx.py``) instead of
+  intersphinx, whose inventories would have to be downloaded at build time;
+* the notebooks of ``../notebooks`` are copied into ``docs/notebooks`` (Sphinx reads only
+  files under this folder) and executed by myst-nb with a cache in ``docs/_build``, so
+  the site shows what the current code prints; a cell error fails the build.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import inspect
+import os
 import shutil
 import sys
 import warnings
@@ -18,6 +25,13 @@ from pathlib import Path
 DOCS = Path(__file__).resolve().parent
 ROOT = DOCS.parent
 sys.path.insert(0, str(ROOT))  # document the checkout, not an older installed copy
+sys.path.insert(0, str(DOCS / "_ext"))
+# the notebook kernels are subprocesses: they import this checkout's tiltlab too
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p
+)
+
+import tiltlab_sphinx  # noqa: E402
 
 import tiltlab  # noqa: E402
 
@@ -31,11 +45,22 @@ extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.autosummary",
     "sphinx.ext.mathjax",
+    "sphinx-mathjax-offline",  # serves MathJax from _static: formulas render offline
+    "sphinx_copybutton",
     "numpydoc",
     "myst_nb",
 ]
 
-templates_path = ["_templates"]  # autosummary/class.rst: a class's own members only
+# autosummary/class.rst: every public method and attribute tiltlab defines gets an entry
+templates_path = ["_templates"]
+autosummary_context = {
+    "class_members": tiltlab_sphinx.ContextFunction("class_members"),
+    "enum_members": tiltlab_sphinx.ContextFunction("enum_members"),
+}
+nitpicky = True
+# Third-party names that have no page of their own to link to. Keep this list short: a
+# reference to a tiltlab name or to a documented library object must resolve.
+nitpick_ignore: list[tuple[str, str]] = []
 
 # --- sources -------------------------------------------------------------------------
 source_suffix = {".rst": "restructuredtext", ".md": "myst-nb", ".ipynb": "myst-nb"}
@@ -47,24 +72,36 @@ HAVE_ESTIMATORS = (
     and importlib.util.find_spec("sklearn") is not None
 )
 
-# copy the executed notebooks next to their index page (outputs are stored in them)
+# copy the notebooks (and the data they read) next to their index page
 (DOCS / "notebooks").mkdir(exist_ok=True)
-for nb in sorted((ROOT / "notebooks").glob("*.ipynb")):
-    target = DOCS / "notebooks" / nb.name
+for nb in sorted((ROOT / "notebooks").glob("*.ipynb")) + sorted(
+    (ROOT / "notebooks" / "data").glob("*")
+):
+    target = DOCS / "notebooks" / nb.relative_to(ROOT / "notebooks")
+    target.parent.mkdir(exist_ok=True)
     if not target.exists() or target.read_bytes() != nb.read_bytes():
         shutil.copyfile(nb, target)
 
+# an API page for every public module without a hand-written one (from its __all__)
+tiltlab_sphinx.write_module_pages(DOCS / "api", DOCS / "api" / "modules")
+
 # --- myst / myst-nb ------------------------------------------------------------------
-myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence", "deflist"]
+myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence", "deflist", "substitution"]
+myst_substitutions = {"version": release}
 myst_heading_anchors = 3
-nb_execution_mode = "off"  # render the stored outputs; the test suite executes them
+# executed at build time, re-run when a notebook changes; TILTLAB_DOCS_NB_EXECUTION=off
+# renders the stored outputs instead (a quick local build of the other pages)
+nb_execution_mode = os.environ.get("TILTLAB_DOCS_NB_EXECUTION", "cache")
+nb_execution_cache_path = str(DOCS / "_build" / ".jupyter_cache")
+nb_execution_raise_on_error = True
+nb_execution_timeout = 600
 nb_merge_streams = True
 
 # --- autodoc / autosummary / numpydoc -------------------------------------------------
 # stub pages for the API reference (the estimators page only when the module exists)
 autosummary_generate = sorted(
     str(f.relative_to(DOCS))
-    for f in (DOCS / "api").glob("*.rst")
+    for f in [*(DOCS / "api").glob("*.rst"), *(DOCS / "api" / "modules").glob("*.rst")]
     if HAVE_ESTIMATORS or f.name != "estimators.rst"
 )
 autosummary_imported_members = True
@@ -83,7 +120,16 @@ html_theme_options = {
     "show_toc_level": 2,
     "secondary_sidebar_items": ["page-toc"],
 }
-html_sidebars = {"index": []}
+# pages without sub-pages: no (empty) section navigation
+html_sidebars = {page: [] for page in ("index", "getting_started", "benchmarks", "changelog")}
+
+
+def _module_pages_toctree(app, docname, source):
+    """List the generated module pages (``api/modules``) in the API index."""
+    pages = sorted(p.stem for p in (DOCS / "api" / "modules").glob("*.rst"))
+    if docname == "api/index" and pages:
+        entries = "".join(f"   modules/{p}\n" for p in pages)
+        source[0] += f"\n.. toctree::\n   :maxdepth: 1\n   :caption: Other modules\n\n{entries}"
 
 
 def _estimators_page(app, docname, source):
@@ -128,6 +174,9 @@ def _no_inherited_type_doc(app, what, name, obj, options, lines):
 
 
 def setup(app):
+    app.connect("missing-reference", tiltlab_sphinx.resolve_missing)
+    app.connect("autodoc-process-docstring", tiltlab_sphinx.add_backend_line, priority=400)
     app.connect("source-read", _estimators_page)
+    app.connect("source-read", _module_pages_toctree)
     app.connect("autodoc-process-docstring", _options_section, priority=100)
     app.connect("autodoc-process-docstring", _no_inherited_type_doc, priority=100)

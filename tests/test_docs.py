@@ -15,8 +15,11 @@ from __future__ import annotations
 import doctest
 import importlib
 import importlib.util
+import os
 import pkgutil
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -52,7 +55,19 @@ def _import(name: str):
 
 
 def _api_sources() -> dict[str, str]:
-    return {p.name: p.read_text(encoding="utf-8") for p in sorted(API_DIR.glob("*.rst"))}
+    """The hand-written API pages, and the pages the build generates for other modules."""
+    pages = {p.name: p.read_text(encoding="utf-8") for p in sorted(API_DIR.glob("*.rst"))}
+    return {**pages, **_docs_helpers().module_pages(API_DIR)}
+
+
+def _docs_helpers():
+    """``docs/_ext/tiltlab_sphinx.py`` (it writes the generated module pages)."""
+    spec = importlib.util.spec_from_file_location(
+        "tiltlab_sphinx", API_DIR.parent / "_ext" / "tiltlab_sphinx.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _documented() -> dict[str, str]:
@@ -160,3 +175,100 @@ def test_docstring_examples(module_name, monkeypatch, tmp_path):
         result = runner.run(test, out=failures.append, clear_globs=True)
         assert result.attempted
     assert not failures, "".join(failures)
+
+
+# --- the code of the narrative pages runs as shown ---------------------------------------
+
+DOCS_DIR = API_DIR.parent
+#: pages whose ``python`` code blocks are run, each page's blocks in order in one process
+GUIDE_PAGES = sorted(
+    p
+    for p in [*DOCS_DIR.glob("*.md"), *(DOCS_DIR / "user_guide").glob("*.md")]
+    if "```python" in p.read_text(encoding="utf-8")
+)
+#: a page that imports one of these is skipped where it is not installed
+PAGE_DEPENDENCIES = {
+    "torch": "torch",
+    "dask": "dask",
+    "sklearn": "sklearn",
+    "estimators": "sklearn",
+}
+
+_CHECK = """
+def _check(expected, *values):
+    got = " ".join(str(v) for v in values)
+    print(got)
+    norm = lambda s: " ".join(s.split())
+    want = norm(expected)
+    ok = norm(got).startswith(want[:-3]) if want.endswith("...") else norm(got) == want
+    assert ok, f"printed {got!r}, the page says {expected!r}"
+"""
+
+
+def _code_blocks(text: str) -> list[str]:
+    return re.findall(r"^```python\n(.*?)^```", text, flags=re.S | re.M)
+
+
+def _with_checks(code: str) -> str:
+    """``print(x)  # 1.5: text`` becomes a check that ``x`` prints as ``1.5``.
+
+    Only comments that start like an output (a digit, sign, bracket, quote or capital)
+    are checked; the expected text ends at ``": "``, and a trailing ``...`` makes it a
+    prefix.
+    """
+    out = []
+    for line in code.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("print(") and "  # " in stripped:
+            call, comment = (s.strip() for s in stripped.split("  # ", 1))
+            expected = comment.split(": ", 1)[0]
+            if call.endswith(")") and re.match(r"[-0-9\[\('\"A-Z]", expected):
+                indent = line[: len(line) - len(line.lstrip())]
+                line = f"{indent}_check({expected!r}, {call[len('print(') : -1]})"
+        out.append(line)
+    return "\n".join(out)
+
+
+def test_guide_pages_have_code():
+    names = {p.name for p in GUIDE_PAGES}
+    assert {"index.md", "getting_started.md", "tilt.md", "hierarchical.md"} <= names
+
+
+def test_output_checks_can_fail(tmp_path):
+    code = _CHECK + _with_checks("print(1 + 1)  # 3: wrong on purpose")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode != 0 and "the page says '3'" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "page", GUIDE_PAGES, ids=[p.relative_to(DOCS_DIR).as_posix() for p in GUIDE_PAGES]
+)
+def test_guide_snippets_run(page, tmp_path):
+    text = page.read_text(encoding="utf-8")
+    code = "\n\n".join(_code_blocks(text))
+    for word, dep in PAGE_DEPENDENCIES.items():
+        if re.search(rf"^\s*(import|from) \S*{word}", code, flags=re.M):
+            pytest.importorskip(dep, reason=f"{page.name} needs {dep}")
+    env = dict(os.environ, MPLBACKEND="Agg")
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(DOCS_DIR.parent), os.environ.get("PYTHONPATH", "")) if p
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", _CHECK + _with_checks(code)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=600,
+    )
+    assert proc.returncode == 0, f"{page.name}: its code failed\n{proc.stdout}\n{proc.stderr}"
+
+
+def test_every_public_module_states_its_backends():
+    """Each public module's functions get a "Backends" line (docs/_ext/tiltlab_sphinx.py)."""
+    helpers = _docs_helpers()
+    names = [m + ".f" for m in _public_module_names() if m != "tiltlab"]
+    names += [f"tiltlab.{n}" for n in tiltlab.__all__ if callable(getattr(tiltlab, n))]
+    missing = [n for n in names if helpers.backend_kind(n) is None]
+    assert not missing, f"add these modules to BACKEND_SUPPORT in docs/_ext: {missing}"
+    assert set(helpers.BACKEND_SUPPORT.values()) <= set(helpers.BACKEND_TEXT)

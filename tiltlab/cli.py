@@ -42,10 +42,36 @@ def demo_point_estimation(
     ball, a convex problem solved by SciPy) and ``t = -inf`` the sample nearest the most
     negative finite solution (where continuation ends).
 
+    Parameters
+    ----------
+    tilts : sequence of float, optional
+        The tilts (default: nine from ``-inf`` to ``inf``).
+    n : int, default 100
+        Number of points.
+    outlier_fraction : float, default 0.2
+        Share of the points in the outlier cluster.
+    seed : int, default 0
+        Seed of the data.
+
     Returns
     -------
     list of dict
-        One row per tilt with keys ``t, theta, tilted_risk, min, mean, max, ess``.
+        One row per tilt with keys ``t, theta, tilted_risk, min, mean, max, ess``
+        (``ess``: the effective sample size of the tilted weights).
+
+    See Also
+    --------
+    tiltlab.datasets.point_estimation_2d : The data.
+    tiltlab.tilt_path : The solver of the finite tilts.
+
+    Examples
+    --------
+    >>> from tiltlab.cli import demo_point_estimation
+    >>> rows = demo_point_estimation([-2.0, 0.0, 2.0], n=40)
+    >>> [row["t"] for row in rows]
+    [-2.0, 0.0, 2.0]
+    >>> bool(rows[0]["mean"] <= rows[2]["mean"] or rows[0]["max"] >= rows[2]["max"])
+    True
     """
     from scipy.optimize import minimize as scipy_minimize
 
@@ -296,7 +322,31 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``tiltlab`` command."""
+    """Entry point of the ``tiltlab`` command: ``tiltlab demo`` and ``tiltlab reproduce``.
+
+    Parameters
+    ----------
+    argv : sequence of str, optional
+        The arguments (default: the command line's).
+
+    Returns
+    -------
+    int
+        The exit status (0 on success).
+
+    See Also
+    --------
+    tiltlab.reproduce.run : The experiments that ``tiltlab reproduce NAME`` runs.
+
+    Examples
+    --------
+    >>> import contextlib, io
+    >>> from tiltlab.cli import main
+    >>> with contextlib.redirect_stdout(io.StringIO()) as out:
+    ...     status = main(["demo"])
+    >>> status, out.getvalue().split(":")[0]
+    (0, 'tiltlab demo')
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
     _check_outputs(args.parser, args)

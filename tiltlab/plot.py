@@ -14,15 +14,60 @@ import numpy as np
 
 from ._compat import to_numpy
 
-__all__ = ["plot_tradeoffs", "plot_quantile_curves", "plot_path"]
+__all__ = ["plot_tradeoffs", "plot_quantile_curves", "plot_path", "tilt_axis_scale"]
 
 
-def _new_axes(n: int, width: float = 4.0, height: float = 3.2):
+def _new_axes(n: int, width: float = 6.0, height: float = 3.2):
+    """``n`` panels stacked in one column (readable in a page or a notebook)."""
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, n, figsize=(width * n, height), squeeze=False)
+    fig, axes = plt.subplots(n, 1, figsize=(width, height * n), squeeze=False)
     fig.set_layout_engine("constrained")
-    return list(axes[0])
+    return list(axes[:, 0])
+
+
+def tilt_axis_scale(t: Any) -> tuple[str, dict]:
+    """The x-axis scale for tilts ``t``: linear, or logarithmic for log-spaced tilts.
+
+    Tilts whose nonzero magnitudes span more than two decades get a logarithmic axis
+    (``"log"`` when all are positive, else ``"symlog"``, linear within the smallest
+    nonzero magnitude of zero); other grids keep a linear axis.
+
+    Parameters
+    ----------
+    t : array_like
+        The tilts (infinite ones are ignored).
+
+    Returns
+    -------
+    scale : str
+        ``"linear"``, ``"log"`` or ``"symlog"``, for ``Axes.set_xscale``.
+    kwargs : dict
+        Its keyword arguments (``linthresh`` for ``"symlog"``).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tiltlab.plot import tilt_axis_scale
+    >>> tilt_axis_scale([-2.0, -1.0, 0.0, 1.0, 2.0])
+    ('linear', {})
+    >>> tilt_axis_scale(np.logspace(-2, 1, 7))
+    ('log', {})
+    >>> tilt_axis_scale([-10.0, -0.01, 0.0, 0.01, 10.0])
+    ('symlog', {'linthresh': 0.01})
+    """
+    t = np.asarray(t, dtype=np.float64).ravel()
+    mag = np.abs(t[np.isfinite(t) & (t != 0)])
+    if mag.size < 2 or mag.max() <= 100.0 * mag.min():
+        return "linear", {}
+    if np.all(t[np.isfinite(t)] > 0):
+        return "log", {}
+    return "symlog", {"linthresh": float(mag.min())}
+
+
+def _set_tilt_axis(ax: Any, t: Any) -> None:
+    scale, kwargs = tilt_axis_scale(t)
+    ax.set_xscale(scale, **kwargs)
 
 
 def plot_tradeoffs(path_or_curves: Any, ax: Any = None) -> Any:
@@ -30,7 +75,8 @@ def plot_tradeoffs(path_or_curves: Any, ax: Any = None) -> Any:
 
     Three panels: mean, max and min loss; the loss variance; the entropy of the tilted
     weights ``w(t; theta(t))`` (with the cosine similarity of the loss vector and the
-    all-ones vector on a second axis).
+    all-ones vector on a second axis). Log-spaced tilts get a logarithmic axis
+    (:func:`tilt_axis_scale`).
 
     Parameters
     ----------
@@ -44,6 +90,11 @@ def plot_tradeoffs(path_or_curves: Any, ax: Any = None) -> Any:
     -------
     list of Axes
         The axes drawn on (one or three).
+
+    See Also
+    --------
+    tiltlab.theory.tradeoff_curves : The data drawn.
+    plot_path : The solutions themselves.
 
     Examples
     --------
@@ -82,16 +133,19 @@ def plot_tradeoffs(path_or_curves: Any, ax: Any = None) -> Any:
     a0.set_xlabel("tilt t")
     a0.set_ylabel("loss at the t-tilted solution")
     a0.legend(fontsize="small")
+    _set_tilt_axis(a0, t)
     if len(axes) == 3:
         a1, a2 = axes[1], axes[2]
         a1.plot(t, curves["variance"], "-o", ms=3, color="C3")
         a1.axvline(0.0, color="0.7", lw=0.8)
         a1.set_xlabel("tilt t")
         a1.set_ylabel("variance of the losses")
+        _set_tilt_axis(a1, t)
         a2.plot(t, curves["entropy"], "-o", ms=3, color="C4", label="weight entropy")
         a2.axvline(0.0, color="0.7", lw=0.8)
         a2.set_xlabel("tilt t")
         a2.set_ylabel("entropy of w(t; theta(t))")
+        _set_tilt_axis(a2, t)
         if "cosine" in curves and np.any(np.isfinite(curves["cosine"])):
             tw = a2.twinx()
             tw.plot(t, curves["cosine"], "--", color="C5", label="cosine(loss, 1)")
@@ -139,6 +193,11 @@ def plot_quantile_curves(
     Returns
     -------
     Axes
+
+    See Also
+    --------
+    tiltlab.bounds.quantile_curves : The data drawn.
+    tiltlab.bounds.min_tail_fraction : The exact curve.
 
     Notes
     -----
@@ -195,6 +254,11 @@ def plot_path(path: Any, ax: Any = None, *, coords: Sequence[int] | None = None)
     -------
     Axes
 
+    See Also
+    --------
+    plot_tradeoffs : The loss statistics along the same path.
+    tiltlab.tilt_path : Computes the path.
+
     Examples
     --------
     >>> import matplotlib
@@ -224,4 +288,5 @@ def plot_path(path: Any, ax: Any = None, *, coords: Sequence[int] | None = None)
     ax.set_xlabel("tilt t")
     ax.set_ylabel("tilted solution")
     ax.legend(fontsize="small")
+    _set_tilt_axis(ax, t)
     return ax

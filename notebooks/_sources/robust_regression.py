@@ -78,7 +78,7 @@ for noise, name, ours, paper in rows:
     (
         "md",
         """With one seed the numbers scatter around the 5-seed means of the paper (the
-5-seed run in the README matches the paper's ERM row exactly and TERM within 0.01 at 20%
+5-seed run of `tiltlab reproduce robust-regression` matches the paper's ERM row exactly and TERM within 0.01 at 20%
 and 40% noise). TERM stays close to the oracle that knows which rows are corrupted. At
 80% noise the oracle keeps only 654 clean rows for 411 features, and plain least squares
 nearly interpolates them; the paper does not say how its Genie fit was regularised.
@@ -120,5 +120,15 @@ scores = [rmse(data.X_test, data.y_test, (term if t == -2.0 else fit_term(data, 
           for t in tilts]
 for t, s in zip(tilts, scores, strict=True):
     print(f"t = {t:5.1f}: test RMSE {s:.3f}")""",
+    ),
+    (
+        "md",
+        """The row `t = 0.0` is not the table's ERM at 40% noise, although both minimise the
+mean squared error of the same training rows. The table's ERM is least squares solved to
+convergence (as in the paper). The sweep fits every tilt with TERM's protocol, L-BFGS
+stopped early when the objective on the noisy validation split stops improving, and
+stopping early before the outliers are fully fitted acts as a regulariser: it gives a
+slightly better test error than the converged ERM, and still far worse than any negative
+tilt.""",
     ),
 ]

@@ -70,7 +70,7 @@ assert np.all(lr_q0 <= lr_curves["Q1"] + 1e-12)
 assert np.all(lr_curves["Q1"] <= lr_curves["Q2"]) and np.all(lr_curves["Q2"] <= lr_curves["Q3"])
 print("largest gap Q2 - Q0:", np.max(lr_curves["Q2"] - lr_q0))
 
-fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), layout="constrained")
+fig, axes = plt.subplots(2, 1, figsize=(6.5, 7.5), layout="constrained")
 plot_quantile_curves(pe_curves, a_pe, ax=axes[0], Q0=pe_q0)
 axes[0].set_title("point estimation")
 plot_quantile_curves(lr_curves, a_lr, ax=axes[1], Q0=lr_q0)
@@ -92,11 +92,11 @@ grid = np.linspace(-2.0, 4.0, 25)
 lg_path = tl.tilt_path(lg, grid, method="newton", tol=1e-10)
 pe_small = tl.tilt_path(pe, grid / 4, method="newton", tol=1e-10, theta0=points.mean(axis=0))
 
-fig, axes = plt.subplots(2, 3, figsize=(13, 6.5), layout="constrained")
-plot_tradeoffs(pe_small, ax=axes[0])
+fig, axes = plt.subplots(3, 2, figsize=(9, 10), layout="constrained")
+plot_tradeoffs(pe_small, ax=axes[:, 0])
 axes[0, 0].set_title("point estimation")
-plot_tradeoffs(lg_path, ax=axes[1])
-axes[1, 0].set_title("logistic regression")
+plot_tradeoffs(lg_path, ax=axes[:, 1])
+axes[0, 1].set_title("logistic regression")
 plt.show()
 
 curves = tradeoff_curves(lg_path)
@@ -143,7 +143,7 @@ for t, top in zip(lr_curves_t["t"][positive], lr_curves_t["max"][positive], stri
     ),
     (
         "code",
-        """fig, ax = plt.subplots(figsize=(5, 3.5), layout="constrained")
+        """fig, ax = plt.subplots(figsize=(6.5, 4), layout="constrained")
 plot_path(lr_path, ax=ax)
 ax.set_xscale("symlog", linthresh=0.01)
 ax.set_title("linear regression: (slope, intercept) along t")

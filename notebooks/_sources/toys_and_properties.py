@@ -47,14 +47,16 @@ Xc, yc = logistic_imbalanced(n=200, rare_fraction=0.1, seed=0)
 lg_path = tl.tilt_path(tl.TiltedObjective("logistic", Xc, yc, l2=1e-3), TILTS,
                        method="newton")
 
-fig, axes = plt.subplots(1, 3, figsize=(14, 4), layout="constrained")
+fig, axes = plt.subplots(3, 1, figsize=(6.5, 13), layout="constrained")
 ax = axes[0]
 ax.scatter(*points[inlier].T, s=10, c="0.6", label="inliers")
 ax.scatter(*points[~inlier].T, s=10, c="tab:orange", label="outliers")
 for t, theta in zip(pe_path.ts, np.asarray(pe_path.x), strict=True):
     ax.plot(*theta, "*", ms=16, c=COLORS[t], label=f"t = {t:g}")
 ax.set_title("point estimation")
-ax.legend(fontsize=8)
+ax.set_xlabel("first coordinate")
+ax.set_ylabel("second coordinate")
+ax.legend()
 
 ax = axes[1]
 ax.scatter(X[clean, 0], y[clean], s=10, c="0.6")
@@ -63,7 +65,9 @@ grid = np.linspace(0, 2, 2)
 for t, (slope, intercept) in zip(lr_path.ts, np.asarray(lr_path.x), strict=True):
     ax.plot(grid, slope * grid + intercept, c=COLORS[t], label=f"t = {t:g}")
 ax.set_title("linear regression")
-ax.legend(fontsize=8)
+ax.set_xlabel("x")
+ax.set_ylabel("y")
+ax.legend()
 
 ax = axes[2]
 ax.scatter(*Xc[yc == 0, :2].T, s=10, c="0.6", label="common class")
@@ -72,7 +76,9 @@ u = np.linspace(Xc[:, 0].min(), Xc[:, 0].max(), 2)
 for t, (a, b, c) in zip(lg_path.ts, np.asarray(lg_path.x), strict=True):
     ax.plot(u, -(a * u + c) / b, c=COLORS[t], label=f"t = {t:g}")  # a x1 + b x2 + c = 0
 ax.set_ylim(Xc[:, 1].min() - 0.5, Xc[:, 1].max() + 0.5)
-ax.set_title("logistic regression")
+ax.set_title("logistic regression: decision boundaries")
+ax.set_xlabel("first feature")
+ax.set_ylabel("second feature")
 ax.legend(fontsize=8)
 plt.show()""",
     ),
@@ -108,7 +114,7 @@ estimation toy.""",
 path = tl.tilt_path(point_estimation_objective(points), grid, method="newton",
                     theta0=points.mean(axis=0), tol=1e-10)
 
-fig, axes = plt.subplots(1, 3, figsize=(13, 3.6), layout="constrained")
+fig, axes = plt.subplots(3, 1, figsize=(6.5, 10), layout="constrained")
 plot_tradeoffs(path, ax=axes)
 plt.show()
 

@@ -96,6 +96,12 @@ def quantile_curves(path: Any, a: Any, *, floor: Any = None) -> dict[str, np.nda
     ValueError
         A threshold at or below the floor; negative losses with the default floor.
 
+    See Also
+    --------
+    min_tail_fraction : The exact curve Q^0.
+    tiltlab.plot.plot_quantile_curves : Draws the curves.
+    tiltlab.tilt_path : The path it reads.
+
     Examples
     --------
     >>> import numpy as np

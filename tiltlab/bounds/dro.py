@@ -54,6 +54,12 @@ def kl_dro_dual(
         The optimal distribution, the tilted weights (shape ``t.shape + losses.shape``
         with the samples on the last axis).
 
+    See Also
+    --------
+    worst_case_distribution : The maximising distribution.
+    kl_divergence : The divergence of the ball.
+    tiltlab.tilted_risk : The tilted risk itself.
+
     Examples
     --------
     >>> import numpy as np
@@ -86,6 +92,11 @@ def worst_case_distribution(
     -------
     array
         ``q`` with the samples on the last axis (a tilt grid leads).
+
+    See Also
+    --------
+    kl_dro_dual : The value of the worst case.
+    tiltlab.tilted_weights : The same weights seen as the gradient's.
 
     Examples
     --------
@@ -125,6 +136,10 @@ def kl_divergence(q: Any, p: Any = None, *, axis: int = -1, xp: Any = None) -> A
     ------
     ValueError
         Empty, negative, non-finite or all-zero ``q`` or ``p``; mismatched shapes.
+
+    See Also
+    --------
+    kl_dro_dual : The robust risk over a KL ball.
 
     Examples
     --------

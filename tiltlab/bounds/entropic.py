@@ -116,6 +116,11 @@ def entropic_value_at_risk(
     tilt : array
         Only with ``return_tilt=True``; same shape, namespace and dtype.
 
+    See Also
+    --------
+    superquantile : The risk measure it bounds from above.
+    kl_dro_dual : The KL-robust view of the tilted risk.
+
     Examples
     --------
     >>> import numpy as np

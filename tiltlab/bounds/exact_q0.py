@@ -475,6 +475,11 @@ def min_tail_fraction(
     RuntimeError
         A MILP that hit ``time_limit``.
 
+    See Also
+    --------
+    quantile_curves : The approximations Q^1, Q^2, Q^3 along a tilt path.
+    tail_fraction : The tail share at one model.
+
     Examples
     --------
     >>> import numpy as np

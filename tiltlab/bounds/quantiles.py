@@ -62,6 +62,12 @@ def tail_fraction(
     ValueError
         Empty or non-finite ``losses``, non-finite ``a``, bad ``weights``.
 
+    See Also
+    --------
+    k_loss : The loss at a given tail share.
+    tilted_tail_bound : Its bound from the tilted risk.
+    min_tail_fraction : Its exact minimum over a model's parameters.
+
     Examples
     --------
     >>> import numpy as np
@@ -105,6 +111,12 @@ def k_loss(losses: Any, k: int, *, axis: int = -1, xp: Any = None) -> Any:
     ValueError
         ``k`` outside ``[1, N]``; empty or non-finite ``losses``.
 
+    See Also
+    --------
+    k_loss_bound : Its bound from the tilted risk.
+    value_at_risk : The loss at a tail probability.
+    tail_fraction : The share of losses at or above a threshold.
+
     Examples
     --------
     >>> import numpy as np
@@ -146,6 +158,11 @@ def value_at_risk(
     -------
     array
         Shape ``alpha.shape + batch``; namespace, dtype and device of ``losses``.
+
+    See Also
+    --------
+    superquantile : The mean of the tail beyond it.
+    k_loss : The k-th smallest loss.
 
     Examples
     --------
@@ -195,6 +212,11 @@ def superquantile(
     ------
     ValueError
         ``alpha`` outside ``[0, 1)``; empty or non-finite ``losses``; bad ``weights``.
+
+    See Also
+    --------
+    value_at_risk : The quantile it averages beyond.
+    entropic_value_at_risk : An upper bound on it from tilted risks.
 
     Examples
     --------

@@ -95,6 +95,12 @@ def tilted_tail_bound(
         ``a <= floor``; ``floor`` above the smallest loss; NaN ``t``; non-finite
         ``a``, ``floor`` or ``losses``.
 
+    See Also
+    --------
+    chernoff_bound : The classical bound it sharpens.
+    tail_fraction : The quantity it bounds.
+    quantile_curves : The bound along a tilt path.
+
     Examples
     --------
     >>> import numpy as np
@@ -149,6 +155,11 @@ def chernoff_bound(
     ------
     ValueError
         Negative or NaN ``t``; non-finite ``a`` or ``losses``.
+
+    See Also
+    --------
+    tilted_tail_bound : The sharper bound from the tilted risk.
+    tail_fraction : The quantity it bounds.
 
     Examples
     --------
@@ -238,6 +249,11 @@ def k_loss_bound(
     ------
     ValueError
         ``k`` out of range; ``floor`` above the smallest loss; NaN ``t``.
+
+    See Also
+    --------
+    k_loss : The quantity it bounds.
+    tilted_tail_bound : The tail bound it inverts.
 
     Notes
     -----

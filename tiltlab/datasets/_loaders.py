@@ -332,6 +332,11 @@ def load_drug_discovery(
         ``X_*`` of shape ``(n, 411)`` and ``y_*`` of shape ``(n,)``, float64, plus the
         boolean masks ``noisy_train``/``noisy_val``. Each call returns fresh copies.
 
+    See Also
+    --------
+    tiltlab.reproduce.robust_regression : The paper's experiment on it.
+    tiltlab.baselines : The other methods of that experiment.
+
     Examples
     --------
     >>> from tiltlab.datasets import load_drug_discovery
@@ -395,6 +400,10 @@ def load_abalone(
     -------
     DatasetSplit
         ``X_*`` of shape ``(n, 9)``, ``y_*`` of shape ``(n,)``, float64.
+
+    See Also
+    --------
+    tiltlab.reproduce.abalone : The paper's experiment on it.
 
     Examples
     --------
@@ -476,6 +485,11 @@ def load_hiv1(
     -------
     DatasetSplit
         ``X_*`` of shape ``(n, 160)`` (or 161), ``y_*`` in ``{0.0, 1.0}``, float64.
+
+    See Also
+    --------
+    tiltlab.reproduce.hiv1_fairness : The paper's fairness experiment on it.
+    tiltlab.reproduce.hierarchical : Its hierarchical experiment.
 
     Examples
     --------

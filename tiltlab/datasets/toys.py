@@ -80,6 +80,10 @@ def point_estimation_2d(
     inlier : ndarray, shape (n,), bool
         True for points drawn around ``center``.
 
+    See Also
+    --------
+    point_estimation_objective : The toy as an objective.
+
     Examples
     --------
     >>> from tiltlab.datasets import point_estimation_2d, point_estimation_losses
@@ -143,6 +147,25 @@ def point_estimation_objective(points, *, t: float = 0.0, l2: float = 0.0):
     Per-sample loss ``||x_i - theta||^2`` (:class:`~tiltlab.losses.PointEstimationLoss`) on
     the rows of ``points``, which may be an array of any supported backend.
 
+    Parameters
+    ----------
+    points : array of shape (n_samples, d)
+        The points (for instance from :func:`point_estimation_2d`).
+    t : float, default 0.0
+        The tilt.
+    l2 : float, default 0.0
+        Ridge strength.
+
+    Returns
+    -------
+    TiltedObjective
+        Its parameter is the point estimate ``theta`` of shape ``(d,)``.
+
+    See Also
+    --------
+    point_estimation_2d : The paper's data for this toy.
+    point_estimation_losses : The per-sample losses at a given ``theta``.
+
     Examples
     --------
     >>> import tiltlab as tl
@@ -195,6 +218,10 @@ def linear_regression_outliers(
         Columns ``[x, 1]`` (feature, intercept).
     y : ndarray, shape (n,), float64
     inlier : ndarray, shape (n,), bool
+
+    See Also
+    --------
+    logistic_imbalanced : The paper's classification toy.
 
     Examples
     --------
@@ -254,6 +281,10 @@ def logistic_imbalanced(
         Columns ``[x1, x2, 1]`` (two features, intercept).
     y : ndarray, shape (n,), float64
         Labels in ``{0.0, 1.0}``; 1 is the rare class.
+
+    See Also
+    --------
+    linear_regression_outliers : The paper's regression toy.
 
     Examples
     --------

@@ -230,6 +230,12 @@ def smoothness(
     ValueError
         Infinite tilt, bad ``radius``, ``n_samples`` or ``method``, wrong ``theta`` shape.
 
+    See Also
+    --------
+    strong_convexity : The smallest Hessian eigenvalue.
+    condition_number : Their ratio.
+    fit_step_size_rule : Fits the paper's step-size rule to it.
+
     Examples
     --------
     >>> import numpy as np
@@ -273,6 +279,11 @@ def strong_convexity(
     CurvatureEstimate
         ``which="smallest"``; the minimising point is ``point`` (or ``argmin``).
 
+    See Also
+    --------
+    smoothness : The largest Hessian eigenvalue.
+    classify_stationary_point : Minimum, maximum or saddle.
+
     Examples
     --------
     >>> import numpy as np
@@ -302,6 +313,11 @@ def condition_number(objective: Any, theta: Any, *, method: str = "auto") -> Any
     0-d array
         The ratio, or ``inf`` where the Hessian is not positive definite
         (:math:`\lambda_{\min} \le 0`), in the objective's namespace and dtype.
+
+    See Also
+    --------
+    smoothness : The numerator.
+    strong_convexity : The denominator.
 
     Examples
     --------
@@ -369,6 +385,10 @@ def classify_stationary_point(
     Returns
     -------
     StationaryPoint
+
+    See Also
+    --------
+    strong_convexity : The smallest eigenvalue alone.
 
     Examples
     --------

@@ -198,6 +198,10 @@ def glm_statistics(objective: Any, theta: Any) -> GLMStatistics:
     NotImplementedError
         Hierarchical objective.
 
+    See Also
+    --------
+    tiltlab.theory.check_path : Checks the paper's GLM lemmas along a path.
+
     Examples
     --------
     >>> import numpy as np

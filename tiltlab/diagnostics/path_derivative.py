@@ -114,6 +114,11 @@ def solution_derivative(
     ValueError
         Infinite tilt, bad ``method``/``solver``, or ``method="glm"`` with a non-GLM loss.
 
+    See Also
+    --------
+    tiltlab.tilt_path : The solutions it differentiates.
+    tiltlab.theory.check_path : Checks it against finite differences.
+
     Examples
     --------
     >>> import numpy as np

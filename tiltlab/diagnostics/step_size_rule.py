@@ -128,6 +128,12 @@ def fit_step_size_rule(
     StepSizeRule
         Unpacks as ``C1, C2``; Python floats.
 
+    See Also
+    --------
+    step_size : The step the rule gives.
+    smoothness : The measurements it fits.
+    tiltlab.minimize : Uses it with ``method="gd", step="rule"``.
+
     Examples
     --------
     >>> import numpy as np
@@ -215,6 +221,10 @@ def step_size(C1: Any, C2: Any, t: Any) -> Any:
     ------
     ValueError
         For Python numbers when ``C1 + C2 t`` is not a positive finite number.
+
+    See Also
+    --------
+    fit_step_size_rule : Fits the constants.
 
     Examples
     --------

@@ -72,6 +72,11 @@ def weight_entropy(weights: Any, *, axis: int = -1, xp: Any = None) -> Any:
         The entropy, reduced along ``axis``, in the namespace, dtype and device of
         ``weights`` (integer input promoted to the default float).
 
+    See Also
+    --------
+    effective_sample_size : Another summary of the same weights.
+    tilted_weight_stats : Both, and more.
+
     Examples
     --------
     >>> import numpy as np
@@ -105,6 +110,11 @@ def effective_sample_size(weights: Any, *, axis: int = -1, xp: Any = None) -> An
     array
         Reduced along ``axis``, in the namespace, dtype and device of ``weights``.
 
+    See Also
+    --------
+    weight_entropy : Another summary of the same weights.
+    tiltlab.tilted_weights : The weights.
+
     Examples
     --------
     >>> import numpy as np
@@ -135,6 +145,11 @@ def tilted_weight_stats(objective: Any, theta: Any) -> WeightStats:
     Returns
     -------
     WeightStats
+
+    See Also
+    --------
+    weight_entropy
+    effective_sample_size
 
     Examples
     --------

@@ -12,7 +12,7 @@ Dask arrays reach this package through small hooks in :class:`tiltlab.TiltedObje
 * ``minimize`` drives its solvers from the client: the ``d``-dimensional algebra runs in
   NumPy and each evaluation (including every line-search trial) calls the cluster once.
 
-See ``docs_snippets/dask_guide.md`` for a laptop walk-through.
+The user guide's page *Scale-out with Dask* walks through a fit on a laptop cluster.
 """
 
 from ._api import objective_call

@@ -93,8 +93,40 @@ def run(
 ) -> Reproduction:
     """Run the experiment ``name`` (a key of :data:`EXPERIMENTS`), as the command does.
 
-    It runs with one BLAS thread per process (see
-    :func:`tiltlab.reproduce._common.single_blas_thread`); the numbers do not depend on it.
+    It runs with one BLAS thread per process (as the command does); the numbers do not
+    depend on it.
+
+    Parameters
+    ----------
+    name : str
+        The experiment: ``"robust-regression"``, ``"hiv1-fairness"``, ``"hierarchical"``,
+        ``"abalone"``, ``"toys"`` or ``"convergence"`` (the keys of :data:`EXPERIMENTS`).
+    seeds : int or sequence of int, default 5
+        The number of seeds (seeds ``0, ..., seeds - 1``) or the seeds themselves; each
+        table entry is the mean and standard error over them.
+    quick : bool, default False
+        Reduced grids, for a quick look (the command's ``--quick``).
+    progress : bool, default False
+        Show a progress bar on standard error.
+    **options
+        Passed to the experiment's function (for instance ``noise`` or ``jobs`` of
+        :func:`robust_regression_report`).
+
+    Returns
+    -------
+    Reproduction
+        The rows of the table (ours beside the paper's), the notes on where they differ,
+        and the curves of its figures.
+
+    Raises
+    ------
+    ValueError
+        If ``name`` is not an experiment.
+
+    See Also
+    --------
+    Reproduction.report : The printed table.
+    Reproduction.to_dict : The JSON form that ``--json`` writes.
 
     Examples
     --------

@@ -10,7 +10,27 @@ __all__ = ["Status", "OptimizeResult", "SolverState"]
 
 
 class Status(enum.IntEnum):
-    """Why a solver stopped. ``Status.X.describe(k)`` gives a readable message."""
+    """Why a solver stopped: the ``status`` of an :class:`OptimizeResult`.
+
+    An integer enumeration (SciPy's results also carry an integer status). Each member's
+    :meth:`describe` says what it means and what to do about it; :attr:`success` tells
+    whether the returned iterate can be used as a solution.
+
+    See Also
+    --------
+    OptimizeResult : The result that carries the status.
+    tiltlab.minimize : The solver driver that sets it.
+
+    Examples
+    --------
+    >>> from tiltlab import Status
+    >>> Status.MAX_ITER.success
+    False
+    >>> Status.MAX_ITER.describe()
+    'max_iter reached before convergence; raise max_iter'
+    >>> Status(0).name
+    'CONVERGED'
+    """
 
     CONVERGED = 0
     MAX_ITER = 1
@@ -23,6 +43,29 @@ class Status(enum.IntEnum):
     COMPLETED = 8
 
     def describe(self, iteration: int | None = None, detail: str = "") -> str:
+        """A readable message: what the status means and what to do about it.
+
+        Parameters
+        ----------
+        iteration : int, optional
+            The iteration at which the solver stopped, quoted in the message where it
+            helps (not in ``CONVERGED`` or ``MAX_ITER``, whose iteration is ``nit``).
+        detail : str, optional
+            Extra text appended in parentheses (the solver's own diagnosis).
+
+        Returns
+        -------
+        str
+            The message; :class:`OptimizeResult` stores it as ``message``.
+
+        Examples
+        --------
+        >>> from tiltlab import Status
+        >>> Status.CALLBACK.describe(12)
+        'stopped by the callback at iteration 12'
+        >>> Status.MAX_PASSES.describe(3, detail="budget 10")
+        'max_passes reached at iteration 3; raise max_passes (budget 10)'
+        """
         k = "" if iteration is None else f" at iteration {iteration}"
         msg = {
             Status.CONVERGED: "converged: gradient norm below tolerance",
@@ -59,7 +102,44 @@ class SolverState:
     """What a solver step hands back to the driver (and to callbacks).
 
     ``x``, ``fun`` and ``jac`` are arrays of the objective's namespace; ``fun_float``
-    and ``grad_norm`` are host floats for logging and termination tests.
+    and ``grad_norm`` are host floats for logging and termination tests. Solvers written
+    for :func:`tiltlab.minimize` return one from ``init`` and from each ``step``.
+
+    Attributes
+    ----------
+    x : array
+        The current iterate.
+    fun : array
+        The objective value at ``x`` (0-d array).
+    jac : array
+        The gradient at ``x``.
+    fun_float : float
+        ``fun`` as a host float.
+    grad_norm : float
+        The Euclidean norm of ``jac``, as a host float.
+    nit : int
+        Iterations made so far.
+    step : float
+        The step length of the last iteration (NaN before the first).
+    failed : Status or None
+        Set by a step that cannot go on (``NONFINITE``, ``LINE_SEARCH_FAILED``,
+        ``PRECISION``); the driver then stops with this status.
+    detail : str
+        Extra text for the message of ``failed``.
+    extra : dict
+        Solver-specific values kept between steps (the L-BFGS pairs, a momentum...).
+
+    See Also
+    --------
+    OptimizeResult : What the driver returns at the end.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tiltlab.solvers import SolverState
+    >>> s = SolverState(np.zeros(2), np.asarray(1.0), np.ones(2), 1.0, 2**0.5)
+    >>> s.nit, s.failed
+    (0, None)
     """
 
     x: Any
@@ -94,6 +174,7 @@ class OptimizeResult:
     success : bool
         Always ``status.success``.
     status : Status
+        Why the run stopped; its :meth:`Status.describe` is the ``message``.
     message : str
         Describes ``x`` (and, with validation, why the run stopped).
     n_passes : float
@@ -103,6 +184,8 @@ class OptimizeResult:
         Per iteration: ``fun``, ``grad_norm``, ``step``, ``n_passes``, ``time`` and,
         with validation, ``validation``.
     method : str
+        The method that ran (``"lbfgs"``, ``"newton"``, ``"agd"``, ``"gd"`` or
+        ``"stochastic"``).
     best_iteration : int or None
         With ``validation``: the iteration of ``x``.
     n_iter_run : int or None
@@ -110,6 +193,23 @@ class OptimizeResult:
     lbfgs_pairs : tuple or None
         ``method="lbfgs"``: the final correction pairs ``(S, Y)`` (the ``pairs`` option
         of a later run accepts them).
+
+    See Also
+    --------
+    tiltlab.minimize : Returns it.
+    Status : The values of ``status``.
+    scipy.optimize.OptimizeResult : SciPy's result, whose field names these follow.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import tiltlab as tl
+    >>> X = np.c_[np.ones(20), np.linspace(0, 1, 20)]
+    >>> res = tl.minimize(tl.TiltedObjective("squared", X, 1 + 2 * X[:, 1], t=-1.0))
+    >>> res.success, res.status.name, res.method
+    (True, 'CONVERGED', 'lbfgs')
+    >>> np.round(res.x, 4)
+    array([1., 2.])
     """
 
     x: Any
@@ -125,7 +225,6 @@ class OptimizeResult:
     method: str = ""
     best_iteration: int | None = None
     n_iter_run: int | None = None
-    #: lbfgs only: the final correction pairs ``(S, Y)``, for warm starts (not shown)
     lbfgs_pairs: Any = field(default=None, repr=False)
 
     def __repr__(self) -> str:

@@ -3,7 +3,7 @@ r"""Numerical checks of the TERM paper's properties along a tilt path.
 :func:`check_path` takes a :class:`~tiltlab.TiltPath` (solutions :math:`\breve\theta(t)`
 of a tilted objective over a grid of tilts) and checks, one record per property, the
 statements of the paper's appendices "General Properties of the Objective/Solutions for
-GLMs" and "TERM as an Approximate Superquantile Method" (SPEC section 6);
+GLMs" and "TERM as an Approximate Superquantile Method";
 :func:`format_checks` prints the records as a table and :func:`tradeoff_curves` returns
 the data of the paper's trade-off figure.
 

@@ -128,6 +128,10 @@ def format_checks(records: Iterable[PropertyCheck], *, descriptions: bool = Fals
     -------
     str
 
+    See Also
+    --------
+    check_path : Makes the records.
+
     Examples
     --------
     >>> from tiltlab.theory import PropertyCheck, format_checks

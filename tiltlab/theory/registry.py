@@ -92,6 +92,12 @@ def check_path(
     -------
     list of PropertyCheck
 
+    See Also
+    --------
+    format_checks : Prints the records.
+    tradeoff_curves : The loss statistics along the path.
+    tiltlab.tilt_path : Computes the path.
+
     Notes
     -----
     Cost: a dense Hessian and its eigenvalues at every path point, four Newton re-solves

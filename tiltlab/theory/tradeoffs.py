@@ -29,6 +29,11 @@ def tradeoff_curves(path: Any) -> dict[str, np.ndarray]:
         ``w(t; theta(t))``, ``log N`` at ``t = 0``), ``"risk"`` (the tilted risk
         ``R(t; theta(t))``) and ``"objective"`` (``R`` plus the ridge penalty).
 
+    See Also
+    --------
+    tiltlab.plot.plot_tradeoffs : Draws them.
+    check_path : Checks the paper's claims about them.
+
     Examples
     --------
     >>> import numpy as np
