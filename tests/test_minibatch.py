@@ -264,3 +264,13 @@ def test_bad_input():
         MinibatchTilt(tilts=(1.0, 0.0, 2.0), n_groups=2)
     with pytest.raises(ValueError, match="`tilts`.*running"):
         MinibatchTilt(tilts=(1.0, 0.0), n_groups=2, estimator="mlmc", base_batch_size=2)
+
+
+def test_no_memory_is_the_plug_in_even_far_from_the_state():
+    # lam = 1: each batch is normalised by its own tilted risk, whatever came before
+    tilt = MinibatchTilt(-3.0, lam=1.0)
+    tilt.weights(np.array([0.0, 0.1]))
+    far = np.array([400.0, 401.0, 405.0])
+    np.testing.assert_allclose(
+        tilt.weights(far), tiltlab.tilted_weights(far, -3.0) / 1.0, rtol=1e-12
+    )

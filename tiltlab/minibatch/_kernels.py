@@ -116,16 +116,17 @@ def running_update(previous: Any, batch: Any, t: Any, lam: float, xp: Any) -> An
     and full relative precision as t -> 0, where it becomes the linear average
     ``prev + lam (batch - prev)`` (used exactly at t = 0). At +-inf it keeps ``batch``.
     """
+    if lam == 1.0:  # no memory: every batch is its own normaliser (the plug-in)
+        return batch
     t_fin, is_zero, regular = tilt_parts(t, xp)
     gap = batch - previous
     u = t_fin * gap
     u_neg = xp.where(u <= 0, u, const(0.0, u, xp))
     u_pos = xp.where(u > 0, u, const(0.0, u, xp))
-    f = xp.where(
-        u <= 0,
-        xp.log1p(lam * xp.expm1(u_neg)),
-        u_pos + xp.log1p((1.0 - lam) * xp.expm1(-u_pos)),
-    )
+    shrink = lam * xp.expm1(u_neg)  # in (-lam, 0]
+    # far below, log1p(shrink) would lose the small 1 - lam + lam e^u: take the log directly
+    f_neg = xp.where(shrink > -0.5, xp.log1p(shrink), xp.log((1.0 - lam) + lam * xp.exp(u_neg)))
+    f = xp.where(u <= 0, f_neg, u_pos + xp.log1p((1.0 - lam) * xp.expm1(-u_pos)))
     out = xp.where(regular, previous + f / t_fin, batch)
     return xp.where(is_zero, previous + lam * gap, out)
 
@@ -216,8 +217,7 @@ def variational_step(losses: Any, t: Any, eta: Any, ready: Any, xp: Any):
     batch's tilted risk ``R_B`` (the exact minimiser on this batch). Returns ``(weights,
     value, eta_used, eta_grad)`` with ``eta_grad`` the gradient of the value in eta with
     the sign of t (descent on it is descent for t > 0 and ascent, the saddle point, for
-    t < 0) and ``move = expm1(t (R_B - eta)) / t`` (``R_B - eta`` at t = 0), the
-    direction of the self-update ``eta += lam * move``.
+    t < 0) and the batch's tilted risk ``R_B``.
     """
     one = const(1.0, losses, xp)
     mass = xp.ones((losses.shape[0], 1), dtype=losses.dtype, device=device(losses))
@@ -230,5 +230,4 @@ def variational_step(losses: Any, t: Any, eta: Any, ready: Any, xp: Any):
     weights = w[:, 0] * scale
     value = xp.where(is_zero, batch_risk, eta + xp.expm1(gap) / t_fin)
     eta_grad = xp.where(is_zero, const(0.0, one, xp), xp.where(t_fin > 0, one - scale, scale - one))
-    move = xp.where(is_zero, batch_risk - eta, xp.expm1(gap) / t_fin)
-    return weights, value, eta, eta_grad, move
+    return weights, value, eta, eta_grad, batch_risk

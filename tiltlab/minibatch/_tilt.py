@@ -61,10 +61,14 @@ class MinibatchTilt:
         :math:`\min_\eta\, \eta + \frac1t(\frac1N\sum_i e^{t(\ell_i - \eta)} - 1)` for
         t > 0, a plain average over the data whose stochastic gradients are unbiased.
         :math:`\eta` starts at the first batch's tilted risk (its exact minimiser there)
-        and moves by :math:`\eta \leftarrow \eta + \lambda\, \mathrm{expm1}(t(R_B -
-        \eta))/t` (a gradient step of size :math:`\lambda/|t|`). For t < 0 the same
-        expression is a *maximum* over :math:`\eta`: the problem is a saddle point (min
-        over the model, max over :math:`\eta`), and the same update is its ascent step.
+        and then takes a stochastic step of size :math:`\lambda` in the scale
+        :math:`s = e^{t\eta}`, preconditioned by the objective's curvature at its optimum:
+        :math:`s \leftarrow (1-\lambda) s + \lambda e^{t R_B}` (the paper's tilted
+        average, in the log domain, so no overflow). The difference from
+        ``"running"``: a batch is weighted with the :math:`\eta` from *before* it, which
+        makes its gradient unbiased for that :math:`\eta`. For t < 0 the same expression is
+        a *maximum* over :math:`\eta`: the problem is a saddle point (min over the model,
+        max over :math:`\eta`), and the same update is its ascent step.
         Its weights are not bounded (the running estimator's are, by :math:`1/\lambda`).
 
     Group-level tilting (the paper's Algorithm 2) takes ``tilts=(t_group, t_sample)``,
@@ -334,7 +338,7 @@ class MinibatchTilt:
                 new_state = {}
             else:
                 ready = K.const(float(self._state is not None), values, xp) > 0
-                weights, value, eta, _, move = K.variational_step(
+                weights, value, eta, _, batch_risk = K.variational_step(
                     values, t_s, state["eta"], ready, xp
                 )
                 if not bool(xp.all(xp.isfinite(weights))):
@@ -343,7 +347,9 @@ class MinibatchTilt:
                         "this batch is far from the current eta: lower `t` or use "
                         "estimator='running' (its weights are bounded by 1/lam)"
                     )
-                eta = eta + self.lam * move
+                # a step of size lam in s = e^{t eta}, preconditioned by the curvature at the
+                # optimum: s <- (1 - lam) s + lam e^{t R_B}, in the log domain
+                eta = K.running_update(eta, batch_risk, t_s, self.lam, xp)
                 new_state = {"eta": eta}
         self._state = new_state
         self.step += 1
