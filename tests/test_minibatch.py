@@ -112,6 +112,17 @@ def test_running_recursion_against_mpmath(xp, t):
     assert_close(w, np.array(ref), xp=xp, rtol=1e-11)
 
 
+@pytest.mark.parametrize("estimator", ESTIMATORS)
+def test_every_estimator_at_t_zero_is_the_batch_mean(estimator):
+    rng = np.random.default_rng(8)
+    tilt = MinibatchTilt(0.0, estimator=estimator, base_batch_size=2, max_level=2)
+    for _ in range(3):
+        b = rng.exponential(size=8)
+        np.testing.assert_allclose(tilt.weights(b), np.full(8, 1 / 8), rtol=1e-15)
+    b = rng.exponential(size=4)
+    assert float(tilt(b)) == pytest.approx(np.mean(b), rel=1e-15)
+
+
 def test_running_t_zero_is_plain_mean():
     rng = np.random.default_rng(4)
     tilt = MinibatchTilt(0.0)
@@ -274,3 +285,14 @@ def test_no_memory_is_the_plug_in_even_far_from_the_state():
     np.testing.assert_allclose(
         tilt.weights(far), tiltlab.tilted_weights(far, -3.0) / 1.0, rtol=1e-12
     )
+
+
+def test_reproducible_with_the_sampler_seed():
+    l = _losses(256, seed=7)
+
+    def run():
+        tilt = MinibatchTilt(1.0, estimator="mlmc", base_batch_size=4, max_level=3)
+        return [tilt.weights(l[b]) for b in tilt.batch_sampler(256, num_batches=20, seed=3)]
+
+    for a, b in zip(run(), run(), strict=True):
+        np.testing.assert_array_equal(a, b)

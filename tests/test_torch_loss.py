@@ -164,7 +164,14 @@ def test_compile_fullgraph_without_breaks(estimator):
     kwargs = dict(estimator=estimator, base_batch_size=8, max_level=1)
     eager = TiltedLoss(t=linear_schedule(0.0, 2.0, 3), **kwargs)
     compiled_module = TiltedLoss(t=linear_schedule(0.0, 2.0, 3), **kwargs)
-    compiled = torch.compile(compiled_module, fullgraph=True, backend="aot_eager")
+    graphs = []
+    aot_eager = torch._dynamo.lookup_backend("aot_eager")
+
+    def counting_backend(gm, example_inputs):
+        graphs.append(gm)
+        return aot_eager(gm, example_inputs)
+
+    compiled = torch.compile(compiled_module, fullgraph=True, backend=counting_backend)
     gen = torch.Generator().manual_seed(0)
     for _ in range(5):
         l = torch.rand(16, generator=gen)
@@ -176,6 +183,21 @@ def test_compile_fullgraph_without_breaks(estimator):
         torch.testing.assert_close(out_b, out_a, rtol=1e-6, atol=1e-7)
         torch.testing.assert_close(b.grad, a.grad, rtol=1e-6, atol=1e-7)
     assert int(compiled_module.step) == 5
+    # the tilt and the step are tensors: the schedule moving t does not recompile
+    assert len(graphs) <= 2
+
+
+def test_compile_group_level():
+    torch._dynamo.reset()
+    eager = TiltedLoss(tilts=(1.0, -1.0), n_groups=3)
+    module = TiltedLoss(tilts=(1.0, -1.0), n_groups=3)
+    compiled = torch.compile(module, fullgraph=True, backend="aot_eager")
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(3):
+        l = torch.rand(12, generator=gen)
+        g = torch.randint(0, 3, (12,), generator=gen)
+        torch.testing.assert_close(compiled(l, groups=g), eager(l, groups=g), rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(module.risk, eager.risk)
 
 
 def test_autocast_bfloat16_on_cpu():
@@ -223,6 +245,10 @@ def test_bad_input():
         group_level(torch.ones(3))
     with pytest.raises(ValueError, match="`t` must be finite"):
         TiltedLoss(t=math.inf, estimator="variational")
+    variational = TiltedLoss(t=5.0, estimator="variational")
+    variational(torch.zeros(4, dtype=torch.float32))
+    with pytest.raises(ValueError, match="`losses`: the variational weights"):
+        variational(torch.full((4,), 100.0, dtype=torch.float32))  # exp(500) in float32
 
 
 def test_import_tiltlab_does_not_import_torch():

@@ -303,6 +303,12 @@ class TiltedLoss(torch.nn.Module):
             weights, value, eta_used, eta_grad, _ = K.variational_step(
                 values, t_sample, eta_now, self.ready > 0, xp
             )
+            if not torch.compiler.is_compiling() and not bool(torch.isfinite(weights).all()):
+                raise ValueError(
+                    "`losses`: the variational weights exp(t (loss - eta)) overflowed; this "
+                    "batch is far from the current eta: lower `t` or use estimator='running' "
+                    "(its weights are bounded by 1/lam)"
+                )
             with torch.no_grad():
                 self.eta.copy_(torch.where(finite, eta_used, eta_now))
                 self.ready.copy_(torch.where(finite, torch.ones_like(self.ready), self.ready))

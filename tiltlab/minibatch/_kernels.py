@@ -206,6 +206,9 @@ def mlmc_step(
         return w[:, 1], risk[1]
     weights = w[:, 0] + (w[:, 1] - 0.5 * (w[:, 2] + w[:, 3])) / prob
     value = risk[0] + (risk[1] - 0.5 * (risk[2] + risk[3])) / prob
+    # at t = 0 the plug-in (the batch mean) is already unbiased: use the whole batch
+    weights = xp.where(t == 0, w[:, 1], weights)
+    value = xp.where(t == 0, risk[1], value)
     return weights, value
 
 
