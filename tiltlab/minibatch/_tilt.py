@@ -40,8 +40,8 @@ class MinibatchTilt:
     estimator returns exactly :func:`tiltlab.tilted_weights` (or
     :func:`tiltlab.hierarchical_weights`).
 
-    Estimators
-    ----------
+    The three estimators:
+
     ``"running"`` (default)
         The paper's stochastic TERM: a running tilted average of the batch risks,
         :math:`\tilde R \leftarrow \frac1t \log((1-\lambda) e^{t \tilde R} + \lambda
