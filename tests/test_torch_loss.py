@@ -257,3 +257,22 @@ def test_import_tiltlab_does_not_import_torch():
         "assert 'torch' not in sys.modules, 'torch was imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_eval_mode_leaves_the_state_alone():
+    loss_fn = TiltedLoss(t=linear_schedule(0.0, 1.0, 10), lam=0.5)
+    loss_fn(torch.tensor([0.1, 0.2, 0.3], dtype=torch.float32))
+    before = {k: v.clone() for k, v in loss_fn.state_dict().items()}
+    loss_fn.eval()
+    loss_fn(torch.tensor([5.0, 6.0], dtype=torch.float32))
+    for key, value in loss_fn.state_dict().items():
+        assert torch.equal(value, before[key]), key
+    loss_fn.train()
+    loss_fn(torch.tensor([5.0, 6.0], dtype=torch.float32))
+    assert int(loss_fn.step) == 2
+
+
+def test_buffers_follow_to():
+    loss_fn = TiltedLoss(t=1.0).to(device="meta")
+    assert all(b.device.type == "meta" for b in loss_fn.buffers())
+    assert TiltedLoss(t=1.0).double().risk.dtype == torch.float64

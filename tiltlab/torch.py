@@ -44,6 +44,10 @@ class TiltedLoss(torch.nn.Module):
     the paper's linear ramp from 0 to -2, ``t=linear_schedule(0.0, -2.0, steps)``, reached
     0.89 (ERM: 0.67).
 
+    In evaluation mode (``loss_fn.eval()``) a call uses the state without changing it and
+    does not advance the step, so validation batches do not enter the running normaliser
+    or move the schedule; ``loss_fn.train()`` resumes the updates.
+
     Half-precision and autocast losses are accumulated in float32 (autocast is switched
     off inside). ``torch.compile(fullgraph=True)`` traces it without graph breaks (the
     NaN check, a host read, is skipped there: a NaN batch returns NaN and leaves the state
@@ -269,8 +273,10 @@ class TiltedLoss(torch.nn.Module):
         t_group, t_sample = self._current(0, values), self._current(1, values)
         finite = torch.isfinite(values).all()
         n = values.shape[0]
-        with torch.no_grad():
-            self.step.add_(1)
+        update = self.training  # eval mode: evaluate with the state, leave it as it is
+        if update:
+            with torch.no_grad():
+                self.step.add_(1)
         if self.estimator == "running":
             if self.hierarchical:
                 mask = K.group_mask(groups, self.n_groups, acc, xp)
@@ -287,9 +293,10 @@ class TiltedLoss(torch.nn.Module):
                 self.lam,
                 xp,
             )
-            with torch.no_grad():
-                for buf, new in ((self.risk, risk), (self.seen, seen), (self.counts, counts)):
-                    buf.copy_(torch.where(finite, new, buf.to(acc)))
+            if update:
+                with torch.no_grad():
+                    for buf, new in ((self.risk, risk), (self.seen, seen), (self.counts, counts)):
+                        buf.copy_(torch.where(finite, new, buf.to(acc)))
             extra = 0.0
         elif self.estimator == "mlmc":
             level = self._mlmc_level(n)
@@ -309,9 +316,10 @@ class TiltedLoss(torch.nn.Module):
                     "batch is far from the current eta: lower `t` or use estimator='running' "
                     "(its weights are bounded by 1/lam)"
                 )
-            with torch.no_grad():
-                self.eta.copy_(torch.where(finite, eta_used, eta_now))
-                self.ready.copy_(torch.where(finite, torch.ones_like(self.ready), self.ready))
+            if update:
+                with torch.no_grad():
+                    self.eta.copy_(torch.where(finite, eta_used, eta_now))
+                    self.ready.copy_(torch.where(finite, torch.ones_like(self.ready), self.ready))
             extra = eta_grad.detach() * (self.eta - self.eta.detach())
         value = value.detach()
         if not losses.requires_grad and not isinstance(extra, torch.Tensor):
