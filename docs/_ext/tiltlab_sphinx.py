@@ -461,6 +461,7 @@ BACKEND_TEXT = {
     "dask": (
         "Dask arrays (chunks may be NumPy or CuPy arrays); the client-side work runs in NumPy."
     ),
+    "torch": "PyTorch tensors on any device; the result is a tensor on the input's device.",
     "none": "no arrays: works on Python objects only.",
 }
 #: the kind of every public function, by module (the first matching prefix wins); the
@@ -492,6 +493,11 @@ BACKEND_SUPPORT = {
     "tiltlab.theory": "host",
     "tiltlab.plot": "host",
     "tiltlab.estimators": "host",
+    "tiltlab.minibatch.MLMCBatchSampler": "none",
+    "tiltlab.minibatch.level_probabilities": "numpy",
+    "tiltlab.minibatch.linear_schedule": "none",
+    "tiltlab.minibatch": "all",
+    "tiltlab.torch": "torch",
     "tiltlab.distributed": "dask",
     "tiltlab.baselines": "numpy",
     "tiltlab.datasets": "numpy",
