@@ -113,7 +113,7 @@ def test_label_noise_on_a_local_cifar_copy(tmp_path):
 
 
 def test_label_noise_term_beats_erm_at_heavy_noise():
-    rep = label_noise(seeds=1, noise=[0.8], methods=["ERM", "TERM", "Genie ERM"], epochs=15)
+    rep = label_noise(seeds=1, noise=[0.8], methods=["ERM", "TERM", "Genie ERM"], epochs=40)
     acc = {r["method"]: r["mean"] for r in rep.rows}
     assert acc["TERM"] > acc["ERM"] + 0.05
     assert acc["Genie ERM"] > acc["ERM"]
@@ -129,9 +129,10 @@ def test_noisy_annotators_term_down_weights_spammers():
 
 
 def test_class_imbalance_term_helps_the_rare_class():
-    rep = class_imbalance(seeds=1, imbalance=[20], methods=["ERM", "TERM"], epochs=30)
+    rep = class_imbalance(seeds=1, imbalance=[50], methods=["ERM", "TERM"], epochs=40)
     by = {(r["method"], r["metric"]): r["mean"] for r in rep.rows}
-    assert by[("TERM", "accuracy_rare")] > by[("ERM", "accuracy_rare")]
+    assert by[("TERM", "accuracy_rare")] > by[("ERM", "accuracy_rare")] + 0.3
+    assert by[("TERM", "accuracy_overall")] > by[("ERM", "accuracy_overall")]
 
 
 def test_bad_arguments_name_the_argument():

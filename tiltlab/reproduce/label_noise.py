@@ -38,8 +38,8 @@ __all__ = ["GCE_QS", "METHODS", "NOISE", "PAPER_LABEL_NOISE", "label_noise"]
 NOISE = (0.2, 0.4, 0.8)
 METHODS = ("ERM", "GCE", "SCE", "FocalLoss", "TERM", "Genie ERM")
 GCE_QS = (0.4, 0.8, 1.0)
-EPOCHS = 40
-EPOCHS_QUICK = 25
+EPOCHS = 80
+EPOCHS_QUICK = 40
 
 #: The paper's CIFAR-10 table (Inception): (method, setting) -> (mean, se) test accuracy.
 PAPER_LABEL_NOISE: dict[tuple[str, str], tuple[float, float]] = {
@@ -98,7 +98,7 @@ def label_noise(
     seeds : int or sequence of int, default 5
         Number of seeds (``0 .. seeds-1``: split, noise and initialisation), or the seeds.
     quick : bool, default False
-        Fewer epochs (25 instead of 40).
+        Fewer epochs (40 instead of 80).
     progress : bool, default False
         Show a progress bar.
     noise : sequence of float, default (0.2, 0.4, 0.8)
@@ -122,10 +122,9 @@ def label_noise(
     Examples
     --------
     >>> from tiltlab.reproduce import label_noise
-    >>> rep = label_noise(seeds=1, noise=[0.8], methods=["ERM", "TERM"], epochs=10)
-    >>> acc = {r["method"]: r["mean"] for r in rep.rows}
-    >>> acc["TERM"] > acc["ERM"]
-    True
+    >>> rep = label_noise(seeds=1, noise=[0.8], methods=["ERM", "TERM"], epochs=2)
+    >>> [(r["method"], r["setting"], r["paper_mean"]) for r in rep.rows]
+    [('ERM', 'noise=0.8', 0.284), ('TERM', 'noise=0.8', 0.455)]
     """
     import torch
 
