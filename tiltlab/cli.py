@@ -148,6 +148,10 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
         options = {"noise": args.noise, "jobs": args.jobs}
         if args.methods:
             options["methods"] = args.methods
+    if args.experiment in _DEEP:
+        options = {"device": args.device, "model": args.model}
+        if args.experiment == "label-noise" and args.data_dir is not None:
+            options["data_dir"] = args.data_dir
     rep = run(
         args.experiment,
         seeds=args.seeds,
@@ -253,10 +257,14 @@ _EXPERIMENT_HELP = {
     "abalone": "appendix: feature-and-target noise on abalone",
     "toys": "figure 1's toy problems and the average vs max/min-loss trade-offs",
     "convergence": "appendix: convergence with t and the stochastic solver's correctness",
+    "label-noise": "deep, in miniature: uniform label noise (ERM, GCE, SCE, focal, TERM)",
+    "noisy-annotators": "deep, in miniature: 100 annotators, most of them spammers",
+    "class-imbalance": "deep, in miniature: a rare class (ERM, focal, class weights, TERM)",
 }
 
 _DEFAULT_SEEDS = {"toys": 1, "convergence": 3}
-_HAS_FIGURES = ("toys", "convergence")  # the paper shows the others as tables
+_HAS_FIGURES = ("toys", "convergence", "label-noise", "noisy-annotators", "class-imbalance")
+_DEEP = ("label-noise", "noisy-annotators", "class-imbalance")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -316,6 +324,21 @@ def build_parser() -> argparse.ArgumentParser:
                 choices=list(ROBUST_METHODS),
                 metavar="METHOD",
                 help="subset of: " + ", ".join(repr(m) for m in ROBUST_METHODS),
+            )
+        if name in _DEEP:
+            exp.add_argument(
+                "--device", default="cpu", help="PyTorch device: cpu (default) or cuda[:N]"
+            )
+            exp.add_argument(
+                "--model", default="mlp", choices=["mlp", "cnn"], help="network (default mlp)"
+            )
+        if name == "label-noise":
+            exp.add_argument(
+                "--data-dir",
+                default=None,
+                metavar="DIR",
+                help="run on the CIFAR-10 python batches in DIR (never downloaded; "
+                "default: the handwritten digits shipped with scikit-learn)",
             )
         exp.set_defaults(func=_cmd_reproduce, parser=exp)
     return parser

@@ -6,6 +6,9 @@ Real data (shipped inside the package, read offline; provenance in ``data/README
 * :func:`load_abalone` - UCI abalone regression, 4177 x 9,
 * :func:`load_hiv1` - UCI HIV-1 protease cleavage classification, 6590 x 160.
 
+Data read from a local folder (not shipped, never downloaded): :func:`load_cifar10`
+(the CIFAR-10 python batches, for the deep reproductions' paper setting).
+
 Toy problems (:mod:`tiltlab.datasets.toys`):
 :func:`point_estimation_2d`, :func:`linear_regression_outliers`,
 :func:`logistic_imbalanced`, and :func:`point_estimation_losses`.
@@ -21,6 +24,7 @@ from ._loaders import (
     load_drug_discovery,
     load_hiv1,
 )
+from .cifar import CIFAR10_CLASSES, load_cifar10
 from .toys import (
     linear_regression_outliers,
     logistic_imbalanced,
@@ -31,10 +35,12 @@ from .toys import (
 
 __all__ = [
     "ABALONE_FEATURES",
+    "CIFAR10_CLASSES",
     "AMINO_ACIDS",
     "DatasetSplit",
     "linear_regression_outliers",
     "load_abalone",
+    "load_cifar10",
     "load_drug_discovery",
     "load_hiv1",
     "logistic_imbalanced",

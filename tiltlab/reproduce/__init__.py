@@ -11,7 +11,10 @@ One module per experiment, each also a ``tiltlab reproduce NAME`` command:
 * :mod:`~tiltlab.reproduce.toys` - the toy panels of the paper's first figure and the
   average- vs max/min-loss trade-off figure;
 * :mod:`~tiltlab.reproduce.convergence` - convergence with ``t`` and the correctness of the
-  stochastic solver.
+  stochastic solver;
+* :mod:`~tiltlab.reproduce.label_noise`, :mod:`~tiltlab.reproduce.noisy_annotators` and
+  :mod:`~tiltlab.reproduce.class_imbalance` - the deep-learning experiments in miniature
+  (small PyTorch networks on the handwritten digits; they need PyTorch and scikit-learn).
 
 Every experiment returns a :class:`Reproduction` whose rows follow one schema (see
 :mod:`tiltlab.reproduce._common`); :func:`run` runs one by its command name.
@@ -32,9 +35,12 @@ from ._common import (
     write_json,
 )
 from .abalone import PAPER_ABALONE, abalone
+from .class_imbalance import class_imbalance
 from .convergence import convergence
 from .hierarchical import PAPER_HIERARCHICAL, hierarchical
 from .hiv1_fairness import PAPER_HIV1_FAIRNESS, hiv1_fairness
+from .label_noise import PAPER_LABEL_NOISE, label_noise
+from .noisy_annotators import noisy_annotators
 from .robust_regression import (
     CRR_K,
     PAPER_TABLE1,
@@ -52,18 +58,22 @@ __all__ = [
     "PAPER_ABALONE",
     "PAPER_HIERARCHICAL",
     "PAPER_HIV1_FAIRNESS",
+    "PAPER_LABEL_NOISE",
     "PAPER_TABLE1",
     "ROBUST_METHODS",
     "ROW_KEYS",
     "Reproduction",
     "abalone",
+    "class_imbalance",
     "convergence",
     "fit_term_regression",
     "format_robust_table",
     "hierarchical",
     "hiv1_fairness",
+    "label_noise",
     "make_row",
     "mean_se",
+    "noisy_annotators",
     "robust_regression",
     "robust_regression_report",
     "run",
@@ -80,6 +90,9 @@ EXPERIMENTS: dict[str, Callable[..., Reproduction]] = {
     "abalone": abalone,
     "toys": toys,
     "convergence": convergence,
+    "label-noise": label_noise,
+    "noisy-annotators": noisy_annotators,
+    "class-imbalance": class_imbalance,
 }
 
 
