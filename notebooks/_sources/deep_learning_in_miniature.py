@@ -63,17 +63,16 @@ direction of the effect only: the data and the network differ.""",
     ),
     (
         "code",
-        """import matplotlib
+        """import tempfile
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 from IPython.display import Image, display
 
 from tiltlab.reproduce import class_imbalance, label_noise, noisy_annotators
 
+figures = tempfile.mkdtemp()
 rep = label_noise(seeds=1, quick=True)
 print(rep.report())
-for path in rep.plot("figures"):
+for path in rep.plot(figures):
     display(Image(path))""",
     ),
     (
@@ -88,7 +87,7 @@ running risk is high; Genie ERM trains on the reliable annotators' rows only."""
         "code",
         """rep = noisy_annotators(seeds=1, quick=True)
 print(rep.report())
-for path in rep.plot("figures"):
+for path in rep.plot(figures):
     display(Image(path))""",
     ),
     (
@@ -103,7 +102,7 @@ does.""",
         "code",
         """rep = class_imbalance(seeds=1, quick=True)
 print(rep.report())
-for path in rep.plot("figures"):
+for path in rep.plot(figures):
     display(Image(path))""",
     ),
 ]

@@ -33,6 +33,7 @@ __all__ = [
     "N_ANNOTATORS",
     "PAPER_NOISY_ANNOTATORS",
     "SPAMMER_SHARES",
+    "annotate",
     "noisy_annotators",
 ]
 
