@@ -1,6 +1,6 @@
-"""Regression tests for the input-handling items of issue 9.
+"""Regression tests for input handling: bad and unusual inputs at the public functions.
 
-Each test names the issue item it guards. References are independent of the code under
+Each section names the kind of input it guards. References are independent of the code under
 test: plain NumPy float64 formulas written here, or the same call on NumPy inputs where
 the point is that a foreign parameter is converted (not how the value is computed).
 """
@@ -46,7 +46,7 @@ def _data(rng, n=12, d=3, kind="real"):
 
 
 # ---------------------------------------------------------------------------
-# item 1: a column `y` is rejected for every loss
+# a column `y` is rejected for every loss
 
 
 @pytest.mark.parametrize("loss", LINEAR_LOSSES)
@@ -89,7 +89,7 @@ def test_column_y_rejected_on_backend(xp):
 
 
 # ---------------------------------------------------------------------------
-# item 2: full-shape weights follow `axis`
+# full-shape weights follow `axis`
 
 
 def _colwise(L, W, t):
@@ -174,7 +174,7 @@ def test_full_shape_weights_axis_every_bounds_function():
 
 
 # ---------------------------------------------------------------------------
-# item 4: tilts (and thresholds) from any library
+# tilts (and thresholds) from any library
 
 
 def test_numpy_tilts_with_other_backends(xp):
@@ -246,7 +246,7 @@ def test_data_from_two_libraries_still_rejected():
 
 
 # ---------------------------------------------------------------------------
-# item 5: strings are not numbers
+# strings are not numbers
 
 
 @pytest.mark.parametrize(
@@ -327,7 +327,7 @@ def test_objective_strings_rejected():
 
 
 # ---------------------------------------------------------------------------
-# item 6 (input part): l2, group labels, check_finite advice
+# l2, group labels, check_finite advice
 
 
 def test_l2_and_check_finite_validation():
@@ -391,7 +391,7 @@ def test_check_finite_advice_is_true(xp):
 
 
 # ---------------------------------------------------------------------------
-# item 8: pickling
+# pickling
 
 
 def _quartic(th, X, y):
