@@ -7,9 +7,10 @@
     One of the paper's experiments on the shipped data, printed beside the published
     numbers: ``robust-regression`` (Table 1, the main job; also ``--noise``,
     ``--methods``, ``--jobs``), ``hiv1-fairness``, ``hierarchical``, ``abalone``, ``toys``,
-    ``convergence``. ``--json`` writes ``{"experiment", "rows": [{"method", "setting",
-    "metric", "split", "mean", "se", "n_seeds", "paper_mean", "paper_se"}]}`` (null where
-    a number is missing); ``--plot`` writes the paper's figures as PNG (needs matplotlib).
+    ``convergence``, ``fair-pca`` (also ``--data-dir``). ``--json`` writes
+    ``{"experiment", "rows": [{"method", "setting", "metric", "split", "mean", "se",
+    "n_seeds", "paper_mean", "paper_se"}]}`` (null where a number is missing); ``--plot``
+    writes the paper's figures as PNG (needs matplotlib).
 ``tiltlab --version``
     Print the installed version and exit.
 """
@@ -122,6 +123,8 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
         options = {"noise": args.noise, "jobs": args.jobs}
         if args.methods:
             options["methods"] = args.methods
+    if getattr(args, "data_dir", None):
+        options["data_dir"] = args.data_dir
     rep = run(
         args.experiment,
         seeds=args.seeds,
@@ -183,6 +186,9 @@ def _check_outputs(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
             parser.error(f"--json {path}: folder {folder} does not exist")
         if not os.access(folder, os.W_OK):
             parser.error(f"--json {path}: folder {folder} is not writable")
+    data_dir = getattr(args, "data_dir", None)
+    if data_dir and not os.path.isdir(data_dir):
+        parser.error(f"--data-dir {data_dir}: not a folder")
     plot = getattr(args, "plot", None)
     if plot:
         if os.path.exists(plot) and not os.path.isdir(plot):
@@ -218,10 +224,16 @@ _EXPERIMENT_HELP = {
     "abalone": "appendix: feature-and-target noise on abalone",
     "toys": "figure 1's toy problems and the average vs max/min-loss trade-offs",
     "convergence": "appendix: convergence with t and the stochastic solver's correctness",
+    "fair-pca": "TERM-PCA: each group's reconstruction loss against t, with PCA and the SDP",
 }
 
-_DEFAULT_SEEDS = {"toys": 1, "convergence": 3}
-_HAS_FIGURES = ("toys", "convergence")  # the paper shows the others as tables
+# experiments that read an optional local copy of data tiltlab does not ship
+_DATA_DIR_HELP = {
+    "fair-pca": "a folder of CSV files, one group per file (e.g. the Default Credit groups)",
+}
+
+_DEFAULT_SEEDS = {"toys": 1, "convergence": 3, "fair-pca": 3}
+_HAS_FIGURES = ("toys", "convergence", "fair-pca")  # the paper shows the others as tables
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -282,6 +294,8 @@ def build_parser() -> argparse.ArgumentParser:
                 metavar="METHOD",
                 help="subset of: " + ", ".join(repr(m) for m in ROBUST_METHODS),
             )
+        if name in _DATA_DIR_HELP:
+            exp.add_argument("--data-dir", default=None, metavar="DIR", help=_DATA_DIR_HELP[name])
         exp.set_defaults(func=_cmd_reproduce, parser=exp)
     return parser
 

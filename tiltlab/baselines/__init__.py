@@ -36,9 +36,12 @@ True
 """
 
 from .corruption import fit_crr, fit_stir
+from .fair_pca import FairPCASDPResult, fair_pca_sdp
 from .regression import fit_genie, fit_huber, fit_l1, fit_least_squares, huber_loss, rmse
 
 __all__ = [
+    "FairPCASDPResult",
+    "fair_pca_sdp",
     "fit_crr",
     "fit_genie",
     "fit_huber",

@@ -6,6 +6,13 @@ Real data (shipped inside the package, read offline; provenance in ``data/README
 * :func:`load_abalone` - UCI abalone regression, 4177 x 9,
 * :func:`load_hiv1` - UCI HIV-1 protease cleavage classification, 6590 x 160.
 
+Grouped data for fair PCA (:mod:`tiltlab.datasets.groups`): :func:`abalone_by_sex`,
+:func:`wine_by_cultivar` and :func:`load_csv_groups`.
+
+Federated data (:mod:`tiltlab.datasets.federated`): :func:`synthetic_federated` (the
+q-FFL "synthetic (alpha, beta)" recipe) and :func:`load_leaf_federated` (a local copy in
+the LEAF JSON layout).
+
 Toy problems (:mod:`tiltlab.datasets.toys`):
 :func:`point_estimation_2d`, :func:`linear_regression_outliers`,
 :func:`logistic_imbalanced`, and :func:`point_estimation_losses`.
@@ -21,6 +28,7 @@ from ._loaders import (
     load_drug_discovery,
     load_hiv1,
 )
+from .groups import GroupedData, abalone_by_sex, load_csv_groups, wine_by_cultivar
 from .toys import (
     linear_regression_outliers,
     logistic_imbalanced,
@@ -33,6 +41,10 @@ __all__ = [
     "ABALONE_FEATURES",
     "AMINO_ACIDS",
     "DatasetSplit",
+    "GroupedData",
+    "abalone_by_sex",
+    "load_csv_groups",
+    "wine_by_cultivar",
     "linear_regression_outliers",
     "load_abalone",
     "load_drug_discovery",

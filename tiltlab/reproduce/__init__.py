@@ -11,7 +11,11 @@ One module per experiment, each also a ``tiltlab reproduce NAME`` command:
 * :mod:`~tiltlab.reproduce.toys` - the toy panels of the paper's first figure and the
   average- vs max/min-loss trade-off figure;
 * :mod:`~tiltlab.reproduce.convergence` - convergence with ``t`` and the correctness of the
-  stochastic solver.
+  stochastic solver;
+* :mod:`~tiltlab.reproduce.fair_pca` - the fair-PCA figure (TERM-PCA against standard PCA
+  and the min-max SDP);
+* :mod:`~tiltlab.reproduce.fair_federated` - fair federated learning (TERM across devices
+  against FedAvg, q-FFL and AFL).
 
 Every experiment returns a :class:`Reproduction` whose rows follow one schema (see
 :mod:`tiltlab.reproduce._common`); :func:`run` runs one by its command name.
@@ -33,6 +37,7 @@ from ._common import (
 )
 from .abalone import PAPER_ABALONE, abalone
 from .convergence import convergence
+from .fair_pca import fair_pca
 from .hierarchical import PAPER_HIERARCHICAL, hierarchical
 from .hiv1_fairness import PAPER_HIV1_FAIRNESS, hiv1_fairness
 from .robust_regression import (
@@ -58,6 +63,7 @@ __all__ = [
     "Reproduction",
     "abalone",
     "convergence",
+    "fair_pca",
     "fit_term_regression",
     "format_robust_table",
     "hierarchical",
@@ -80,6 +86,7 @@ EXPERIMENTS: dict[str, Callable[..., Reproduction]] = {
     "abalone": abalone,
     "toys": toys,
     "convergence": convergence,
+    "fair-pca": fair_pca,
 }
 
 
