@@ -35,13 +35,31 @@ True
 True
 """
 
+from .classification import (
+    chi_square_worst_case,
+    fit_focal,
+    fit_hrm,
+    fit_learn_reweight,
+    fit_linear_svm,
+    fit_robust_risk,
+    focal_loss,
+    hrm_weights,
+)
 from .corruption import fit_crr, fit_stir
 from .fair_pca import FairPCASDPResult, fair_pca_sdp
 from .regression import fit_genie, fit_huber, fit_l1, fit_least_squares, huber_loss, rmse
 
 __all__ = [
     "FairPCASDPResult",
+    "chi_square_worst_case",
     "fair_pca_sdp",
+    "fit_focal",
+    "fit_hrm",
+    "fit_learn_reweight",
+    "fit_linear_svm",
+    "fit_robust_risk",
+    "focal_loss",
+    "hrm_weights",
     "fit_crr",
     "fit_genie",
     "fit_huber",
