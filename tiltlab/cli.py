@@ -7,7 +7,7 @@
     One of the paper's experiments on the shipped data, printed beside the published
     numbers: ``robust-regression`` (Table 1, the main job; also ``--noise``,
     ``--methods``, ``--jobs``), ``hiv1-fairness``, ``hierarchical``, ``abalone``, ``toys``,
-    ``convergence``, ``fair-pca`` (also ``--data-dir``). ``--json`` writes
+    ``convergence``, ``fair-pca``, ``fair-federated`` (both also ``--data-dir``). ``--json`` writes
     ``{"experiment", "rows": [{"method", "setting", "metric", "split", "mean", "se",
     "n_seeds", "paper_mean", "paper_se"}]}`` (null where a number is missing); ``--plot``
     writes the paper's figures as PNG (needs matplotlib).
@@ -225,15 +225,18 @@ _EXPERIMENT_HELP = {
     "toys": "figure 1's toy problems and the average vs max/min-loss trade-offs",
     "convergence": "appendix: convergence with t and the stochastic solver's correctness",
     "fair-pca": "TERM-PCA: each group's reconstruction loss against t, with PCA and the SDP",
+    "fair-federated": "fair federated learning: TERM across devices against FedAvg, q-FFL, AFL",
 }
 
 # experiments that read an optional local copy of data tiltlab does not ship
 _DATA_DIR_HELP = {
     "fair-pca": "a folder of CSV files, one group per file (e.g. the Default Credit groups)",
+    "fair-federated": "a local copy of federated data (e.g. Vehicle) in the LEAF JSON layout",
 }
 
-_DEFAULT_SEEDS = {"toys": 1, "convergence": 3, "fair-pca": 3}
-_HAS_FIGURES = ("toys", "convergence", "fair-pca")  # the paper shows the others as tables
+_DEFAULT_SEEDS = {"toys": 1, "convergence": 3, "fair-pca": 3, "fair-federated": 3}
+# the paper shows the others as tables
+_HAS_FIGURES = ("toys", "convergence", "fair-pca", "fair-federated")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -28,6 +28,7 @@ from ._loaders import (
     load_drug_discovery,
     load_hiv1,
 )
+from .federated import FederatedData, load_leaf_federated, synthetic_federated
 from .groups import GroupedData, abalone_by_sex, load_csv_groups, wine_by_cultivar
 from .toys import (
     linear_regression_outliers,
@@ -41,6 +42,7 @@ __all__ = [
     "ABALONE_FEATURES",
     "AMINO_ACIDS",
     "DatasetSplit",
+    "FederatedData",
     "GroupedData",
     "abalone_by_sex",
     "load_csv_groups",
@@ -49,8 +51,10 @@ __all__ = [
     "load_abalone",
     "load_drug_discovery",
     "load_hiv1",
+    "load_leaf_federated",
     "logistic_imbalanced",
     "point_estimation_2d",
     "point_estimation_losses",
     "point_estimation_objective",
+    "synthetic_federated",
 ]

@@ -37,6 +37,7 @@ from ._common import (
 )
 from .abalone import PAPER_ABALONE, abalone
 from .convergence import convergence
+from .fair_federated import PAPER_FAIR_FL, fair_federated
 from .fair_pca import fair_pca
 from .hierarchical import PAPER_HIERARCHICAL, hierarchical
 from .hiv1_fairness import PAPER_HIV1_FAIRNESS, hiv1_fairness
@@ -55,6 +56,7 @@ __all__ = [
     "CRR_K",
     "EXPERIMENTS",
     "PAPER_ABALONE",
+    "PAPER_FAIR_FL",
     "PAPER_HIERARCHICAL",
     "PAPER_HIV1_FAIRNESS",
     "PAPER_TABLE1",
@@ -63,6 +65,7 @@ __all__ = [
     "Reproduction",
     "abalone",
     "convergence",
+    "fair_federated",
     "fair_pca",
     "fit_term_regression",
     "format_robust_table",
@@ -87,6 +90,7 @@ EXPERIMENTS: dict[str, Callable[..., Reproduction]] = {
     "toys": toys,
     "convergence": convergence,
     "fair-pca": fair_pca,
+    "fair-federated": fair_federated,
 }
 
 
