@@ -131,6 +131,7 @@ def fair_federated(
     ['FedAvg', 'TERM']
     """
     from ..datasets import load_leaf_federated, synthetic_federated
+    from .federated import device_accuracies
 
     seeds_ = seed_list(seeds)
     unknown = [m for m in methods if m not in FAIR_FL_METHODS]
@@ -157,8 +158,6 @@ def fair_federated(
             data = source if is_local else synthetic_federated(seed=s, **source)
             for m in methods:
                 bar.set_postfix_str(f"{setting} seed={s} {m}")
-                from .federated import device_accuracies
-
                 W = servers[m].run(data, int(rounds), np.random.default_rng([s, 7]))
                 acc = device_accuracies(W, data.X_test, data.y_test)
                 for metric, v in device_summary(acc).items():

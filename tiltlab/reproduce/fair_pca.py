@@ -315,6 +315,7 @@ def _plot(rep: Reproduction, directory: str) -> list[str]:
                     alpha=0.5 + 0.5 * k, label=f"{group}: TERM t={t:g}",
                 )  # fmt: skip
             axes[0].plot(rs, [c["sdp"][g] for c in cs], ":", color=col, label=f"{group}: SDP")
+        axes[0].set_xticks(rs)
         axes[0].set_xlabel("target dimension r")
         axes[0].set_ylabel("excess reconstruction loss")
         axes[0].set_title(f"{name}: loss per group")
