@@ -9,6 +9,13 @@ Real data (shipped inside the package, read offline; provenance in ``data/README
 Data read from a local folder (not shipped, never downloaded): :func:`load_cifar10`
 (the CIFAR-10 python batches, for the deep reproductions' paper setting).
 
+Grouped data for fair PCA (:mod:`tiltlab.datasets.groups`): :func:`abalone_by_sex`,
+:func:`wine_by_cultivar` and :func:`load_csv_groups`.
+
+Federated data (:mod:`tiltlab.datasets.federated`): :func:`synthetic_federated` (the
+q-FFL "synthetic (alpha, beta)" recipe) and :func:`load_leaf_federated` (a local copy in
+the LEAF JSON layout).
+
 Toy problems (:mod:`tiltlab.datasets.toys`):
 :func:`point_estimation_2d`, :func:`linear_regression_outliers`,
 :func:`logistic_imbalanced`, and :func:`point_estimation_losses`.
@@ -25,6 +32,8 @@ from ._loaders import (
     load_hiv1,
 )
 from .cifar import CIFAR10_CLASSES, load_cifar10
+from .federated import FederatedData, load_leaf_federated, synthetic_federated
+from .groups import GroupedData, abalone_by_sex, load_csv_groups, wine_by_cultivar
 from .toys import (
     linear_regression_outliers,
     logistic_imbalanced,
@@ -38,13 +47,20 @@ __all__ = [
     "CIFAR10_CLASSES",
     "AMINO_ACIDS",
     "DatasetSplit",
+    "FederatedData",
+    "GroupedData",
+    "abalone_by_sex",
+    "load_csv_groups",
+    "wine_by_cultivar",
     "linear_regression_outliers",
     "load_abalone",
     "load_cifar10",
     "load_drug_discovery",
     "load_hiv1",
+    "load_leaf_federated",
     "logistic_imbalanced",
     "point_estimation_2d",
     "point_estimation_losses",
     "point_estimation_objective",
+    "synthetic_federated",
 ]

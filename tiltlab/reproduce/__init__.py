@@ -15,6 +15,10 @@ One module per experiment, each also a ``tiltlab reproduce NAME`` command:
 * :mod:`~tiltlab.reproduce.label_noise`, :mod:`~tiltlab.reproduce.noisy_annotators` and
   :mod:`~tiltlab.reproduce.class_imbalance` - the deep-learning experiments in miniature
   (small PyTorch networks on the handwritten digits; they need PyTorch and scikit-learn).
+* :mod:`~tiltlab.reproduce.fair_pca` - the fair-PCA figure (TERM-PCA against standard PCA
+  and the min-max SDP);
+* :mod:`~tiltlab.reproduce.fair_federated` - fair federated learning (TERM across devices
+  against FedAvg, q-FFL and AFL).
 
 Every experiment returns a :class:`Reproduction` whose rows follow one schema (see
 :mod:`tiltlab.reproduce._common`); :func:`run` runs one by its command name.
@@ -37,6 +41,8 @@ from ._common import (
 from .abalone import PAPER_ABALONE, abalone
 from .class_imbalance import class_imbalance
 from .convergence import convergence
+from .fair_federated import PAPER_FAIR_FL, fair_federated
+from .fair_pca import fair_pca
 from .hierarchical import PAPER_HIERARCHICAL, hierarchical
 from .hiv1_fairness import PAPER_HIV1_FAIRNESS, hiv1_fairness
 from .label_noise import PAPER_LABEL_NOISE, label_noise
@@ -56,6 +62,7 @@ __all__ = [
     "CRR_K",
     "EXPERIMENTS",
     "PAPER_ABALONE",
+    "PAPER_FAIR_FL",
     "PAPER_HIERARCHICAL",
     "PAPER_HIV1_FAIRNESS",
     "PAPER_LABEL_NOISE",
@@ -66,6 +73,8 @@ __all__ = [
     "abalone",
     "class_imbalance",
     "convergence",
+    "fair_federated",
+    "fair_pca",
     "fit_term_regression",
     "format_robust_table",
     "hierarchical",
@@ -93,6 +102,8 @@ EXPERIMENTS: dict[str, Callable[..., Reproduction]] = {
     "label-noise": label_noise,
     "noisy-annotators": noisy_annotators,
     "class-imbalance": class_imbalance,
+    "fair-pca": fair_pca,
+    "fair-federated": fair_federated,
 }
 
 

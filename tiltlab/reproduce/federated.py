@@ -1,0 +1,233 @@
+"""Simulated federated training of a multinomial logistic model: FedAvg, q-FFL, AFL, TERM.
+
+One process plays the server and every device (host NumPy, float64). The model is
+``softmax(x W + b)`` with the cross-entropy loss; a device's loss is its mean training
+loss. Each server has the interface ``run(data, rounds, rng) -> parameters``:
+
+* :class:`FedAvg` (McMahan et al., 2017): each round samples ``clients`` devices with
+  probability proportional to their training sizes (without replacement), runs
+  ``local_steps`` minibatch SGD steps on each from the global model, and averages the
+  local models.
+* :class:`QFFL` (q-FedAvg, Li, Sanjabi, Beirami and Smith, 2020): the same local work;
+  with ``L = 1 / lr``, ``Delta_k = L (w - w_k)``, the server steps
+  ``w <- w - sum_k F_k^q Delta_k / sum_k (q F_k^(q-1) ||Delta_k||^2 + L F_k^q)``, where
+  ``F_k`` is device ``k``'s loss at the global model; ``q = 0`` is FedAvg.
+* :class:`AFL` (agnostic federated learning, Mohri, Sivek and Suresh, 2019): every
+  device computes its full gradient each round; the server takes a gradient step on
+  ``sum_k lambda_k F_k`` and a projected gradient-ascent step on the mixture weights
+  ``lambda`` (on the simplex); the output is the average of the iterates.
+* :class:`TermFL` (the TERM paper's federated TERM, its ``tilting.py`` trainer): the
+  local work of FedAvg, but the server weighs device ``k``'s update by
+  ``exp(t F_k) / Z``, with ``Z`` a running average (factor 1/2 per round, kept in log
+  space) of the sampled devices' ``mean exp(t F_k)``, the stochastic normaliser of the
+  paper's Algorithm 2 at the device level. At ``t = 0`` it is FedAvg exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["AFL", "QFFL", "FedAvg", "TermFL", "device_accuracies", "device_losses"]
+
+
+def _design(X: np.ndarray) -> np.ndarray:
+    return np.concatenate([X, np.ones((X.shape[0], 1))], axis=1)
+
+
+def _loss_grad(W: np.ndarray, Z: np.ndarray, y: np.ndarray, need_grad: bool = True):
+    """Mean cross-entropy of ``softmax(Z W)`` and its gradient in ``W`` (``Z`` has the bias
+    column)."""
+    logits = Z @ W
+    top = logits.max(axis=1, keepdims=True)
+    e = np.exp(logits - top)
+    s = e.sum(axis=1, keepdims=True)
+    n = Z.shape[0]
+    loss = float(np.mean(np.log(s[:, 0]) + top[:, 0] - logits[np.arange(n), y]))
+    if not need_grad:
+        return loss, None
+    p = e / s
+    p[np.arange(n), y] -= 1.0
+    return loss, Z.T @ p / n
+
+
+def device_losses(W: np.ndarray, Xs, ys) -> np.ndarray:
+    """Each device's mean cross-entropy loss at parameters ``W`` (``(d + 1) x C``)."""
+    return np.array([_loss_grad(W, _design(X), y, False)[0] for X, y in zip(Xs, ys, strict=True)])
+
+
+def device_accuracies(W: np.ndarray, Xs, ys) -> np.ndarray:
+    """Each device's accuracy of ``argmax(x W)`` (``W`` of shape ``(d + 1) x C``).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tiltlab.reproduce.federated import device_accuracies
+    >>> W = np.array([[1.0, -1.0], [0.0, 0.0]])  # class 0 when x > 0
+    >>> device_accuracies(W, [np.array([[1.0], [-1.0]])], [np.array([0, 0])])
+    array([0.5])
+    """
+    return np.array(
+        [
+            float(np.mean(np.argmax(_design(X) @ W, axis=1) == y))
+            for X, y in zip(Xs, ys, strict=True)
+        ]
+    )
+
+
+@dataclass
+class _Devices:
+    Z: list
+    y: list
+    sizes: np.ndarray
+
+    @classmethod
+    def of(cls, data) -> _Devices:
+        return cls([_design(X) for X in data.X_train], list(data.y_train), data.train_sizes)
+
+
+@dataclass
+class FedAvg:
+    """Federated averaging with size-proportional device sampling (see the module notes).
+
+    Parameters
+    ----------
+    lr : float
+        Local SGD step size.
+    clients : int
+        Devices per round.
+    local_steps : int
+        Local minibatch SGD steps per round.
+    batch_size : int
+        Local minibatch size (drawn with replacement).
+    """
+
+    lr: float = 0.1
+    clients: int = 10
+    local_steps: int = 20
+    batch_size: int = 10
+    sampling: str = "uniform"
+
+    def _sample(self, dev: _Devices, rng: np.random.Generator) -> np.ndarray:
+        m = min(self.clients, len(dev.Z))
+        p = dev.sizes / dev.sizes.sum() if self.sampling == "size" else None
+        return rng.choice(len(dev.Z), m, replace=False, p=p)
+
+    def _local(self, W: np.ndarray, Z: np.ndarray, y: np.ndarray, rng) -> np.ndarray:
+        W = W.copy()
+        n = Z.shape[0]
+        for _ in range(self.local_steps):
+            idx = rng.integers(0, n, min(self.batch_size, n))
+            W -= self.lr * _loss_grad(W, Z[idx], y[idx])[1]
+        return W
+
+    def _aggregate(self, W, updates, losses) -> np.ndarray:
+        return W - np.mean(updates, axis=0)
+
+    def run(self, data, rounds: int, rng: np.random.Generator) -> np.ndarray:
+        """Train for ``rounds`` rounds from zero; returns ``W`` of shape ``(d + 1, C)``."""
+        dev = _Devices.of(data)
+        W = np.zeros((data.n_features + 1, data.n_classes))
+        for _ in range(rounds):
+            chosen = self._sample(dev, rng)
+            losses = np.array([_loss_grad(W, dev.Z[k], dev.y[k], False)[0] for k in chosen])
+            updates = [W - self._local(W, dev.Z[k], dev.y[k], rng) for k in chosen]
+            W = self._aggregate(W, updates, losses)
+        return W
+
+
+@dataclass
+class QFFL(FedAvg):
+    """q-FedAvg: FedAvg's local work, updates scaled by ``F_k^q`` with a Lipschitz step.
+
+    ``q`` is the fairness parameter (``q = 0``: FedAvg); see the module notes.
+    """
+
+    q: float = 1.0
+
+    def _aggregate(self, W, updates, losses) -> np.ndarray:
+        L = 1.0 / self.lr
+        F = np.asarray(losses) + 1e-10
+        deltas = [L * u for u in updates]
+        num = sum(f**self.q * dl for f, dl in zip(F, deltas, strict=True))
+        den = sum(
+            self.q * f ** (self.q - 1) * float(np.sum(dl * dl)) + L * f**self.q
+            for f, dl in zip(F, deltas, strict=True)
+        )
+        return W - num / den
+
+
+@dataclass
+class TermFL(FedAvg):
+    """Federated TERM: updates weighted by ``exp(t F_k) / Z`` with a running ``Z``.
+
+    ``t`` is the tilt across devices, ``memory`` the weight of the past in the running
+    normaliser (1/2 in the authors' trainer); see the module notes.
+    """
+
+    t: float = 0.1
+    memory: float = 0.5
+
+    def run(self, data, rounds: int, rng: np.random.Generator) -> np.ndarray:
+        """As :meth:`FedAvg.run`, with the tilted server step."""
+        self._log_z: float | None = None
+        return super().run(data, rounds, rng)
+
+    def _aggregate(self, W, updates, losses) -> np.ndarray:
+        tl = self.t * np.asarray(losses)
+        top = tl.max()
+        log_batch = top + np.log(np.mean(np.exp(tl - top)))  # log mean_k exp(t F_k)
+        if self._log_z is None or self.memory == 0:
+            self._log_z = log_batch
+        else:
+            self._log_z = np.logaddexp(
+                np.log(self.memory) + self._log_z, np.log1p(-self.memory) + log_batch
+            )
+        weights = np.exp(tl - self._log_z) / len(updates)
+        return W - sum(w * u for w, u in zip(weights, updates, strict=True))
+
+
+@dataclass
+class AFL:
+    """Agnostic federated learning: gradient descent on ``sum_k lambda_k F_k``, ascent on
+    ``lambda`` over the simplex, every device every round; returns the averaged iterate.
+
+    Parameters
+    ----------
+    lr : float
+        Step size of the model.
+    lr_lambda : float
+        Step size of the mixture weights.
+    """
+
+    lr: float = 0.1
+    lr_lambda: float = 0.01
+
+    def run(self, data, rounds: int, rng: np.random.Generator) -> np.ndarray:
+        """Train for ``rounds`` rounds from zero; returns the average of the iterates."""
+        del rng  # deterministic: full device gradients
+        dev = _Devices.of(data)
+        K = len(dev.Z)
+        W = np.zeros((data.n_features + 1, data.n_classes))
+        lam = np.full(K, 1.0 / K)
+        avg = np.zeros_like(W)
+        for i in range(rounds):
+            grad = np.zeros_like(W)
+            losses = np.empty(K)
+            for k in range(K):
+                losses[k], g = _loss_grad(W, dev.Z[k], dev.y[k])
+                grad += lam[k] * g
+            W = W - self.lr * grad
+            lam = _project_simplex(lam + self.lr_lambda * losses)
+            avg += (W - avg) / (i + 1)
+        return avg
+
+
+def _project_simplex(v: np.ndarray) -> np.ndarray:
+    """Euclidean projection onto the probability simplex (sort-based, exact)."""
+    u = np.sort(v)[::-1]
+    css = np.cumsum(u) - 1.0
+    k = np.arange(1, v.size + 1)
+    rho = int(np.nonzero(u - css / k > 0)[0][-1])
+    return np.maximum(v - css[rho] / (rho + 1), 0.0)
