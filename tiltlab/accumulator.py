@@ -1,17 +1,21 @@
-"""The tilted accumulator: a streaming, exactly mergeable log-sum-exp state.
+"""The tilted reduction: a streaming, exactly mergeable log-sum-exp state.
 
-For one finite, non-zero tilt ``t`` a block of samples with losses ``l_i`` and prior
-weights ``p_i`` is summarised by
+This module is the one home of the numerical rule behind every tilted risk in tiltlab
+(the eager risk functions, the one-pass objective, the segment reductions of
+hierarchies, Dask's tree reductions and the host side of the CuPy kernels).
+
+For one tilt ``t`` a block of samples with losses ``l_i`` and prior weights ``p_i`` is
+summarised by
 
 * ``hi``, ``lo``: the largest and smallest loss over the block's support (``p_i > 0``),
-  and the *shift* ``c`` (``hi`` for ``t > 0``, ``lo`` for ``t < 0``), so that every
+  and the *shift* ``c`` (``hi`` for ``t > 0``, ``lo`` otherwise), so that every
   ``u_i = t (l_i - c)`` is ``<= 0`` and no exponential overflows;
 * ``mass = sum p_i`` and ``s = sum p_i exp(u_i)``;
 * ``q = sum p_i expm1(u_i)``, kept while ``|t| (hi - lo) <= 1``: near ``t = 0`` the risk
   ``c + log1p(q / mass) / t`` keeps full relative precision where ``log(s) / t`` would
   amplify the rounding of ``s`` by ``1 / |t|``;
-* ``lsum = sum p_i (l_i - c)``, kept while ``|t| (hi - lo)`` is below the square root of the
-  smallest normal number (there the risk is the mean to rounding);
+* ``lsum = sum p_i (l_i - c)``, kept at ``t = 0`` and while ``|t| (hi - lo)`` is below the
+  square root of the smallest normal number (there the risk is the mean to rounding);
 * any number of *sums* ``sum_i p_i exp(u_i) v_i`` of per-sample arrays ``v_i`` (the pieces
   of a gradient or a Hessian-vector product), which are rescaled exactly like ``s``.
 
@@ -19,11 +23,20 @@ Two states merge exactly: the state with the smaller shift is rescaled by
 ``r = exp(t (c_small - c_big)) <= 1`` (the online-normaliser idea), and ``q`` by
 ``mass expm1(t (c_small - c_big)) + q r``, a sum of terms of one sign, so no cancellation
 creeps in however the samples are split into blocks. The merge is associative up to
-rounding, which makes the state the reduction of a one-pass objective, of a tree reduction
-over chunks (Dask) and of a GPU kernel's per-block partials.
+rounding.
 
-Shifts, extremes and the regime flags live on the host (Python floats): a block costs one
-device synchronisation, in which its extremes are read and checked for NaN and infinity.
+The same state describes ``G`` groups at once (the segment reductions of a hierarchy):
+with ``segments`` given, ``hi``, ``lo`` are host arrays of length ``G`` (``-inf``/``+inf``
+for a group without samples in the block) and the other fields arrays of length ``G``; the
+regime of each group is read from its own spread.
+
+Shifts, extremes and the regime flags live on the host (Python floats, NumPy arrays for
+groups): a block costs one device synchronisation, in which its extremes are read and
+checked for NaN and infinity. Spreads beyond the float maximum (losses of both signs near
+it) are handled by halving before subtracting.
+
+:func:`finish_risk` is the same rule for arrays of states computed without host reads
+(the vectorised kernels of :mod:`tiltlab.risk`, a grid of tilts, autograd through ``t``).
 """
 
 from __future__ import annotations
@@ -33,16 +46,22 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ._compat import apply_inplace, device, is_cupy_namespace, tiny_sqrt, to_numpy
+import numpy as np
+
+from ._compat import apply_inplace, device, is_cupy_namespace, namespace_of, tiny_sqrt, to_numpy
+from .segments import Segments, expand, segment_max, segment_min, segment_sum
 
 __all__ = [
     "NonFiniteLosses",
     "TiltState",
+    "GroupState",
     "block_state",
     "merge",
     "merge_all",
     "finalize_risk",
     "normalized_sums",
+    "finish_risk",
+    "series_threshold",
 ]
 
 
@@ -50,47 +69,340 @@ class NonFiniteLosses(ValueError):
     """Raised by :func:`block_state` when a block holds NaN or infinite losses."""
 
 
+# ---------------------------------------------------------------------------------------
+# host arithmetic on shifts and extremes (Python floats, or NumPy arrays for groups)
+
+
+def _host(a: Any) -> np.ndarray:
+    return np.asarray(to_numpy(a))
+
+
+def _half_diff(a: Any, b: Any) -> Any:
+    """``(a - b) / 2`` without overflow for finite ``a``, ``b`` of any size."""
+    return a * 0.5 - b * 0.5
+
+
+def _scaled_gap(t: float, a: Any, b: Any) -> Any:
+    """``t (a - b)`` for host values, finite even when ``a - b`` overflows."""
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        with np.errstate(over="ignore", invalid="ignore"):
+            return (t * _half_diff(a, b)) * 2.0
+    d = a - b
+    if math.isinf(d):
+        return (t * _half_diff(a, b)) * 2.0
+    return t * d
+
+
+def _select(cond: Any, a: Any, b: Any, like: Any) -> Any:
+    """``a`` where ``cond`` else ``b``: a host bool picks, a host mask goes to the device."""
+    if isinstance(cond, (bool, np.bool_)):
+        return a if cond else b
+    xp = _ns(like)
+    return xp.where(_dev(cond, like), a, b)
+
+
+def _ns(a: Any) -> Any:
+    return np if isinstance(a, (np.ndarray, np.generic)) else namespace_of(a=a)
+
+
+def _dev(x: Any, like: Any) -> Any:
+    """A host value as an operand for arrays like ``like`` (Python floats pass through)."""
+    if isinstance(x, (float, int, bool)):
+        return x
+    if isinstance(like, (np.ndarray, np.generic)):
+        return x if x.dtype == bool else np.asarray(x, dtype=like.dtype)
+    xp = _ns(like)
+    if x.dtype == bool:
+        return xp.asarray(x, device=device(like))
+    return xp.asarray(x, dtype=like.dtype, device=device(like))
+
+
+# ---------------------------------------------------------------------------------------
+# the state
+
+
 @dataclass(frozen=True)
 class TiltState:
-    """Tilted log-sum-exp state of a set of samples for one finite non-zero tilt.
+    """Tilted log-sum-exp state of a set of samples (or of ``G`` groups) for one tilt.
+
+    Build it with :meth:`from_block`, combine with :meth:`merge`, read it with
+    :meth:`risk` and :meth:`normalized_sums` (or :meth:`finalize` for both).
 
     Attributes
     ----------
     t : float
-        The tilt (finite, non-zero).
-    hi, lo : float
-        Largest and smallest loss over the support.
-    mass : array (0-d)
+        The tilt (finite; ``0`` gives the prior-weighted mean).
+    hi, lo : float or ndarray
+        Largest and smallest loss over the support (host values; per group for a
+        group state, ``-inf``/``+inf`` for groups without samples).
+    mass : array
         Sum of the prior weights (the sample count for uniform priors).
-    s : array (0-d)
+    s : array
         ``sum p_i exp(t (l_i - c))`` with ``c = shift``.
-    q : array (0-d) or None
-        ``sum p_i expm1(t (l_i - c))`` while ``|t| (hi - lo) <= 1``, else None.
-    lsum : array (0-d) or None
-        ``sum p_i (l_i - shift)`` while ``|t| (hi - lo)`` is below ``sqrt(tiny)``, else
-        None (relative to the shift, so that losses near the float maximum cannot
-        overflow it).
+    q : array or None
+        ``sum p_i expm1(t (l_i - c))`` while ``|t| (hi - lo) <= 1``, else None (for a group
+        state: an array whose entries count only where that group's spread allows).
+    lsum : array or None
+        ``sum p_i (l_i - shift)`` at ``t = 0`` and while ``|t| (hi - lo)`` is below
+        ``sqrt(tiny)``, else None (relative to the shift, so that losses near the float
+        maximum cannot overflow it).
     sums : tuple of arrays
         ``sum p_i exp(t (l_i - c)) v_i`` for the per-sample arrays requested.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> a = TiltState.from_block(np.array([0.0, 1.0]), 1.0)
+    >>> b = TiltState.from_block(np.array([4.0]), 1.0)
+    >>> r = a.merge(b).risk()
+    >>> bool(np.isclose(r, np.log(np.mean(np.exp([0.0, 1.0, 4.0])))))
+    True
     """
 
     t: float
-    hi: float
-    lo: float
+    hi: Any
+    lo: Any
     mass: Any
     s: Any
     q: Any
     lsum: Any
     sums: tuple
 
-    @property
-    def shift(self) -> float:
-        """The loss the exponentials are taken relative to (max for t > 0, min for t < 0)."""
-        return self.hi if self.t > 0 else self.lo
+    # -- construction ---------------------------------------------------------------
+
+    @classmethod
+    def from_block(
+        cls,
+        losses: Any,
+        t: float,
+        prior: Any = None,
+        *,
+        sums: Callable[[Any], tuple] | None = None,
+        segments: Segments | None = None,
+        xp: Any = None,
+        extremes: tuple[float, float] | None = None,
+        tiny: float | None = None,
+        unit: float | None = None,
+    ) -> TiltState:
+        """The state of one block of samples.
+
+        Parameters
+        ----------
+        losses : array
+            1-d losses of the block (the last axis holds the items of ``segments``, which
+            allows leading batch axes for a group state).
+        t : float
+            The tilt (finite).
+        prior : array, optional
+            Non-negative prior weights of the block (None: unit weights, ``mass`` is then
+            the sample count). Normalisation happens once, in :meth:`risk`.
+        sums : callable, optional
+            Maps the block's unnormalised weights ``p_i exp(u_i)`` to a tuple of weighted
+            sums (per group for a group state, the group axis first).
+        segments : Segments, optional
+            Reduce per group of this partition of the block's samples.
+        xp : namespace, optional
+            The namespace of ``losses`` (inferred by default).
+        extremes : (float, float), optional
+            ``(hi, lo)`` already read for these losses (sample level).
+        tiny : float, optional
+            The mean-regime threshold (default: ``sqrt`` of the smallest normal number of
+            the losses' dtype).
+        unit : float, optional
+            At ``t = 0``, the weight of each sample when ``prior`` is None (default 1).
+            A small unit (``1 / N``) keeps the sum of huge losses from overflowing.
+
+        Returns
+        -------
+        TiltState
+
+        Raises
+        ------
+        NonFiniteLosses
+            NaN or infinite losses on the support (a ``ValueError`` naming ``losses``).
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> st = TiltState.from_block(np.array([1.0, 3.0]), 0.0)
+        >>> float(st.risk())
+        2.0
+        """
+        xp = _ns(losses) if xp is None else xp
+        t = float(t)
+        if segments is not None:
+            return _group_block(GroupState, losses, t, prior, sums, segments, xp, tiny, unit)
+        return _sample_block(cls, losses, t, prior, sums, xp, extremes, tiny, unit)
+
+    # -- views ---------------------------------------------------------------------
 
     @property
-    def spread(self) -> float:
+    def is_groups(self) -> bool:
+        """Whether this state holds one entry per group (its extremes are arrays)."""
+        return isinstance(self.hi, np.ndarray)
+
+    @property
+    def present(self) -> Any:
+        """Which groups have samples (always True for a sample-level state)."""
+        return self.hi >= self.lo
+
+    @property
+    def shift(self) -> Any:
+        """The loss the exponentials are taken relative to (max for t > 0, else min)."""
+        c = self.hi if self.t > 0 else self.lo
+        if self.is_groups:
+            return np.where(self.present, c, 0.0)
+        return c
+
+    @property
+    def spread(self) -> Any:
         return self.hi - self.lo
+
+    @property
+    def scale(self) -> Any:
+        """``|t| (hi - lo)``, the quantity that picks the regime (0 for empty groups)."""
+        g = _scaled_gap(abs(self.t), self.hi, self.lo)
+        if self.is_groups:
+            return np.where(self.present, g, 0.0)
+        return g
+
+    @property
+    def has_q(self) -> Any:
+        """Where ``q`` holds the small-tilt sum (host bool, or mask over groups)."""
+        if self.q is None:
+            return False
+        return self.scale <= 1.0
+
+    # -- the merge -----------------------------------------------------------------
+
+    def merge(self, other: TiltState) -> TiltState:
+        """Merge with the state of another set of samples (exact up to rounding;
+        associative). Both states must have one tilt and one layout."""
+        a, b = self, other
+        if a.t != b.t:
+            raise ValueError(f"cannot merge states of two tilts ({a.t} and {b.t})")
+        t = a.t
+        groups = a.is_groups
+        if groups:
+            hi, lo = np.maximum(a.hi, b.hi), np.minimum(a.lo, b.lo)
+        else:
+            hi, lo = max(a.hi, b.hi), min(a.lo, b.lo)
+        merged = type(a)(t=t, hi=hi, lo=lo, mass=None, s=None, q=None, lsum=None, sums=())
+        c = merged.shift
+        ra, ema, da = _rescale(t, a, c)
+        rb, emb, db = _rescale(t, b, c)
+        like = a.s
+        ra_d, rb_d = _dev(ra, like), _dev(rb, like)
+        s = a.s * ra_d + b.s * rb_d
+        q = None
+        if a.q is not None and b.q is not None and (groups or merged.scale <= 1.0):
+            q = a.mass * _dev(ema, like) + a.q * ra_d + b.mass * _dev(emb, like) + b.q * rb_d
+        lsum = None
+        if a.lsum is not None and b.lsum is not None:
+            lsum = a.lsum + a.mass * _dev(da, like) + b.lsum + b.mass * _dev(db, like)
+        sums = tuple(
+            x * _col(ra_d, x, groups) + y * _col(rb_d, y, groups)
+            for x, y in zip(a.sums, b.sums, strict=True)
+        )
+        return replace(merged, mass=a.mass + b.mass, s=s, q=q, lsum=lsum, sums=sums)
+
+    # -- finalisation --------------------------------------------------------------
+
+    def risk(self, xp: Any = None, dtype: Any = None) -> Any:
+        """The tilted risk of the merged samples (per group for a group state).
+
+        ``dtype`` (default: that of ``s``) sets the mean-regime threshold and the result's
+        dtype. Groups without samples give NaN.
+        """
+        xp = _ns(self.s) if xp is None else xp
+        dtype = self.s.dtype if dtype is None else dtype
+        c = _dev(self.shift, self.s)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            if self.t == 0.0:
+                return _cast(c + self.lsum / self.mass, xp, dtype)
+            scale = self.scale
+            tiny = tiny_sqrt(dtype, xp)
+            if not self.is_groups:
+                if scale < tiny and self.lsum is not None:
+                    r = c + self.lsum / self.mass
+                elif self.q is not None:
+                    r = c + xp.log1p(self.q / self.mass) / self.t
+                else:
+                    r = c + xp.log(self.s / self.mass) / self.t
+                return _cast(r, xp, dtype)
+            r = c + xp.log(self.s / self.mass) / self.t
+            if self.q is not None and np.any(scale <= 1.0):
+                r_q = c + xp.log1p(self.q / self.mass) / self.t
+                r = _select(scale <= 1.0, r_q, r, r)
+            if self.lsum is not None and np.any(scale < tiny):
+                r = _select(scale < tiny, c + self.lsum / self.mass, r, r)
+            return _cast(r, xp, dtype)
+
+    def normalized_sums(self) -> tuple:
+        """The requested sums divided by the normaliser: ``sum_i w_i v_i`` with tilted
+        weights (per group for a group state, the group axis first)."""
+        if not self.is_groups:
+            return tuple(x / self.s for x in self.sums)
+        return tuple(x / _col(self.s, x, True) for x in self.sums)
+
+    def finalize(self, xp: Any = None, dtype: Any = None) -> tuple[Any, tuple]:
+        """``(risk, normalized sums)``: see :meth:`risk` and :meth:`normalized_sums`."""
+        return self.risk(xp, dtype), self.normalized_sums()
+
+    def to_host(self) -> TiltState:
+        """The same state with NumPy arrays (what a worker sends to its client)."""
+
+        def h(a):
+            return None if a is None else _host(a)
+
+        return replace(self, mass=h(self.mass), s=h(self.s), q=h(self.q), lsum=h(self.lsum),
+                       sums=tuple(h(v) for v in self.sums))
+
+
+class GroupState(TiltState):
+    """The group form of :class:`TiltState` (what :meth:`TiltState.from_block` returns when
+    given ``segments``): the same fields, rule and merge, one entry per group.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tiltlab.segments import Segments
+    >>> seg = Segments.from_codes([0, 0, 1])
+    >>> st = TiltState.from_block(np.array([1.0, 3.0, 5.0]), 0.0, segments=seg)
+    >>> st.risk().tolist()
+    [2.0, 5.0]
+    """
+
+
+def _cast(r: Any, xp: Any, dtype: Any) -> Any:
+    return r if r.dtype == dtype else xp.astype(r, dtype)
+
+
+def _col(r: Any, like: Any, groups: bool) -> Any:
+    """Per-group factors shaped to broadcast against a per-group sum (group axis first)."""
+    if not groups or not hasattr(r, "shape"):
+        return r
+    extra = len(like.shape) - len(r.shape)
+    if extra <= 0:
+        return r
+    return _ns(r).reshape(r, tuple(r.shape) + (1,) * extra)
+
+
+def _rescale(t: float, st: TiltState, c: Any) -> tuple[Any, Any, Any]:
+    """Host factors moving ``st`` to the shift ``c``: ``exp(u)``, ``expm1(u)`` and the shift
+    difference, with ``u = t (st.shift - c) <= 0`` (zero for empty groups)."""
+    if not st.is_groups:
+        u = _scaled_gap(t, st.shift, c)
+        return math.exp(u), math.expm1(u), st.shift - c
+    on = st.present
+    with np.errstate(over="ignore", invalid="ignore"):
+        u = np.where(on, _scaled_gap(t, st.shift, c), 0.0)
+        d = np.where(on, st.shift - c, 0.0)
+    return np.where(on, np.exp(u), 0.0), np.where(on, np.expm1(u), 0.0), d
+
+
+# ---------------------------------------------------------------------------------------
+# block construction
 
 
 def _extremes(l: Any, p: Any, xp: Any) -> tuple[float, float]:
@@ -109,44 +421,39 @@ def _extremes(l: Any, p: Any, xp: Any) -> tuple[float, float]:
     return hi, -mlo
 
 
-def block_state(
-    l: Any,
-    p: Any,
-    t: float,
-    xp: Any,
-    *,
-    sums: Callable[[Any], tuple] | None = None,
-    tiny: float | None = None,
-    extremes: tuple[float, float] | None = None,
-) -> TiltState:
-    """The state of one block of samples (1-d losses ``l``; prior ``p`` or None).
+def _nonfinite() -> NonFiniteLosses:
+    return NonFiniteLosses(
+        "`losses` contains NaN or infinite values; pass finite values (or "
+        "check_finite=False to skip this check)"
+    )
 
-    ``p=None`` means unit weights (``mass`` is then the sample count); normalisation
-    happens once, in :func:`finalize_risk` and :func:`normalized_sums`. ``sums`` maps the
-    block's unnormalised weights ``p_i exp(u_i)`` to a tuple of weighted sums.
-    ``extremes`` passes ``(hi, lo)`` already read for these losses (a grid of tilts).
 
-    Raises ``ValueError`` (naming ``losses``) when the block holds NaN or infinite losses
-    on its support.
-    """
-    t = float(t)
+def _shifted(l: Any, c: Any, t: float, p: Any, xp: Any, huge: bool) -> Any:
+    """``t (l - c)`` (a fresh array), zero off the support, halved first when the
+    spread overflows."""
+    if huge:
+        u = (l * 0.5 - c * 0.5) * t
+        u = u * 2.0
+    else:
+        u = l - c
+        u *= t  # a fresh array: scale in place
+    if p is not None:
+        u = xp.where(p > 0, u, xp.zeros_like(u))
+    return u
+
+
+def _sample_block(cls, l, t, p, sums, xp, extremes, tiny, unit):
     hi, lo = _extremes(l, p, xp) if extremes is None else extremes
     if not (math.isfinite(hi) and math.isfinite(lo)):
-        raise NonFiniteLosses(
-            "`losses` contains NaN or infinite values; pass finite values (or "
-            "check_finite=False to skip this check)"
-        )
+        raise _nonfinite()
     if tiny is None:
         tiny = tiny_sqrt(l.dtype, xp)
-    spread = hi - lo
     c = hi if t > 0 else lo
-    u = l - c
-    if p is not None:
-        # zero-weight samples may lie outside [lo, hi]: keep their exponent at zero
-        u = xp.where(p > 0, u, xp.zeros_like(u))
-    u *= t  # a fresh array: scale in place
-    scale = abs(t) * spread
+    if t == 0.0:
+        return _mean_block(cls, l, p, sums, xp, hi, lo, unit, None, c)
     mass = _mass(l, p, xp)
+    scale = _scaled_gap(abs(t), hi, lo)
+    u = _shifted(l, c, t, p, xp, math.isinf(hi - lo))
     if scale <= 1.0:
         e = apply_inplace(xp.expm1, u, xp)
         q = xp.sum(e) if p is None else xp.sum(p * e)
@@ -165,7 +472,39 @@ def block_state(
     if scale < tiny:
         lsum = xp.sum(l - c) if p is None else xp.sum(p * (l - c))
     extra = tuple(sums(pe)) if sums is not None else ()
-    return TiltState(t=t, hi=hi, lo=lo, mass=mass, s=s, q=q, lsum=lsum, sums=extra)
+    return cls(t=t, hi=hi, lo=lo, mass=mass, s=s, q=q, lsum=lsum, sums=extra)
+
+
+def _mean_block(cls, l, p, sums, xp, hi, lo, unit, seg, c):
+    """The state at ``t = 0``: no exponentials, the weights are the prior. With unit
+    weights of size ``unit`` the differences are scaled before they are summed, so that
+    the sum of many losses near the float maximum stays finite."""
+    dev = device(l)
+    if seg is not None:
+        c = expand(xp.asarray(c, dtype=l.dtype, device=dev), seg, xp)
+    d = l - c
+    if p is not None:
+        d = p * xp.where(p > 0, d, xp.zeros_like(d))
+        pe = p
+    elif unit is not None:
+        d = d * unit
+        pe = xp.full_like(l, unit) if sums is not None else None
+    else:
+        pe = xp.ones_like(l) if sums is not None else None
+    if seg is None:
+        lsum = xp.sum(d)
+        mass = _mass(l, p, xp) if p is not None else xp.asarray(
+            float(l.shape[0]) * (1.0 if unit is None else unit), dtype=l.dtype, device=dev)
+    else:
+        lsum = segment_sum(d, seg, xp)
+        if p is not None:
+            mass = segment_sum(p, seg, xp)
+        else:
+            counts = seg.counts * (1.0 if unit is None else unit)
+            mass = xp.asarray(np.array(np.broadcast_to(counts, tuple(lsum.shape))),
+                              dtype=l.dtype, device=dev)
+    extra = tuple(sums(pe)) if sums is not None else ()
+    return cls(t=0.0, hi=hi, lo=lo, mass=mass, s=mass, q=None, lsum=lsum, sums=extra)
 
 
 def _mass(l: Any, p: Any, xp: Any) -> Any:
@@ -174,32 +513,173 @@ def _mass(l: Any, p: Any, xp: Any) -> Any:
     return xp.sum(p)
 
 
-def merge(a: TiltState, b: TiltState, *, tiny: float | None = None) -> TiltState:
-    """Merge two states of the same tilt (exact up to rounding; associative)."""
-    if a.t != b.t:
-        raise ValueError(f"cannot merge states of two tilts ({a.t} and {b.t})")
-    t = a.t
-    hi, lo = max(a.hi, b.hi), min(a.lo, b.lo)
-    c = hi if t > 0 else lo
-    ua, ub = t * (a.shift - c), t * (b.shift - c)  # both <= 0
-    ra, rb = math.exp(ua), math.exp(ub)
-    s = a.s * ra + b.s * rb
-    q = None
-    if abs(t) * (hi - lo) <= 1.0 and a.q is not None and b.q is not None:
-        q = a.mass * math.expm1(ua) + a.q * ra + b.mass * math.expm1(ub) + b.q * rb
+def _group_block(cls, l, t, p, sums, seg, xp, tiny, unit):
+    dev = device(l)
+    on = None if p is None else p > 0
+    with np.errstate(invalid="ignore"):  # NaN losses are reported below
+        if on is None:
+            hi_d, lo_d = segment_max(l, seg, xp), segment_min(l, seg, xp)
+        else:
+            ninf = xp.asarray(-math.inf, dtype=l.dtype, device=dev)
+            pinf = xp.asarray(math.inf, dtype=l.dtype, device=dev)
+            hi_d = segment_max(xp.where(on, l, ninf), seg, xp)
+            lo_d = segment_min(xp.where(on, l, pinf), seg, xp)
+    hi, lo = _host(hi_d).astype(np.float64), _host(lo_d).astype(np.float64)
+    present = hi >= lo
+    if np.any(np.isnan(hi) | np.isnan(lo)) or not (
+        np.all(np.isfinite(hi[present])) and np.all(np.isfinite(lo[present]))
+    ):
+        raise _nonfinite()
+    st = cls(t=t, hi=hi, lo=lo, mass=None, s=None, q=None, lsum=None, sums=())
+    if t == 0.0:
+        return _mean_block(cls, l, p, sums, xp, hi, lo, unit, seg, st.shift)
+    if tiny is None:
+        tiny = tiny_sqrt(l.dtype, xp)
+    c = expand(xp.asarray(st.shift, dtype=l.dtype, device=dev), seg, xp)
+    w = p
+    if w is None:
+        mass = xp.asarray(np.array(np.broadcast_to(seg.counts, hi.shape), dtype=np.float64),
+                          dtype=l.dtype, device=dev)
+    else:
+        mass = segment_sum(w, seg, xp)
+    scale = st.scale
     lsum = None
-    if a.lsum is not None and b.lsum is not None:
-        lsum = a.lsum + a.mass * (a.shift - c) + b.lsum + b.mass * (b.shift - c)
-    sums = tuple(x * ra + y * rb for x, y in zip(a.sums, b.sums, strict=True))
-    return TiltState(t=t, hi=hi, lo=lo, mass=a.mass + b.mass, s=s, q=q, lsum=lsum, sums=sums)
+    if np.any(scale < tiny):
+        d = l - c
+        lsum = segment_sum(d if w is None else w * xp.where(on, d, xp.zeros_like(d)), seg, xp)
+    small = scale <= 1.0
+    with np.errstate(over="ignore", invalid="ignore"):
+        huge = bool(np.any(present & np.isinf(hi - lo)))
+    u = _shifted(l, c, t, w, xp, huge)
+    n_small = int(np.sum(small))
+    q = None
+    if n_small == small.size:
+        e1 = apply_inplace(xp.expm1, u, xp)
+        q = segment_sum(e1 if w is None else w * e1, seg, xp)
+        s = mass + q
+        e = e1 + 1.0 if sums is not None else None  # exp(u) >= exp(-1): no cancellation
+    elif n_small == 0:
+        e = apply_inplace(xp.exp, u, xp)
+        s = None
+    else:
+        e1 = xp.expm1(u)
+        q = segment_sum(e1 if w is None else w * e1, seg, xp)
+        e = apply_inplace(xp.exp, u, xp)
+        s = None
+    del u
+    pe = None
+    if s is None or sums is not None:
+        pe = e if w is None else w * e
+    if s is None:
+        s = segment_sum(pe, seg, xp)
+    extra = tuple(sums(pe)) if sums is not None else ()
+    return replace(st, mass=mass, s=s, q=q, lsum=lsum, sums=extra)
+
+
+# ---------------------------------------------------------------------------------------
+# the rule for arrays of states (no host reads): vectorised kernels and autograd
+
+
+def series_threshold(dtype: Any, xp: Any) -> float:
+    """``|t| (hi - lo)`` below which the cumulant series ``mean + t k2 / 2 + t^2 k3 / 6``
+    is exact to rounding (its next term is ``(|t| spread)^3 spread / 24``)."""
+    return float((24.0 * float(xp.finfo(dtype).eps)) ** (1.0 / 3.0))
+
+
+def finish_risk(t: Any, c: Any, scale: Any, q: Any, s: Any, mean: Any, xp: Any, *,
+                tiny: float, series: tuple | None = None) -> Any:
+    """The tilted risk from normalised sums, chosen element by element on device.
+
+    ``t`` (finite, non-zero placeholders where the caller substitutes its own limits),
+    ``c`` the shift, ``scale = |t| (hi - lo)``, ``q = sum p expm1(u)`` and
+    ``s = sum p exp(u)`` with a prior summing to one, ``mean`` the prior-weighted mean.
+    ``series = (t_exact, k2, k3, limit)`` switches on the cumulant series below
+    ``limit`` (:func:`series_threshold`; ``t_exact`` may be 0 and carries autograd), so that the
+    derivative in ``t`` is right at and near zero.
+    """
+    small = scale <= 1
+    logz = xp.where(small, xp.log1p(xp.where(small, q, xp.zeros_like(q))),
+                    xp.log(xp.where(small, xp.ones_like(s), s)))
+    r = c + logz / t
+    r = xp.where(scale < tiny, mean + xp.zeros_like(r), r)
+    if series is not None:
+        t_exact, k2, k3, limit = series
+        near = scale < limit
+        r_series = mean + t_exact * (k2 * 0.5 + t_exact * (k3 / 6.0))
+        r = xp.where(near, r_series, r)
+    return r
+
+
+# ---------------------------------------------------------------------------------------
+# the functional interface (stable names)
+
+
+def block_state(
+    l: Any,
+    p: Any,
+    t: float,
+    xp: Any,
+    *,
+    sums: Callable[[Any], tuple] | None = None,
+    tiny: float | None = None,
+    extremes: tuple[float, float] | None = None,
+) -> TiltState:
+    """The state of one block of samples (1-d losses ``l``; prior ``p`` or None).
+
+    ``p=None`` means unit weights (``mass`` is then the sample count); normalisation
+    happens once, in :func:`finalize_risk` and :func:`normalized_sums`. ``sums`` maps the
+    block's unnormalised weights ``p_i exp(u_i)`` to a tuple of weighted sums.
+    ``extremes`` passes ``(hi, lo)`` already read for these losses (a grid of tilts).
+    The same as :meth:`TiltState.from_block`.
+
+    Raises ``ValueError`` (naming ``losses``) when the block holds NaN or infinite losses
+    on its support.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> st = block_state(np.array([0.0, 2.0]), None, 1.0, np)
+    >>> bool(np.isclose(finalize_risk(st, np, np.float64), np.log((1 + np.e**2) / 2)))
+    True
+    """
+    return TiltState.from_block(l, t, p, sums=sums, xp=xp, tiny=tiny, extremes=extremes)
+
+
+def mean_state(ell: Any, p: Any, xp: Any, sums: Any) -> TiltState:
+    """A state at ``t = 0`` (no exponentials; the weights are the prior)."""
+    return TiltState.from_block(ell, 0.0, p, sums=sums, xp=xp)
+
+
+_mean_state = mean_state
+
+
+def merge(a: TiltState, b: TiltState, *, tiny: float | None = None) -> TiltState:
+    """Merge two states of the same tilt (exact up to rounding; associative).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> a, b = (block_state(np.array([v]), None, 2.0, np) for v in (0.0, 1.0))
+    >>> float(merge(a, b).mass)
+    2.0
+    """
+    return a.merge(b)
 
 
 def merge_all(states: list[TiltState]) -> TiltState:
-    """Merge a list of states pairwise (a balanced tree, as a cluster would)."""
+    """Merge a list of states pairwise (a balanced tree, as a cluster would).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> sts = [block_state(np.array([v]), None, -1.0, np) for v in (0.0, 1.0, 2.0)]
+    >>> float(merge_all(sts).mass)
+    3.0
+    """
     if not states:
         raise ValueError("no states to merge")
     while len(states) > 1:
-        nxt = [merge(states[i], states[i + 1]) for i in range(0, len(states) - 1, 2)]
+        nxt = [states[i].merge(states[i + 1]) for i in range(0, len(states) - 1, 2)]
         if len(states) % 2:
             nxt.append(states[-1])
         states = nxt
@@ -207,19 +687,28 @@ def merge_all(states: list[TiltState]) -> TiltState:
 
 
 def finalize_risk(state: TiltState, xp: Any, dtype: Any) -> Any:
-    """The tilted risk of the merged samples (a 0-d array of ``dtype``)."""
-    t = state.t
-    scale = abs(t) * state.spread
-    if scale < tiny_sqrt(dtype, xp) and state.lsum is not None:
-        return state.shift + state.lsum / state.mass
-    if state.q is not None:
-        return state.shift + xp.log1p(state.q / state.mass) / t
-    return state.shift + xp.log(state.s / state.mass) / t
+    """The tilted risk of the merged samples (a 0-d array of ``dtype``).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> float(finalize_risk(block_state(np.array([3.0, 3.0]), None, 5.0, np), np, np.float64))
+    3.0
+    """
+    return state.risk(xp, dtype)
 
 
 def normalized_sums(state: TiltState) -> tuple:
-    """The requested sums divided by the normaliser: ``sum_i w_i v_i`` with tilted weights."""
-    return tuple(x / state.s for x in state.sums)
+    """The requested sums divided by the normaliser: ``sum_i w_i v_i`` with tilted weights.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> st = block_state(np.array([0.0, 0.0]), None, 1.0, np, sums=lambda pe: (pe.sum(),))
+    >>> float(normalized_sums(st)[0])
+    1.0
+    """
+    return state.normalized_sums()
 
 
 def with_sums(state: TiltState, sums: tuple) -> TiltState:
