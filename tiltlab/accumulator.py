@@ -593,9 +593,9 @@ def finish_risk(t: Any, c: Any, scale: Any, q: Any, s: Any, mean: Any, xp: Any, 
     ``t`` (finite, non-zero placeholders where the caller substitutes its own limits),
     ``c`` the shift, ``scale = |t| (hi - lo)``, ``q = sum p expm1(u)`` and
     ``s = sum p exp(u)`` with a prior summing to one, ``mean`` the prior-weighted mean.
-    ``series = (t_exact, k2, k3, limit)`` switches on the cumulant series below
-    ``limit`` (:func:`series_threshold`; ``t_exact`` may be 0 and carries autograd), so that the
-    derivative in ``t`` is right at and near zero.
+    ``series = (t_exact, k2, k3, near)`` switches on the cumulant series where ``near``
+    (``|t_exact| (hi - lo)`` below :func:`series_threshold`; ``t_exact`` may be 0 and
+    carries autograd), so that the derivative in ``t`` is right at and near zero.
     """
     small = scale <= 1
     logz = xp.where(small, xp.log1p(xp.where(small, q, xp.zeros_like(q))),
@@ -603,8 +603,7 @@ def finish_risk(t: Any, c: Any, scale: Any, q: Any, s: Any, mean: Any, xp: Any, 
     r = c + logz / t
     r = xp.where(scale < tiny, mean + xp.zeros_like(r), r)
     if series is not None:
-        t_exact, k2, k3, limit = series
-        near = scale < limit
+        t_exact, k2, k3, near = series
         r_series = mean + t_exact * (k2 * 0.5 + t_exact * (k3 / 6.0))
         r = xp.where(near, r_series, r)
     return r

@@ -13,7 +13,31 @@ from ..risk import GroupTree, build_tree, hierarchy_eval, prepare_tilts
 from ._objective import tree_reduce
 from ._states import GroupState, chunk_loss_group_state, chunk_loss_state, group_risks, merge_states
 
-__all__ = ["dask_tilted_risk", "dask_hierarchical_risk"]
+__all__ = ["dask_tilted_risk", "dask_hierarchical_risk", "dask_tilted_weights"]
+
+_UNKNOWN = (
+    "`{name}` has unknown chunk sizes: call compute_chunk_sizes() on it first (a Dask "
+    "array filtered by a boolean mask has them)"
+)
+
+
+def _unknown_sizes(a: Any) -> bool:
+    return any(math.isnan(float(s)) for s in getattr(a, "shape", ()))
+
+
+def _require_sizes(**arrays: Any) -> None:
+    for name, a in arrays.items():
+        if a is not None and _unknown_sizes(a):
+            raise ValueError(_UNKNOWN.format(name=name))
+
+
+def dask_tilted_weights(losses: Any, t: Any, *, axis: int, weights: Any,
+                        check_finite: bool) -> Any:
+    """Tilted weights of Dask losses: the generic lazy kernels (None), after checking that
+    what they need is known (they need no sample count for uniform priors)."""
+    if weights is not None:
+        _require_sizes(losses=losses, weights=weights)
+    return None
 
 
 def _host_tilt(t: Any) -> float | None:
@@ -69,6 +93,9 @@ def dask_tilted_risk(losses: Any, t: Any, *, axis: int, weights: Any, keepdims: 
     from dask import delayed
 
     tv = _host_tilt(t)
+    if _unknown_sizes(losses) and (tv is None or weights is not None or keepdims
+                                   or getattr(losses, "ndim", 0) != 1):
+        _require_sizes(losses=losses)
     if (
         tv is None
         or not check_finite
@@ -82,10 +109,13 @@ def dask_tilted_risk(losses: Any, t: Any, *, axis: int, weights: Any, keepdims: 
         return None
     w = _weights_like(weights, losses)
     dtype = _result_dtype(losses)
+    n = float(losses.shape[0])
+    # at t = 0 unit weights of 1 / n keep the sum of losses near the float maximum finite
+    unit = 1.0 / n if w is None and math.isfinite(n) else None
     t_state = tv if math.isfinite(tv) else 0.0
     fn = delayed(chunk_loss_state, pure=False)
     wb = _blocks(w) or [None] * len(losses.chunks[0])
-    parts = [fn(lb, pb, t_state) for lb, pb in zip(_blocks(losses), wb, strict=True)]
+    parts = [fn(lb, pb, t_state, unit) for lb, pb in zip(_blocks(losses), wb, strict=True)]
     root = delayed(_finish_risk, pure=False)(tree_reduce(parts, merge_states), tv, dtype.str)
     return da.from_delayed(root, shape=(), dtype=dtype)
 
@@ -120,8 +150,10 @@ def dask_hierarchical_risk(losses: Any, groups: Any, tilts: Any, *, weights: Any
         or getattr(losses, "ndim", 0) != 1
         or not isinstance(losses, da.Array)
         or np.dtype(losses.dtype).kind not in "fiub"
-        or losses.shape[0] == 0
     ):
+        return None
+    _require_sizes(losses=losses)
+    if losses.shape[0] == 0:
         return None
     n = int(losses.shape[0])
     tree = build_tree(groups, n)

@@ -221,14 +221,17 @@ def _raise_nonfinite(ell: Any, xp: Any) -> None:
     )
 
 
-def chunk_loss_state(lb: Any, pb: Any, t: float) -> TiltState | None:
-    """One chunk's :class:`TiltState` of given losses (for :func:`tiltlab.tilted_risk`)."""
+def chunk_loss_state(lb: Any, pb: Any, t: float, unit: float | None = None) -> Any:
+    """One chunk's :class:`TiltState` of given losses (for :func:`tiltlab.tilted_risk`);
+    :data:`EMPTY` for an empty chunk. ``unit``: the weight of a sample at ``t = 0``."""
     xp = _ns(lb)
+    if int(lb.shape[0]) == 0:
+        return EMPTY
     if not xp.isdtype(lb.dtype, "real floating"):
         lb = xp.astype(lb, xp.float64)
     if pb is not None:
         pb = xp.astype(pb, lb.dtype)
-    return _sample_state(lb, pb, t, xp, None, raise_nonfinite=True)
+    return _sample_state(lb, pb, t, xp, None, raise_nonfinite=True, unit=unit)
 
 
 def _group_xt(Xb: Any, coef: Any, seg: Segments, xp: Any) -> Any:
@@ -292,8 +295,11 @@ def _group_state_or_none(ell, pb, seg, tau, xp, sums, *, raise_nonfinite: bool =
 
 
 def chunk_loss_group_state(lb: Any, pb: Any, cb: Any, tau: float, n_groups: int):
-    """One chunk's :class:`GroupState` of given losses (for hierarchical_risk)."""
+    """One chunk's :class:`GroupState` of given losses (for hierarchical_risk); :data:`EMPTY`
+    for an empty chunk."""
     xp = _ns(lb)
+    if int(lb.shape[0]) == 0:
+        return EMPTY
     if not xp.isdtype(lb.dtype, "real floating"):
         lb = xp.astype(lb, xp.float64)
     if pb is not None:

@@ -19,11 +19,11 @@ from .. import segments as _segments
 from .._compat import (
     device,
     host_labels,
-    is_dask_namespace,
     namespace_of,
 )
 from ..accumulator import TiltState, block_state, finalize_risk
 from ..segments import Segments
+from ._dispatch import HIERARCHICAL_RISK
 from .inputs import prepare_losses, prepare_prior, prepare_tilts
 from .kernels import _inplace_exp, _risk_kernel, _weights_kernel
 
@@ -363,11 +363,9 @@ def hierarchical_risk(
     True
     """
     xp = namespace_of(losses=losses, weights=weights) if xp is None else xp
-    if is_dask_namespace(xp):  # issue-12 hook: one lazy reduction (tiltlab.distributed)
-        from ..distributed import dask_hierarchical_risk
-
-        out = dask_hierarchical_risk(losses, groups, tilts, weights=weights,
-                                     check_finite=check_finite)
+    impl = HIERARCHICAL_RISK.dispatch(xp)  # a library with its own evaluation (Dask)
+    if impl is not None:
+        out = impl(losses, groups, tilts, weights=weights, check_finite=check_finite)
         if out is not None:
             return out
     l, p, tree, ts = _prepare_hierarchy(losses, groups, tilts, weights, xp, check_finite)

@@ -11,11 +11,11 @@ from typing import Any
 
 from .._compat import (
     device,
-    is_dask_namespace,
     namespace_of,
     normalize_axis,
 )
 from ..accumulator import _extremes
+from ._dispatch import TILTED_RISK, TILTED_WEIGHTS
 from .fast_path import (
     _check_losses,
     _finite_nonzero,
@@ -112,11 +112,10 @@ def tilted_risk(
     (2,)
     """
     xp = namespace_of(losses=losses, weights=weights) if xp is None else xp
-    if is_dask_namespace(xp):  # issue-12 hook: one lazy reduction (tiltlab.distributed)
-        from ..distributed import dask_tilted_risk
-
-        out = dask_tilted_risk(losses, t, axis=axis, weights=weights, keepdims=keepdims,
-                               check_finite=check_finite)
+    impl = TILTED_RISK.dispatch(xp)  # a library with its own evaluation (Dask: one graph)
+    if impl is not None:
+        out = impl(losses, t, axis=axis, weights=weights, keepdims=keepdims,
+                   check_finite=check_finite)
         if out is not None:
             return out
     l = prepare_losses(losses, xp, False)
@@ -203,6 +202,11 @@ def tilted_weights(
     1.0
     """
     xp = namespace_of(losses=losses, weights=weights) if xp is None else xp
+    impl = TILTED_WEIGHTS.dispatch(xp)
+    if impl is not None:
+        out = impl(losses, t, axis=axis, weights=weights, check_finite=check_finite)
+        if out is not None:
+            return out
     l = prepare_losses(losses, xp, False)
     ax = normalize_axis(axis, l.ndim)
     l = xp.moveaxis(l, ax, -1) if ax != l.ndim - 1 else l
