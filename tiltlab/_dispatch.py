@@ -64,7 +64,7 @@ class Dispatch:
     Examples
     --------
     >>> table = Dispatch("demo")
-    >>> table.register("numpy", lambda: "numpy implementation")
+    >>> _ = table.register("numpy", lambda: "numpy implementation")
     >>> table.lookup("numpy")()
     'numpy implementation'
     >>> table.lookup("torch") is None

@@ -582,7 +582,14 @@ def _group_block(cls, l, t, p, sums, seg, xp, tiny, unit):
 
 def series_threshold(dtype: Any, xp: Any) -> float:
     """``|t| (hi - lo)`` below which the cumulant series ``mean + t k2 / 2 + t^2 k3 / 6``
-    is exact to rounding (its next term is ``(|t| spread)^3 spread / 24``)."""
+    is exact to rounding (its next term is ``(|t| spread)^3 spread / 24``).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> round(series_threshold(np.float64, np), 7)
+    1.75e-05
+    """
     return float((24.0 * float(xp.finfo(dtype).eps)) ** (1.0 / 3.0))
 
 
@@ -596,6 +603,16 @@ def finish_risk(t: Any, c: Any, scale: Any, q: Any, s: Any, mean: Any, xp: Any, 
     ``series = (t_exact, k2, k3, near)`` switches on the cumulant series where ``near``
     (``|t_exact| (hi - lo)`` below :func:`series_threshold`; ``t_exact`` may be 0 and
     carries autograd), so that the derivative in ``t`` is right at and near zero.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> l, t = np.array([0.0, 1.0]), 0.5
+    >>> u = t * (l - 1.0)
+    >>> r = finish_risk(t, 1.0, 0.5, np.mean(np.expm1(u)), np.mean(np.exp(u)), 0.5, np,
+    ...                 tiny=1e-154)
+    >>> bool(np.isclose(r, np.log(np.mean(np.exp(t * l))) / t))
+    True
     """
     small = scale <= 1
     logz = xp.where(small, xp.log1p(xp.where(small, q, xp.zeros_like(q))),
