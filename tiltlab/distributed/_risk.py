@@ -33,11 +33,47 @@ def _require_sizes(**arrays: Any) -> None:
 
 def dask_tilted_weights(losses: Any, t: Any, *, axis: int, weights: Any,
                         check_finite: bool) -> Any:
-    """Tilted weights of Dask losses: the generic lazy kernels (None), after checking that
-    what they need is known (they need no sample count for uniform priors)."""
+    """Lazy tilted weights of 1-d Dask losses at one host tilt (None: the generic path).
+
+    ``w_i = p_i exp(t (l_i - R)) / sum_j p_j exp(t (l_j - R))`` with ``R`` the lazy tilted
+    risk: one reduction, then elementwise work. Every exponent is at most ``log(1 / p_i)``,
+    and the common factor that the rounding of ``R`` puts on every ``exp`` cancels in the
+    normalisation. No sample count is needed (unknown chunk sizes are fine without
+    ``weights``).
+    """
+    import dask.array as da
+
     if weights is not None:
         _require_sizes(losses=losses, weights=weights)
-    return None
+    tv = _host_tilt(t)
+    if (
+        tv is None
+        or not check_finite
+        or getattr(losses, "ndim", 0) != 1
+        or axis not in (0, -1)
+        or not isinstance(losses, da.Array)
+        or np.dtype(losses.dtype).kind not in "fiub"
+        or losses.shape[0] == 0
+    ):
+        return None
+    R = dask_tilted_risk(losses, tv, axis=axis, weights=weights, keepdims=False,
+                         check_finite=check_finite)
+    if R is None:
+        return None
+    dtype = _result_dtype(losses)
+    l = losses.astype(dtype)
+    p = None if weights is None else _weights_like(weights, losses).astype(dtype)
+    if math.isinf(tv):
+        e = da.where(l == R, 1.0, 0.0).astype(dtype) + R * 0  # NaN risk: NaN weights
+    else:
+        u = (l - R) * tv if tv != 0.0 else (l - R) * 0.0
+        if p is not None:
+            u = da.where(p > 0, u, -np.inf)
+        e = da.exp(u)
+    if p is not None:
+        e = e * p
+    total = e.sum()
+    return e / da.where(total > 0, total, 1.0) + R * 0
 
 
 def _host_tilt(t: Any) -> float | None:
@@ -87,7 +123,7 @@ def dask_tilted_risk(losses: Any, t: Any, *, axis: int, weights: Any, keepdims: 
 
     The graph: per chunk a :class:`~tiltlab.accumulator.TiltState`, a tree of merges, and a
     finaliser; computing the result runs it once. NaN or infinite losses raise
-    ``ValueError`` when the result is computed.
+    ``ValueError`` when the result is computed (NaN with ``check_finite=False``).
     """
     import dask.array as da
     from dask import delayed
@@ -115,13 +151,16 @@ def dask_tilted_risk(losses: Any, t: Any, *, axis: int, weights: Any, keepdims: 
     t_state = tv if math.isfinite(tv) else 0.0
     fn = delayed(chunk_loss_state, pure=False)
     wb = _blocks(w) or [None] * len(losses.chunks[0])
-    parts = [fn(lb, pb, t_state, unit) for lb, pb in zip(_blocks(losses), wb, strict=True)]
+    parts = [fn(lb, pb, t_state, unit, check_finite)
+             for lb, pb in zip(_blocks(losses), wb, strict=True)]
     root = delayed(_finish_risk, pure=False)(tree_reduce(parts, merge_states), tv, dtype.str)
     return da.from_delayed(root, shape=(), dtype=dtype)
 
 
 def _finish_risk(state: Any, t: float, dtype: str) -> np.ndarray:
     dt = np.dtype(dtype)
+    if state is None:  # non-finite losses, check_finite=False
+        return np.asarray(math.nan, dtype=dt)
     _check_state(state)
     if math.isinf(t):
         return np.asarray(state.hi if t > 0 else state.lo, dtype=dt)

@@ -221,7 +221,8 @@ def _raise_nonfinite(ell: Any, xp: Any) -> None:
     )
 
 
-def chunk_loss_state(lb: Any, pb: Any, t: float, unit: float | None = None) -> Any:
+def chunk_loss_state(lb: Any, pb: Any, t: float, unit: float | None = None,
+                     check: bool = True) -> Any:
     """One chunk's :class:`TiltState` of given losses (for :func:`tiltlab.tilted_risk`);
     :data:`EMPTY` for an empty chunk. ``unit``: the weight of a sample at ``t = 0``."""
     xp = _ns(lb)
@@ -231,7 +232,7 @@ def chunk_loss_state(lb: Any, pb: Any, t: float, unit: float | None = None) -> A
         lb = xp.astype(lb, xp.float64)
     if pb is not None:
         pb = xp.astype(pb, lb.dtype)
-    return _sample_state(lb, pb, t, xp, None, raise_nonfinite=True, unit=unit)
+    return _sample_state(lb, pb, t, xp, None, raise_nonfinite=check, unit=unit)
 
 
 def _group_xt(Xb: Any, coef: Any, seg: Segments, xp: Any) -> Any:

@@ -56,12 +56,16 @@ def _host_tilt(t: Any, like: Any, xp: Any) -> Any:
     return np.float32(v) if xp.finfo(like.dtype).bits == 32 else np.float64(v)
 
 
-def _quiet(xp: Any):
+def _quiet(xp: Any, unchecked: bool = False):
     """Silence NumPy's overflow/underflow warnings inside the kernels: with finite input
     they come from intermediate terms whose limits (0 or inf) the kernels handle, and a
-    finite result is returned (checked against mpmath near the float maximum)."""
+    finite result is returned (checked against mpmath near the float maximum).
+    ``unchecked`` (``check_finite=False``) also silences the invalid operations of NaN
+    or infinite losses, whose documented result is NaN."""
     if is_torch_namespace(xp) or is_cupy_namespace(xp):
         return contextlib.nullcontext()  # they do not warn (and torch.compile traces this)
+    if unchecked:
+        return np.errstate(all="ignore")
     return np.errstate(over="ignore", under="ignore")
 
 

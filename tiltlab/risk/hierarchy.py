@@ -21,10 +21,11 @@ from .._compat import (
     host_labels,
     namespace_of,
 )
-from ..accumulator import TiltState, block_state, finalize_risk
+from ..accumulator import NonFiniteLosses, TiltState, block_state, finalize_risk
 from ..segments import Segments
 from ._dispatch import HIERARCHICAL_RISK
-from .inputs import prepare_losses, prepare_prior, prepare_tilts
+from .fast_path import _quiet
+from .inputs import narrow, prepare_losses, prepare_prior, prepare_tilts, widen_half
 from .kernels import _inplace_exp, _risk_kernel, _weights_kernel
 
 __all__ = [
@@ -301,8 +302,9 @@ def check_group_mass(p: Any, tree: GroupTree, xp: Any) -> None:
 
 
 def _prepare_hierarchy(losses: Any, groups: Any, tilts: Any, weights: Any, xp: Any, check: bool):
-    """Validated ``(losses, prior, tree, tilts)`` for the public hierarchical functions."""
-    l = prepare_losses(losses, xp, check)
+    """Validated ``(losses, prior, tree, tilts)`` for the public hierarchical functions
+    (16-bit losses widened to float32)."""
+    l, _ = widen_half(prepare_losses(losses, xp, check), xp)
     tree = build_tree(groups, l.shape[-1])
     ts = prepare_tilts(tilts, tree.depth)
     p = prepare_prior(weights, l, xp)
@@ -344,7 +346,8 @@ def hierarchical_risk(
     weights : array, optional
         Prior sample weights (default uniform).
     check_finite : bool, optional
-        Reject NaN/infinite losses (default).
+        Reject NaN/infinite losses (default). With ``False``, NaN or infinite losses give
+        a NaN result on every backend.
     xp : namespace, optional
         Array namespace (inferred by default).
 
@@ -369,7 +372,8 @@ def hierarchical_risk(
         if out is not None:
             return out
     l, p, tree, ts = _prepare_hierarchy(losses, groups, tilts, weights, xp, check_finite)
-    return hierarchy_eval(l, p, tree, ts, xp, weights=False)[0]
+    out = _eval_or_nan(l, p, tree, ts, xp, False, check_finite)
+    return narrow(out, widen_half(prepare_losses(losses, xp, False), xp)[1], xp)
 
 
 def hierarchical_weights(
@@ -408,4 +412,22 @@ def hierarchical_weights(
     """
     xp = namespace_of(losses=losses, weights=weights) if xp is None else xp
     l, p, tree, ts = _prepare_hierarchy(losses, groups, tilts, weights, xp, check_finite)
-    return hierarchy_eval(l, p, tree, ts, xp)[1]
+    out = _eval_or_nan(l, p, tree, ts, xp, True, check_finite)
+    return narrow(out, widen_half(prepare_losses(losses, xp, False), xp)[1], xp)
+
+
+def _eval_or_nan(l: Any, p: Any, tree: GroupTree, ts: Any, xp: Any, want: bool,
+                 check: bool) -> Any:
+    """The hierarchical risk (or weights); NaN for non-finite losses when unchecked."""
+    if not check and not bool(xp.all(xp.isfinite(l))):
+        nan = xp.asarray(math.nan, dtype=l.dtype, device=device(l))
+        return nan + (xp.zeros_like(l) if want else xp.zeros_like(l[..., 0]))
+    try:
+        with _quiet(xp, not check):
+            out = hierarchy_eval(l, p, tree, ts, xp, weights=want)
+    except NonFiniteLosses:
+        if check:
+            raise
+        nan = xp.asarray(math.nan, dtype=l.dtype, device=device(l))
+        return nan + (xp.zeros_like(l) if want else xp.zeros_like(l[..., 0]))
+    return out[1] if want else out[0]

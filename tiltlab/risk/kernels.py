@@ -142,7 +142,8 @@ def _weights_kernel(l: Any, p: Any, tt: Any, xp: Any) -> Any:
     if p is not None:
         is_ext = is_ext & (p > 0)
     ext = xp.where(is_ext, prior + xp.zeros_like(w), xp.zeros_like(w))
-    ext = ext / xp.sum(ext, axis=-1, keepdims=True)
+    total = xp.sum(ext, axis=-1, keepdims=True)
+    ext = ext / xp.where(total > 0, total, xp.ones_like(total))  # 0 only for NaN losses
     w = xp.where(xp.isinf(tb), ext, w)
     if not grad:
         w = xp.where(tb == 0, prior + xp.zeros_like(w), w)
