@@ -164,8 +164,6 @@ def _finish_risk(state: Any, t: float, dtype: str) -> np.ndarray:
     _check_state(state)
     if math.isinf(t):
         return np.asarray(state.hi if t > 0 else state.lo, dtype=dt)
-    if t == 0.0:
-        return np.asarray(state.shift + state.lsum / state.mass, dtype=dt)  # lsum: shift-relative
     return np.asarray(finalize_risk(state, np, dt), dtype=dt)
 
 
@@ -206,7 +204,7 @@ def dask_hierarchical_risk(losses: Any, groups: Any, tilts: Any, *, weights: Any
     fn = delayed(chunk_loss_group_state, pure=False)
     wb = _blocks(w) or [None] * len(losses.chunks[0])
     parts = [
-        fn(lb, pb, cb, ts[-1], G)
+        fn(lb, pb, cb, ts[-1], G, 1.0 / n if w is None else None)
         for lb, pb, cb in zip(_blocks(losses), wb, _blocks(codes), strict=True)
     ]
     upper = GroupTree(n_samples=G, levels=tuple(tree.levels[1:]), sample_layouts=())

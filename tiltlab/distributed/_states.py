@@ -34,7 +34,8 @@ __all__ = [
 
 
 def group_state(
-    l: Any, p: Any, seg: Segments, t: float, xp: Any, *, sums: Any = None
+    l: Any, p: Any, seg: Segments, t: float, xp: Any, *, sums: Any = None,
+    unit: float | None = None,
 ) -> GroupState:
     """States of the groups of ``seg`` from one chunk's losses ``l`` (prior ``p`` or None).
 
@@ -42,7 +43,7 @@ def group_state(
     sums (arrays with the group axis first). Raises :class:`NonFiniteLosses` for NaN or
     infinite losses on the support. The result holds NumPy arrays.
     """
-    return GroupState.from_block(l, t, p, sums=sums, segments=seg, xp=xp).to_host()
+    return GroupState.from_block(l, t, p, sums=sums, segments=seg, xp=xp, unit=unit).to_host()
 
 
 def merge_groups(a: GroupState, b: GroupState) -> GroupState:
@@ -282,22 +283,24 @@ def _block_group_state(Xb: Any, yb: Any, pb: Any, cb: Any, theta: Any, V: Any, l
     return _group_state_or_none(D["ell"], pb, seg, tau, xp, sums)
 
 
-def _group_state_or_none(ell, pb, seg, tau, xp, sums, *, raise_nonfinite: bool = False):
+def _group_state_or_none(ell, pb, seg, tau, xp, sums, *, raise_nonfinite: bool = False,
+                         unit: float | None = None):
     if raise_nonfinite and pb is not None and not bool(xp.all(xp.isfinite(ell))):
         _raise_nonfinite(ell, xp)  # zero-weight samples too, as on the eager backends
     if pb is not None:
         _check_weights(pb, xp)
     try:
-        return group_state(ell, pb, seg, tau, xp, sums=sums)
+        return group_state(ell, pb, seg, tau, xp, sums=sums, unit=unit)
     except NonFiniteLosses:
         if raise_nonfinite:
             _raise_nonfinite(ell, xp)
         return None
 
 
-def chunk_loss_group_state(lb: Any, pb: Any, cb: Any, tau: float, n_groups: int):
+def chunk_loss_group_state(lb: Any, pb: Any, cb: Any, tau: float, n_groups: int,
+                           unit: float | None = None):
     """One chunk's :class:`GroupState` of given losses (for hierarchical_risk); :data:`EMPTY`
-    for an empty chunk."""
+    for an empty chunk. ``unit``: the weight of a sample at ``tau = 0``."""
     xp = _ns(lb)
     if int(lb.shape[0]) == 0:
         return EMPTY
@@ -306,7 +309,7 @@ def chunk_loss_group_state(lb: Any, pb: Any, cb: Any, tau: float, n_groups: int)
     if pb is not None:
         pb = xp.astype(pb, lb.dtype)
     seg = Segments.from_codes(to_numpy(cb), n_groups)
-    return _group_state_or_none(lb, pb, seg, tau, xp, None, raise_nonfinite=True)
+    return _group_state_or_none(lb, pb, seg, tau, xp, None, raise_nonfinite=True, unit=unit)
 
 
 def merge_states(*states: Any) -> Any:
