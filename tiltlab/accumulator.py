@@ -62,6 +62,7 @@ __all__ = [
     "normalized_sums",
     "finish_risk",
     "series_threshold",
+    "needed_sums",
 ]
 
 
@@ -373,6 +374,57 @@ class GroupState(TiltState):
     [2.0, 5.0]
     """
 
+    def collapse(self) -> TiltState:
+        """The sample-level state of all groups together (the merge of every group).
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from tiltlab.segments import Segments
+        >>> l = np.array([1.0, 3.0, 5.0])
+        >>> st = TiltState.from_block(l, 2.0, segments=Segments.from_codes([0, 0, 1]))
+        >>> bool(np.isclose(st.collapse().risk(), TiltState.from_block(l, 2.0).risk()))
+        True
+        """
+        on = self.present
+        if not np.any(on):
+            raise ValueError("no group has samples")
+        t = self.t
+        hi, lo = float(np.max(self.hi[on])), float(np.min(self.lo[on]))
+        out = TiltState(t=t, hi=hi, lo=lo, mass=None, s=None, q=None, lsum=None, sums=())
+        r, em, d = _rescale(t, self, out.shift)
+        xp = _ns(self.s)
+        like = self.s
+        r_d = _dev(r, like)
+        s = xp.sum(self.s * r_d, axis=-1)
+        mass = xp.sum(self.mass, axis=-1)
+        q = None
+        if self.q is not None and out.scale <= 1.0:
+            q = xp.sum(self.mass * _dev(em, like) + self.q * r_d, axis=-1)
+        lsum = None
+        if self.lsum is not None:
+            lsum = xp.sum(self.lsum + self.mass * _dev(d, like), axis=-1)
+        sums = tuple(xp.tensordot(r_d, v, axes=1) for v in self.sums)
+        return replace(out, mass=mass, s=s, q=q, lsum=lsum, sums=sums)
+
+
+def needed_sums(t: float, hi: float, lo: float, tiny: float) -> tuple[bool, bool]:
+    """``(q, lsum)``: whether the rule needs ``sum p expm1(u)`` (else ``sum p exp(u)``)
+    and ``sum p (l - shift)`` for losses spanning ``[lo, hi]`` at tilt ``t`` (for drivers
+    that form the sums themselves, such as device kernels).
+
+    Examples
+    --------
+    >>> needed_sums(1e-3, 2.0, 0.0, 1e-154)
+    (True, False)
+    >>> needed_sums(0.0, 2.0, 0.0, 1e-154)
+    (False, True)
+    """
+    if t == 0.0:
+        return False, True
+    scale = _scaled_gap(abs(t), hi, lo)
+    return scale <= 1.0, scale < tiny
+
 
 def _cast(r: Any, xp: Any, dtype: Any) -> Any:
     return r if r.dtype == dtype else xp.astype(r, dtype)
@@ -428,7 +480,7 @@ def _nonfinite() -> NonFiniteLosses:
     )
 
 
-def _shifted(l: Any, c: Any, t: float, p: Any, xp: Any, huge: bool) -> Any:
+def shifted_exponent(l: Any, c: Any, t: float, p: Any, xp: Any, huge: bool) -> Any:
     """``t (l - c)`` (a fresh array), zero off the support, halved first when the
     spread overflows."""
     if huge:
@@ -453,7 +505,7 @@ def _sample_block(cls, l, t, p, sums, xp, extremes, tiny, unit):
         return _mean_block(cls, l, p, sums, xp, hi, lo, unit, None, c)
     mass = _mass(l, p, xp)
     scale = _scaled_gap(abs(t), hi, lo)
-    u = _shifted(l, c, t, p, xp, math.isinf(hi - lo))
+    u = shifted_exponent(l, c, t, p, xp, math.isinf(hi - lo))
     if scale <= 1.0:
         e = apply_inplace(xp.expm1, u, xp)
         q = xp.sum(e) if p is None else xp.sum(p * e)
@@ -550,7 +602,7 @@ def _group_block(cls, l, t, p, sums, seg, xp, tiny, unit):
     small = scale <= 1.0
     with np.errstate(over="ignore", invalid="ignore"):
         huge = bool(np.any(present & np.isinf(hi - lo)))
-    u = _shifted(l, c, t, w, xp, huge)
+    u = shifted_exponent(l, c, t, w, xp, huge)
     n_small = int(np.sum(small))
     q = None
     if n_small == small.size:

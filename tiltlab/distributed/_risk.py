@@ -61,19 +61,22 @@ def dask_tilted_weights(losses: Any, t: Any, *, axis: int, weights: Any,
     if R is None:
         return None
     dtype = _result_dtype(losses)
-    l = losses.astype(dtype)
-    p = None if weights is None else _weights_like(weights, losses).astype(dtype)
+    work = np.dtype(np.float32) if dtype.itemsize == 2 else dtype  # 16-bit: in float32
+    l = losses.astype(work)
+    R = R.astype(work)
+    p = None if weights is None else _weights_like(weights, losses).astype(work)
     if math.isinf(tv):
-        e = da.where(l == R, 1.0, 0.0).astype(dtype) + R * 0  # NaN risk: NaN weights
+        e = da.where(l == R, 1.0, 0.0).astype(work) + R * 0  # NaN risk: NaN weights
     else:
-        u = (l - R) * tv if tv != 0.0 else (l - R) * 0.0
+        # halved before subtracting: finite for spreads beyond the float maximum
+        u = ((l * 0.5 - R * 0.5) * tv) * 2.0
         if p is not None:
             u = da.where(p > 0, u, -np.inf)
         e = da.exp(u)
     if p is not None:
         e = e * p
     total = e.sum()
-    return e / da.where(total > 0, total, 1.0) + R * 0
+    return (e / da.where(total > 0, total, 1.0) + R * 0).astype(dtype)
 
 
 def _host_tilt(t: Any) -> float | None:

@@ -231,6 +231,8 @@ def chunk_loss_state(lb: Any, pb: Any, t: float, unit: float | None = None,
         return EMPTY
     if not xp.isdtype(lb.dtype, "real floating"):
         lb = xp.astype(lb, xp.float64)
+    elif xp.finfo(lb.dtype).bits == 16:  # accumulate 16-bit losses in float32
+        lb = xp.astype(lb, xp.float32)
     if pb is not None:
         pb = xp.astype(pb, lb.dtype)
     return _sample_state(lb, pb, t, xp, None, raise_nonfinite=check, unit=unit)
@@ -306,6 +308,8 @@ def chunk_loss_group_state(lb: Any, pb: Any, cb: Any, tau: float, n_groups: int,
         return EMPTY
     if not xp.isdtype(lb.dtype, "real floating"):
         lb = xp.astype(lb, xp.float64)
+    elif xp.finfo(lb.dtype).bits == 16:  # accumulate 16-bit losses in float32
+        lb = xp.astype(lb, xp.float32)
     if pb is not None:
         pb = xp.astype(pb, lb.dtype)
     seg = Segments.from_codes(to_numpy(cb), n_groups)

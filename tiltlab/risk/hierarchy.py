@@ -21,7 +21,7 @@ from .._compat import (
     host_labels,
     namespace_of,
 )
-from ..accumulator import NonFiniteLosses, TiltState, block_state, finalize_risk
+from ..accumulator import NonFiniteLosses, TiltState, block_state, finalize_risk, shifted_exponent
 from ..segments import Segments
 from ._dispatch import HIERARCHICAL_RISK
 from .fast_path import _quiet
@@ -222,10 +222,7 @@ def risk_weights_scalar(l: Any, p: Any, t: float, xp: Any, *, weights: bool = Tr
 
 def _weights_from_state(l: Any, p: Any, st: TiltState, xp: Any) -> Any:
     """Tilted weights of 1-d losses given their merged state (shift and normaliser)."""
-    u = l - st.shift
-    if p is not None:
-        u = xp.where(p > 0, u, xp.zeros_like(u))
-    u *= st.t
+    u = shifted_exponent(l, st.shift, st.t, p, xp, math.isinf(st.hi - st.lo))
     e = _inplace_exp(u, xp)
     if p is not None:
         e = e * p
