@@ -101,7 +101,9 @@ def _ref_slice_mp(l, p, t):
     c = lmax if t > 0 else lmin
     e = [pm[i] * mpmath.exp(tm * (lm[i] - c)) if pm[i] > 0 else mpmath.mpf(0) for i in range(n)]
     z = mpmath.fsum(e)
-    r = c + mpmath.log(z) / tm
+    # log of z / (sum of the normalised prior), not of z: the normalisation's own rounding
+    # (1e-41 at 40 digits) must not show when every loss equals the shift
+    r = c + mpmath.log(z / mpmath.fsum(pm[i] for i in support)) / tm
     return float(r), np.array([float(v / z) for v in e])
 
 

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from ._compat import to_numpy
+from .accumulator import EXTREMES, GroupState, TiltState, needed_sums
 
 _SOURCE = r"""
 #define LOSS_%(loss)s 1
@@ -264,8 +265,6 @@ def finish_partials(st: Any, acc: Any, t: float, dtype: Any) -> tuple[Any, Any] 
     by it. Works on any array library (tested with NumPy). Returns None for non-finite
     losses.
     """
-    from .accumulator import GroupState
-
     c, hi, lo, s, q, lsum, mass = (st[:, k] for k in range(7))
     used = mass > 0
     hi_h = np.asarray(to_numpy(hi), dtype=np.float64)
@@ -346,8 +345,6 @@ def risk_1d(l: Any, t: float, hi: float, lo: float) -> Any:
     :class:`tiltlab.accumulator.TiltState`."""
     import cupy
 
-    from .accumulator import TiltState, needed_sums
-
     red = _reductions()
     dt = l.dtype.type
     c = hi if t > 0 else lo
@@ -373,3 +370,6 @@ def weights_1d(l: Any, t: float, hi: float, lo: float) -> Any:
     e = red["exp"](l, dt(c), dt(t))
     e /= _sum(e)
     return e
+
+
+EXTREMES.register("cupy", extremes)

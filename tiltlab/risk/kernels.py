@@ -1,8 +1,9 @@
 """The tilted-risk and tilted-weight kernels, without validation.
 
 Losses have samples on the last axis and priors are normalised (or None). The kernels
-implement the shifted, two-form evaluation described in :mod:`tiltlab.risk` for one
-tilt or a grid of tilts; :mod:`tiltlab.bounds` and the hierarchy reuse them.
+form the shifted exponents for one tilt or a grid of tilts (vectorised, no host reads)
+and leave the regime rule to :mod:`tiltlab.accumulator`; :mod:`tiltlab.bounds` and the
+hierarchy reuse them.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from .._compat import (
     device,
     tiny_sqrt,
 )
-from ..accumulator import finish_risk, series_threshold
+from ..accumulator import risk_of_exponents, series_threshold
 
 __all__: list[str] = []
 
@@ -90,15 +91,13 @@ def _risk_kernel(l: Any, p: Any, tt: Any, xp: Any) -> Any:
     s = _shift(l, p, tt, xp)
     tb = xp.reshape(tt, tuple(tt.shape) + (1,) * (l.ndim - 1))
     scale = xp.abs(s.t_fin) * _half_gap(s.lmax, s.lmin) * 2.0
-    q = _wsum(xp.expm1(s.u), p, xp)
-    z = _wsum(xp.exp(s.u), p, xp)
     mean = _safe_mean(l, p, xp)
     series = None
     if getattr(tt, "requires_grad", False):
         series = _series(l, p, mean, tb, s, xp)
     tiny = tiny_sqrt(l.dtype, xp)
-    r = finish_risk(s.t_fin, s.c, scale, q, z, mean + xp.zeros_like(s.c), xp, tiny=tiny,
-                    series=series)
+    r = risk_of_exponents(s.u, p, s.c, scale, mean + xp.zeros_like(s.c), s.t_fin, xp,
+                          tiny=tiny, series=series)
     r = xp.where(tb == 0, mean + xp.zeros_like(r), r) if series is None else r
     r = xp.where(tb == xp.inf, s.lmax + xp.zeros_like(r), r)
     r = xp.where(tb == -xp.inf, s.lmin + xp.zeros_like(r), r)

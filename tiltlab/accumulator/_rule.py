@@ -1,43 +1,5 @@
-"""The tilted reduction: a streaming, exactly mergeable log-sum-exp state.
-
-This module is the one home of the numerical rule behind every tilted risk in tiltlab
-(the eager risk functions, the one-pass objective, the segment reductions of
-hierarchies, Dask's tree reductions and the host side of the CuPy kernels).
-
-For one tilt ``t`` a block of samples with losses ``l_i`` and prior weights ``p_i`` is
-summarised by
-
-* ``hi``, ``lo``: the largest and smallest loss over the block's support (``p_i > 0``),
-  and the *shift* ``c`` (``hi`` for ``t > 0``, ``lo`` otherwise), so that every
-  ``u_i = t (l_i - c)`` is ``<= 0`` and no exponential overflows;
-* ``mass = sum p_i`` and ``s = sum p_i exp(u_i)``;
-* ``q = sum p_i expm1(u_i)``, kept while ``|t| (hi - lo) <= 1``: near ``t = 0`` the risk
-  ``c + log1p(q / mass) / t`` keeps full relative precision where ``log(s) / t`` would
-  amplify the rounding of ``s`` by ``1 / |t|``;
-* ``lsum = sum p_i (l_i - c)``, kept at ``t = 0`` and while ``|t| (hi - lo)`` is below the
-  square root of the smallest normal number (there the risk is the mean to rounding);
-* any number of *sums* ``sum_i p_i exp(u_i) v_i`` of per-sample arrays ``v_i`` (the pieces
-  of a gradient or a Hessian-vector product), which are rescaled exactly like ``s``.
-
-Two states merge exactly: the state with the smaller shift is rescaled by
-``r = exp(t (c_small - c_big)) <= 1`` (the online-normaliser idea), and ``q`` by
-``mass expm1(t (c_small - c_big)) + q r``, a sum of terms of one sign, so no cancellation
-creeps in however the samples are split into blocks. The merge is associative up to
-rounding.
-
-The same state describes ``G`` groups at once (the segment reductions of a hierarchy):
-with ``segments`` given, ``hi``, ``lo`` are host arrays of length ``G`` (``-inf``/``+inf``
-for a group without samples in the block) and the other fields arrays of length ``G``; the
-regime of each group is read from its own spread.
-
-Shifts, extremes and the regime flags live on the host (Python floats, NumPy arrays for
-groups): a block costs one device synchronisation, in which its extremes are read and
-checked for NaN and infinity. Spreads beyond the float maximum (losses of both signs near
-it) are handled by halving before subtracting.
-
-:func:`finish_risk` is the same rule for arrays of states computed without host reads
-(the vectorised kernels of :mod:`tiltlab.risk`, a grid of tilts, autograd through ``t``).
-"""
+"""The tilted reduction's rule: the state, its blocks, its merge and its finalisation
+(see :mod:`tiltlab.accumulator`)."""
 
 from __future__ import annotations
 
@@ -48,74 +10,29 @@ from typing import Any
 
 import numpy as np
 
-from ._compat import apply_inplace, device, is_cupy_namespace, namespace_of, tiny_sqrt, to_numpy
-from .segments import Segments, expand, segment_max, segment_min, segment_sum
+from .._compat import apply_inplace, device, tiny_sqrt
+from ..segments import Segments, expand, segment_max, segment_min, segment_sum
+from ._support import (
+    _cast,
+    _col,
+    _dev,
+    _extremes,
+    _host,
+    _nonfinite,
+    _ns,
+    _scaled_gap,
+    _select,
+)
 
 __all__ = [
-    "NonFiniteLosses",
     "TiltState",
     "GroupState",
-    "block_state",
-    "merge",
-    "merge_all",
-    "finalize_risk",
-    "normalized_sums",
+    "needed_sums",
     "finish_risk",
     "series_threshold",
-    "needed_sums",
+    "risk_of_exponents",
+    "shifted_exponent",
 ]
-
-
-class NonFiniteLosses(ValueError):
-    """Raised by :func:`block_state` when a block holds NaN or infinite losses."""
-
-
-# ---------------------------------------------------------------------------------------
-# host arithmetic on shifts and extremes (Python floats, or NumPy arrays for groups)
-
-
-def _host(a: Any) -> np.ndarray:
-    return np.asarray(to_numpy(a))
-
-
-def _half_diff(a: Any, b: Any) -> Any:
-    """``(a - b) / 2`` without overflow for finite ``a``, ``b`` of any size."""
-    return a * 0.5 - b * 0.5
-
-
-def _scaled_gap(t: float, a: Any, b: Any) -> Any:
-    """``t (a - b)`` for host values, finite even when ``a - b`` overflows."""
-    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
-        with np.errstate(over="ignore", invalid="ignore"):
-            return (t * _half_diff(a, b)) * 2.0
-    d = a - b
-    if math.isinf(d):
-        return (t * _half_diff(a, b)) * 2.0
-    return t * d
-
-
-def _select(cond: Any, a: Any, b: Any, like: Any) -> Any:
-    """``a`` where ``cond`` else ``b``: a host bool picks, a host mask goes to the device."""
-    if isinstance(cond, (bool, np.bool_)):
-        return a if cond else b
-    xp = _ns(like)
-    return xp.where(_dev(cond, like), a, b)
-
-
-def _ns(a: Any) -> Any:
-    return np if isinstance(a, (np.ndarray, np.generic)) else namespace_of(a=a)
-
-
-def _dev(x: Any, like: Any) -> Any:
-    """A host value as an operand for arrays like ``like`` (Python floats pass through)."""
-    if isinstance(x, (float, int, bool)):
-        return x
-    if isinstance(like, (np.ndarray, np.generic)):
-        return x if x.dtype == bool else np.asarray(x, dtype=like.dtype)
-    xp = _ns(like)
-    if x.dtype == bool:
-        return xp.asarray(x, device=device(like))
-    return xp.asarray(x, dtype=like.dtype, device=device(like))
 
 
 # ---------------------------------------------------------------------------------------
@@ -327,13 +244,13 @@ class TiltState:
                 if scale < tiny and self.lsum is not None:
                     r = c + self.lsum / self.mass
                 elif self.q is not None:
-                    r = c + xp.log1p(self.q / self.mass) / self.t
+                    r = _add_scaled(c, xp.log1p(self.q / self.mass), self.t, xp)
                 else:
-                    r = c + xp.log(self.s / self.mass) / self.t
+                    r = _add_scaled(c, xp.log(self.s / self.mass), self.t, xp)
                 return _cast(r, xp, dtype)
-            r = c + xp.log(self.s / self.mass) / self.t
+            r = _add_scaled(c, xp.log(self.s / self.mass), self.t, xp)
             if self.q is not None and np.any(scale <= 1.0):
-                r_q = c + xp.log1p(self.q / self.mass) / self.t
+                r_q = _add_scaled(c, xp.log1p(self.q / self.mass), self.t, xp)
                 r = _select(scale <= 1.0, r_q, r, r)
             if self.lsum is not None and np.any(scale < tiny):
                 r = _select(scale < tiny, c + self.lsum / self.mass, r, r)
@@ -408,6 +325,15 @@ class GroupState(TiltState):
         return replace(out, mass=mass, s=s, q=q, lsum=lsum, sums=sums)
 
 
+def _add_scaled(c: Any, logz: Any, t: Any, xp: Any) -> Any:
+    """``c + logz / t``; where ``logz / t`` overflows (a tiny tilt and a spread near the
+    float maximum) but the risk, which lies between the extremes, does not, the sum is
+    taken in halves (exact: scaling by 2 commutes with rounding)."""
+    r = c + logz / t
+    half = (c * 0.5 + (logz * 0.5) / t) * 2.0
+    return xp.where(xp.isfinite(r), r, half)
+
+
 def needed_sums(t: float, hi: float, lo: float, tiny: float) -> tuple[bool, bool]:
     """``(q, lsum)``: whether the rule needs ``sum p expm1(u)`` (else ``sum p exp(u)``)
     and ``sum p (l - shift)`` for losses spanning ``[lo, hi]`` at tilt ``t`` (for drivers
@@ -426,20 +352,6 @@ def needed_sums(t: float, hi: float, lo: float, tiny: float) -> tuple[bool, bool
     return scale <= 1.0, scale < tiny
 
 
-def _cast(r: Any, xp: Any, dtype: Any) -> Any:
-    return r if r.dtype == dtype else xp.astype(r, dtype)
-
-
-def _col(r: Any, like: Any, groups: bool) -> Any:
-    """Per-group factors shaped to broadcast against a per-group sum (group axis first)."""
-    if not groups or not hasattr(r, "shape"):
-        return r
-    extra = len(like.shape) - len(r.shape)
-    if extra <= 0:
-        return r
-    return _ns(r).reshape(r, tuple(r.shape) + (1,) * extra)
-
-
 def _rescale(t: float, st: TiltState, c: Any) -> tuple[Any, Any, Any]:
     """Host factors moving ``st`` to the shift ``c``: ``exp(u)``, ``expm1(u)`` and the shift
     difference, with ``u = t (st.shift - c) <= 0`` (zero for empty groups)."""
@@ -455,29 +367,6 @@ def _rescale(t: float, st: TiltState, c: Any) -> tuple[Any, Any, Any]:
 
 # ---------------------------------------------------------------------------------------
 # block construction
-
-
-def _extremes(l: Any, p: Any, xp: Any) -> tuple[float, float]:
-    """(max, min) of ``l`` over the support of ``p``, read in one synchronisation."""
-    if p is None and is_cupy_namespace(xp):
-        from . import _cupy_kernels
-
-        return _cupy_kernels.extremes(l)
-    if p is None:
-        both = xp.stack([xp.max(l), -xp.min(l)])
-    else:
-        on = p > 0
-        ninf = xp.asarray(-math.inf, dtype=l.dtype, device=device(l))
-        both = xp.stack([xp.max(xp.where(on, l, ninf)), xp.max(xp.where(on, -l, ninf))])
-    hi, mlo = (float(v) for v in to_numpy(both))
-    return hi, -mlo
-
-
-def _nonfinite() -> NonFiniteLosses:
-    return NonFiniteLosses(
-        "`losses` contains NaN or infinite values; pass finite values (or "
-        "check_finite=False to skip this check)"
-    )
 
 
 def shifted_exponent(l: Any, c: Any, t: float, p: Any, xp: Any, huge: bool) -> Any:
@@ -669,7 +558,7 @@ def finish_risk(t: Any, c: Any, scale: Any, q: Any, s: Any, mean: Any, xp: Any, 
     small = scale <= 1
     logz = xp.where(small, xp.log1p(xp.where(small, q, xp.zeros_like(q))),
                     xp.log(xp.where(small, xp.ones_like(s), s)))
-    r = c + logz / t
+    r = _add_scaled(c, logz, t, xp)
     r = xp.where(scale < tiny, mean + xp.zeros_like(r), r)
     if series is not None:
         t_exact, k2, k3, near = series
@@ -678,107 +567,26 @@ def finish_risk(t: Any, c: Any, scale: Any, q: Any, s: Any, mean: Any, xp: Any, 
     return r
 
 
-# ---------------------------------------------------------------------------------------
-# the functional interface (stable names)
-
-
-def block_state(
-    l: Any,
-    p: Any,
-    t: float,
-    xp: Any,
-    *,
-    sums: Callable[[Any], tuple] | None = None,
-    tiny: float | None = None,
-    extremes: tuple[float, float] | None = None,
-) -> TiltState:
-    """The state of one block of samples (1-d losses ``l``; prior ``p`` or None).
-
-    ``p=None`` means unit weights (``mass`` is then the sample count); normalisation
-    happens once, in :func:`finalize_risk` and :func:`normalized_sums`. ``sums`` maps the
-    block's unnormalised weights ``p_i exp(u_i)`` to a tuple of weighted sums.
-    ``extremes`` passes ``(hi, lo)`` already read for these losses (a grid of tilts).
-    The same as :meth:`TiltState.from_block`.
-
-    Raises ``ValueError`` (naming ``losses``) when the block holds NaN or infinite losses
-    on its support.
+def risk_of_exponents(u: Any, p: Any, c: Any, scale: Any, mean: Any, t: Any, xp: Any, *,
+                      tiny: float, series: tuple | None = None) -> Any:
+    """The tilted risk along the last axis from the shifted exponents ``u = t (l - c)``
+    (``<= 0``) and a normalised prior ``p`` (None: uniform): the two normalisers of
+    :func:`finish_risk`, formed in one place.
 
     Examples
     --------
     >>> import numpy as np
-    >>> st = block_state(np.array([0.0, 2.0]), None, 1.0, np)
-    >>> bool(np.isclose(finalize_risk(st, np, np.float64), np.log((1 + np.e**2) / 2)))
+    >>> l, t = np.array([0.0, 1.0]), 2.0
+    >>> r = risk_of_exponents(t * (l - 1.0), None, 1.0, 2.0, 0.5, t, np, tiny=1e-154)
+    >>> bool(np.isclose(r, np.log(np.mean(np.exp(t * l))) / t))
     True
     """
-    return TiltState.from_block(l, t, p, sums=sums, xp=xp, tiny=tiny, extremes=extremes)
+
+    def wmean(a):
+        return xp.mean(a, axis=-1) if p is None else xp.sum(p * a, axis=-1)
+
+    q = wmean(xp.expm1(u))
+    z = wmean(xp.exp(u))
+    return finish_risk(t, c, scale, q, z, mean, xp, tiny=tiny, series=series)
 
 
-def mean_state(ell: Any, p: Any, xp: Any, sums: Any) -> TiltState:
-    """A state at ``t = 0`` (no exponentials; the weights are the prior)."""
-    return TiltState.from_block(ell, 0.0, p, sums=sums, xp=xp)
-
-
-_mean_state = mean_state
-
-
-def merge(a: TiltState, b: TiltState, *, tiny: float | None = None) -> TiltState:
-    """Merge two states of the same tilt (exact up to rounding; associative).
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> a, b = (block_state(np.array([v]), None, 2.0, np) for v in (0.0, 1.0))
-    >>> float(merge(a, b).mass)
-    2.0
-    """
-    return a.merge(b)
-
-
-def merge_all(states: list[TiltState]) -> TiltState:
-    """Merge a list of states pairwise (a balanced tree, as a cluster would).
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> sts = [block_state(np.array([v]), None, -1.0, np) for v in (0.0, 1.0, 2.0)]
-    >>> float(merge_all(sts).mass)
-    3.0
-    """
-    if not states:
-        raise ValueError("no states to merge")
-    while len(states) > 1:
-        nxt = [states[i].merge(states[i + 1]) for i in range(0, len(states) - 1, 2)]
-        if len(states) % 2:
-            nxt.append(states[-1])
-        states = nxt
-    return states[0]
-
-
-def finalize_risk(state: TiltState, xp: Any, dtype: Any) -> Any:
-    """The tilted risk of the merged samples (a 0-d array of ``dtype``).
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> float(finalize_risk(block_state(np.array([3.0, 3.0]), None, 5.0, np), np, np.float64))
-    3.0
-    """
-    return state.risk(xp, dtype)
-
-
-def normalized_sums(state: TiltState) -> tuple:
-    """The requested sums divided by the normaliser: ``sum_i w_i v_i`` with tilted weights.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> st = block_state(np.array([0.0, 0.0]), None, 1.0, np, sums=lambda pe: (pe.sum(),))
-    >>> float(normalized_sums(st)[0])
-    1.0
-    """
-    return state.normalized_sums()
-
-
-def with_sums(state: TiltState, sums: tuple) -> TiltState:
-    """A copy of ``state`` carrying other sums (for callers that post-process them)."""
-    return replace(state, sums=tuple(sums))
