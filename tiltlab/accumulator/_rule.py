@@ -485,7 +485,10 @@ def _group_block(cls, l, t, p, sums, seg, xp, tiny, unit):
         mass = segment_sum(w, seg, xp)
     scale = st.scale
     lsum = None
-    if np.any(scale < tiny):
+    if not np.any((scale > 0.0) & (scale < tiny)):
+        if np.any(scale < tiny):  # only zero spreads (and empty groups): every sum is 0
+            lsum = xp.zeros_like(mass)
+    else:
         d = l - c
         lsum = segment_sum(d if w is None else w * xp.where(on, d, xp.zeros_like(d)), seg, xp)
     small = scale <= 1.0

@@ -299,14 +299,14 @@ def check_group_mass(p: Any, tree: GroupTree, xp: Any) -> None:
 
 
 def _prepare_hierarchy(losses: Any, groups: Any, tilts: Any, weights: Any, xp: Any, check: bool):
-    """Validated ``(losses, prior, tree, tilts)`` for the public hierarchical functions
-    (16-bit losses widened to float32)."""
-    l, _ = widen_half(prepare_losses(losses, xp, check), xp)
+    """Validated ``(losses, prior, tree, tilts, dtype)`` for the public hierarchical
+    functions (16-bit losses widened to float32; ``dtype`` is their own, else None)."""
+    l, half = widen_half(prepare_losses(losses, xp, check), xp)
     tree = build_tree(groups, l.shape[-1])
     ts = prepare_tilts(tilts, tree.depth)
     p = prepare_prior(weights, l, xp)
     check_group_mass(p, tree, xp)
-    return l, p, tree, ts
+    return l, p, tree, ts, half
 
 
 def hierarchical_risk(
@@ -368,9 +368,8 @@ def hierarchical_risk(
         out = impl(losses, groups, tilts, weights=weights, check_finite=check_finite)
         if out is not None:
             return out
-    l, p, tree, ts = _prepare_hierarchy(losses, groups, tilts, weights, xp, check_finite)
-    out = _eval_or_nan(l, p, tree, ts, xp, False, check_finite)
-    return narrow(out, widen_half(prepare_losses(losses, xp, False), xp)[1], xp)
+    l, p, tree, ts, half = _prepare_hierarchy(losses, groups, tilts, weights, xp, check_finite)
+    return narrow(_eval_or_nan(l, p, tree, ts, xp, False, check_finite), half, xp)
 
 
 def hierarchical_weights(
@@ -408,9 +407,8 @@ def hierarchical_weights(
     [0.25, 0.25, 0.25, 0.25]
     """
     xp = namespace_of(losses=losses, weights=weights) if xp is None else xp
-    l, p, tree, ts = _prepare_hierarchy(losses, groups, tilts, weights, xp, check_finite)
-    out = _eval_or_nan(l, p, tree, ts, xp, True, check_finite)
-    return narrow(out, widen_half(prepare_losses(losses, xp, False), xp)[1], xp)
+    l, p, tree, ts, half = _prepare_hierarchy(losses, groups, tilts, weights, xp, check_finite)
+    return narrow(_eval_or_nan(l, p, tree, ts, xp, True, check_finite), half, xp)
 
 
 def _eval_or_nan(l: Any, p: Any, tree: GroupTree, ts: Any, xp: Any, want: bool,
