@@ -61,3 +61,49 @@ def test_bad_registrations_name_the_argument():
         table.register("", len)
     with pytest.raises(TypeError, match="`module`"):
         table.register_lazy("dask", "")
+
+
+def test_risk_layer_imports_no_higher_module():
+    """The risk functions reach Dask through dispatch tables: no module of the risk layer
+    (or below it) names ``tiltlab.distributed``, not even inside a function."""
+    import ast
+    from pathlib import Path
+
+    import tiltlab
+
+    root = Path(tiltlab.__file__).parent
+    lower = [root / "segments.py", *sorted((root / "accumulator").glob("*.py")),
+             *sorted((root / "risk").glob("*.py"))]
+    for path in lower:
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                mod = "." * node.level + (node.module or "")
+                # the module imported from (or the modules, for ``from .. import x``)
+                names = [mod] if node.module else [mod + a.name for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            for name in names:
+                assert "distributed" not in name and "objective" not in name, (path, name)
+                if "accumulator" in str(path) or path.name == "segments.py":
+                    assert "_cupy_kernels" not in name and ".risk" not in name, (path, name)
+        assert "issue-12" not in path.read_text(), path
+
+
+def test_dask_risks_are_registered_lazily():
+    import subprocess
+    import sys as _sys
+
+    code = (
+        "import sys, tiltlab\n"
+        "from tiltlab.risk._dispatch import TILTED_RISK\n"
+        "assert 'tiltlab.distributed' not in sys.modules\n"
+        "assert 'dask' in TILTED_RISK.registered()\n"
+        "import dask.array as da\n"
+        "r = tiltlab.tilted_risk(da.ones(4, chunks=2), 1.0)\n"
+        "assert 'tiltlab.distributed' in sys.modules\n"
+        "assert float(r.compute()) == 1.0\n"
+    )
+    subprocess.run([_sys.executable, "-c", code], check=True)

@@ -251,3 +251,58 @@ def test_local_cluster_fit(cluster_client, loss, kw, method):
     assert counter.n - before == res.nfev  # exactly one graph per evaluation
     x = np.asarray(res.x)
     np.testing.assert_allclose(x, want.x, rtol=1e-8, atol=1e-8 * np.abs(want.x).max())
+
+
+# ---------------------------------------------------------------------------------------
+# unknown and empty chunks
+
+
+def _masked(values):
+    """A Dask array with unknown chunk sizes (filtered by a boolean mask), and its values."""
+    x = da.from_array(values, chunks=4)
+    keep = values != values[3]
+    return x[x != values[3]], values[keep]
+
+
+@pytest.mark.parametrize("t", [0.0, 1.0, -2.5, 1e-300, np.inf, -np.inf])
+def test_unknown_chunk_sizes_risk_and_weights(t):
+    rng = np.random.default_rng(4)
+    y, kept = _masked(np.round(rng.exponential(2.0, 19), 3))
+    assert np.isnan(y.shape[0])
+    r = float(tl.tilted_risk(y, t).compute())
+    w = np.asarray(tl.tilted_weights(y, t).compute())
+    assert r == pytest.approx(float(tl.tilted_risk(kept, t)), rel=1e-14)
+    np.testing.assert_allclose(w, tl.tilted_weights(kept, t), rtol=1e-13, atol=1e-300)
+    assert w.sum() == pytest.approx(1.0, rel=1e-13)
+
+
+def test_unknown_chunk_sizes_clear_errors():
+    y, kept = _masked(np.arange(12.0))
+    msg = "unknown chunk sizes: call compute_chunk_sizes()"
+    with pytest.raises(ValueError, match=msg.replace("(", r"\(").replace(")", r"\)")):
+        tl.tilted_risk(y, np.array([1.0, 2.0]))
+    with pytest.raises(ValueError, match="unknown chunk sizes"):
+        tl.hierarchical_risk(y, np.arange(11) % 2, (1.0, 2.0))
+    with pytest.raises(ValueError, match="unknown chunk sizes"):
+        tl.tilted_risk(y, 1.0, weights=da.ones(11, chunks=5))
+    # after compute_chunk_sizes() everything works
+    y.compute_chunk_sizes()
+    got = np.asarray(tl.tilted_risk(y, np.array([1.0, 2.0])).compute())
+    np.testing.assert_allclose(got, tl.tilted_risk(kept, np.array([1.0, 2.0])), rtol=1e-14)
+    h = float(tl.hierarchical_risk(y, np.arange(11) % 2, (1.0, 2.0)).compute())
+    assert h == pytest.approx(float(tl.hierarchical_risk(kept, np.arange(11) % 2, (1.0, 2.0))))
+
+
+@pytest.mark.parametrize("t", [0.0, 0.7, -3.0, np.inf])
+def test_empty_chunks(t):
+    values = np.array([0.5, 1.5, 4.0, 2.0, 3.0, 0.25])
+    x = da.from_array(values, chunks=((3, 0, 3),))
+    assert 0 in x.chunks[0]
+    r = float(tl.tilted_risk(x, t).compute())
+    assert r == pytest.approx(float(tl.tilted_risk(values, t)), rel=1e-14)
+    w = np.asarray(tl.tilted_weights(x, t).compute())
+    np.testing.assert_allclose(w, tl.tilted_weights(values, t), rtol=1e-13)
+    g = np.array([0, 0, 1, 1, 1, 0])
+    if np.isfinite(t):
+        h = float(tl.hierarchical_risk(x, g, (t, 1.0)).compute())
+        assert h == pytest.approx(float(tl.hierarchical_risk(values, g, (t, 1.0))), rel=1e-13)

@@ -94,3 +94,160 @@ def test_torch_vmap_without_checks():
     tl.tilted_risk(x, 1.5, check_finite=False).backward()
     want = to_numpy(tl.tilted_weights(batch[0], 1.5))
     np.testing.assert_allclose(x.grad.numpy(), want, rtol=1e-12)
+
+
+# ---------------------------------------------------------------------------------------
+# tiny tilts with spreads beyond the float maximum; t = 0 means near it
+
+
+def _mp_series_or_risk(values, t):
+    """50-digit R(t); the cumulant series where 50 digits cannot resolve log(1 + O(t))."""
+    l = [mpmath.mpf(float(v)) for v in values]
+    spread = max(l) - min(l)
+    if t != 0 and abs(t) * spread < mpmath.mpf("1e-30"):
+        n = len(l)
+        mean = mpmath.fsum(l) / n
+        k2 = mpmath.fsum((v - mean) ** 2 for v in l) / n
+        return mean + t * k2 / 2
+    return _mp_risk(values, t)
+
+
+@pytest.mark.parametrize("values", [[1e308, -1e308], [1.5e308, -1.2e308, 3.0e307]])
+@pytest.mark.parametrize("t", [1e-310, -1e-310, 1e-308, 3e-309, -1e-307])
+def test_tiny_tilt_with_overflowing_spread(xp, xp_name, values, t):
+    l = xp.asarray(np.array(values))
+    with warnings.catch_warnings():
+        if xp_name == "dask.array":  # worker threads do not see NumPy's error state
+            warnings.simplefilter("ignore", RuntimeWarning)
+        r = float(to_numpy(tl.tilted_risk(l, t)))
+        w = to_numpy(tl.tilted_weights(l, t))
+    want = float(_mp_series_or_risk(values, t))
+    assert r == pytest.approx(want, rel=1e-10), (r, want)
+    assert np.all(np.isfinite(w)) and w.sum() == pytest.approx(1.0, rel=1e-12)
+
+
+def test_tiny_tilt_example_from_the_numerics_page():
+    # the exact value is (1/t) log cosh(t 1e308) = 4.99991...e305
+    r = float(tl.tilted_risk(np.array([1e308, -1e308]), 1e-310))
+    assert r == pytest.approx(float(_mp_risk([1e308, -1e308], mpmath.mpf(1e-310))), rel=1e-10)
+
+
+@pytest.mark.parametrize("tilts", [(0.0, 0.0), (1.0, 0.0), (0.0, -2.0), (-1.0, 0.0)])
+def test_hierarchical_t0_means_near_float_max(xp, xp_name, tilts):
+    rng = np.random.default_rng(0)
+    values = rng.uniform(1.4e308, 1.7e308, 600)
+    groups = np.repeat(np.arange(3), 200)
+    l = xp.asarray(values)
+    with warnings.catch_warnings():
+        if xp_name == "dask.array":
+            warnings.simplefilter("ignore", RuntimeWarning)
+        r = float(to_numpy(tl.hierarchical_risk(l, groups, tilts)))
+    # reference: the group risks at the inner tilt, combined at the outer tilt (equal sizes)
+    inner = [_mp_risk(list(values[groups == g]), tilts[1]) for g in range(3)]
+    want = float(_mp_risk([float(m) for m in inner], tilts[0]))
+    assert np.isfinite(r)
+    assert r == pytest.approx(want, rel=1e-12)
+
+
+def test_dask_t0_mean_near_float_max_many_samples():
+    da = pytest.importorskip("dask.array")
+    values = np.full(1000, 1.7e308)
+    values[::2] = 1.0e308
+    r = float(tl.tilted_risk(da.from_array(values, chunks=100), 0.0).compute())
+    assert r == pytest.approx(1.35e308, rel=1e-14)
+
+
+# ---------------------------------------------------------------------------------------
+# autograd through the tilt at and near zero (PyTorch)
+
+
+@pytest.mark.parametrize("t0", [0.0, 1e-300, 1e-17, -1e-17, 1e-16, -5e-16, 1e-15, 1e-12, 1e-9])
+def test_autograd_dr_dt_near_zero(t0):
+    torch = pytest.importorskip("torch")
+    values = np.array([0.0, 1.0, 4.0, 2.5, -1.5])
+    l = torch.tensor(values, dtype=torch.float64)
+    t = torch.tensor(t0, dtype=torch.float64, requires_grad=True)
+    r = tl.tilted_risk(l, t)
+    (g,) = torch.autograd.grad(r, t)
+    # dR/dt = k2 / 2 + t k3 / 3 + O(t^2) (cumulants), from 50-digit arithmetic
+    m = [mpmath.mpf(float(v)) for v in values]
+    mean = mpmath.fsum(m) / len(m)
+    k2 = mpmath.fsum((v - mean) ** 2 for v in m) / len(m)
+    k3 = mpmath.fsum((v - mean) ** 3 for v in m) / len(m)
+    assert float(g) == pytest.approx(float(k2 / 2 + t0 * k3 / 3), rel=1e-12)
+    # and central finite differences of the value at a resolvable step
+    h = 1e-4
+    fd = (float(tl.tilted_risk(values, t0 + h)) - float(tl.tilted_risk(values, t0 - h))) / (2 * h)
+    assert float(g) == pytest.approx(fd, rel=1e-6)
+
+
+@pytest.mark.parametrize("t0", [0.0, 1e-17, -1e-16, 1e-15])
+def test_autograd_weights_dt_near_zero(t0):
+    torch = pytest.importorskip("torch")
+    values = np.array([0.0, 1.0, 4.0, 2.5])
+    p = np.array([0.1, 0.4, 0.3, 0.2])
+    l = torch.tensor(values, dtype=torch.float64)
+    t = torch.tensor(t0, dtype=torch.float64, requires_grad=True)
+    w = tl.tilted_weights(l, t, weights=torch.tensor(p, dtype=torch.float64))
+    jac = [float(torch.autograd.grad(w[i], t, retain_graph=True)[0]) for i in range(4)]
+    # dw_i/dt at t = 0 is p_i (l_i - sum_j p_j l_j)
+    want = p * (values - np.sum(p * values))
+    np.testing.assert_allclose(jac, want, rtol=1e-12, atol=1e-15)
+
+
+# ---------------------------------------------------------------------------------------
+# check_finite=False with NaN losses: NaN on every backend and at every tilt
+
+
+@pytest.mark.parametrize("t", [0.0, 1.0, -1.0, 1e-300, np.inf, -np.inf])
+def test_unchecked_nan_losses_give_nan(xp, t):
+    l = xp.asarray(np.array([1.0, np.nan, 2.0, 0.5]))
+    r = to_numpy(tl.tilted_risk(l, t, check_finite=False))
+    w = to_numpy(tl.tilted_weights(l, t, check_finite=False))
+    h = to_numpy(tl.hierarchical_risk(l, [0, 0, 1, 1], (t, t), check_finite=False))
+    hw = to_numpy(tl.hierarchical_weights(l, [0, 0, 1, 1], (t, t), check_finite=False))
+    assert np.isnan(r) and np.all(np.isnan(w)) and w.shape == (4,)
+    assert np.isnan(h) and np.all(np.isnan(hw)) and hw.shape == (4,)
+    # a grid of tilts: every entry NaN
+    rg = to_numpy(tl.tilted_risk(l, xp.asarray(np.array([0.0, 2.0])), check_finite=False))
+    assert rg.shape == (2,) and np.all(np.isnan(rg))
+
+
+def test_checked_nan_losses_still_raise(xp):
+    l = xp.asarray(np.array([1.0, np.nan]))
+    for fn in (tl.tilted_risk, tl.tilted_weights):
+        with pytest.raises(ValueError, match="`losses` contains NaN"):
+            out = fn(l, 1.0)
+            to_numpy(out)  # lazy backends raise when computed
+
+
+# ---------------------------------------------------------------------------------------
+# 16-bit losses
+
+
+@pytest.mark.parametrize("dtype_name", ["float16", "bfloat16"])
+def test_torch_half_losses(dtype_name):
+    torch = pytest.importorskip("torch")
+    dt = getattr(torch, dtype_name)
+    values = np.array([0.5, 1.0, 3.0, 2.0])
+    l = torch.tensor(values, dtype=dt)
+    exact = np.asarray(l.to(torch.float64))  # the losses as the half type holds them
+    for t in (0.0, 1.0, -2.0, np.inf):
+        r = tl.tilted_risk(l, t)
+        w = tl.tilted_weights(l, t)
+        assert r.dtype == dt and w.dtype == dt
+        want = float(_mp_risk(list(exact), t))
+        assert float(r) == pytest.approx(want, rel=float(torch.finfo(dt).eps))
+    h = tl.hierarchical_risk(l, [0, 0, 1, 1], (1.0, 1.0))
+    assert h.dtype == dt
+    assert float(h) == pytest.approx(float(_mp_risk(list(exact), 1.0)),
+                                     rel=float(torch.finfo(dt).eps))
+
+
+def test_numpy_float16_accumulates_in_float32():
+    values = np.full(4096, 0.1, dtype=np.float16)
+    values[0] = 10.0
+    r = tl.tilted_risk(values, 1e-3)
+    assert r.dtype == np.float16
+    want = float(_mp_risk([float(v) for v in values], 1e-3))
+    assert float(r) == pytest.approx(want, rel=1e-3)

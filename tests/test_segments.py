@@ -57,3 +57,50 @@ def test_pickles_without_cached_device_arrays():
     again = pickle.loads(pickle.dumps(seg))
     assert again.n_groups == seg.n_groups and np.array_equal(again.codes, seg.codes)
     assert again._cache == {}
+
+
+BAD_CODES = [
+    ([0, -1, 2], None, ValueError, r"\[0, 3\)"),
+    ([0, 1, 5], 3, ValueError, r"\[0, 3\)"),
+    ([0.5, 1.0], None, TypeError, "integers"),
+    ([True, False], None, TypeError, "integers"),
+    ([[0, 1]], None, ValueError, "1-d"),
+    ([], None, ValueError, "n_groups"),
+    ([0, 1], 0, ValueError, "at least 1"),
+    ([0, 1], 2.5, TypeError, "n_groups"),
+]
+
+
+@pytest.mark.parametrize(("codes", "n_groups", "exc", "match"), BAD_CODES)
+def test_from_codes_validates_on_every_library(codes, n_groups, exc, match):
+    import array_api_strict
+
+    makers = [np.asarray, list, array_api_strict.asarray]
+    try:
+        import torch
+
+        makers.append(torch.tensor)
+    except ImportError:  # pragma: no cover
+        pass
+    for make in makers:
+        with pytest.raises(exc, match=match):
+            Segments.from_codes(make(codes), n_groups)
+
+
+def test_from_codes_agrees_across_libraries():
+    import array_api_strict
+
+    codes = [2, 0, 2, 3]
+    ref = Segments.from_codes(np.asarray(codes), 5)
+    makers = [list, array_api_strict.asarray]
+    try:
+        import torch
+
+        makers.append(torch.tensor)
+    except ImportError:  # pragma: no cover
+        pass
+    for make in makers:
+        seg = Segments.from_codes(make(codes), 5)
+        assert seg.n_groups == 5 and seg.codes.tolist() == codes
+        assert seg.counts.tolist() == [1, 0, 2, 1, 0] == ref.counts.tolist()
+    assert Segments.from_codes(np.zeros(0, dtype=np.int64), 2).counts.tolist() == [0, 0]

@@ -9,3 +9,13 @@ strings), so ``import tiltlab`` imports no optional backend.
 from __future__ import annotations
 
 __all__: list[str] = []
+
+from .accumulator import EXTREMES
+from .risk._dispatch import HIERARCHICAL_RISK, TILTED_RISK, TILTED_WEIGHTS
+
+# CuPy: extremes of 1-d losses read in one transfer
+EXTREMES.register_lazy("cupy", "tiltlab._cupy_kernels")
+
+# Dask: risks of lazy arrays as one task graph (tiltlab.distributed registers them)
+for _table in (TILTED_RISK, HIERARCHICAL_RISK, TILTED_WEIGHTS):
+    _table.register_lazy("dask", "tiltlab.distributed")

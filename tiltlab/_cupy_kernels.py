@@ -19,6 +19,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+
+from ._compat import to_numpy
+from .accumulator import EXTREMES, GroupState, TiltState, needed_sums
+
 _SOURCE = r"""
 #define LOSS_%(loss)s 1
 typedef %(T)s T;
@@ -243,30 +248,39 @@ def value_and_gradient(obj: Any, theta: Any) -> tuple[Any, Any]:
     t = float(obj.t)
     scalar = dtype.type
     kern((blocks,), (THREADS,), (X, yy, th, cupy.int64(n), cupy.int32(d), scalar(t), st, acc))
-    # exact merge of the group states (tiltlab.accumulator.merge, vectorised)
+    out = finish_partials(st, acc, t, dtype)
+    if out is None:
+        return None  # non-finite losses: the generic path raises or gives IEEE values
+    obj.n_passes += 1
+    return out
+
+
+def finish_partials(st: Any, acc: Any, t: float, dtype: Any) -> tuple[Any, Any] | None:
+    """Value and gradient from the kernel's per-group partial states (host side).
+
+    ``st`` holds one row ``(c, hi, lo, s, q, lsum, mass)`` per lane group (``lsum`` the
+    plain sum of its losses, ``s``, ``q`` relative to its shift ``c``) and ``acc`` its
+    gradient sums; unused groups have ``mass = 0`` and infinite extremes. They are the
+    group form of :class:`tiltlab.accumulator.TiltState` and are merged and finished
+    by it. Works on any array library (tested with NumPy). Returns None for non-finite
+    losses.
+    """
     c, hi, lo, s, q, lsum, mass = (st[:, k] for k in range(7))
     used = mass > 0
-    ext = cupy.stack([cupy.max(cupy.where(used, hi, -cupy.inf)),
-                      cupy.min(cupy.where(used, lo, cupy.inf))]).get()
-    H, Lo = float(ext[0]), float(ext[1])
-    if not (math.isfinite(H) and math.isfinite(Lo)):
-        return None  # non-finite losses: the generic path raises or gives IEEE values
-    C = H if t > 0 else Lo
-    du = cupy.where(used, t * (c - C), -cupy.inf)
-    r = cupy.exp(du)
-    S = cupy.sum(s * r)
-    M = float(n)
-    grad = (r @ acc) / S
-    spread = H - Lo
-    if abs(t) * spread < math.sqrt(float(cupy.finfo(dtype).tiny)):
-        value = cupy.sum(lsum) / M
-    elif abs(t) * spread <= 1.0:
-        Q = cupy.sum(cupy.where(used, mass * cupy.expm1(du) + q * r, 0))
-        value = C + cupy.log1p(Q / M) / t
-    else:
-        value = C + cupy.log(S / M) / t
-    obj.n_passes += 1
-    return value.astype(dtype), grad
+    hi_h = np.asarray(to_numpy(hi), dtype=np.float64)
+    lo_h = np.asarray(to_numpy(lo), dtype=np.float64)
+    on = np.asarray(to_numpy(used))
+    hi_h[~on], lo_h[~on] = -np.inf, np.inf
+    if not (np.all(np.isfinite(hi_h[on])) and np.all(np.isfinite(lo_h[on]))):
+        return None
+    # the kernel's shift c is the group's extreme on the tilt's side; its loss sum is
+    # taken relative to it here (unused groups: 0 - 0 * c)
+    c0 = c * used
+    groups = GroupState(t=float(t), hi=hi_h, lo=lo_h, mass=mass, s=s, q=q,
+                        lsum=lsum - mass * c0, sums=(acc,))
+    state = groups.collapse()
+    (grad,) = state.normalized_sums()
+    return state.risk(None, dtype), grad
 
 
 # ---------------------------------------------------------------------------------------
@@ -327,21 +341,24 @@ def extremes(l: Any) -> tuple[float, float]:
 
 def risk_1d(l: Any, t: float, hi: float, lo: float) -> Any:
     """Tilted risk of 1-d losses (uniform prior) at a finite non-zero tilt: one fused
-    reduction over the losses, after their extremes."""
+    reduction over the losses, after their extremes, finished by
+    :class:`tiltlab.accumulator.TiltState`."""
     import cupy
 
     red = _reductions()
     dt = l.dtype.type
     c = hi if t > 0 else lo
-    n = float(l.shape[0])
-    scale = abs(t) * (hi - lo)
-    if scale < math.sqrt(float(cupy.finfo(l.dtype).tiny)):
-        return (c + cupy.mean(l - dt(c))).astype(l.dtype)  # the mean, without overflow
-    if scale <= 1.0:
+    mass = cupy.asarray(float(l.shape[0]), dtype=l.dtype)
+    want_q, want_lsum = needed_sums(t, hi, lo, math.sqrt(float(cupy.finfo(l.dtype).tiny)))
+    lsum = cupy.sum(l - dt(c)) if want_lsum else None
+    q = None
+    if want_q:
         q = _sum(red["expm1"](l, dt(c), dt(t)))
-        return (c + cupy.log1p(q / dt(n)) / dt(t)).astype(l.dtype)
-    s = _sum(red["exp"](l, dt(c), dt(t)))
-    return (c + cupy.log(s / dt(n)) / dt(t)).astype(l.dtype)
+        s = mass + q
+    else:
+        s = _sum(red["exp"](l, dt(c), dt(t)))
+    st = TiltState(t=float(t), hi=hi, lo=lo, mass=mass, s=s, q=q, lsum=lsum, sums=())
+    return st.risk(cupy, l.dtype)
 
 
 def weights_1d(l: Any, t: float, hi: float, lo: float) -> Any:
@@ -353,3 +370,6 @@ def weights_1d(l: Any, t: float, hi: float, lo: float) -> Any:
     e = red["exp"](l, dt(c), dt(t))
     e /= _sum(e)
     return e
+
+
+EXTREMES.register("cupy", extremes)

@@ -22,9 +22,11 @@ import numpy as np
 
 from ._compat import (
     device,
+    is_array_api_obj,
     is_cupy_namespace,
     is_numpy_namespace,
     is_torch_namespace,
+    to_numpy,
 )
 
 __all__ = ["Segments", "segment_sum", "segment_max", "segment_min", "expand"]
@@ -40,8 +42,57 @@ class Segments:
 
     @classmethod
     def from_codes(cls, codes: Any, n_groups: int | None = None) -> Segments:
-        c = np.ascontiguousarray(np.asarray(codes, dtype=np.int64).reshape(-1))
-        g = int(c.max()) + 1 if n_groups is None else int(n_groups)
+        """A partition from integer codes in ``[0, n_groups)`` (one per item).
+
+        Parameters
+        ----------
+        codes : array_like of int, shape (n,)
+            The group of each item: a 1-d integer array of any supported library, or a
+            list. Booleans, floats and other types raise ``TypeError``.
+        n_groups : int, optional
+            Number of groups (default: the largest code plus one). Groups without items
+            are allowed.
+
+        Returns
+        -------
+        Segments
+
+        Raises
+        ------
+        TypeError
+            Codes that are not integers, or a non-integer ``n_groups``.
+        ValueError
+            Codes that are not 1-d, negative or not below ``n_groups``; no codes and no
+            ``n_groups``.
+
+        Examples
+        --------
+        >>> Segments.from_codes([0, 2, 2]).counts.tolist()
+        [1, 0, 2]
+        """
+        a = to_numpy(codes) if is_array_api_obj(codes) else np.asarray(codes)
+        if a.dtype.kind not in "iu" and not (a.size == 0 and a.dtype.kind == "f"):
+            raise TypeError(f"`codes` must be integers, got an array of dtype {a.dtype}")
+        if a.ndim != 1:
+            raise ValueError(f"`codes` must be 1-d (one group per item), got shape {a.shape}")
+        c = np.ascontiguousarray(a, dtype=np.int64)
+        if n_groups is None:
+            if c.size == 0:
+                raise ValueError("`codes` is empty: pass `n_groups` to say how many groups")
+            g = int(c.max()) + 1
+        else:
+            if isinstance(n_groups, (bool, np.bool_)) or not isinstance(
+                n_groups, (int, np.integer)
+            ):
+                raise TypeError(f"`n_groups` must be an integer, got {n_groups!r}")
+            g = int(n_groups)
+            if g < 1:
+                raise ValueError(f"`n_groups` must be at least 1, got {g}")
+        if c.size and (int(c.min()) < 0 or int(c.max()) >= g):
+            raise ValueError(
+                f"`codes` must lie in [0, {g}), got values from {int(c.min())} to "
+                f"{int(c.max())}"
+            )
         return cls(codes=c, n_groups=g)
 
     @property

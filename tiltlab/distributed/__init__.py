@@ -1,7 +1,8 @@
 """Tilted objectives, risks and solvers on Dask (laptop ``LocalCluster`` or a real cluster).
 
-Dask arrays reach this package through small hooks in :class:`tiltlab.TiltedObjective`,
-:func:`tiltlab.tilted_risk`, :func:`tiltlab.hierarchical_risk` and :func:`tiltlab.minimize`:
+Dask arrays reach this package through the dispatch tables of the risk layer (filled here
+when this package is imported, which ``tiltlab/_backends.py`` arranges lazily) and through
+hooks in :class:`tiltlab.TiltedObjective` and :func:`tiltlab.minimize`:
 
 * every evaluation of a linear-predictor objective (value, value and gradient,
   Hessian-vector product, dense Hessian) is **one task graph**: per row chunk a tilted
@@ -15,10 +16,15 @@ Dask arrays reach this package through small hooks in :class:`tiltlab.TiltedObje
 The user guide's page *Scale-out with Dask* walks through a fit on a laptop cluster.
 """
 
+from ..risk._dispatch import HIERARCHICAL_RISK, TILTED_RISK, TILTED_WEIGHTS
 from ._api import objective_call
 from ._objective import DaskPlan, distribute, evaluate, supported
-from ._risk import dask_hierarchical_risk, dask_tilted_risk
+from ._risk import dask_hierarchical_risk, dask_tilted_risk, dask_tilted_weights
 from ._solvers import ClientObjective, client_minimize, is_dask_objective
+
+TILTED_RISK.register("dask", dask_tilted_risk)
+HIERARCHICAL_RISK.register("dask", dask_hierarchical_risk)
+TILTED_WEIGHTS.register("dask", dask_tilted_weights)
 
 __all__ = [
     "ClientObjective",

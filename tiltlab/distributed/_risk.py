@@ -13,7 +13,70 @@ from ..risk import GroupTree, build_tree, hierarchy_eval, prepare_tilts
 from ._objective import tree_reduce
 from ._states import GroupState, chunk_loss_group_state, chunk_loss_state, group_risks, merge_states
 
-__all__ = ["dask_tilted_risk", "dask_hierarchical_risk"]
+__all__ = ["dask_tilted_risk", "dask_hierarchical_risk", "dask_tilted_weights"]
+
+_UNKNOWN = (
+    "`{name}` has unknown chunk sizes: call compute_chunk_sizes() on it first (a Dask "
+    "array filtered by a boolean mask has them)"
+)
+
+
+def _unknown_sizes(a: Any) -> bool:
+    return any(math.isnan(float(s)) for s in getattr(a, "shape", ()))
+
+
+def _require_sizes(**arrays: Any) -> None:
+    for name, a in arrays.items():
+        if a is not None and _unknown_sizes(a):
+            raise ValueError(_UNKNOWN.format(name=name))
+
+
+def dask_tilted_weights(losses: Any, t: Any, *, axis: int, weights: Any,
+                        check_finite: bool) -> Any:
+    """Lazy tilted weights of 1-d Dask losses at one host tilt (None: the generic path).
+
+    ``w_i = p_i exp(t (l_i - R)) / sum_j p_j exp(t (l_j - R))`` with ``R`` the lazy tilted
+    risk: one reduction, then elementwise work. Every exponent is at most ``log(1 / p_i)``,
+    and the common factor that the rounding of ``R`` puts on every ``exp`` cancels in the
+    normalisation. No sample count is needed (unknown chunk sizes are fine without
+    ``weights``).
+    """
+    import dask.array as da
+
+    if weights is not None:
+        _require_sizes(losses=losses, weights=weights)
+    tv = _host_tilt(t)
+    if (
+        tv is None
+        or not check_finite
+        or getattr(losses, "ndim", 0) != 1
+        or axis not in (0, -1)
+        or not isinstance(losses, da.Array)
+        or np.dtype(losses.dtype).kind not in "fiub"
+        or losses.shape[0] == 0
+    ):
+        return None
+    R = dask_tilted_risk(losses, tv, axis=axis, weights=weights, keepdims=False,
+                         check_finite=check_finite)
+    if R is None:
+        return None
+    dtype = _result_dtype(losses)
+    work = np.dtype(np.float32) if dtype.itemsize == 2 else dtype  # 16-bit: in float32
+    l = losses.astype(work)
+    R = R.astype(work)
+    p = None if weights is None else _weights_like(weights, losses).astype(work)
+    if math.isinf(tv):
+        e = da.where(l == R, 1.0, 0.0).astype(work) + R * 0  # NaN risk: NaN weights
+    else:
+        # halved before subtracting: finite for spreads beyond the float maximum
+        u = ((l * 0.5 - R * 0.5) * tv) * 2.0
+        if p is not None:
+            u = da.where(p > 0, u, -np.inf)
+        e = da.exp(u)
+    if p is not None:
+        e = e * p
+    total = e.sum()
+    return (e / da.where(total > 0, total, 1.0) + R * 0).astype(dtype)
 
 
 def _host_tilt(t: Any) -> float | None:
@@ -63,12 +126,15 @@ def dask_tilted_risk(losses: Any, t: Any, *, axis: int, weights: Any, keepdims: 
 
     The graph: per chunk a :class:`~tiltlab.accumulator.TiltState`, a tree of merges, and a
     finaliser; computing the result runs it once. NaN or infinite losses raise
-    ``ValueError`` when the result is computed.
+    ``ValueError`` when the result is computed (NaN with ``check_finite=False``).
     """
     import dask.array as da
     from dask import delayed
 
     tv = _host_tilt(t)
+    if _unknown_sizes(losses) and (tv is None or weights is not None or keepdims
+                                   or getattr(losses, "ndim", 0) != 1):
+        _require_sizes(losses=losses)
     if (
         tv is None
         or not check_finite
@@ -82,21 +148,25 @@ def dask_tilted_risk(losses: Any, t: Any, *, axis: int, weights: Any, keepdims: 
         return None
     w = _weights_like(weights, losses)
     dtype = _result_dtype(losses)
+    n = float(losses.shape[0])
+    # at t = 0 unit weights of 1 / n keep the sum of losses near the float maximum finite
+    unit = 1.0 / n if w is None and math.isfinite(n) else None
     t_state = tv if math.isfinite(tv) else 0.0
     fn = delayed(chunk_loss_state, pure=False)
     wb = _blocks(w) or [None] * len(losses.chunks[0])
-    parts = [fn(lb, pb, t_state) for lb, pb in zip(_blocks(losses), wb, strict=True)]
+    parts = [fn(lb, pb, t_state, unit, check_finite)
+             for lb, pb in zip(_blocks(losses), wb, strict=True)]
     root = delayed(_finish_risk, pure=False)(tree_reduce(parts, merge_states), tv, dtype.str)
     return da.from_delayed(root, shape=(), dtype=dtype)
 
 
 def _finish_risk(state: Any, t: float, dtype: str) -> np.ndarray:
     dt = np.dtype(dtype)
+    if state is None:  # non-finite losses, check_finite=False
+        return np.asarray(math.nan, dtype=dt)
     _check_state(state)
     if math.isinf(t):
         return np.asarray(state.hi if t > 0 else state.lo, dtype=dt)
-    if t == 0.0:
-        return np.asarray(state.shift + state.lsum / state.mass, dtype=dt)  # lsum: shift-relative
     return np.asarray(finalize_risk(state, np, dt), dtype=dt)
 
 
@@ -120,8 +190,10 @@ def dask_hierarchical_risk(losses: Any, groups: Any, tilts: Any, *, weights: Any
         or getattr(losses, "ndim", 0) != 1
         or not isinstance(losses, da.Array)
         or np.dtype(losses.dtype).kind not in "fiub"
-        or losses.shape[0] == 0
     ):
+        return None
+    _require_sizes(losses=losses)
+    if losses.shape[0] == 0:
         return None
     n = int(losses.shape[0])
     tree = build_tree(groups, n)
@@ -135,7 +207,7 @@ def dask_hierarchical_risk(losses: Any, groups: Any, tilts: Any, *, weights: Any
     fn = delayed(chunk_loss_group_state, pure=False)
     wb = _blocks(w) or [None] * len(losses.chunks[0])
     parts = [
-        fn(lb, pb, cb, ts[-1], G)
+        fn(lb, pb, cb, ts[-1], G, 1.0 / n if w is None else None)
         for lb, pb, cb in zip(_blocks(losses), wb, _blocks(codes), strict=True)
     ]
     upper = GroupTree(n_samples=G, levels=tuple(tree.levels[1:]), sample_layouts=())

@@ -1,34 +1,25 @@
-"""Per-group tilted accumulator states (vectorised over groups) and per-chunk kernels.
+"""Per-chunk tilted states (samples, or the innermost groups of a hierarchy) on Dask.
 
 The sample-level objective reduces one :class:`~tiltlab.accumulator.TiltState` per chunk.
 A hierarchical objective needs one state per *innermost group*: samples of a group may lie
-in any chunk, so each chunk summarises, for every group ``g`` of the innermost level,
-
-* ``hi_g``, ``lo_g`` (``-inf``/``+inf`` for a group with no sample in the chunk), the
-  shift ``c_g`` (``hi_g`` for ``tau > 0``, ``lo_g`` otherwise);
-* ``mass_g = sum p_i``, ``s_g = sum p_i exp(u_i)`` and ``q_g = sum p_i expm1(u_i)`` (kept
-  while ``|tau| (hi_g - lo_g) <= 1``), with ``u_i = tau (l_i - c_g)``;
-* ``lsum_g = sum p_i l_i`` (always: it is one multiply-add per sample);
-* weighted sums ``sum p_i exp(u_i) v_i`` of per-sample arrays (gradient pieces).
-
-These merge exactly like the scalar state (:func:`tiltlab.accumulator.merge`), group by
-group, so the chunks of a Dask array combine in any tree. Every function here runs on
-concrete chunks (NumPy or CuPy) inside a worker task and returns NumPy arrays: only
-``O(G d)`` numbers travel.
+in any chunk, so each chunk builds the group form of the same state
+(:meth:`~tiltlab.accumulator.TiltState.from_block` with ``segments``: per-group extremes,
+masses, normalisers and weighted sums; ``-inf``/``+inf`` extremes for a group with no
+sample in the chunk). The states merge exactly, group by group, so the chunks of a Dask
+array combine in any tree. Every function here runs on concrete chunks (NumPy or CuPy)
+inside a worker task and returns NumPy arrays: only ``O(G d)`` numbers travel.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from .._compat import device, tiny_sqrt, to_numpy
-from ..accumulator import NonFiniteLosses, TiltState, block_state, merge
+from .._compat import device, to_numpy
+from ..accumulator import GroupState, NonFiniteLosses, TiltState
 from ..objective import hvp_coefficients
-from ..segments import Segments, expand, segment_max, segment_min, segment_sum
+from ..segments import Segments, segment_sum
 
 __all__ = [
     "GroupState",
@@ -42,135 +33,27 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class GroupState:
-    """Tilted states of ``G`` groups at one tilt ``t`` (NumPy arrays of length ``G``)."""
-
-    t: float
-    hi: np.ndarray
-    lo: np.ndarray
-    mass: np.ndarray
-    s: np.ndarray
-    q: np.ndarray
-    has_q: np.ndarray
-    lsum: np.ndarray
-    sums: tuple
-
-    @property
-    def present(self) -> np.ndarray:
-        return self.hi >= self.lo
-
-    @property
-    def shift(self) -> np.ndarray:
-        c = self.hi if self.t > 0 else self.lo
-        return np.where(self.present, c, 0.0)
-
-
-def _host(a: Any) -> np.ndarray:
-    return np.asarray(to_numpy(a))
-
-
 def group_state(
-    l: Any, p: Any, seg: Segments, t: float, xp: Any, *, sums: Any = None
+    l: Any, p: Any, seg: Segments, t: float, xp: Any, *, sums: Any = None,
+    unit: float | None = None,
 ) -> GroupState:
     """States of the groups of ``seg`` from one chunk's losses ``l`` (prior ``p`` or None).
 
     ``sums(pe)`` maps the unnormalised weights ``p_i exp(u_i)`` to a tuple of per-group
     sums (arrays with the group axis first). Raises :class:`NonFiniteLosses` for NaN or
-    infinite losses on the support.
+    infinite losses on the support. The result holds NumPy arrays.
     """
-    t = float(t)
-    dev = device(l)
-    on = None if p is None else p > 0
-    ninf = xp.asarray(-math.inf, dtype=l.dtype, device=dev)
-    pinf = xp.asarray(math.inf, dtype=l.dtype, device=dev)
-    with np.errstate(invalid="ignore"):  # NaN losses are reported below, not warned about
-        hi_d = segment_max(l if on is None else xp.where(on, l, ninf), seg, xp)
-        lo_d = segment_min(l if on is None else xp.where(on, l, pinf), seg, xp)
-    hi, lo = _host(hi_d), _host(lo_d)
-    present = hi >= lo
-    if np.any(np.isnan(hi) | np.isnan(lo)) or not (
-        np.all(np.isfinite(hi[present])) and np.all(np.isfinite(lo[present]))
-    ):
-        raise NonFiniteLosses("`losses` contains NaN or infinite values")
-    c = np.where(present, hi if t > 0 else lo, 0.0)
-    scale = np.where(present, abs(t) * (hi - lo), 0.0)
-    small = scale <= 1.0
-    u = l - expand(xp.asarray(c.astype(to_numpy(hi_d).dtype), device=dev), seg, xp)
-    if on is not None:
-        u = xp.where(on, u, xp.zeros_like(u))
-    u = t * u
-    G = seg.n_groups
-    if np.all(small):
-        e1 = xp.expm1(u)
-        e = e1 + 1.0  # exp(u) >= exp(-1): no cancellation
-    elif not np.any(small):
-        e1 = None
-        e = xp.exp(u)
-    else:
-        e1 = xp.expm1(u)
-        small_el = expand(xp.asarray(small, device=dev), seg, xp)
-        e = xp.where(small_el, e1 + 1.0, xp.exp(u))
-    del u
-    if e1 is None:
-        q = np.zeros(G)
-    else:
-        q = _host(segment_sum(e1 if p is None else p * e1, seg, xp))
-    pe = e if p is None else p * e
-    s = _host(segment_sum(pe, seg, xp))
-    if p is None:
-        mass = np.bincount(seg.codes, minlength=G).astype(s.dtype)
-        lsum = _host(segment_sum(l, seg, xp))
-    else:
-        mass = _host(segment_sum(p, seg, xp))
-        lsum = _host(segment_sum(p * l, seg, xp))
-    extra = tuple(_host(v) for v in sums(pe)) if sums is not None else ()
-    return GroupState(t=t, hi=hi, lo=lo, mass=mass, s=s, q=np.where(small, q, 0.0),
-                      has_q=small, lsum=lsum, sums=extra)
+    return GroupState.from_block(l, t, p, sums=sums, segments=seg, xp=xp, unit=unit).to_host()
 
 
 def merge_groups(a: GroupState, b: GroupState) -> GroupState:
     """Merge two group states of the same tilt, group by group (exact up to rounding)."""
-    t = a.t
-    hi, lo = np.maximum(a.hi, b.hi), np.minimum(a.lo, b.lo)
-    present = hi >= lo
-    c = np.where(present, hi if t > 0 else lo, 0.0)
-    with np.errstate(invalid="ignore", over="ignore"):
-        ua = np.where(a.present, t * (a.shift - c), 0.0)
-        ub = np.where(b.present, t * (b.shift - c), 0.0)
-    ra, rb = np.where(a.present, np.exp(ua), 0.0), np.where(b.present, np.exp(ub), 0.0)
-    ma = np.where(a.present, np.expm1(ua), 0.0)
-    mb = np.where(b.present, np.expm1(ub), 0.0)
-    s = a.s * ra + b.s * rb
-    q = a.mass * ma + a.q * ra + b.mass * mb + b.q * rb
-    scale = np.where(present, abs(t) * (hi - lo), 0.0)
-    has_q = a.has_q & b.has_q & (scale <= 1.0)
-    sums = tuple(
-        x * _col(ra, x) + y * _col(rb, y) for x, y in zip(a.sums, b.sums, strict=True)
-    )
-    return GroupState(t=t, hi=hi, lo=lo, mass=a.mass + b.mass, s=s, q=np.where(has_q, q, 0.0),
-                      has_q=has_q, lsum=a.lsum + b.lsum, sums=sums)
-
-
-def _col(r: np.ndarray, like: np.ndarray) -> np.ndarray:
-    """Per-group factors shaped to broadcast against a per-group sum (group axis first)."""
-    return np.reshape(r, r.shape + (1,) * (np.ndim(like) - 1))
+    return a.merge(b)
 
 
 def group_risks(st: GroupState, dtype: Any) -> np.ndarray:
-    """Tilted risk of every group (the finaliser of :class:`GroupState`)."""
-    t = st.t
-    mass = st.mass
-    tiny = tiny_sqrt(np.dtype(dtype), np)
-    scale = np.where(st.present, abs(t) * (st.hi - st.lo), 0.0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        mean = st.lsum / mass
-        if t == 0.0:
-            return mean
-        r_q = st.shift + np.log1p(st.q / mass) / t
-        r_s = st.shift + np.log(st.s / mass) / t
-    r = np.where(st.has_q, r_q, r_s)
-    return np.where(scale < tiny, mean, r).astype(dtype, copy=False)
+    """Tilted risk of every group (the finaliser of a group state)."""
+    return np.asarray(st.risk(np, np.dtype(dtype)))
 
 
 # ---------------------------------------------------------------------------
@@ -181,14 +64,6 @@ def _ns(a: Any) -> Any:
     import array_api_compat
 
     return array_api_compat.array_namespace(a)
-
-
-def _to_host_state(st: TiltState) -> TiltState:
-    def h(a):
-        return None if a is None else _host(a)
-
-    return TiltState(t=st.t, hi=st.hi, lo=st.lo, mass=h(st.mass), s=h(st.s), q=h(st.q),
-                     lsum=h(st.lsum), sums=tuple(h(v) for v in st.sums))
 
 
 def _derivs(loss: Any, Xb: Any, yb: Any, th: Any, V: Any, mode: str, xp: Any) -> dict:
@@ -321,7 +196,8 @@ EMPTY = "empty"
 
 
 def _sample_state(
-    ell: Any, pb: Any, t: float, xp: Any, sums: Any, *, raise_nonfinite: bool = False
+    ell: Any, pb: Any, t: float, xp: Any, sums: Any, *, raise_nonfinite: bool = False,
+    unit: float | None = None,
 ) -> Any:
     if raise_nonfinite and pb is not None and not bool(xp.all(xp.isfinite(ell))):
         _raise_nonfinite(ell, xp)  # zero-weight samples too, as on the eager backends
@@ -330,17 +206,12 @@ def _sample_state(
         if not bool(xp.any(pb > 0)):
             return EMPTY
     try:
-        if t == 0.0:
-            from ..objective import _mean_state
-
-            st = _mean_state(ell, pb, xp, sums if sums is not None else (lambda pe: ()))
-        else:
-            st = block_state(ell, pb, t, xp, sums=sums)
+        st = TiltState.from_block(ell, t, pb, sums=sums, xp=xp, unit=unit)
     except NonFiniteLosses:
         if raise_nonfinite:
             _raise_nonfinite(ell, xp)
         return None
-    return _to_host_state(st)
+    return st.to_host()
 
 
 def _raise_nonfinite(ell: Any, xp: Any) -> None:
@@ -351,14 +222,20 @@ def _raise_nonfinite(ell: Any, xp: Any) -> None:
     )
 
 
-def chunk_loss_state(lb: Any, pb: Any, t: float) -> TiltState | None:
-    """One chunk's :class:`TiltState` of given losses (for :func:`tiltlab.tilted_risk`)."""
+def chunk_loss_state(lb: Any, pb: Any, t: float, unit: float | None = None,
+                     check: bool = True) -> Any:
+    """One chunk's :class:`TiltState` of given losses (for :func:`tiltlab.tilted_risk`);
+    :data:`EMPTY` for an empty chunk. ``unit``: the weight of a sample at ``t = 0``."""
     xp = _ns(lb)
+    if int(lb.shape[0]) == 0:
+        return EMPTY
     if not xp.isdtype(lb.dtype, "real floating"):
         lb = xp.astype(lb, xp.float64)
+    elif xp.finfo(lb.dtype).bits == 16:  # accumulate 16-bit losses in float32
+        lb = xp.astype(lb, xp.float32)
     if pb is not None:
         pb = xp.astype(pb, lb.dtype)
-    return _sample_state(lb, pb, t, xp, None, raise_nonfinite=True)
+    return _sample_state(lb, pb, t, xp, None, raise_nonfinite=check, unit=unit)
 
 
 def _group_xt(Xb: Any, coef: Any, seg: Segments, xp: Any) -> Any:
@@ -408,28 +285,35 @@ def _block_group_state(Xb: Any, yb: Any, pb: Any, cb: Any, theta: Any, V: Any, l
     return _group_state_or_none(D["ell"], pb, seg, tau, xp, sums)
 
 
-def _group_state_or_none(ell, pb, seg, tau, xp, sums, *, raise_nonfinite: bool = False):
+def _group_state_or_none(ell, pb, seg, tau, xp, sums, *, raise_nonfinite: bool = False,
+                         unit: float | None = None):
     if raise_nonfinite and pb is not None and not bool(xp.all(xp.isfinite(ell))):
         _raise_nonfinite(ell, xp)  # zero-weight samples too, as on the eager backends
     if pb is not None:
         _check_weights(pb, xp)
     try:
-        return group_state(ell, pb, seg, tau, xp, sums=sums)
+        return group_state(ell, pb, seg, tau, xp, sums=sums, unit=unit)
     except NonFiniteLosses:
         if raise_nonfinite:
             _raise_nonfinite(ell, xp)
         return None
 
 
-def chunk_loss_group_state(lb: Any, pb: Any, cb: Any, tau: float, n_groups: int):
-    """One chunk's :class:`GroupState` of given losses (for hierarchical_risk)."""
+def chunk_loss_group_state(lb: Any, pb: Any, cb: Any, tau: float, n_groups: int,
+                           unit: float | None = None):
+    """One chunk's :class:`GroupState` of given losses (for hierarchical_risk); :data:`EMPTY`
+    for an empty chunk. ``unit``: the weight of a sample at ``tau = 0``."""
     xp = _ns(lb)
+    if int(lb.shape[0]) == 0:
+        return EMPTY
     if not xp.isdtype(lb.dtype, "real floating"):
         lb = xp.astype(lb, xp.float64)
+    elif xp.finfo(lb.dtype).bits == 16:  # accumulate 16-bit losses in float32
+        lb = xp.astype(lb, xp.float32)
     if pb is not None:
         pb = xp.astype(pb, lb.dtype)
     seg = Segments.from_codes(to_numpy(cb), n_groups)
-    return _group_state_or_none(lb, pb, seg, tau, xp, None, raise_nonfinite=True)
+    return _group_state_or_none(lb, pb, seg, tau, xp, None, raise_nonfinite=True, unit=unit)
 
 
 def merge_states(*states: Any) -> Any:
@@ -442,5 +326,5 @@ def merge_states(*states: Any) -> Any:
         return EMPTY
     out = states[0]
     for s in states[1:]:
-        out = merge_groups(out, s) if isinstance(out, GroupState) else merge(out, s)
+        out = out.merge(s)
     return out

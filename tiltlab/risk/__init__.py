@@ -19,9 +19,15 @@ in one of two forms, chosen per tilt on ``|t| * (max l - min l)``:
   amplify the rounding of Z by 1/t).
 * otherwise ``log Z`` directly; Z >= p_k > 0 for the extreme sample, so it never underflows.
 
-Below ``|t| * spread < sqrt(tiny)`` (where ``u_i`` would be subnormal) the cumulant series
-``mean + t var / 2`` is exact to rounding and is used. t = 0 and t = +-inf are exact.
-A grid of tilts is evaluated in one vectorised pass (the tilt axis leads the result).
+Below ``|t| * spread < sqrt(tiny)`` (where ``u_i`` would be subnormal) the mean is exact to
+rounding and is used; a tilt that carries autograd takes the cumulant series
+``mean + t var / 2 + t^2 k3 / 6`` near zero, so that ``dR/dt`` is right there. Spreads
+beyond the float maximum are halved before they are subtracted. t = 0 and t = +-inf are
+exact. A grid of tilts is evaluated in one vectorised pass (the tilt axis leads the
+result).
+
+This rule is written once, in :mod:`tiltlab.accumulator` (the tilted reduction, for
+samples and for groups); the functions here drive it.
 
 Layout
 ------

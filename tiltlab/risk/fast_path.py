@@ -20,7 +20,7 @@ from .._compat import (
     is_torch_namespace,
     to_numpy,
 )
-from ..accumulator import _extremes, block_state, finalize_risk
+from ..accumulator import _extremes, block_state, finalize_risk, shifted_exponent
 from .kernels import _inplace_exp, _moments, _safe_mean
 
 __all__: list[str] = []
@@ -56,12 +56,16 @@ def _host_tilt(t: Any, like: Any, xp: Any) -> Any:
     return np.float32(v) if xp.finfo(like.dtype).bits == 32 else np.float64(v)
 
 
-def _quiet(xp: Any):
+def _quiet(xp: Any, unchecked: bool = False):
     """Silence NumPy's overflow/underflow warnings inside the kernels: with finite input
     they come from intermediate terms whose limits (0 or inf) the kernels handle, and a
-    finite result is returned (checked against mpmath near the float maximum)."""
+    finite result is returned (checked against mpmath near the float maximum).
+    ``unchecked`` (``check_finite=False``) also silences the invalid operations of NaN
+    or infinite losses, whose documented result is NaN."""
     if is_torch_namespace(xp) or is_cupy_namespace(xp):
         return contextlib.nullcontext()  # they do not warn (and torch.compile traces this)
+    if unchecked:
+        return np.errstate(all="ignore")
     return np.errstate(over="ignore", under="ignore")
 
 
@@ -96,7 +100,7 @@ def _risk_1d(l: Any, p: Any, tt: Any, grid: bool, xp: Any, check: bool) -> Any:
         else:
             if ext is None:
                 ext = _checked_extremes(l, p, xp, check)
-            if p is None and is_cupy_namespace(xp):
+            if p is None and is_cupy_namespace(xp) and math.isfinite(ext[0] - ext[1]):
                 from .. import _cupy_kernels
 
                 r = _cupy_kernels.risk_1d(l, t, *ext)
@@ -115,14 +119,12 @@ def _checked_extremes(l: Any, p: Any, xp: Any, check: bool) -> tuple[float, floa
 
 def _weights_1d(l: Any, p: Any, t: float, hi: float, lo: float, xp: Any) -> Any:
     """Tilted weights of 1-d losses: one exponential per loss, normalised in place."""
-    if p is None and is_cupy_namespace(xp):
+    huge = math.isinf(hi - lo)  # a spread beyond the float maximum: halved first
+    if p is None and is_cupy_namespace(xp) and not huge:
         from .. import _cupy_kernels
 
         return _cupy_kernels.weights_1d(l, t, hi, lo)
-    u = l - (hi if t > 0 else lo)
-    if p is not None:
-        u = xp.where(p > 0, u, xp.zeros_like(u))
-    u *= t
+    u = shifted_exponent(l, hi if t > 0 else lo, t, p, xp, huge)
     e = _inplace_exp(u, xp)
     if getattr(e, "requires_grad", False):  # autograd: no in-place updates
         e = e if p is None else e * p

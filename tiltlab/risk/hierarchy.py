@@ -19,15 +19,14 @@ from .. import segments as _segments
 from .._compat import (
     device,
     host_labels,
-    is_dask_namespace,
     namespace_of,
-    tiny_sqrt,
-    to_numpy,
 )
-from ..accumulator import TiltState, block_state, finalize_risk
+from ..accumulator import NonFiniteLosses, TiltState, block_state, finalize_risk, shifted_exponent
 from ..segments import Segments
-from .inputs import prepare_losses, prepare_prior, prepare_tilts
-from .kernels import _inplace, _inplace_exp, _risk_kernel, _weights_kernel
+from ._dispatch import HIERARCHICAL_RISK
+from .fast_path import _quiet
+from .inputs import narrow, prepare_losses, prepare_prior, prepare_tilts, widen_half
+from .kernels import _inplace_exp, _risk_kernel, _weights_kernel
 
 __all__ = [
     "GroupTree",
@@ -157,72 +156,49 @@ def _group_level(v: Any, m: Any, M: Any, seg: Segments, tau: float, xp: Any, wan
     or one Python float shared by all children: the uniform prior, which skips the masking
     of zero-mass children) and ``M`` (..., G) the groups' masses. Returns ``(R_g, w_cond)``
     with ``w_cond`` the weight of each child within its group (None unless ``want``).
+    Finite tilts are the group form of the tilted reduction
+    (:meth:`~tiltlab.accumulator.TiltState.from_block` with ``segments``).
     """
-    dev = device(v)
     uniform = isinstance(m, float)
-    on = None if uniform else m > 0
-
-    def msum(a):  # sum over each group of m * a
-        if uniform:
-            return m * _segments.segment_sum(a, seg, xp)
-        return _segments.segment_sum(m * a, seg, xp)
-
-    def mtimes(a):
-        return a * m if uniform else m * a
-
-    if tau == 0.0:
-        R = msum(v) / M
-        if not want:
-            return R, None
-        return R, m / _segments.expand(M, seg, xp)
-    if on is None:
-        hi = _segments.segment_max(v, seg, xp)
-        lo = _segments.segment_min(v, seg, xp)
-    else:
-        ninf = xp.asarray(-xp.inf, dtype=v.dtype, device=dev)
-        pinf = xp.asarray(xp.inf, dtype=v.dtype, device=dev)
-        hi = _segments.segment_max(xp.where(on, v, ninf), seg, xp)
-        lo = _segments.segment_min(xp.where(on, v, pinf), seg, xp)
+    prior = None if uniform else m
     if math.isinf(tau):
-        R = hi if tau > 0 else lo
-        if not want:
-            return R, None
-        ext = v == _segments.expand(R, seg, xp)
-        if on is not None:
-            ext = ext & on
-        mm = xp.where(ext, mtimes(xp.ones_like(v)), xp.zeros_like(v))
-        return R, mm / _segments.expand(_segments.segment_sum(mm, seg, xp), seg, xp)
-    c = hi if tau > 0 else lo
-    u = v - _segments.expand(c, seg, xp)
-    if on is not None:
-        u = xp.where(on, u, xp.zeros_like(u))
-    u *= tau  # a fresh array
-    scale = abs(tau) * (hi - lo)
-    small = scale <= 1
-    n_small = int(to_numpy(xp.sum(xp.astype(small, xp.int64))))
-    n_all = int(np.prod(tuple(small.shape)))
-    R = None
-    if n_small > 0:
-        e1 = xp.expm1(u) if n_small < n_all else _inplace(xp.expm1, u, xp)
-        q = msum(e1)
-        R_small = c + xp.log1p(q / M) / tau
-        if n_small == n_all:
-            R = R_small
-            if want:
-                e1 += 1.0  # exp(u) >= exp(-1): no cancellation
-            ew = e1
-            s = M + q
-    if n_small < n_all:
-        ew = _inplace(xp.exp, u, xp)
-        s = msum(ew)
-        R_large = c + xp.log(s / M) / tau
-        R = R_large if n_small == 0 else xp.where(small, R_small, R_large)
-    tiny = tiny_sqrt(v.dtype, xp)
-    if bool(to_numpy(xp.any(scale < tiny))):
-        R = xp.where(scale < tiny, msum(v) / M, R)
+        return _extreme_level(v, m, seg, tau, xp, want, uniform)
+    keep: list = []
+
+    def sums(pe):  # keep the unnormalised weights of the children (no extra pass)
+        keep.append(pe)
+        return ()
+
+    st = TiltState.from_block(v, tau, prior, sums=sums if want and tau != 0.0 else None,
+                              segments=seg, xp=xp, unit=m if uniform else None)
+    R = st.risk(xp, v.dtype)
     if not want:
         return R, None
-    return R, mtimes(ew) / _segments.expand(s, seg, xp)
+    if tau == 0.0:
+        return R, m / _segments.expand(M, seg, xp)
+    return R, keep[0] / _segments.expand(st.s, seg, xp)
+
+
+def _extreme_level(v: Any, m: Any, seg: Segments, tau: float, xp: Any, want: bool,
+                   uniform: bool):
+    """One level at ``tau = +-inf``: the extreme child of each group, and the prior
+    restricted to the tied extremes."""
+    on = None if uniform else m > 0
+    dev = device(v)
+    if on is None:
+        R = (_segments.segment_max if tau > 0 else _segments.segment_min)(v, seg, xp)
+    else:
+        fill = xp.asarray(-xp.inf if tau > 0 else xp.inf, dtype=v.dtype, device=dev)
+        pick = _segments.segment_max if tau > 0 else _segments.segment_min
+        R = pick(xp.where(on, v, fill), seg, xp)
+    if not want:
+        return R, None
+    ext = v == _segments.expand(R, seg, xp)
+    if on is not None:
+        ext = ext & on
+    ones = xp.ones_like(v)
+    mm = xp.where(ext, ones * m if uniform else m * ones, xp.zeros_like(v))
+    return R, mm / _segments.expand(_segments.segment_sum(mm, seg, xp), seg, xp)
 
 
 def risk_weights_scalar(l: Any, p: Any, t: float, xp: Any, *, weights: bool = True):
@@ -246,10 +222,7 @@ def risk_weights_scalar(l: Any, p: Any, t: float, xp: Any, *, weights: bool = Tr
 
 def _weights_from_state(l: Any, p: Any, st: TiltState, xp: Any) -> Any:
     """Tilted weights of 1-d losses given their merged state (shift and normaliser)."""
-    u = l - st.shift
-    if p is not None:
-        u = xp.where(p > 0, u, xp.zeros_like(u))
-    u *= st.t
+    u = shifted_exponent(l, st.shift, st.t, p, xp, math.isinf(st.hi - st.lo))
     e = _inplace_exp(u, xp)
     if p is not None:
         e = e * p
@@ -326,13 +299,14 @@ def check_group_mass(p: Any, tree: GroupTree, xp: Any) -> None:
 
 
 def _prepare_hierarchy(losses: Any, groups: Any, tilts: Any, weights: Any, xp: Any, check: bool):
-    """Validated ``(losses, prior, tree, tilts)`` for the public hierarchical functions."""
-    l = prepare_losses(losses, xp, check)
+    """Validated ``(losses, prior, tree, tilts, dtype)`` for the public hierarchical
+    functions (16-bit losses widened to float32; ``dtype`` is their own, else None)."""
+    l, half = widen_half(prepare_losses(losses, xp, check), xp)
     tree = build_tree(groups, l.shape[-1])
     ts = prepare_tilts(tilts, tree.depth)
     p = prepare_prior(weights, l, xp)
     check_group_mass(p, tree, xp)
-    return l, p, tree, ts
+    return l, p, tree, ts, half
 
 
 def hierarchical_risk(
@@ -369,7 +343,8 @@ def hierarchical_risk(
     weights : array, optional
         Prior sample weights (default uniform).
     check_finite : bool, optional
-        Reject NaN/infinite losses (default).
+        Reject NaN/infinite losses (default). With ``False``, NaN or infinite losses give
+        a NaN result on every backend.
     xp : namespace, optional
         Array namespace (inferred by default).
 
@@ -388,15 +363,13 @@ def hierarchical_risk(
     True
     """
     xp = namespace_of(losses=losses, weights=weights) if xp is None else xp
-    if is_dask_namespace(xp):  # issue-12 hook: one lazy reduction (tiltlab.distributed)
-        from ..distributed import dask_hierarchical_risk
-
-        out = dask_hierarchical_risk(losses, groups, tilts, weights=weights,
-                                     check_finite=check_finite)
+    impl = HIERARCHICAL_RISK.dispatch(xp)  # a library with its own evaluation (Dask)
+    if impl is not None:
+        out = impl(losses, groups, tilts, weights=weights, check_finite=check_finite)
         if out is not None:
             return out
-    l, p, tree, ts = _prepare_hierarchy(losses, groups, tilts, weights, xp, check_finite)
-    return hierarchy_eval(l, p, tree, ts, xp, weights=False)[0]
+    l, p, tree, ts, half = _prepare_hierarchy(losses, groups, tilts, weights, xp, check_finite)
+    return narrow(_eval_or_nan(l, p, tree, ts, xp, False, check_finite), half, xp)
 
 
 def hierarchical_weights(
@@ -434,5 +407,22 @@ def hierarchical_weights(
     [0.25, 0.25, 0.25, 0.25]
     """
     xp = namespace_of(losses=losses, weights=weights) if xp is None else xp
-    l, p, tree, ts = _prepare_hierarchy(losses, groups, tilts, weights, xp, check_finite)
-    return hierarchy_eval(l, p, tree, ts, xp)[1]
+    l, p, tree, ts, half = _prepare_hierarchy(losses, groups, tilts, weights, xp, check_finite)
+    return narrow(_eval_or_nan(l, p, tree, ts, xp, True, check_finite), half, xp)
+
+
+def _eval_or_nan(l: Any, p: Any, tree: GroupTree, ts: Any, xp: Any, want: bool,
+                 check: bool) -> Any:
+    """The hierarchical risk (or weights); NaN for non-finite losses when unchecked."""
+    if not check and not bool(xp.all(xp.isfinite(l))):
+        nan = xp.asarray(math.nan, dtype=l.dtype, device=device(l))
+        return nan + (xp.zeros_like(l) if want else xp.zeros_like(l[..., 0]))
+    try:
+        with _quiet(xp, not check):
+            out = hierarchy_eval(l, p, tree, ts, xp, weights=want)
+    except NonFiniteLosses:
+        if check:
+            raise
+        nan = xp.asarray(math.nan, dtype=l.dtype, device=device(l))
+        return nan + (xp.zeros_like(l) if want else xp.zeros_like(l[..., 0]))
+    return out[1] if want else out[0]

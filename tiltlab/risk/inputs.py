@@ -38,6 +38,26 @@ def prepare_losses(losses: Any, xp: Any, check: bool) -> Any:
     return arr
 
 
+def widen_half(l: Any, xp: Any) -> tuple[Any, Any]:
+    """16-bit losses (float16, bfloat16) as float32, and the dtype to return (else None).
+
+    Sums of many half-precision terms lose every digit (and NumPy cannot hold bfloat16),
+    so risks and weights of such losses are accumulated in float32 and rounded once.
+    """
+    try:
+        bits = xp.finfo(l.dtype).bits
+    except (TypeError, ValueError):  # pragma: no cover - non-float dtypes were promoted
+        return l, None
+    if bits > 16:
+        return l, None
+    return xp.astype(l, xp.float32), l.dtype
+
+
+def narrow(r: Any, dtype: Any, xp: Any) -> Any:
+    """``r`` rounded to ``dtype`` (the losses' 16-bit dtype) when given."""
+    return r if dtype is None else xp.astype(r, dtype)
+
+
 def prepare_tilt(t: Any, xp: Any, like: Any) -> tuple[Any, bool]:
     """Tilt(s) as an array of ``like``'s dtype/device; returns (t, is_grid).
 

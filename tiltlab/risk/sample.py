@@ -11,22 +11,21 @@ from typing import Any
 
 from .._compat import (
     device,
-    is_dask_namespace,
     namespace_of,
     normalize_axis,
 )
-from ..accumulator import _extremes
+from ..accumulator import NonFiniteLosses, _extremes
+from ._dispatch import TILTED_RISK, TILTED_WEIGHTS
 from .fast_path import (
     _check_losses,
     _finite_nonzero,
     _host_tilt,
-    _keep,
     _quiet,
     _risk_1d,
     _use_fast_path,
     _weights_1d,
 )
-from .inputs import prepare_losses, prepare_prior, prepare_tilt
+from .inputs import narrow, prepare_losses, prepare_prior, prepare_tilt, widen_half
 from .kernels import _risk_kernel, _weights_kernel
 
 __all__ = ["tilted_risk", "tilted_weights"]
@@ -77,7 +76,10 @@ def tilted_risk(
         Keep the reduced axis with length one.
     check_finite : bool, optional
         Raise ``ValueError`` for NaN or infinite losses (default). Pass ``False`` to skip
-        the check (results for non-finite losses are then whatever IEEE arithmetic gives).
+        the check: then a NaN loss with positive prior weight makes the result NaN (the
+        risk, and every weight in :func:`tilted_weights`) at every tilt, on every
+        backend; infinite losses give what IEEE arithmetic gives in the shifted formulas
+        (``inf`` at ``t = 0`` for a ``+inf`` loss, NaN where two infinities meet).
     xp : namespace, optional
         The array namespace; inferred from the inputs by default.
 
@@ -112,39 +114,49 @@ def tilted_risk(
     (2,)
     """
     xp = namespace_of(losses=losses, weights=weights) if xp is None else xp
-    if is_dask_namespace(xp):  # issue-12 hook: one lazy reduction (tiltlab.distributed)
-        from ..distributed import dask_tilted_risk
-
-        out = dask_tilted_risk(losses, t, axis=axis, weights=weights, keepdims=keepdims,
-                               check_finite=check_finite)
+    impl = TILTED_RISK.dispatch(xp)  # a library with its own evaluation (Dask: one graph)
+    if impl is not None:
+        out = impl(losses, t, axis=axis, weights=weights, keepdims=keepdims,
+                   check_finite=check_finite)
         if out is not None:
             return out
-    l = prepare_losses(losses, xp, False)
+    l, half = widen_half(prepare_losses(losses, xp, False), xp)
     ax = normalize_axis(axis, l.ndim)
     l = xp.moveaxis(l, ax, -1) if ax != l.ndim - 1 else l
     host_t = _host_tilt(t, l, xp)
-    if host_t is not None and _use_fast_path(l, xp, check_finite):
-        # a plain number: no device copy of the tilt, no synchronisation to validate it
-        p = prepare_prior(weights, l, xp, ax)
-        with _quiet(xp):
-            r = _risk_1d(l, p, host_t, False, xp, check_finite)
-        return _keep(r, keepdims, ax, xp)
-    if host_t is not None:
-        # validated on the host: nothing data-dependent for torch.compile to trace
-        tt, grid = xp.asarray(float(host_t), dtype=l.dtype, device=device(l)), False
-    else:
-        tt, grid = prepare_tilt(t, xp, l)
+    # a plain number: no device copy of the tilt, no synchronisation to validate it
+    tt, grid = (None, False) if host_t is not None else prepare_tilt(t, xp, l)
     p = prepare_prior(weights, l, xp, ax)
+    r = None
     if _use_fast_path(l, xp, check_finite) and not getattr(tt, "requires_grad", False):
-        with _quiet(xp):
-            r = _risk_1d(l, p, tt, grid, xp, check_finite)
-        if keepdims:
-            r = xp.expand_dims(r, axis=ax + (1 if grid else 0))
-        return r
-    if check_finite:
-        _check_losses(l, xp)
-    with _quiet(xp):
-        return _risk_grid(l, p, tt, grid, keepdims, ax, xp)
+        try:
+            with _quiet(xp, not check_finite):
+                r = _risk_1d(l, p, host_t if tt is None else tt, grid, xp, check_finite)
+        except NonFiniteLosses:
+            if check_finite:
+                raise
+    if r is None:
+        if tt is None:  # validated on the host: nothing data-dependent for torch.compile
+            tt = xp.asarray(float(host_t), dtype=l.dtype, device=device(l))
+        if check_finite:
+            _check_losses(l, xp)
+        with _quiet(xp, not check_finite):
+            r = _risk_grid(l, p, tt, grid, False, ax, xp)
+    if not check_finite:
+        r = r + _nan_of_nan(l, p, xp)
+    if keepdims:
+        r = xp.expand_dims(r, axis=ax + (1 if grid else 0))
+    return narrow(r, half, xp)
+
+
+def _nan_of_nan(l: Any, p: Any, xp: Any) -> Any:
+    """NaN for every batch row with a NaN loss on the support, else 0 (one sum, no
+    synchronisation)."""
+    bad = xp.isnan(l)
+    if p is not None:
+        bad = bad & (p > 0)
+    nan = xp.asarray(math.nan, dtype=l.dtype, device=device(l))
+    return xp.sum(xp.where(bad, nan, xp.zeros_like(l)), axis=-1)
 
 
 def _risk_grid(l: Any, p: Any, tt: Any, grid: bool, keepdims: bool, ax: int, xp: Any) -> Any:
@@ -203,7 +215,12 @@ def tilted_weights(
     1.0
     """
     xp = namespace_of(losses=losses, weights=weights) if xp is None else xp
-    l = prepare_losses(losses, xp, False)
+    impl = TILTED_WEIGHTS.dispatch(xp)
+    if impl is not None:
+        out = impl(losses, t, axis=axis, weights=weights, check_finite=check_finite)
+        if out is not None:
+            return out
+    l, half = widen_half(prepare_losses(losses, xp, False), xp)
     ax = normalize_axis(axis, l.ndim)
     l = xp.moveaxis(l, ax, -1) if ax != l.ndim - 1 else l
     host_t = _host_tilt(t, l, xp)
@@ -220,19 +237,16 @@ def tilted_weights(
     ):
         if check_finite and p is not None:
             _check_losses(l, xp)
-        try:
-            hi, lo = _extremes(l, p, xp)
-            if not (math.isfinite(hi) and math.isfinite(lo)):
-                raise ValueError("`losses` contains NaN or infinite values")
-        except ValueError:
-            _check_losses(l, xp)
-            raise
-        with _quiet(xp):
-            return _weights_1d(l, p, float(tt), hi, lo, xp)
+        hi, lo = _extremes(l, p, xp)
+        if math.isfinite(hi) and math.isfinite(lo):
+            with _quiet(xp, not check_finite):
+                return narrow(_weights_1d(l, p, float(tt), hi, lo, xp), half, xp)
     if check_finite:
         _check_losses(l, xp)
-    with _quiet(xp):
+    with _quiet(xp, not check_finite):
         w = _weights_kernel(l, p, tt, xp)
+    if not check_finite:
+        w = w + _nan_of_nan(l, p, xp)[..., None]
     if ax != l.ndim - 1:
         w = xp.moveaxis(w, -1, ax + (1 if grid else 0))
-    return w
+    return narrow(w, half, xp)
