@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import array_api_compat
 import numpy as np
 
-from ._compat import device, to_numpy
+from ._compat import device, library_namespace, to_numpy
 
 __all__ = ["assert_close", "assert_namespace", "default_rtol"]
 
@@ -25,8 +24,8 @@ def default_rtol(dtype: Any) -> float:
 
 def assert_namespace(actual: Any, xp: Any, *, dtype: Any = None, dev: Any = None) -> None:
     """``actual`` is an array of ``xp`` with the given dtype and device."""
-    got = array_api_compat.array_namespace(actual)
-    want = array_api_compat.array_namespace(xp.asarray(0.0))
+    got = library_namespace(actual)
+    want = library_namespace(xp.asarray(0.0))
     assert got is want, f"namespace {got.__name__} != {want.__name__}"
     if dtype is not None:
         assert actual.dtype == dtype, f"dtype {actual.dtype} != {dtype}"

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from .._compat import is_dask_namespace, to_numpy
+from .._compat import is_dask_namespace, library_namespace, to_numpy
 from ._objective import distribute, evaluate, supported
 
 __all__ = ["ClientObjective", "client_minimize", "is_dask_objective"]
@@ -39,11 +39,9 @@ class ClientObjective:
     """
 
     def __init__(self, objective: Any):
-        import array_api_compat.numpy as npx
-
         self.objective = objective
         self.plan = distribute(objective)
-        self.xp = npx
+        self.xp = library_namespace(np.empty(0))
         self.device = "cpu"
         self.dtype = np.dtype(objective.dtype)
         self.shape = objective.shape
