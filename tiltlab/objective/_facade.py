@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from . import _cupy_kernels
-from ._compat import (
+from .. import _cupy_kernels
+from .._compat import (
     PicklableNamespace,
     as_array,
     as_float_array,
@@ -36,10 +36,10 @@ from ._compat import (
     namespace_of,
     real_number,
 )
-from ._compat import check_finite as _check_finite
-from .accumulator import NonFiniteLosses, block_state, finalize_risk, merge, normalized_sums
-from .losses import get_loss
-from .risk import (
+from .._compat import check_finite as _check_finite
+from ..accumulator import NonFiniteLosses, block_state, finalize_risk, merge, normalized_sums
+from ..losses import get_loss
+from ..risk import (
     GroupTree,
     broadcast_groups,
     build_tree,
@@ -716,7 +716,7 @@ def _distributed_call(obj: Any, kind: str, theta: Any, v: Any = None) -> Any:
     """issue-12 hook: one-graph evaluation of a Dask objective (None: not applicable)."""
     if not is_dask_namespace(obj.xp):
         return None
-    from .distributed import objective_call
+    from ..distributed import objective_call
 
     return objective_call(obj, kind, theta, v)
 
@@ -748,7 +748,7 @@ def _itemsize(dtype: Any, xp: Any) -> int:
 
 def _mean_state(ell: Any, p: Any, xp: Any, sums: Any):
     """An accumulator state at t = 0 (no exponentials): weights are the prior."""
-    from .accumulator import NonFiniteLosses, TiltState, _extremes
+    from ..accumulator import NonFiniteLosses, TiltState, _extremes
 
     hi, lo = _extremes(ell, p, xp)
     if not (np.isfinite(hi) and np.isfinite(lo)):
@@ -770,6 +770,6 @@ def _tilt_value(t: Any) -> float:
 
 
 def _depth_of(groups: Any) -> int:
-    from ._compat import seq_of_arrays
+    from .._compat import seq_of_arrays
 
     return len(groups) if seq_of_arrays(groups) else 1
