@@ -96,6 +96,14 @@ def is_lazy(xp: Any) -> bool:
     return is_dask_namespace(xp) or is_jax_namespace(xp)
 
 
+def on_accelerator(xp: Any, dev: Any) -> bool:
+    """True when arrays of ``xp`` on ``dev`` live on a GPU (CuPy, PyTorch on CUDA...):
+    their kernels run in parallel blocks of their own, so host-side blocking only costs."""
+    if is_cupy_namespace(xp):
+        return True
+    return is_torch_namespace(xp) and getattr(dev, "type", "cpu") != "cpu"
+
+
 def default_float(xp: Any, dev: Any = None) -> Any:
     """The namespace's default real floating dtype (float32 for PyTorch by default)."""
     try:
