@@ -16,7 +16,7 @@ from ..risk import prepare_tilts
 from .blocks import BLOCK_BYTES
 from .engines import Context, engines_for
 from .engines.generic import GENERIC, aggregate
-from .engines.onepass import rows_per_block
+from .engines.onepass import check_block_rows, rows_per_block
 from .engines.parameter import PARAMETER
 from .linearization import Linearization
 from .problem import TiltedProblem, depth_of, tilt_value
@@ -279,11 +279,7 @@ class TiltedObjective(PicklableNamespace):
 
     @block_rows.setter
     def block_rows(self, value: int | None) -> None:
-        if value is not None and (
-            isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1
-        ):
-            raise ValueError(f"`block_rows` must be a positive integer or None, got {value!r}")
-        self._block_rows = None if value is None else int(value)
+        self._block_rows = check_block_rows(value)
 
     def batch_losses_and_vjp(self, theta: Any, idx: Any):
         """Losses of the rows ``idx`` and a map ``c -> sum_i c_i grad f_i`` over them.
@@ -357,20 +353,9 @@ class TiltedObjective(PicklableNamespace):
         True
         """
         self._check_finite_tilts()
-        xp = self.xp
         th, T = self._shaped(theta)
         raw = self._call("linearize", T)
-        problem = self._problem
-
-        def products(vv: Any) -> Any:
-            V = vv if problem.shape is None else xp.reshape(vv, problem.shape)
-            return xp.reshape(raw.hvp(V), vv.shape)
-
-        grad = xp.reshape(raw.gradient, th.shape)
-        return Linearization(
-            th, raw.value, grad, raw.losses, raw.weights, products,
-            check=lambda v: self.check_theta(v, "v"),
-        )  # fmt: skip
+        return raw.reshaped(th, self._problem.shape, lambda v: self.check_theta(v, "v"))
 
     # -- pickling -------------------------------------------------------------------
 

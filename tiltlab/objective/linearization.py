@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from .._compat import library_namespace as _namespace
+
 __all__ = ["Linearization"]
 
 
@@ -60,6 +62,20 @@ class Linearization:
         """Hessian-vector product at the linearisation point, in the shape of ``v``."""
         vv = v if self._check is None else self._check(v)
         return self._products(vv)
+
+    def reshaped(self, theta: Any, shape: Any, check: Callable[[Any], Any]) -> Linearization:
+        """This linearisation (made in the parameter ``shape``) seen in the shape of
+        ``theta``, with ``check`` validating each direction ``v``."""
+        xp = _namespace(theta)
+
+        def products(v: Any) -> Any:
+            V = v if shape is None else xp.reshape(v, shape)
+            return xp.reshape(self.hvp(V), v.shape)
+
+        grad = xp.reshape(self.gradient, theta.shape)
+        return Linearization(
+            theta, self.value, grad, self.losses, self.weights, products, check=check
+        )
 
     def __repr__(self) -> str:
         return f"Linearization(value={self.value!r})"

@@ -11,11 +11,13 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+
 from ...accumulator import NonFiniteLosses, block_state, finalize_risk, merge, normalized_sums
 from ..blocks import block_rows, hvp_coefficients, mean_state
 from .base import Context, Engine
 
-__all__ = ["ONE_PASS", "OnePassEngine", "rows_per_block"]
+__all__ = ["ONE_PASS", "OnePassEngine", "check_block_rows", "rows_per_block"]
 
 
 def rows_per_block(problem: Any, override: int | None = None) -> int:
@@ -24,6 +26,15 @@ def rows_per_block(problem: Any, override: int | None = None) -> int:
     if override:
         return min(int(override), n)
     return block_rows(n, problem.n_features or 1, problem.dtype, problem.xp, problem.device)
+
+
+def check_block_rows(value: Any) -> int | None:
+    """A user's rows per block: a positive integer, or None for the policy."""
+    if value is not None and (
+        isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1
+    ):
+        raise ValueError(f"`block_rows` must be a positive integer or None, got {value!r}")
+    return None if value is None else int(value)
 
 
 class OnePassEngine(Engine):
