@@ -92,10 +92,11 @@ def _sigmoid_pair(z: Any, xp: Any) -> tuple[Any, Any]:
 class Loss(PicklableNamespace):
     """Base class of tiltlab's per-sample losses.
 
-    Linear-predictor losses (``is_linear = True``) implement :meth:`value`,
-    :meth:`derivatives` and :meth:`hvp_z` in the predictor ``z = X @ theta``.
-    Non-linear losses (``is_linear = False``, see :class:`CallableLoss`) implement
-    ``fun``, ``grad``, ``hess`` and ``hvp`` in ``theta`` instead.
+    These are the losses of the linear predictor ``z = X @ theta`` (``is_linear =
+    True``): they implement :meth:`value`, :meth:`derivatives` and :meth:`hvp_z` in
+    ``z``. Losses given in ``theta`` itself (``fun``, ``grad``, ``hess``, ``hvp``) are the
+    other kind, :class:`~tiltlab.losses.custom.ParameterLoss` (for instance
+    :class:`~tiltlab.losses.CallableLoss`).
 
     Attributes
     ----------
