@@ -1,6 +1,7 @@
-"""Regression tests for the input-handling items of issue 9.
+"""Regression tests for input handling (column targets, weights, tilts from any library,
+strings, pickles...).
 
-Each test names the issue item it guards. References are independent of the code under
+Each section names the case it guards. References are independent of the code under
 test: plain NumPy float64 formulas written here, or the same call on NumPy inputs where
 the point is that a foreign parameter is converted (not how the value is computed).
 """

@@ -421,7 +421,7 @@ def test_plots_return_axes(agg, paths):
 
 
 # ---------------------------------------------------------------------------
-# issue 9 items 12-15: verdicts checked with separate code (SciPy solves, closed forms)
+# verdicts checked with separate code (SciPy solves, closed forms)
 
 
 def _glm_points(seed):
