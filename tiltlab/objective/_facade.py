@@ -222,7 +222,7 @@ class TiltedObjective(PicklableNamespace):
         self._problem = problem
 
     def _context(self) -> Context:
-        return Context(self._count, self._update, self._block_rows, bool(self.fused))
+        return Context(self._count, self._update, self.block_rows, bool(self.fused))
 
     def _call(self, op: str, theta: Any, *args: Any) -> Any:
         """Ask the engines in turn; the first that does not decline answers. Arguments
@@ -275,7 +275,7 @@ class TiltedObjective(PicklableNamespace):
         O(block), not O(N)) on CPU backends; the whole of ``X`` on GPU backends, whose
         kernels block internally.
         """
-        return rows_per_block(self._problem, self._block_rows)
+        return rows_per_block(self._problem, self._block_rows, self.BLOCK_BYTES)
 
     @block_rows.setter
     def block_rows(self, value: int | None) -> None:

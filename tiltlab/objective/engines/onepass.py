@@ -14,18 +14,21 @@ from typing import Any
 import numpy as np
 
 from ...accumulator import NonFiniteLosses, block_state, finalize_risk, merge, normalized_sums
-from ..blocks import block_rows, hvp_coefficients, mean_state
+from ..blocks import BLOCK_BYTES, block_rows, hvp_coefficients, mean_state
 from .base import Context, Engine
 
 __all__ = ["ONE_PASS", "OnePassEngine", "check_block_rows", "rows_per_block"]
 
 
-def rows_per_block(problem: Any, override: int | None = None) -> int:
+def rows_per_block(
+    problem: Any, override: int | None = None, target_bytes: int = BLOCK_BYTES
+) -> int:
     """Rows of ``X`` per block for ``problem`` (``override`` when set, at most ``n``)."""
     n = problem.n_samples or 1
     if override:
         return min(int(override), n)
-    return block_rows(n, problem.n_features or 1, problem.dtype, problem.xp, problem.device)
+    d = problem.n_features or 1
+    return block_rows(n, d, problem.dtype, problem.xp, problem.device, target_bytes=target_bytes)
 
 
 def check_block_rows(value: Any) -> int | None:
