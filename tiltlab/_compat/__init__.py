@@ -37,6 +37,7 @@ from .namespaces import (
     tiny_sqrt,
     to_device,
     to_numpy,
+    writes_in_place,
 )
 from .parsing import (
     as_array,
@@ -86,4 +87,5 @@ __all__ = [
     "seq_of_arrays",
     "tiny_sqrt",
     "to_device",
+    "writes_in_place",
 ]

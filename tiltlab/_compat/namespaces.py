@@ -150,13 +150,17 @@ def to_numpy(x: Any) -> np.ndarray:
         return np.asarray(x)
 
 
+def writes_in_place(xp: Any) -> bool:
+    """True when the library's elementwise functions write into ``out=`` (NumPy, CuPy,
+    PyTorch); array-api-strict and Dask arrays are not written in place."""
+    return is_numpy_namespace(xp) or is_cupy_namespace(xp) or is_torch_namespace(xp)
+
+
 def apply_inplace(fn: Any, x: Any, xp: Any) -> Any:
     """``fn(x)`` written over ``x`` where the library supports ``out=`` (NumPy, CuPy,
     PyTorch), else a new array. ``x`` must be a temporary the caller owns; a tensor that
     requires grad is not overwritten (autograd records no ``out=`` operations)."""
-    if (is_numpy_namespace(xp) or is_cupy_namespace(xp) or is_torch_namespace(xp)) and not (
-        getattr(x, "requires_grad", False)
-    ):
+    if writes_in_place(xp) and not getattr(x, "requires_grad", False):
         return fn(x, out=x)
     return fn(x)
 

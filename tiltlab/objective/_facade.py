@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from .._compat import PicklableNamespace
+from .._compat import PicklableNamespace, is_lazy
 from ..risk import prepare_tilts
 from .blocks import BLOCK_BYTES
 from .engines import Context, engines_for
@@ -222,7 +222,9 @@ class TiltedObjective(PicklableNamespace):
         self._problem = problem
 
     def _context(self) -> Context:
-        return Context(self._count, self._update, self.block_rows, bool(self.fused))
+        return Context(
+            self._count, self._update, self._block_rows, bool(self.fused), self.BLOCK_BYTES
+        )
 
     def _call(self, op: str, theta: Any, *args: Any) -> Any:
         """Ask the engines in turn; the first that does not decline answers. Arguments
@@ -244,9 +246,12 @@ class TiltedObjective(PicklableNamespace):
     def losses(self, theta: Any) -> Any:
         """Per-sample losses at ``theta``, shape ``(N,)``."""
         th, T = self._shaped(theta)
-        if self._problem.is_linear:
-            return GENERIC.losses(self._problem, T, self._context())
-        return PARAMETER.losses(self._problem, th, self._context())[0]
+        if not self._problem.is_linear:
+            return PARAMETER.losses(self._problem, th, self._context())[0]
+        ell = GENERIC.losses(self._problem, T, self._context())
+        if not is_lazy(self.xp) and not bool(self.xp.all(self.xp.isfinite(ell))):
+            self._problem.check_finite_theta(th)
+        return ell
 
     def value(self, theta: Any) -> Any:
         """Objective value at ``theta`` (a 0-d array)."""
@@ -255,7 +260,7 @@ class TiltedObjective(PicklableNamespace):
     def weights(self, theta: Any) -> Any:
         """Tilted (or hierarchical) per-sample weights at ``theta``; they sum to one."""
         ell = self.losses(theta)
-        return aggregate(self._problem, ell)[1]
+        return aggregate(self._problem, ell, self.check_theta(theta))[1]
 
     def value_and_gradient(self, theta: Any) -> tuple[Any, Any]:
         """Objective value and gradient (gradient in the shape of ``theta``)."""
@@ -316,6 +321,7 @@ class TiltedObjective(PicklableNamespace):
         self._check_finite_tilts()
         _, T = self._shaped(theta)
         vv, V = self._shaped(v, "v")
+        self._problem.check_finite_theta(vv, "v")
         return self.xp.reshape(self._call("hvp", T, V), vv.shape)
 
     def hessian(self, theta: Any) -> Any:
@@ -357,11 +363,9 @@ class TiltedObjective(PicklableNamespace):
         raw = self._call("linearize", T)
         return raw.reshaped(th, self._problem.shape, lambda v: self.check_theta(v, "v"))
 
-    # -- pickling -------------------------------------------------------------------
-
     def __setstate__(self, state: dict) -> None:
         state = dict(state)
-        if "_tilts_list" in state:  # written before the problem/engine split
+        if "_tilts_list" in state:  # pickled before the problem/engine split
             state = _from_flat_state(state)
         super().__setstate__(state)
 

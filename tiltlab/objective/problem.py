@@ -23,7 +23,7 @@ from .._compat import (
     check_finite,
     device,
     is_lazy,
-    library_namespace,
+    is_numpy_namespace,
     namespace_of,
     real_number,
     seq_of_arrays,
@@ -193,12 +193,13 @@ class TiltedProblem(PicklableNamespace):
         """``theta`` as an array of the problem's namespace, dtype and device.
 
         Parameters are not data: a NumPy array is moved to the namespace and device (an
-        array of a third library is rejected). NaN or infinite entries raise a
-        ``ValueError`` naming ``name`` (checked on eager backends; a lazy ``theta`` is
-        checked by the evaluation that computes it).
+        array of a third library is rejected), after a check that its entries are finite.
+        Other parameters are checked by the evaluations, when the losses are not finite
+        (:meth:`check_finite_theta`).
         """
         xp = self.xp
-        if isinstance(theta, np.ndarray) and library_namespace(theta) is not xp:
+        host = isinstance(theta, np.ndarray)
+        if host and not is_numpy_namespace(xp):
             if theta.dtype.kind in "fiub" and not np.all(np.isfinite(theta)):
                 raise ValueError(f"`{name}` contains NaN or infinite values")
             theta = xp.asarray(theta, device=self.device)
@@ -212,9 +213,18 @@ class TiltedProblem(PicklableNamespace):
                     f"`{name}` must have shape {self.shape} (or be flat of size {size}), got "
                     f"{tuple(th.shape)}"
                 )
-        if not is_lazy(xp) and not bool(xp.all(xp.isfinite(th))):
-            raise ValueError(f"`{name}` contains NaN or infinite values")
         return th
+
+    def check_finite_theta(self, theta: Any, name: str = "theta") -> None:
+        """Raise a ``ValueError`` naming ``name`` when ``theta`` holds NaN or infinity
+        (engines ask when the losses they computed are not finite)."""
+        xp = self.xp
+        if isinstance(theta, np.ndarray):  # on the host, without the namespace's wrappers
+            finite = bool(np.isfinite(theta).all())
+        else:
+            finite = is_lazy(xp) or bool(xp.all(xp.isfinite(theta)))
+        if not finite:
+            raise ValueError(f"`{name}` contains NaN or infinite values")
 
     # -- pickling -------------------------------------------------------------------------
 

@@ -22,7 +22,8 @@ class Context:
     ``count(k)`` adds ``k`` passes over the data to the objective's tally (one per
     product with ``X`` or ``X^T``, or per blocked sweep); ``update(problem)`` hands back
     a problem completed by an evaluation (the parameter shape of a parameter-space loss);
-    ``block_rows`` sets the rows per block of blocked engines (None: their policy);
+    ``block_rows`` sets the rows per block of blocked engines (None: their policy, with
+    blocks of about ``block_bytes``);
     ``fused`` allows fused kernels.
     """
 
@@ -30,6 +31,7 @@ class Context:
     update: Callable[[Any], None]
     block_rows: int | None = None
     fused: bool = True
+    block_bytes: int = 1 << 25
 
 
 #: engines for one array library each, filled by optional backends (see the module doc)

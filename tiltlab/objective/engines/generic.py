@@ -32,8 +32,12 @@ from .base import Context, Engine
 __all__ = ["GENERIC", "GenericEngine", "aggregate", "penalty", "tilt_term_coef"]
 
 
-def aggregate(problem: Any, ell: Any) -> tuple[Any, Any]:
-    """Risk and per-sample weights of the losses ``ell`` under the problem's tilts."""
+def aggregate(problem: Any, ell: Any, theta: Any = None) -> tuple[Any, Any]:
+    """Risk and per-sample weights of the losses ``ell`` under the problem's tilts.
+
+    Non-finite losses give IEEE results (inf for an overflowing trial step), unless they
+    come from a non-finite ``theta``: that raises a ``ValueError`` naming it.
+    """
     xp = problem.xp
     tilts = problem.tilts
     if problem.tree is None:
@@ -41,9 +45,12 @@ def aggregate(problem: Any, ell: Any) -> tuple[Any, Any]:
             try:
                 return risk_weights_scalar(ell, problem.prior, tilts[0], xp)
             except NonFiniteLosses:
-                pass  # IEEE results (inf for an overflowing trial step)
+                if theta is not None:
+                    problem.check_finite_theta(theta)
         tt = xp.asarray(tilts[0], dtype=ell.dtype, device=device(ell))
         return risk_and_weights(ell, problem.prior, tt, xp)
+    if theta is not None and not is_lazy(xp) and not bool(xp.all(xp.isfinite(ell))):
+        problem.check_finite_theta(theta)
     return hierarchy_eval(ell, problem.prior, problem.tree, list(tilts), xp)
 
 
@@ -113,12 +120,12 @@ class GenericEngine(Engine):
         return (z,) + tuple(problem.loss.derivatives(z, problem.y, validate=False, xp=xp))
 
     def value(self, problem: Any, theta: Any, ctx: Context) -> Any:
-        r, _ = aggregate(problem, self.losses(problem, theta, ctx))
+        r, _ = aggregate(problem, self.losses(problem, theta, ctx), theta)
         return r + penalty(problem, theta) if problem.l2 else r
 
     def value_and_gradient(self, problem: Any, theta: Any, ctx: Context) -> Any:
         _, ell, d1, _ = self._parts(problem, theta, ctx)
-        r, w = aggregate(problem, ell)
+        r, w = aggregate(problem, ell, theta)
         coef = w[:, None] * d1 if d1.ndim == 2 else w * d1
         g = problem.X.T @ coef
         ctx.count(1)
@@ -139,7 +146,7 @@ class GenericEngine(Engine):
             z, u = zu[:, :k], zu[:, k:]
         ctx.count(1)
         ell, d1, d2 = problem.loss.derivatives(z, problem.y, validate=False, xp=xp)
-        _, w = aggregate(problem, ell)
+        _, w = aggregate(problem, ell, theta)
         out = X.T @ _product_coefficients(problem, z, u, w, d1, d2)
         ctx.count(1)
         return out + problem.l2 * v if problem.l2 else out
@@ -149,7 +156,7 @@ class GenericEngine(Engine):
             return None  # columns of Hessian-vector products
         xp = problem.xp
         _, ell, d1, d2 = self._parts(problem, theta, ctx)
-        _, w = aggregate(problem, ell)
+        _, w = aggregate(problem, ell, theta)
         X = problem.X
         tilts = problem.tilts[::-1]  # innermost first
         # level 0: samples; sum_i w_i (d2 + t_1 d1^2) x_i x_i^T
@@ -194,7 +201,7 @@ class GenericEngine(Engine):
 
     def linearize(self, problem: Any, theta: Any, ctx: Context) -> Linearization:
         z, ell, d1, d2 = self._parts(problem, theta, ctx)
-        r, w = aggregate(problem, ell)
+        r, w = aggregate(problem, ell, theta)
         coef = w[:, None] * d1 if d1.ndim == 2 else w * d1
         g = problem.X.T @ coef
         ctx.count(1)

@@ -55,7 +55,9 @@ class OnePassEngine(Engine):
         return math.isfinite(problem.tilts[0])
 
     def value_and_gradient(self, problem: Any, theta: Any, ctx: Context) -> Any:
-        out = self._sweep(problem, theta, None, ctx, rows_per_block(problem, ctx.block_rows))
+        out = self._sweep(
+            problem, theta, None, ctx, rows_per_block(problem, ctx.block_rows, ctx.block_bytes)
+        )
         if out is None:
             return None
         r, (g,) = out
@@ -65,7 +67,9 @@ class OnePassEngine(Engine):
         return r, g
 
     def hvp(self, problem: Any, theta: Any, v: Any, ctx: Context) -> Any:
-        out = self._sweep(problem, theta, v, ctx, rows_per_block(problem, ctx.block_rows))
+        out = self._sweep(
+            problem, theta, v, ctx, rows_per_block(problem, ctx.block_rows, ctx.block_bytes)
+        )
         if out is None:
             return None
         hv = out[1][0]

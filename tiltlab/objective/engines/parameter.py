@@ -18,9 +18,10 @@ from .generic import aggregate, penalty, tilt_term_coef
 __all__ = ["PARAMETER", "ParameterEngine"]
 
 
-def _no_nan(problem: Any, ell: Any) -> None:
+def _no_nan(problem: Any, ell: Any, theta: Any) -> None:
     xp = problem.xp
     if bool(xp.any(xp.isnan(ell))):
+        problem.check_finite_theta(theta)
         raise ValueError(
             f"the {problem.loss.name} `loss` returned NaN at `theta`; a tilted risk of NaN "
             "losses is not defined"
@@ -38,7 +39,7 @@ class ParameterEngine(Engine):
     def losses(self, problem: Any, theta: Any, ctx: Context) -> tuple[Any, Any]:
         """Per-sample losses and the (possibly completed) problem."""
         ell = problem.loss.fun(theta, problem.X, problem.y, xp=problem.xp)
-        _no_nan(problem, ell)
+        _no_nan(problem, ell, theta)
         return ell, self._learn(problem, theta, ell, ctx)
 
     def _learn(self, problem: Any, theta: Any, ell: Any, ctx: Context) -> Any:
@@ -49,7 +50,7 @@ class ParameterEngine(Engine):
 
     def _jacobian(self, problem: Any, theta: Any, ctx: Context) -> tuple[Any, Any, Any]:
         ell, J = problem.loss.value_and_grad(theta, problem.X, problem.y, xp=problem.xp)
-        _no_nan(problem, ell)
+        _no_nan(problem, ell, theta)
         return ell, J, self._learn(problem, theta, ell, ctx)
 
     def value(self, problem: Any, theta: Any, ctx: Context) -> Any:
