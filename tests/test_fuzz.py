@@ -1,4 +1,4 @@
-"""Hypothesis fuzzing of the aggregation API (issue 9, "Done means").
+"""Hypothesis fuzzing of the aggregation API.
 
 Random shapes (1-3 dims), dtypes (float32/float64), sample axes, priors (none, 1-d,
 full shape, with zeros) and tilts (0, +-inf, tiny, large, grids of them) go through

@@ -1,6 +1,7 @@
-"""Regression tests for input handling: bad and unusual inputs at the public functions.
+"""Regression tests for input handling (column targets, weights, tilts from any library,
+strings, pickles...).
 
-Each section names the kind of input it guards. References are independent of the code under
+Each section names the case it guards. References are independent of the code under
 test: plain NumPy float64 formulas written here, or the same call on NumPy inputs where
 the point is that a foreign parameter is converted (not how the value is computed).
 """

@@ -537,8 +537,9 @@ def test_local_rate_tolerance_scales_with_rounding():
     recs = check_path(path, include=["variance_local", "cosine_local", "entropy_local"])
     assert all(r.holds for r in recs), [(r.name, r.worst_violation, r.tolerance) for r in recs]
     # and a genuinely wrong rate is still caught: flip the sign of d theta / dt
-    from tiltlab import theory
+    from tiltlab.theory.path_data import _PathData
+    from tiltlab.theory.properties import _check_entropy_local
 
-    data = theory._PathData(path, 1e-10, 1e-4)
+    data = _PathData(path, 1e-10, 1e-4)
     data._derivs = [-dv for dv in data.derivs()]
-    assert not theory._check_entropy_local(data).holds
+    assert not _check_entropy_local(data).holds

@@ -3,15 +3,18 @@
 This module sits at the top of the package (it is imported by ``tiltlab/__init__.py``)
 and is the one place that names both a lower layer's :class:`~tiltlab._dispatch.Dispatch`
 table and the higher module that fills it. Registrations are lazy (module paths as
-strings), so ``import tiltlab`` imports no optional backend.
+strings), so ``import tiltlab`` imports no optional backend: the named module is imported
+the first time an array of its library is evaluated, and registers its implementation.
 """
 
 from __future__ import annotations
 
-__all__: list[str] = []
-
 from .accumulator import EXTREMES
+from .objective.engines import ENGINES
 from .risk._dispatch import HIERARCHICAL_RISK, TILTED_RISK, TILTED_WEIGHTS
+from .solvers._external import DRIVERS
+
+__all__: list[str] = []
 
 # CuPy: extremes of 1-d losses read in one transfer
 EXTREMES.register_lazy("cupy", "tiltlab._cupy_kernels")
@@ -19,3 +22,10 @@ EXTREMES.register_lazy("cupy", "tiltlab._cupy_kernels")
 # Dask: risks of lazy arrays as one task graph (tiltlab.distributed registers them)
 for _table in (TILTED_RISK, HIERARCHICAL_RISK, TILTED_WEIGHTS):
     _table.register_lazy("dask", "tiltlab.distributed")
+
+# objective engines, one per array library (tiltlab/objective/engines/__init__.py)
+ENGINES.register_lazy("cupy", "tiltlab.objective.engines.cuda")
+ENGINES.register_lazy("dask", "tiltlab.distributed._objective")
+
+# solvers driven from outside the array library (tiltlab/solvers/_external.py)
+DRIVERS.register_lazy("dask", "tiltlab.distributed._solvers")

@@ -8,10 +8,12 @@ extremes, loss sum) and adds ``exp(t (l - c)) l' x`` to per-lane gradient accumu
 rescaling them whenever the shift moves. Every group writes its state; the states are
 merged on the device by the same exact rule as :func:`tiltlab.accumulator.merge`.
 
-It serves ``TiltedObjective.value_and_gradient`` for the squared and logistic losses,
-sample-level finite tilts, uniform priors and C-contiguous float32/float64 ``X`` with up to
-1024 features on CuPy arrays. Everything else takes the generic array-API path, and the
-two paths are compared on a GPU by ``tests/test_cupy_kernels.py``.
+It serves ``TiltedObjective.value_and_gradient`` (through the objective's CUDA engine) for
+losses that give a device expression (the squared and logistic losses), sample-level
+finite tilts, uniform priors and C-contiguous float32/float64 ``X`` with up to 1024
+features on CuPy arrays; the loss's statements are spliced into the source. Everything
+else takes the generic array-API path, and the two paths are compared on a GPU by
+``tests/test_cupy_kernels.py``.
 """
 
 from __future__ import annotations
@@ -100,20 +102,7 @@ extern "C" __global__ void tilted_vg(
         for (int i = 0; i < R; ++i) z = (lane == i) ? part[i] : z;
         T l = 0, d1 = 0;
         if (mine) {
-#if defined(LOSS_squared)
-            const T res = z - yy;
-            l = res * res;
-            d1 = (T)2 * res;
-#else
-            const T e = exp(-fabs(z));
-            const T inv = (T)1 / ((T)1 + e);
-            const T small = e * inv;
-            const T sg = (z >= 0) ? inv : small;
-            const T sc = (z >= 0) ? small : inv;
-            l = (z > 0 ? z : (T)0) - yy * z + log1p(e);
-            d1 = ((T)1 - yy) * sg - yy * sc;
-#endif
-            hi = l > hi ? l : hi;
+%(loss_code)s            hi = l > hi ? l : hi;
             lo = l < lo ? l : lo;
             lsum += l;
         }
@@ -180,39 +169,72 @@ _CACHE: dict = {}
 MAX_FEATURES = 1024
 
 
-def supported(obj: Any) -> bool:
-    """Whether the fused kernel serves this objective's value and gradient."""
+def supported(X: Any, t: float, shape: tuple) -> bool:
+    """Whether the fused kernel serves a value and gradient with data ``X`` (a CuPy array),
+    tilt ``t`` and parameter ``shape`` (the caller checks the loss, the prior and the
+    tilt tree: a device expression, a uniform prior, a sample-level tilt)."""
     try:
         import cupy
     except ImportError:  # pragma: no cover - no CuPy here
         return False
-    X = obj.X
-    if not isinstance(X, cupy.ndarray) or obj.loss.name not in ("squared", "logistic"):
+    if not isinstance(X, cupy.ndarray):
         return False
-    if obj.is_hierarchical or obj._prior is not None or obj._weights_in is not None:
-        return False
-    t = obj.t
     if t == 0.0 or not math.isfinite(t):
         return False
     if X.dtype not in (cupy.float32, cupy.float64) or not X.flags.c_contiguous:
         return False
-    return 0 < X.shape[1] <= MAX_FEATURES and len(obj.shape) == 1
+    return 0 < X.shape[1] <= MAX_FEATURES and len(shape) == 1
 
 
-def _kernel(loss: str, dtype: Any, d: int):
-    import cupy
+def loss_code(expressions: dict[str, str]) -> str:
+    """The loss section of the kernel: each loss's device statements (they set ``l`` and
+    ``d1`` from ``z`` and ``yy``), chosen by the ``LOSS_<name>`` macro of the build; the
+    last one is the default branch."""
+    names = list(expressions)
+    if len(names) == 1:
+        return expressions[names[0]]
+    out = f"#if defined(LOSS_{names[0]})\n{expressions[names[0]]}"
+    for name in names[1:-1]:
+        out += f"#elif defined(LOSS_{name})\n{expressions[name]}"
+    return out + f"#else\n{expressions[names[-1]]}#endif\n"
 
+
+def launch_shape(d: int) -> tuple[int, int, int]:
+    """Lanes per row group ``L`` (a power of two up to a warp), features per lane, and
+    rows in flight per lane group (memory parallelism; lane i < rows does row i's scalar
+    work, so rows <= L) for ``d`` features."""
     L = 1
     while L < min(d, 32):
         L *= 2
     npl = -(-d // L)
-    # rows in flight per lane group (memory parallelism); lane i < rows does row i's
-    # scalar work, so rows <= L
     rows = max(1, min(8, 16 // npl, L))
+    return L, npl, rows
+
+
+def kernel_source(loss: str, expressions: dict[str, str], T: str, d: int) -> str:
+    """CUDA source of the kernel for the loss named ``loss`` (a key of ``expressions``),
+    element type ``T`` (``"float"`` or ``"double"``) and ``d`` features."""
+    if loss not in expressions:
+        raise ValueError(f"`loss`: no device expression for {loss!r}")
+    L, npl, rows = launch_shape(d)
+    return _SOURCE % {
+        "loss": loss,
+        "loss_code": loss_code(expressions),
+        "T": T,
+        "L": L,
+        "NPL": npl,
+        "R": rows,
+    }
+
+
+def _kernel(loss: str, expressions: dict[str, str], dtype: Any, d: int):
+    import cupy
+
+    L, npl, rows = launch_shape(d)
     key = (loss, str(dtype), L, npl, rows)
     if key not in _CACHE:
         T = "float" if dtype == cupy.float32 else "double"
-        src = _SOURCE % {"loss": loss, "T": T, "L": L, "NPL": npl, "R": rows}
+        src = kernel_source(loss, expressions, T, d)
         _CACHE[key] = (cupy.RawKernel(src, "tilted_vg", options=("--std=c++14",)), L)
     return _CACHE[key]
 
@@ -231,28 +253,27 @@ def _grid(kern: Any, n: int, L: int) -> int:
     return max(1, min(sms * per_sm, -(-n * L // THREADS)))
 
 
-def value_and_gradient(obj: Any, theta: Any) -> tuple[Any, Any]:
-    """Value and gradient of a supported objective (see :func:`supported`)."""
+def value_and_gradient(
+    X: Any, y: Any, theta: Any, t: float, loss: str, expressions: dict[str, str]
+) -> tuple[Any, Any] | None:
+    """Value and gradient of the tilted risk of ``loss`` (see :func:`supported`); None
+    for non-finite losses (the generic path raises or gives IEEE values)."""
     import cupy
 
-    X, y = obj.X, obj.y
     n, d = int(X.shape[0]), int(X.shape[1])
     dtype = X.dtype
-    kern, L = _kernel(obj.loss.name, dtype, d)
+    kern, L = _kernel(loss, expressions, dtype, d)
     blocks = _grid(kern, n, L)
     n_groups = blocks * THREADS // L
     st = cupy.empty((n_groups, 7), dtype=dtype)
     acc = cupy.empty((n_groups, d), dtype=dtype)
     th = cupy.ascontiguousarray(theta, dtype=dtype)
     yy = cupy.ascontiguousarray(y, dtype=dtype)
-    t = float(obj.t)
+    t = float(t)
     scalar = dtype.type
     kern((blocks,), (THREADS,), (X, yy, th, cupy.int64(n), cupy.int32(d), scalar(t), st, acc))
-    out = finish_partials(st, acc, t, dtype)
-    if out is None:
-        return None  # non-finite losses: the generic path raises or gives IEEE values
-    obj.n_passes += 1
-    return out
+    # exact merge of the group states by the tilted reduction (None: non-finite losses)
+    return finish_partials(st, acc, t, dtype)
 
 
 def finish_partials(st: Any, acc: Any, t: float, dtype: Any) -> tuple[Any, Any] | None:

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import array_api_compat
 import numpy as np
 
-from ._compat import device, to_numpy
+from ._compat import device, is_array_api_obj, library_namespace, to_numpy
 
 __all__ = ["assert_close", "assert_namespace", "default_rtol"]
 
@@ -82,8 +81,8 @@ def assert_namespace(actual: Any, xp: Any, *, dtype: Any = None, dev: Any = None
     ...
     AssertionError: dtype float64 != ...
     """
-    got = array_api_compat.array_namespace(actual)
-    want = array_api_compat.array_namespace(xp.asarray(0.0))
+    got = library_namespace(actual)
+    want = library_namespace(xp.asarray(0.0))
     assert got is want, f"namespace {got.__name__} != {want.__name__}"
     if dtype is not None:
         assert actual.dtype == dtype, f"dtype {actual.dtype} != {dtype}"
@@ -158,8 +157,8 @@ def assert_close(
     """
     if xp is not None:
         assert_namespace(actual, xp, dtype=dtype)
-    elif array_api_compat.is_array_api_obj(desired):
-        assert_namespace(actual, array_api_compat.array_namespace(desired), dtype=dtype)
+    elif is_array_api_obj(desired):
+        assert_namespace(actual, library_namespace(desired), dtype=dtype)
         if dtype is None:
             assert actual.dtype == desired.dtype, f"dtype {actual.dtype} != {desired.dtype}"
     elif dtype is not None:

@@ -9,6 +9,7 @@ import numpy as np
 
 from .._compat import as_float_array
 from ..objective import TiltedObjective
+from ..objective.protocol import check_objective
 
 #: Problems with at most this many parameters use the dense eigensolver / linear solver
 #: under ``method="auto"``.
@@ -18,9 +19,8 @@ _METHODS = ("auto", "dense", "lanczos")
 
 
 def _check_objective(objective: Any) -> TiltedObjective:
-    if not isinstance(objective, TiltedObjective):
-        raise TypeError(f"`objective` must be a TiltedObjective, got {type(objective).__name__}")
-    return objective
+    # the diagnostics read the objective's data, so they need the class itself
+    return check_objective(objective, "objective", tilted=True)
 
 
 def _check_finite_tilts(objective: TiltedObjective) -> None:

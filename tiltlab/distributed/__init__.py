@@ -1,8 +1,9 @@
 """Tilted objectives, risks and solvers on Dask (laptop ``LocalCluster`` or a real cluster).
 
-Dask arrays reach this package through the dispatch tables of the risk layer (filled here
-when this package is imported, which ``tiltlab/_backends.py`` arranges lazily) and through
-hooks in :class:`tiltlab.TiltedObjective` and :func:`tiltlab.minimize`:
+Dask arrays reach this package through the dispatch tables of the layers below it: the
+objective's engine table (:class:`tiltlab.TiltedObjective` evaluations go to the Dask
+engine), the solvers' driver table (:func:`tiltlab.minimize`), and the risk functions
+(:func:`tiltlab.tilted_risk`, :func:`tiltlab.hierarchical_risk`):
 
 * every evaluation of a linear-predictor objective (value, value and gradient,
   Hessian-vector product, dense Hessian) is **one task graph**: per row chunk a tilted

@@ -1,4 +1,5 @@
-"""Entry points called by the hooks in :mod:`tiltlab.objective` and :mod:`tiltlab.risk`."""
+"""A Dask objective's evaluations by name (the objective itself reaches them through its
+Dask engine, :class:`tiltlab.distributed._objective.DaskEngine`)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from ._objective import evaluate, supported
+from ._objective import evaluate, problem_of, supported
 
 __all__ = ["objective_call"]
 
@@ -20,9 +21,10 @@ def objective_call(objective: Any, kind: str, theta: Any, v: Any = None) -> Any:
     """
     if not supported(objective):
         return None
-    xp = objective.xp
-    th = objective._theta(theta)
-    shape = objective.shape
+    problem = problem_of(objective)
+    xp = problem.xp
+    th = problem.check_theta(theta)
+    shape = problem.shape
     flat_shape = tuple(th.shape)
     T = xp.reshape(th, shape)
     if kind == "value":
@@ -32,11 +34,11 @@ def objective_call(objective: Any, kind: str, theta: Any, v: Any = None) -> Any:
         val, g = evaluate(objective, T, None, "grad")
         return xp.asarray(val), xp.asarray(np.reshape(g, flat_shape))
     if kind == "hvp":
-        vv = xp.reshape(objective._theta(v, name="v"), shape)
-        _, hv = evaluate(objective, T, vv, "hvp")
-        return xp.asarray(np.reshape(hv, tuple(objective._theta(v, name="v").shape)))
+        vv = problem.check_theta(v, name="v")
+        _, hv = evaluate(objective, T, xp.reshape(vv, shape), "hvp")
+        return xp.asarray(np.reshape(hv, tuple(vv.shape)))
     if kind == "hess":
-        if len(shape) != 1 or objective.is_hierarchical:
+        if len(shape) != 1 or problem.is_hierarchical:
             return None  # columns of hvp (each one graph)
         _, H = evaluate(objective, T, None, "hess")
         return xp.asarray(H)

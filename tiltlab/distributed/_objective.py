@@ -24,6 +24,8 @@ import numpy as np
 
 from .._compat import is_dask_namespace, to_numpy
 from ..accumulator import finalize_risk, normalized_sums
+from ..objective.engines import ENGINES, Context, Engine
+from ..objective.problem import TiltedProblem
 from ..risk import GroupTree, hierarchy_eval
 from ._states import (
     GroupState,
@@ -34,7 +36,17 @@ from ._states import (
     merge_states,
 )
 
-__all__ = ["distribute", "DaskPlan", "evaluate", "merged_state", "supported", "tree_reduce"]
+__all__ = [
+    "DASK_ENGINE",
+    "DaskEngine",
+    "DaskPlan",
+    "distribute",
+    "evaluate",
+    "merged_state",
+    "problem_of",
+    "supported",
+    "tree_reduce",
+]
 
 #: states merged per reduction task
 FAN_IN = 8
@@ -59,6 +71,18 @@ class DaskPlan:
 
 def _dropped_plan() -> None:
     return None
+
+
+def problem_of(objective: Any) -> TiltedProblem:
+    """The problem description of an objective (or the problem itself)."""
+    if isinstance(objective, TiltedProblem):
+        return objective
+    problem = getattr(objective, "problem", None)
+    if not isinstance(problem, TiltedProblem):
+        raise TypeError(
+            f"`objective` must be a tiltlab.TiltedObjective, got {type(objective).__name__}"
+        )
+    return problem
 
 
 def _memory_budget() -> float:
@@ -110,22 +134,21 @@ def distribute(objective: Any, *, persist: bool | str = "auto") -> DaskPlan:
     >>> len(plan.blocks), plan.X.chunks[1]
     (2, (4,))
     """
-    plan = getattr(objective, "_dask_plan", None)
+    problem = problem_of(objective)
+    plan = problem.cache.get("dask_plan")
     if plan is not None:
         return plan
     import dask
 
-    X = objective.X
+    X = problem.X
     X = X.rechunk({1: -1}) if len(X.chunks[1]) > 1 else X
     rows = X.chunks[0]
-    y = _like_rows(objective.y, rows)
-    p = _like_rows(objective._prior, rows)
+    y = _like_rows(problem.y, rows)
+    p = _like_rows(problem.prior, rows)
     codes, G = None, 1
-    if objective._groups is not None:
-        if objective.tree is None:
-            objective._set_tree(objective._groups, objective.n_samples)
-        codes = _like_rows(objective.tree.levels[0].codes, rows)
-        G = objective.tree.levels[0].n_groups
+    if problem.tree is not None:
+        codes = _like_rows(problem.tree.levels[0].codes, rows)
+        G = problem.tree.levels[0].n_groups
     parts = [a for a in (X, y, p, codes) if a is not None]
     nbytes = sum(float(a.nbytes) for a in parts)
     do = persist is True or (persist == "auto" and nbytes <= _memory_budget())
@@ -147,18 +170,16 @@ def distribute(objective: Any, *, persist: bool | str = "auto") -> DaskPlan:
 
     blocks = list(zip(blocks_of(X), blocks_of(y), blocks_of(p), blocks_of(codes), strict=True))
     plan = DaskPlan(X=X, y=y, p=p, codes=codes, blocks=blocks, persisted=do, n_groups=G)
-    objective._dask_plan = plan
+    problem.cache["dask_plan"] = plan
     return plan
 
 
 def supported(objective: Any) -> bool:
     """Whether the one-graph Dask path applies (linear loss, Dask data, finite inner tilt)."""
-    if not is_dask_namespace(objective.xp) or not objective.loss.is_linear:
+    problem = problem_of(objective)
+    if not is_dask_namespace(problem.xp) or not problem.is_linear or not problem.ready:
         return False
-    if objective._prior is None and objective._weights_in is not None:
-        return False
-    ts = objective._tilts_list
-    return bool(np.isfinite(ts[-1]))
+    return bool(np.isfinite(problem.tilts[-1]))
 
 
 def tree_reduce(parts: list, combine: Any, fan_in: int = FAN_IN) -> Any:
@@ -183,9 +204,10 @@ def merged_state(objective: Any, theta: Any, V: Any, mode: str) -> tuple:
     import dask
     from dask import delayed
 
-    plan = distribute(objective)
-    loss = objective.loss
-    tau = float(objective._tilts_list[-1])
+    problem = problem_of(objective)
+    plan = distribute(problem)
+    loss = problem.loss
+    tau = float(problem.tilts[-1])
     if plan.codes is None:
         fn = delayed(chunk_sample_state, pure=False)
         parts = [fn(Xb, yb, pb, theta, V, loss, tau, mode) for Xb, yb, pb, _ in plan.blocks]
@@ -196,7 +218,8 @@ def merged_state(objective: Any, theta: Any, V: Any, mode: str) -> tuple:
             for Xb, yb, pb, cb in plan.blocks
         ]
     state, theta, V = dask.compute(tree_reduce(parts, merge_states), theta, V)
-    objective.n_passes += 1
+    if not isinstance(objective, TiltedProblem):
+        objective.n_passes += 1
     return state, np.asarray(theta), (None if V is None else np.asarray(V))
 
 
@@ -204,7 +227,7 @@ def _upper(objective: Any, R: np.ndarray, M: np.ndarray) -> tuple[float, np.ndar
     """Risk and weights of the innermost groups through the upper levels (client, NumPy)."""
     tree = objective.tree
     sub = GroupTree(n_samples=int(R.shape[0]), levels=tuple(tree.levels[1:]), sample_layouts=())
-    risk, W = hierarchy_eval(R, M, sub, objective._tilts_list[:-1], np)
+    risk, W = hierarchy_eval(R, M, sub, list(objective.tilts[:-1]), np)
     return float(risk), np.asarray(W)
 
 
@@ -216,7 +239,7 @@ def _kappa(objective: Any, W: np.ndarray, abar: np.ndarray) -> np.ndarray:
     last), ``kappa_g = -t_1 s_1(g) + sum_{k >= 2} t_k (s_{k-1} - s_k)(ancestors of g)``.
     """
     tree = objective.tree
-    tilts = objective._tilts_list[::-1]  # innermost first: t_1 (samples in groups), ...
+    tilts = objective.tilts[::-1]  # innermost first: t_1 (samples in groups), ...
     kappa = -tilts[0] * abar
     prev = abar  # s_{k-1} per innermost group
     codes = np.arange(W.shape[0])  # innermost group -> node of the current level
@@ -249,15 +272,16 @@ def evaluate(objective: Any, theta: np.ndarray, V: np.ndarray | None, mode: str)
     for ``"hvp"`` and ``(value, H)`` for ``"hess"`` (flat ``p x p``); the ridge term is
     included. A trial point with overflowing losses gives ``value = inf``.
     """
-    dtype = np.dtype(objective.dtype)
+    problem = problem_of(objective)
+    dtype = np.dtype(problem.dtype)
     state, theta, V = merged_state(objective, theta, V, mode)
-    l2 = objective.l2
+    l2 = problem.l2
     if state is None:
-        return _nonfinite(objective, theta.shape, dtype)
+        return _nonfinite(problem, theta.shape, dtype)
     if isinstance(state, GroupState):
-        value, out = _finish_groups(objective, state, mode, dtype)
+        value, out = _finish_groups(problem, state, mode, dtype)
     else:
-        value, out = _finish_sample(objective, state, mode, dtype)
+        value, out = _finish_sample(problem, state, mode, dtype)
     if l2:
         value = value + 0.5 * l2 * float(np.sum(theta.astype(np.float64) ** 2))
     value = np.asarray(value, dtype=dtype)
@@ -309,3 +333,39 @@ def _finish_groups(objective: Any, state: GroupState, mode: str, dtype: Any) -> 
     Wk = W * kappa
     return value, np.tensordot(W, A, axes=1) + np.tensordot(Wk, G, axes=1)
 
+
+
+class DaskEngine(Engine):
+    """One task graph per evaluation of a predictor-loss problem on Dask data."""
+
+    name = "Dask one-graph"
+
+    def applies(self, problem: Any) -> bool:
+        return supported(problem)
+
+    def _run(self, problem: Any, theta: Any, V: Any, mode: str, ctx: Context) -> tuple:
+        out = evaluate(problem, theta, V, mode)
+        ctx.count(1)
+        return out
+
+    def value(self, problem: Any, theta: Any, ctx: Context) -> Any:
+        (val,) = self._run(problem, theta, None, "value", ctx)
+        return problem.xp.asarray(val)
+
+    def value_and_gradient(self, problem: Any, theta: Any, ctx: Context) -> Any:
+        val, g = self._run(problem, theta, None, "grad", ctx)
+        return problem.xp.asarray(val), problem.xp.asarray(g)
+
+    def hvp(self, problem: Any, theta: Any, v: Any, ctx: Context) -> Any:
+        _, hv = self._run(problem, theta, v, "hvp", ctx)
+        return problem.xp.asarray(hv)
+
+    def hessian(self, problem: Any, theta: Any, ctx: Context) -> Any:
+        if len(problem.shape) != 1 or problem.is_hierarchical:
+            return None  # columns of Hessian-vector products (each one graph)
+        _, H = self._run(problem, theta, None, "hess", ctx)
+        return problem.xp.asarray(H)
+
+
+DASK_ENGINE = DaskEngine()
+ENGINES.register("dask", DASK_ENGINE)

@@ -14,7 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from .._compat import is_dask_namespace, to_numpy
+from .._compat import is_dask_namespace, library_namespace, to_numpy
+from ..objective.linearization import Linearization
+from ..objective.problem import TiltedProblem
+from ..objective.protocol import linearize_by_products
+from ..solvers._external import DRIVERS
 from ._objective import distribute, evaluate, supported
 
 __all__ = ["ClientObjective", "client_minimize", "is_dask_objective"]
@@ -24,9 +28,10 @@ def is_dask_objective(objective: Any) -> bool:
     """A :class:`~tiltlab.TiltedObjective` whose data are Dask arrays and that the
     one-graph path supports (linear-predictor loss, finite innermost tilt)."""
     xp = getattr(objective, "xp", None)
-    if xp is None or not is_dask_namespace(xp) or not hasattr(objective, "_tilts_list"):
+    if xp is None or not is_dask_namespace(xp):
         return False
-    return supported(objective)
+    problem = getattr(objective, "problem", None)
+    return isinstance(problem, TiltedProblem) and supported(problem)
 
 
 class ClientObjective:
@@ -39,11 +44,9 @@ class ClientObjective:
     """
 
     def __init__(self, objective: Any):
-        import array_api_compat.numpy as npx
-
         self.objective = objective
         self.plan = distribute(objective)
-        self.xp = npx
+        self.xp = library_namespace(np.empty(0))
         self.device = "cpu"
         self.dtype = np.dtype(objective.dtype)
         self.shape = objective.shape
@@ -85,8 +88,14 @@ class ClientObjective:
             )
         return th
 
+    check_theta = _theta
+
     def zeros(self) -> np.ndarray:
         return np.zeros(self.shape, dtype=self.dtype)
+
+    def linearize(self, theta: Any) -> Linearization:
+        """Value and gradient at ``theta`` (one graph), and products there (one graph each)."""
+        return linearize_by_products(self, self._theta(theta))
 
     def _run(self, theta: Any, v: Any, mode: str) -> tuple:
         th = self._theta(theta)
@@ -185,3 +194,16 @@ def client_minimize(minimize: Any, objective: Any, theta0: Any, **kwargs: Any) -
     # evaluations made, each one graph on the cluster (OptimizeResult.nfev's definition)
     res.nfev = client.n_evals
     return res
+
+
+class _ClientDriver:
+    """The Dask driver of :func:`tiltlab.minimize` (see :mod:`tiltlab.solvers._external`)."""
+
+    def applies(self, objective: Any) -> bool:
+        return is_dask_objective(objective)
+
+    def __call__(self, minimize: Any, objective: Any, theta0: Any, **kwargs: Any) -> Any:
+        return client_minimize(minimize, objective, theta0, **kwargs)
+
+
+DRIVERS.register("dask", _ClientDriver())

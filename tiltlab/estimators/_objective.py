@@ -81,6 +81,24 @@ class MaskedRidgeObjective:
 
         return ell, vjp_ridge
 
+    def linearize(self, theta: Any) -> Any:
+        """The wrapped objective's linearisation with the masked ridge term added."""
+        from ..objective.linearization import Linearization
+
+        xp = self.base.xp
+        th = self.base.check_theta(theta)
+        lin = self.base.linearize(th)
+        m = self._masked(th)
+        value = lin.value + 0.5 * self.alpha * xp.sum(m * m)
+
+        def products(v: Any) -> Any:
+            return lin.hvp(v) + self.alpha * self._masked(v)
+
+        return Linearization(
+            th, value, lin.gradient + self.alpha * m, lin.losses, lin.weights, products,
+            check=lambda v: self.base.check_theta(v, "v"),
+        )  # fmt: skip
+
     def with_tilt(self, t: float | None = None, *, tilts: Any = None) -> MaskedRidgeObjective:
         return MaskedRidgeObjective(self.base.with_tilt(t, tilts=tilts), self.alpha, self.mask)
 

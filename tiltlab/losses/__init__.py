@@ -21,8 +21,9 @@ squared_hinge  ``max(0, 1 - s z)**2``                           0 or 1
 multinomial    ``logsumexp(z_i) - z_{i, y_i}``, ``z`` (N, K)     integers in ``[0, K)``
 ============== ============================================== ==========================
 
-*Non-linear losses* (``is_linear = False``) are given directly in the
-parameters ``theta``: :class:`CallableLoss` wraps user callables and
+*Non-linear losses* (``is_linear = False``, subclasses of
+:class:`~tiltlab.losses.custom.ParameterLoss`, not of :class:`Loss`) are given directly
+in the parameters ``theta``: :class:`CallableLoss` wraps user callables and
 :class:`FairPCALoss` is the fair-PCA group loss of the TERM paper (section 5.2).
 They return per-sample gradients as an ``(N, d)`` Jacobian.
 
@@ -42,6 +43,7 @@ The classes live in submodules named after what they hold; import them from here
 from .base import Loss
 from .classification import HingeLoss, LogisticLoss, MultinomialLoss, SquaredHingeLoss
 from .custom import CallableLoss
+from .custom import ParameterLoss as ParameterLoss  # the base of the second kind
 from .fair_pca import FairPCALoss
 from .point_estimation import PointEstimationLoss
 from .registry import LOSS_NAMES, get_loss

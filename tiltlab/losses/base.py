@@ -92,10 +92,11 @@ def _sigmoid_pair(z: Any, xp: Any) -> tuple[Any, Any]:
 class Loss(PicklableNamespace):
     """Base class of tiltlab's per-sample losses.
 
-    Linear-predictor losses (``is_linear = True``) implement :meth:`value`,
-    :meth:`derivatives` and :meth:`hvp_z` in the predictor ``z = X @ theta``.
-    Non-linear losses (``is_linear = False``, see :class:`CallableLoss`) implement
-    ``fun``, ``grad``, ``hess`` and ``hvp`` in ``theta`` instead.
+    These are the losses of the linear predictor ``z = X @ theta`` (``is_linear =
+    True``): they implement :meth:`value`, :meth:`derivatives` and :meth:`hvp_z` in
+    ``z``. Losses given in ``theta`` itself (``fun``, ``grad``, ``hess``, ``hvp``) are the
+    other kind, :class:`~tiltlab.losses.custom.ParameterLoss` (for instance
+    :class:`~tiltlab.losses.CallableLoss`).
 
     Attributes
     ----------
@@ -136,6 +137,10 @@ class Loss(PicklableNamespace):
     curvature_bound: float | None = None
     #: "real" (regression targets), "binary" (0/1) or "class" (integers in [0, K)).
     label_kind: str = "real"
+    #: CUDA C statements that set ``l`` and ``d1`` (the loss and its derivative in ``z``)
+    #: from the predictor ``z`` and the target ``yy`` of element type ``T``, for fused GPU
+    #: kernels; None when the loss has none (it then takes the array-API path there).
+    device_expression: str | None = None
 
     # -- input handling ---------------------------------------------------------------
 

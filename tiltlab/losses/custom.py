@@ -1,7 +1,9 @@
-"""Non-linear losses given directly in the parameters: :class:`CallableLoss`.
+"""Losses given directly in the parameters: :class:`ParameterLoss` and :class:`CallableLoss`.
 
-Wraps user callables for the per-sample losses, their Jacobian and (optionally) their
-Hessians, so that any model can be tilted.
+The second kind of loss (the first, :class:`~tiltlab.losses.Loss`, is a function of the
+linear predictor ``z = X @ theta``): per-sample losses, their ``N x d`` Jacobian and
+(optionally) their Hessians in ``theta``. :class:`CallableLoss` wraps user callables, so
+that any model can be tilted; objectives evaluate these losses with their own engine.
 """
 
 from __future__ import annotations
@@ -9,20 +11,97 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .._compat import (
-    as_float_array,
-)
-from .base import Loss
+from .._compat import PicklableNamespace, as_float_array, namespace_of
 
-__all__ = ["CallableLoss"]
+__all__ = ["CallableLoss", "ParameterLoss"]
 
 
-# ----------------------------------------------------------------------------------------
-# non-linear losses
-# ----------------------------------------------------------------------------------------
+class ParameterLoss(PicklableNamespace):
+    """Base class of per-sample losses given in the parameters ``theta``.
+
+    Subclasses implement :meth:`fun` and :meth:`grad` (and :meth:`hess` when they have
+    per-sample Hessians); :meth:`value_and_grad` and :meth:`hvp` follow from them.
+
+    Attributes
+    ----------
+    name : str
+    is_linear : bool
+        Always False: the loss is not a function of ``z = X @ theta`` alone.
+    convex : bool
+        Whether every per-sample loss is convex in ``theta`` (used by diagnostics).
+    """
+
+    name: str = "parameter"
+    is_linear: bool = False
+    is_glm: bool = False
+    n_outputs: int | None = 1
+    convex: bool = False
+    smooth: bool = True
+    curvature_bound: float | None = None
+    label_kind: str = "real"
+    device_expression: str | None = None
+
+    def _namespace(self, xp: Any, **arrays: Any) -> Any:
+        return xp if xp is not None else namespace_of(**arrays)
+
+    @property
+    def has_hessian(self) -> bool:
+        """True when per-sample Hessians are available."""
+        return False
+
+    def fun(self, theta: Any, X: Any = None, y: Any = None, *, xp: Any = None) -> Any:
+        """Per-sample losses, shape ``(N,)``."""
+        raise NotImplementedError  # pragma: no cover - abstract
+
+    def grad(self, theta: Any, X: Any = None, y: Any = None, *, xp: Any = None) -> Any:
+        """Per-sample gradients in ``theta`` (Jacobian), shape ``(N, d)``."""
+        raise NotImplementedError  # pragma: no cover - abstract
+
+    def value_and_grad(
+        self, theta: Any, X: Any = None, y: Any = None, *, xp: Any = None
+    ) -> tuple[Any, Any]:
+        """``(fun(theta, X, y), grad(theta, X, y))``.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from tiltlab.losses import CallableLoss
+        >>> v, g = CallableLoss(lambda th, X, y: th**2,
+        ...                     lambda th, X, y: np.diag(2*th)).value_and_grad(np.ones(2))
+        >>> v.shape, g.shape
+        ((2,), (2, 2))
+        """
+        return self.fun(theta, X, y, xp=xp), self.grad(theta, X, y, xp=xp)
+
+    def hess(self, theta: Any, X: Any = None, y: Any = None, *, xp: Any = None) -> Any:
+        """Per-sample Hessians in ``theta``, shape ``(N, d, d)``."""
+        raise NotImplementedError(f"the {self.name} loss has no per-sample Hessian")
+
+    def hvp(self, theta: Any, v: Any, X: Any = None, y: Any = None, *, xp: Any = None) -> Any:
+        """Per-sample Hessian-vector products ``H_i(theta) @ v``, shape ``(N, d)``.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from tiltlab.losses import CallableLoss
+        >>> loss = CallableLoss(lambda th, X, y: th**2, lambda th, X, y: np.diag(2*th),
+        ...                     lambda th, X, y: 2.0 * np.eye(2)[:, :, None] * np.eye(2))
+        >>> loss.hvp(np.ones(2), np.array([1.0, 5.0]))
+        array([[ 2.,  0.],
+               [ 0., 10.]])
+        """
+        H = self.hess(theta, X, y, xp=xp)
+        xp = self._namespace(xp, theta=theta)
+        v = as_float_array(v, xp, name="v")
+        if tuple(v.shape) != (H.shape[-1],):
+            raise ValueError(f"`v` must have shape ({H.shape[-1]},), got {v.shape}")
+        return xp.sum(H * xp.astype(v, H.dtype)[None, None, :], axis=-1)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r})"
 
 
-class CallableLoss(Loss):
+class CallableLoss(ParameterLoss):
     """A user-supplied per-sample loss in the parameters ``theta``.
 
     Parameters
@@ -59,11 +138,6 @@ class CallableLoss(Loss):
     array([[ 4.,  0.],
            [ 0., 32.]])
     """
-
-    is_linear = False
-    is_glm = False
-    n_outputs = 1
-    curvature_bound = None
 
     def __init__(
         self,
@@ -134,22 +208,6 @@ class CallableLoss(Loss):
             )
         return out
 
-    def value_and_grad(
-        self, theta: Any, X: Any = None, y: Any = None, *, xp: Any = None
-    ) -> tuple[Any, Any]:
-        """``(fun(theta, X, y), grad(theta, X, y))``.
-
-        Examples
-        --------
-        >>> import numpy as np
-        >>> from tiltlab.losses import CallableLoss
-        >>> v, g = CallableLoss(lambda th, X, y: th**2,
-        ...                     lambda th, X, y: np.diag(2*th)).value_and_grad(np.ones(2))
-        >>> v.shape, g.shape
-        ((2,), (2, 2))
-        """
-        return self.fun(theta, X, y, xp=xp), self.grad(theta, X, y, xp=xp)
-
     def hess(self, theta: Any, X: Any = None, y: Any = None, *, xp: Any = None) -> Any:
         """Per-sample Hessians in ``theta``, shape ``(N, d, d)``.
 
@@ -180,26 +238,6 @@ class CallableLoss(Loss):
                 f"`hess` must return per-sample Hessians of shape (N, {d}, {d}), got {out.shape}"
             )
         return out
-
-    def hvp(self, theta: Any, v: Any, X: Any = None, y: Any = None, *, xp: Any = None) -> Any:
-        """Per-sample Hessian-vector products ``H_i(theta) @ v``, shape ``(N, d)``.
-
-        Examples
-        --------
-        >>> import numpy as np
-        >>> from tiltlab.losses import CallableLoss
-        >>> loss = CallableLoss(lambda th, X, y: th**2, lambda th, X, y: np.diag(2*th),
-        ...                     lambda th, X, y: 2.0 * np.eye(2)[:, :, None] * np.eye(2))
-        >>> loss.hvp(np.ones(2), np.array([1.0, 5.0]))
-        array([[ 2.,  0.],
-               [ 0., 10.]])
-        """
-        H = self.hess(theta, X, y, xp=xp)
-        xp = self._namespace(xp, theta=theta)
-        v = as_float_array(v, xp, name="v")
-        if tuple(v.shape) != (H.shape[-1],):
-            raise ValueError(f"`v` must have shape ({H.shape[-1]},), got {v.shape}")
-        return xp.sum(H * xp.astype(v, H.dtype)[None, None, :], axis=-1)
 
     def __repr__(self) -> str:
         return f"CallableLoss(name={self.name!r})"

@@ -6,6 +6,7 @@ from typing import Any
 
 from .base import Loss
 from .classification import HingeLoss, LogisticLoss, MultinomialLoss, SquaredHingeLoss
+from .custom import ParameterLoss
 from .regression import AbsoluteLoss, HuberLoss, SquaredLoss
 
 __all__ = ["LOSS_NAMES", "get_loss"]
@@ -29,7 +30,7 @@ _REGISTRY: dict[str, type[Loss]] = {
 LOSS_NAMES: tuple[str, ...] = tuple(_REGISTRY)
 
 
-def get_loss(name_or_loss: str | Loss, **params: Any) -> Loss:
+def get_loss(name_or_loss: str | Loss | ParameterLoss, **params: Any) -> Loss | ParameterLoss:
     """Return a loss object from its name, or a :class:`Loss` instance unchanged.
 
     Parameters
@@ -62,7 +63,7 @@ def get_loss(name_or_loss: str | Loss, **params: Any) -> Loss:
     >>> get_loss("multinomial", n_classes=3).n_outputs
     3
     """
-    if isinstance(name_or_loss, Loss):
+    if isinstance(name_or_loss, (Loss, ParameterLoss)):
         if params:
             raise TypeError(
                 "`params` cannot be combined with a Loss instance; set them on the instance"

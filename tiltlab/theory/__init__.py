@@ -130,63 +130,8 @@ in float64 with NumPy and SciPy.
 
 from __future__ import annotations
 
-# ruff: noqa: F401  (private re-exports, see below)
-# Every name the single-module ``tiltlab.theory`` defined (private ones included: tests and
-# notebooks import some) stays importable from here.
-from .derivatives import (
-    _check_gradient_fd,
-    _check_hessian_fd,
-    _check_solution_derivative,
-    _directions,
-)
-from .path_data import (
-    _entropy,
-    _host,
-    _PathData,
-    _sample_grad_norms,
-    _sample_vjp,
-    _tilted_risks,
-    _tilted_weights,
-)
-from .properties import (
-    _COSINE_REF,
-    _ENTROPY_REF,
-    _check_cosine,
-    _check_cosine_local,
-    _check_entropy,
-    _check_entropy_local,
-    _check_max_mean,
-    _check_min_mean,
-    _check_objective_monotone,
-    _check_optimal_objective,
-    _check_risk_sign,
-    _check_risk_sign_local,
-    _check_stationarity,
-    _check_variance,
-    _check_variance_local,
-    _cosine_parts,
-    _entropy_parts,
-    _local_tol,
-    _monotone,
-    _parts_note,
-    _parts_tuple,
-    _pen_label,
-    _two_parts,
-    _uniform_only,
-    _variance_parts,
-    _zero_point,
-)
-from .quantiles import _check_quantiles
-from .records import (
-    _EPS,
-    _NOT_A_THEOREM,
-    _SAFETY,
-    PROPERTIES,
-    PropertyCheck,
-    _Violations,
-    format_checks,
-)
-from .registry import _CHECKS, check_path
+from .records import PROPERTIES, PropertyCheck, format_checks
+from .registry import check_path
 from .tradeoffs import tradeoff_curves
 
 # Re-bound here so that Sphinx, which reads ``#:`` comments from this module's source,

@@ -1,0 +1,72 @@
+"""The engine interface (:class:`Engine`, :class:`Context`) and the table of engines per
+array library (:data:`ENGINES`); see :mod:`tiltlab.objective.engines`."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from ..._dispatch import Dispatch
+
+__all__ = ["ENGINES", "Context", "Engine"]
+
+#: engines for one array library each, filled by optional backends
+ENGINES = Dispatch("objective engine")
+
+
+@dataclasses.dataclass
+class Context:
+    """What an objective hands its engines with each call.
+
+    ``count(k)`` adds ``k`` passes over the data to the objective's tally (one per
+    product with ``X`` or ``X^T``, or per blocked sweep); ``update(problem)`` hands back
+    a problem completed by an evaluation (the parameter shape of a parameter-space loss);
+    ``block_rows`` sets the rows per block of blocked engines (None: their policy, with
+    blocks of about ``block_bytes``);
+    ``fused`` allows fused kernels.
+    """
+
+    count: Callable[[float], None]
+    update: Callable[[Any], None]
+    block_rows: int | None = None
+    fused: bool = True
+    block_bytes: int = 1 << 25
+
+
+#: engines for one array library each, filled by optional backends (see the module doc)
+ENGINES = Dispatch("objective engine")
+
+
+class Engine:
+    """Base of the engines: every evaluation declines (returns None).
+
+    ``theta`` and ``v`` arrive validated, in the problem's namespace and parameter
+    ``shape``; gradients and products are returned in that shape, with the ridge term
+    included, and values as 0-d arrays.
+    """
+
+    #: a short name, shown in ``repr`` and in error messages
+    name = "engine"
+
+    def applies(self, problem: Any) -> bool:
+        """Whether this engine may serve ``problem`` at all."""
+        return True
+
+    def value(self, problem: Any, theta: Any, ctx: Context) -> Any:
+        return None
+
+    def value_and_gradient(self, problem: Any, theta: Any, ctx: Context) -> Any:
+        return None
+
+    def hvp(self, problem: Any, theta: Any, v: Any, ctx: Context) -> Any:
+        return None
+
+    def hessian(self, problem: Any, theta: Any, ctx: Context) -> Any:
+        return None
+
+    def linearize(self, problem: Any, theta: Any, ctx: Context) -> Any:
+        return None
+
+    def __repr__(self) -> str:
+        return f"<{self.name} engine>"
