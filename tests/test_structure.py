@@ -243,11 +243,12 @@ LAYERS = {
     # ground floor: namespaces and devices, dispatch tables, device kernels, test helpers
     "_compat": 0,
     "_dispatch": 0,
-    "_cupy_kernels": 0,
     "testing": 0,
     # the tilted reduction and segment (group) sums
     "accumulator": 1,
     "segments": 1,
+    # CUDA kernels; their host side finishes the partial states with the reduction
+    "_cupy_kernels": 1,
     "losses": 2,
     "risk": 3,
     # the objective and its engines
@@ -264,6 +265,9 @@ LAYERS = {
     "datasets": 7,
     "baselines": 7,
     "plot": 7,
+    # training helpers for minibatch models (torch: the PyTorch module form)
+    "minibatch": 7,
+    "torch": 7,
     # the top: the package itself, the wiring of optional backends, the command line
     "_backends": 8,
     "cli": 8,
@@ -272,10 +276,6 @@ LAYERS = {
 
 #: edges that break the layering today and are being removed; the list only shrinks
 PENDING_EDGES = {
-    # the risk functions reach Dask through an import at call time (to become a
-    # registration into a table of the risk layer)
-    ("tiltlab.risk.sample", "tiltlab.distributed"),
-    ("tiltlab.risk.hierarchy", "tiltlab.distributed"),
     # minimize hands Dask objectives to the client driver (to become
     # tiltlab.solvers._external.driver_for, which tiltlab.distributed registers into)
     ("tiltlab.solvers._minimize", "tiltlab.distributed"),
@@ -438,7 +438,7 @@ def test_the_graph_sees_imports_inside_functions():
     assert "tiltlab.objective.engines.cuda" in edges["tiltlab._backends"] or (
         "tiltlab.objective.engines" in edges["tiltlab._backends"]
     )
-    assert "tiltlab._cupy_kernels" in edges["tiltlab.accumulator"]  # inside a function
+    assert "tiltlab.solvers" in edges["tiltlab.plot"]  # only inside a function
     assert "tiltlab.objective.blocks" in edges["tiltlab.objective.engines.onepass"]
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import array_api_compat.torch as xp_torch
 import torch
 
+from tiltlab._compat import library_namespace
 from tiltlab.minibatch import _kernels as K
 from tiltlab.minibatch._sampling import level_probabilities
 from tiltlab.minibatch._validation import (
@@ -21,6 +21,9 @@ from tiltlab.minibatch._validation import (
 )
 
 __all__ = ["TiltedLoss"]
+
+#: the array-API namespace of PyTorch tensors (the minibatch kernels are written for it)
+xp_torch = library_namespace(torch.empty(0))
 
 
 class TiltedLoss(torch.nn.Module):

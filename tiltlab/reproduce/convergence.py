@@ -175,7 +175,6 @@ def convergence(
             make_row("stochastic", f"t={t:g}, epoch=final", "normalized_distance", "train",
                      finals[t])
         )  # fmt: skip
-    seconds = time.perf_counter() - started
     batch_rows = [r for r in rows if r["metric"] == "iterations_to_tol"]
     table = format_grid(
         batch_rows,
@@ -200,6 +199,24 @@ def convergence(
             row_header="tilt",
         )
     )
+    seconds = time.perf_counter() - started
+    notes = _notes(finals, sts, epochs, len(seeds_), seconds)
+    return Reproduction(
+        experiment="convergence",
+        rows=rows,
+        title=(
+            f"tiltlab reproduce convergence: {len(BATCH_METHODS)} batch methods x "
+            f"{len(ts)} tilts, stochastic TERM at {len(sts)} tilts, {len(seeds_)} seed(s)"
+        ),
+        table=table,
+        notes=notes,
+        curves={"ts": ts, "sts": sts, "epochs": epochs},
+        plotter=_plot,
+    )
+
+
+def _notes(finals: dict, sts: list, epochs: int, n_seeds: int, seconds: float) -> str:
+    """What the paper shows and what the run measured, printed under the tables."""
     final_means = [float(np.mean(finals[t])) for t in sts]
     reached = (
         f"to {100 * min(final_means):.0f}-{100 * max(final_means):.0f}% of ||theta*|| "
@@ -218,20 +235,9 @@ def convergence(
         "little on t.\nNegative t is left out of the stochastic part: the "
         "tilted logistic risk has no finite minimiser there.\n"
         "The problems are tiltlab's toys (the paper's exact problems are not specified). "
-        f"{len(seeds_)} seed(s), {seconds:.1f} s."
+        f"{n_seeds} seed(s), {seconds:.1f} s."
     )
-    return Reproduction(
-        experiment="convergence",
-        rows=rows,
-        title=(
-            f"tiltlab reproduce convergence: {len(BATCH_METHODS)} batch methods x "
-            f"{len(ts)} tilts, stochastic TERM at {len(sts)} tilts, {len(seeds_)} seed(s)"
-        ),
-        table=table,
-        notes=notes,
-        curves={"ts": ts, "sts": sts, "epochs": epochs},
-        plotter=_plot,
-    )
+    return notes
 
 
 def _plot(rep: Reproduction, directory: str) -> list[str]:

@@ -250,6 +250,27 @@ def fair_pca(
         digits=4,
         show_se=len(seeds_) > 1,
     )
+    notes = _notes(data)
+    if skipped:
+        notes += "\nSkipped: " + ", ".join(skipped) + "."
+    notes += f"\n{len(seeds_)} seed(s), {seconds:.1f} s."
+    return Reproduction(
+        experiment="fair-pca",
+        rows=rows,
+        title=(
+            f"tiltlab reproduce fair-pca: TERM-PCA against standard PCA and the min-max SDP, "
+            f"{len(seeds_)} seed(s)\nexcess reconstruction loss per group and of the worst "
+            "group, mean" + (" (se)" if len(seeds_) > 1 else "")
+        ),
+        table=table,
+        notes=notes,
+        curves=curves,
+        plotter=_plot,
+    )
+
+
+def _notes(data) -> str:
+    """The protocol and the differences from the paper, printed under the table."""
     sizes = "; ".join(
         f"{ds.name} {dict(zip(ds.group_names, ds.sizes, strict=True))}" for ds in data
     )
@@ -269,22 +290,7 @@ def fair_pca(
         "group loss falls with t towards the\nSDP value (a lower bound for every rank-r "
         "projection; the price of fairness is one extra dimension at most)."
     )
-    if skipped:
-        notes += "\nSkipped: " + ", ".join(skipped) + "."
-    notes += f"\n{len(seeds_)} seed(s), {seconds:.1f} s."
-    return Reproduction(
-        experiment="fair-pca",
-        rows=rows,
-        title=(
-            f"tiltlab reproduce fair-pca: TERM-PCA against standard PCA and the min-max SDP, "
-            f"{len(seeds_)} seed(s)\nexcess reconstruction loss per group and of the worst "
-            "group, mean" + (" (se)" if len(seeds_) > 1 else "")
-        ),
-        table=table,
-        notes=notes,
-        curves=curves,
-        plotter=_plot,
-    )
+    return notes
 
 
 def _plot(rep: Reproduction, directory: str) -> list[str]:

@@ -319,6 +319,22 @@ def hiv1_fairness(
             )
         elif r["metric"] == "rho_over_n":
             table += f"\nRobustRegRisk rho/n (chosen on validation accuracy): {r['mean']:.2f}"
+    notes = _notes(baselines, quick)
+    notes += f"\n{len(seeds_)} seed(s), {seconds:.1f} s."
+    return Reproduction(
+        experiment="hiv1-fairness",
+        rows=rows,
+        title=(
+            f"tiltlab reproduce hiv1-fairness: HIV-1 (6590 x 160), {len(seeds_)} seed(s); "
+            "accuracy, mean (se) [paper]; rare class = paper's Y=0"
+        ),
+        table=table,
+        notes=notes,
+    )
+
+
+def _notes(baselines: bool, quick: bool) -> str:
+    """The protocol and the differences from the paper, printed under the table."""
     notes = (
         "Protocol: logistic regression without regularisation, class-level TERM via "
         "TiltedObjective(groups=y, tilts=(t, 0));\nL-BFGS with early stopping on the "
@@ -343,14 +359,4 @@ def hiv1_fairness(
         )
     else:
         notes += "\nThe paper's baselines were not run (baselines=False)."
-    notes += f"\n{len(seeds_)} seed(s), {seconds:.1f} s."
-    return Reproduction(
-        experiment="hiv1-fairness",
-        rows=rows,
-        title=(
-            f"tiltlab reproduce hiv1-fairness: HIV-1 (6590 x 160), {len(seeds_)} seed(s); "
-            "accuracy, mean (se) [paper]; rare class = paper's Y=0"
-        ),
-        table=table,
-        notes=notes,
-    )
+    return notes
