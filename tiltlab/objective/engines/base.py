@@ -11,10 +11,6 @@ from ..._dispatch import Dispatch
 
 __all__ = ["ENGINES", "Context", "Engine"]
 
-#: engines for one array library each, filled by optional backends
-ENGINES = Dispatch("objective engine")
-
-
 @dataclasses.dataclass
 class Context:
     """What an objective hands its engines with each call.
