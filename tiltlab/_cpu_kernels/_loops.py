@@ -55,33 +55,33 @@ STATE_COLS = 9
 
 
 @_INLINE
-def _dot(x, v, zero):
-    """``x . v`` with eight partial sums (a fixed order: vectorisable without fastmath)."""
-    d = x.shape[0]
+def _dot(X, i, v, zero):
+    """``X[i] . v`` with eight partial sums (a fixed order: vectorisable without fastmath)."""
+    d = X.shape[1]
     a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = zero
     m = d - d % 8
     for j in range(0, m, 8):
-        a0 += x[j] * v[j]
-        a1 += x[j + 1] * v[j + 1]
-        a2 += x[j + 2] * v[j + 2]
-        a3 += x[j + 3] * v[j + 3]
-        a4 += x[j + 4] * v[j + 4]
-        a5 += x[j + 5] * v[j + 5]
-        a6 += x[j + 6] * v[j + 6]
-        a7 += x[j + 7] * v[j + 7]
+        a0 += X[i, j] * v[j]
+        a1 += X[i, j + 1] * v[j + 1]
+        a2 += X[i, j + 2] * v[j + 2]
+        a3 += X[i, j + 3] * v[j + 3]
+        a4 += X[i, j + 4] * v[j + 4]
+        a5 += X[i, j + 5] * v[j + 5]
+        a6 += X[i, j + 6] * v[j + 6]
+        a7 += X[i, j + 7] * v[j + 7]
     for j in range(m, d):
-        a0 += x[j] * v[j]
+        a0 += X[i, j] * v[j]
     return ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7))
 
 
 @_INLINE
-def _dot2(x, v, w, zero):
-    """``(x . v, x . w)`` in one sweep over ``x``."""
-    d = x.shape[0]
+def _dot2(X, i, v, w, zero):
+    """``(X[i] . v, X[i] . w)`` in one sweep over the row."""
+    d = X.shape[1]
     a0 = a1 = a2 = a3 = b0 = b1 = b2 = b3 = zero
     m = d - d % 4
     for j in range(0, m, 4):
-        x0, x1, x2, x3 = x[j], x[j + 1], x[j + 2], x[j + 3]
+        x0, x1, x2, x3 = X[i, j], X[i, j + 1], X[i, j + 2], X[i, j + 3]
         a0 += x0 * v[j]
         a1 += x1 * v[j + 1]
         a2 += x2 * v[j + 2]
@@ -91,8 +91,8 @@ def _dot2(x, v, w, zero):
         b2 += x2 * w[j + 2]
         b3 += x3 * w[j + 3]
     for j in range(m, d):
-        a0 += x[j] * v[j]
-        b0 += x[j] * w[j]
+        a0 += X[i, j] * v[j]
+        b0 += X[i, j] * w[j]
     return (a0 + a1) + (a2 + a3), (b0 + b1) + (b2 + b3)
 
 
@@ -183,14 +183,20 @@ def _flush2(blk, acc):
 
 
 @_INLINE
-def _weight_parts(t, l, c):
-    """``(exp(u), expm1(u))`` for ``u = t (l - c) <= 0`` with one transcendental."""
+def _weight_parts(t, l, c, qlive):
+    """``(exp(u), expm1(u))`` for ``u = t (l - c) <= 0`` with one transcendental.
+
+    ``qlive``: the chunk is still in the small-tilt regime ``|t| (hi - lo) <= 1`` (then
+    ``u >= -1`` and ``expm1(u) + 1`` is accurate); once it leaves it, so does the merged
+    state, ``q`` is never read and only ``exp`` is taken.
+    """
+    if t == 0.0:
+        return 1.0, 0.0  # the prior-weighted mean: no exponentials
     u = t * (l - c)
-    if u >= -1.0:
+    if qlive:
         e1 = math.expm1(u)
         return e1 + 1.0, e1
-    e = math.exp(u)
-    return e, e - 1.0
+    return math.exp(u), 0.0
 
 
 # ---------------------------------------------------------------------------------------
@@ -219,6 +225,7 @@ def vg_scalar(X, y, p, theta, t, code, param, n_chunks, want_grad, per_sample, s
         q = 0.0
         lsum = 0.0
         bad = 0.0
+        qlive = True
         inblk = 0
         for i in range(r0, r1):
             pi = p[i] if has_p else 1.0
@@ -228,8 +235,7 @@ def vg_scalar(X, y, p, theta, t, code, param, n_chunks, want_grad, per_sample, s
                     out[i, 1] = 0.0
                     out[i, 2] = 0.0
                 continue
-            x = X[i]
-            z = np.float64(_dot(x, theta, zero))
+            z = np.float64(_dot(X, i, theta, zero))
             l, d1, d2 = _loss(code, z, y[i], param)
             if per_sample:
                 out[i, 0] = l
@@ -261,7 +267,9 @@ def vg_scalar(X, y, p, theta, t, code, param, n_chunks, want_grad, per_sample, s
                     rg = 1.0
                 else:
                     rg = math.exp(t * (c - cg))
-            e, e1 = _weight_parts(t, l, c)
+            if qlive and abs(t) * (hi - lo) > 1.0:
+                qlive = False
+            e, e1 = _weight_parts(t, l, c, qlive)
             mass += pi
             s += pi * e
             q += pi * e1
@@ -270,7 +278,7 @@ def vg_scalar(X, y, p, theta, t, code, param, n_chunks, want_grad, per_sample, s
                 cbuf[0] = pi * e * rg * d1
                 coef = cbuf[0]
                 for j in range(d):
-                    blk[j] += coef * x[j]
+                    blk[j] += coef * X[i, j]
                 inblk += 1
                 if inblk == SUB_BLOCK:
                     _flush(blk, acc)
@@ -287,7 +295,7 @@ def vg_scalar(X, y, p, theta, t, code, param, n_chunks, want_grad, per_sample, s
         st[2] = lo
         st[3] = mass
         st[4] = s
-        st[5] = q
+        st[5] = q if qlive else np.nan
         st[6] = lsum
         st[7] = bad
         st[8] = 0.0
@@ -320,13 +328,13 @@ def hvp_scalar(X, y, p, theta, v, t, code, param, n_chunks, state, A, G):
         lsum = 0.0
         av = 0.0
         bad = 0.0
+        qlive = True
         inblk = 0
         for i in range(r0, r1):
             pi = p[i] if has_p else 1.0
             if pi == 0.0:
                 continue
-            x = X[i]
-            zz, uu = _dot2(x, theta, v, zero)
+            zz, uu = _dot2(X, i, theta, v, zero)
             z = np.float64(zz)
             u = np.float64(uu)
             l, d1, d2 = _loss(code, z, y[i], param)
@@ -358,7 +366,9 @@ def hvp_scalar(X, y, p, theta, v, t, code, param, n_chunks, state, A, G):
                     rg = 1.0
                 else:
                     rg = math.exp(t * (c - cg))
-            e, e1 = _weight_parts(t, l, c)
+            if qlive and abs(t) * (hi - lo) > 1.0:
+                qlive = False
+            e, e1 = _weight_parts(t, l, c, qlive)
             pe = pi * e
             mass += pi
             s += pe
@@ -373,14 +383,14 @@ def hvp_scalar(X, y, p, theta, v, t, code, param, n_chunks, state, A, G):
                 ca = cbuf[0]
                 cgr = cbuf[1]
                 for j in range(d):
-                    xj = x[j]
+                    xj = X[i, j]
                     blkA[j] += ca * xj
                     blkG[j] += cgr * xj
             else:
                 cbuf[0] = pg * d2 * u
                 ca = cbuf[0]
                 for j in range(d):
-                    blkA[j] += ca * x[j]
+                    blkA[j] += ca * X[i, j]
             inblk += 1
             if inblk == SUB_BLOCK:
                 _flush(blkA, accA)
@@ -400,7 +410,7 @@ def hvp_scalar(X, y, p, theta, v, t, code, param, n_chunks, state, A, G):
         st[2] = lo
         st[3] = mass
         st[4] = s
-        st[5] = q
+        st[5] = q if qlive else np.nan
         st[6] = lsum
         st[7] = bad
         st[8] = av
@@ -420,12 +430,11 @@ def linear_hvp_scalar(X, alpha, beta, v, gv, n_chunks, A):
         for i in range(r0, r1):
             if alpha[i] == 0.0 and beta[i] == 0.0:
                 continue
-            x = X[i]
-            u = np.float64(_dot(x, v, zero))
+            u = np.float64(_dot(X, i, v, zero))
             cbuf[0] = alpha[i] * u - beta[i] * gv
             coef = cbuf[0]
             for j in range(d):
-                blk[j] += coef * x[j]
+                blk[j] += coef * X[i, j]
             inblk += 1
             if inblk == SUB_BLOCK:
                 _flush(blk, acc)
@@ -438,13 +447,13 @@ def linear_hvp_scalar(X, alpha, beta, v, gv, n_chunks, A):
 
 
 @_INLINE
-def _matvec_row(x, Th, zv):
-    """``zv = x @ Th`` for one row (rows of ``Th`` are contiguous: vectorised over K)."""
+def _matvec_row(X, i, Th, zv):
+    """``zv = X[i] @ Th`` for one row (rows of ``Th`` are contiguous: vectorised over K)."""
     K = Th.shape[1]
     for kk in range(K):
         zv[kk] = 0
-    for j in range(x.shape[0]):
-        xj = x[j]
+    for j in range(X.shape[1]):
+        xj = X[i, j]
         for kk in range(K):
             zv[kk] += xj * Th[j, kk]
 
@@ -474,6 +483,7 @@ def vg_multi(X, y, p, theta, t, n_chunks, want_grad, per_sample, state, G, out_l
         q = 0.0
         lsum = 0.0
         bad = 0.0
+        qlive = True
         inblk = 0
         for i in range(r0, r1):
             pi = p[i] if has_p else 1.0
@@ -483,8 +493,7 @@ def vg_multi(X, y, p, theta, t, n_chunks, want_grad, per_sample, state, G, out_l
                     for kk in range(K):
                         out_s[i, kk] = 0.0
                 continue
-            x = X[i]
-            _matvec_row(x, theta, zv)
+            _matvec_row(X, i, theta, zv)
             for kk in range(K):
                 z[kk] = zv[kk]
             yi = int(y[i])
@@ -520,7 +529,9 @@ def vg_multi(X, y, p, theta, t, n_chunks, want_grad, per_sample, state, G, out_l
                     rg = 1.0
                 else:
                     rg = math.exp(t * (c - cg))
-            e, e1 = _weight_parts(t, l, c)
+            if qlive and abs(t) * (hi - lo) > 1.0:
+                qlive = False
+            e, e1 = _weight_parts(t, l, c, qlive)
             mass += pi
             s += pi * e
             q += pi * e1
@@ -531,7 +542,7 @@ def vg_multi(X, y, p, theta, t, n_chunks, want_grad, per_sample, state, G, out_l
                     coef[kk] = pw * sm[kk]
                 coef[yi] = -pw * oth
                 for j in range(d):
-                    xj = x[j]
+                    xj = X[i, j]
                     for kk in range(K):
                         blk[j, kk] += xj * coef[kk]
                 inblk += 1
@@ -551,7 +562,7 @@ def vg_multi(X, y, p, theta, t, n_chunks, want_grad, per_sample, state, G, out_l
         st[2] = lo
         st[3] = mass
         st[4] = s
-        st[5] = q
+        st[5] = q if qlive else np.nan
         st[6] = lsum
         st[7] = bad
         st[8] = 0.0
@@ -589,14 +600,14 @@ def hvp_multi(X, y, p, theta, V, t, n_chunks, state, A, G):
         lsum = 0.0
         av = 0.0
         bad = 0.0
+        qlive = True
         inblk = 0
         for i in range(r0, r1):
             pi = p[i] if has_p else 1.0
             if pi == 0.0:
                 continue
-            x = X[i]
-            _matvec_row(x, theta, zv)
-            _matvec_row(x, V, uv)
+            _matvec_row(X, i, theta, zv)
+            _matvec_row(X, i, V, uv)
             for kk in range(K):
                 z[kk] = zv[kk]
             yi = int(y[i])
@@ -630,7 +641,9 @@ def hvp_multi(X, y, p, theta, V, t, n_chunks, state, A, G):
                     rg = 1.0
                 else:
                     rg = math.exp(t * (c - cg))
-            e, e1 = _weight_parts(t, l, c)
+            if qlive and abs(t) * (hi - lo) > 1.0:
+                qlive = False
+            e, e1 = _weight_parts(t, l, c, qlive)
             pe = pi * e
             mass += pi
             s += pe
@@ -651,7 +664,7 @@ def hvp_multi(X, y, p, theta, V, t, n_chunks, state, A, G):
                 ca[kk] = pg * (hz + t * a * d1[kk])
                 cgr[kk] = pg * d1[kk]
             for j in range(d):
-                xj = x[j]
+                xj = X[i, j]
                 for kk in range(K):
                     blkA[j, kk] += xj * ca[kk]
                 if tilted:
@@ -676,7 +689,7 @@ def hvp_multi(X, y, p, theta, V, t, n_chunks, state, A, G):
         st[2] = lo
         st[3] = mass
         st[4] = s
-        st[5] = q
+        st[5] = q if qlive else np.nan
         st[6] = lsum
         st[7] = bad
         st[8] = av
@@ -699,8 +712,7 @@ def linear_hvp_multi(X, w, D1, S, t, V, gv, n_chunks, A):
             wi = w[i]
             if wi == 0.0:
                 continue
-            x = X[i]
-            _matvec_row(x, V, uv)
+            _matvec_row(X, i, V, uv)
             su = 0.0
             a = 0.0
             for kk in range(K):
@@ -709,7 +721,7 @@ def linear_hvp_multi(X, w, D1, S, t, V, gv, n_chunks, A):
             for kk in range(K):
                 cc[kk] = wi * (S[i, kk] * uv[kk] - S[i, kk] * su + t * D1[i, kk] * (a - gv))
             for j in range(d):
-                xj = x[j]
+                xj = X[i, j]
                 for kk in range(K):
                     blk[j, kk] += xj * cc[kk]
             inblk += 1
