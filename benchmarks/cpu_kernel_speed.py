@@ -3,8 +3,8 @@
 For each shape, dtype and loss this times, interleaved and repeated (medians), in units of
 one NumPy ``X @ theta`` with the same number of threads:
 
-* ``vg``: :func:`tiltlab._cpu_kernels.fused_value_and_gradient`;
-* ``hvp``: :func:`tiltlab._cpu_kernels.fused_hvp` (one pass, loss and weights included);
+* ``vg``: ``FusedProblem.value_and_gradient`` (data bound once, as an engine keeps it);
+* ``hvp``: ``FusedProblem.hvp`` (one pass, loss and weights included);
 * ``lin_hvp``: :meth:`Linearization.hvp` (a Newton-CG inner product at a fixed ``theta``);
 * ``generic_vg``/``generic_hvp``: ``TiltedObjective`` (the generic array-API path), for a
   before/after comparison in the same run.
@@ -74,15 +74,12 @@ def speed_table(shapes, repeat, generic, rng):
         for dtype in DTYPES:
             for loss in LOSSES:
                 X, y, theta, v, t = _problem(n, d, loss, dtype, rng)
-                lin = ck.fused_linearize(loss, X, y, theta, t)
+                fp = ck.FusedProblem(loss, X, y)
+                lin = fp.linearize(theta, t)
                 fns = {
                     "matvec": lambda X=X, th=theta: X @ th,
-                    "vg": lambda X=X, y=y, th=theta, t=t, loss=loss: ck.fused_value_and_gradient(
-                        loss, X, y, th, t
-                    ),
-                    "hvp": lambda X=X, y=y, th=theta, v=v, t=t, loss=loss: ck.fused_hvp(
-                        loss, X, y, th, v, t
-                    ),
+                    "vg": lambda fp=fp, th=theta, t=t: fp.value_and_gradient(th, t),
+                    "hvp": lambda fp=fp, th=theta, v=v, t=t: fp.hvp(th, v, t),
                     "lin_hvp": lambda lin=lin, v=v: lin.hvp(v),
                 }
                 if generic:

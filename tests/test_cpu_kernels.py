@@ -415,3 +415,19 @@ def test_import_tiltlab_does_not_import_numba():
     code = "import sys, tiltlab, tiltlab._cpu_kernels; print('numba' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_bound_problem_reuses_the_data():
+    """A FusedProblem validates once and evaluates at several thetas and tilts."""
+    X, y, theta, v, p = problem("logistic", n=50, seed=9)
+    fp = ck.FusedProblem("logistic", X, y, p)
+    assert fp.loss == "logistic" and fp.X.shape == X.shape and fp.n_chunks >= 1
+    for t, th in ((1.5, theta), (-3.0, 2 * theta)):
+        R, g, H, gabs, Habs = reference("logistic", X, y, th, t, p)
+        value, grad = fp.value_and_gradient(th, t)
+        _close(value, R, 1e-12, abs(R) + 1.0)
+        _close(grad, g, 1e-11, gabs)
+        _close(fp.gradient(th, t), g, 1e-11, gabs)
+        _close(fp.value(th, t), R, 1e-12, abs(R) + 1.0)
+        _close(fp.hvp(th, v, t), H @ v, 1e-10, Habs @ np.abs(v))
+        _close(fp.linearize(th, t).hvp(v), H @ v, 1e-10, Habs @ np.abs(v))

@@ -17,9 +17,12 @@ Entry points
 :func:`fused_linearize` (value, gradient and the per-sample coefficients at ``theta``,
 whose :meth:`Linearization.hvp` then costs one fused pass per product). They take NumPy
 arrays (``X`` float32 or float64) and return NumPy results in ``X``'s dtype.
-:func:`available` says whether numba imports; :func:`use_fused` is the size policy under
-which the generic array-API path is used instead (numba compiles each kernel on its
-first call, about ten seconds without the on-disk cache).
+:class:`FusedProblem` binds the data once (what an engine keeps between calls: the
+O(N) input checks are not repeated). :func:`available` says whether numba imports;
+:func:`use_fused` is the size policy under which the generic array-API path is used
+instead. Numba compiles each kernel on its first call (10-30 s per kernel and dtype on a
+loaded 2-core machine) and caches it on disk (``cache=True``): a new process then loads
+it in about 0.1 s.
 
 Determinism
 -----------
@@ -38,13 +41,14 @@ from __future__ import annotations
 
 import importlib.util
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 __all__ = [
     "LOSS_CODES",
+    "FusedProblem",
     "Linearization",
     "available",
     "default_chunks",
@@ -145,16 +149,11 @@ def _loss_name(loss: Any) -> str:
     return key
 
 
-def _prepare(
-    loss: Any,
-    X: Any,
-    y: Any,
-    theta: Any,
-    t: Any,
-    prior: Any,
-    loss_params: Any,
-    n_chunks: Any,
-) -> _Problem:
+def _bind(
+    loss: Any, X: Any, y: Any, prior: Any, loss_params: Any, n_chunks: Any
+) -> tuple[_Problem, float]:
+    """Validate the data once; returns the problem (no ``theta`` yet) and the largest
+    class label (multinomial; -1 otherwise)."""
     name = _loss_name(loss)
     if not isinstance(X, np.ndarray):
         raise TypeError(f"`X` must be a NumPy array, got {type(X).__name__}")
@@ -164,38 +163,20 @@ def _prepare(
         raise ValueError(f"`X` must be a non-empty 2-d array, got shape {X.shape}")
     n, d = X.shape
     X = np.ascontiguousarray(X)
-    theta = np.asarray(theta)
-    if not np.issubdtype(theta.dtype, np.floating) and not np.issubdtype(theta.dtype, np.integer):
-        raise TypeError(f"`theta` must be real, got {theta.dtype}")
-    if name == "multinomial":
-        if theta.ndim != 2 or theta.shape[0] != d:
-            raise ValueError(
-                f"`theta` must have shape ({d}, K) for the multinomial loss, got {theta.shape}"
-            )
-    elif theta.shape != (d,):
-        raise ValueError(f"`theta` must have shape ({d},), got {theta.shape}")
-    theta = np.ascontiguousarray(theta, dtype=X.dtype)
     y = np.asarray(y)
     if y.shape != (n,):
         raise ValueError(f"`y` must have shape ({n},) (one target per row of `X`), got {y.shape}")
     yf = np.ascontiguousarray(y, dtype=np.float64)
+    ymax = -1.0
     if name == "multinomial":
-        K = theta.shape[1]
-        if not np.all((yf >= 0) & (yf < K) & (yf == np.floor(yf))):
-            raise ValueError(f"`y` must hold integer class labels in [0, {K})")
+        if not np.all((yf >= 0) & (yf == np.floor(yf))):
+            raise ValueError("`y` must hold integer class labels in [0, K)")
+        ymax = float(np.max(yf))
     elif name in _BINARY:
         if not np.all((yf == 0) | (yf == 1)):
             raise ValueError(f"`y` must hold binary labels 0 or 1 for the {name} loss")
     elif not np.all(np.isfinite(yf)):
         raise ValueError("`y` must be finite")
-    if isinstance(t, (bool, np.bool_, str, bytes)):
-        raise TypeError(f"`t` must be a real number, got {t!r}")
-    try:
-        t = float(t)
-    except (TypeError, ValueError):
-        raise TypeError(f"`t` must be a real number, got {t!r}") from None
-    if not math.isfinite(t):
-        raise ValueError(f"`t` must be finite for the fused kernels, got {t}")
     if prior is None:
         p = np.zeros(0, dtype=np.float64)
     else:
@@ -218,7 +199,35 @@ def _prepare(
         isinstance(n_chunks, bool) or not isinstance(n_chunks, (int, np.integer)) or (n_chunks < 1)
     ):
         raise ValueError(f"`n_chunks` must be a positive integer, got {n_chunks!r}")
-    return _Problem(name, LOSS_CODES[name], X, yf, p, theta, t, param, int(n_chunks))
+    empty = np.zeros(0, dtype=X.dtype)
+    return _Problem(name, LOSS_CODES[name], X, yf, p, empty, 0.0, param, int(n_chunks)), ymax
+
+
+def _at(base: _Problem, ymax: float, theta: Any, t: Any) -> _Problem:
+    """The bound problem at one ``theta`` and tilt (cheap checks: O(d))."""
+    d = base.X.shape[1]
+    theta = np.asarray(theta)
+    if not np.issubdtype(theta.dtype, np.floating) and not np.issubdtype(theta.dtype, np.integer):
+        raise TypeError(f"`theta` must be real, got {theta.dtype}")
+    if base.loss == "multinomial":
+        if theta.ndim != 2 or theta.shape[0] != d:
+            raise ValueError(
+                f"`theta` must have shape ({d}, K) for the multinomial loss, got {theta.shape}"
+            )
+        if ymax >= theta.shape[1]:
+            raise ValueError(f"`y` must hold integer class labels in [0, {theta.shape[1]})")
+    elif theta.shape != (d,):
+        raise ValueError(f"`theta` must have shape ({d},), got {theta.shape}")
+    theta = np.ascontiguousarray(theta, dtype=base.X.dtype)
+    if isinstance(t, (bool, np.bool_, str, bytes)):
+        raise TypeError(f"`t` must be a real number, got {t!r}")
+    try:
+        t = float(t)
+    except (TypeError, ValueError):
+        raise TypeError(f"`t` must be a real number, got {t!r}") from None
+    if not math.isfinite(t):
+        raise ValueError(f"`t` must be finite for the fused kernels, got {t}")
+    return replace(base, theta=theta, t=t)
 
 
 def _direction(v: Any, pb: _Problem) -> np.ndarray:
@@ -329,6 +338,71 @@ def _run_vg(pb: _Problem, want_grad: bool, per_sample: bool):
     return state, G, out
 
 
+class FusedProblem:
+    """Data bound once (validated, contiguous), evaluated at many ``theta`` and tilts.
+
+    What an engine keeps between calls: the O(N) checks of ``y`` and ``prior`` and the
+    conversions happen here, once; each evaluation then checks only ``theta`` and ``t``.
+    Parameters as in :func:`fused_value_and_gradient`.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tiltlab._cpu_kernels import FusedProblem
+    >>> fp = FusedProblem("squared", np.eye(2), np.array([1.0, 3.0]))
+    >>> float(fp.value(np.zeros(2), t=0.0)), fp.gradient(np.zeros(2), t=0.0).tolist()
+    (5.0, [-1.0, -3.0])
+    """
+
+    def __init__(
+        self,
+        loss: str,
+        X: Any,
+        y: Any,
+        prior: Any = None,
+        *,
+        loss_params: dict | None = None,
+        n_chunks: int | None = None,
+    ):
+        self._base, self._ymax = _bind(loss, X, y, prior, loss_params, n_chunks)
+
+    @property
+    def loss(self) -> str:
+        return self._base.loss
+
+    @property
+    def X(self) -> np.ndarray:
+        return self._base.X
+
+    @property
+    def n_chunks(self) -> int:
+        return self._base.n_chunks
+
+    def _at(self, theta: Any, t: Any) -> _Problem:
+        return _at(self._base, self._ymax, theta, t)
+
+    def value(self, theta: Any, t: float) -> np.ndarray | None:
+        """Tilted risk at ``theta`` (see :func:`fused_value`)."""
+        return _value(self._at(theta, t))
+
+    def value_and_gradient(self, theta: Any, t: float) -> tuple[np.ndarray, np.ndarray] | None:
+        """Risk and gradient (see :func:`fused_value_and_gradient`)."""
+        return _value_and_gradient(self._at(theta, t))
+
+    def gradient(self, theta: Any, t: float) -> np.ndarray | None:
+        """Gradient of the risk at ``theta``."""
+        out = self.value_and_gradient(theta, t)
+        return None if out is None else out[1]
+
+    def hvp(self, theta: Any, v: Any, t: float) -> np.ndarray | None:
+        """Hessian-vector product (see :func:`fused_hvp`)."""
+        return _hvp(self._at(theta, t), v)
+
+    def linearize(self, theta: Any, t: float) -> Linearization | None:
+        """Value, gradient and Hessian-vector-product state (see :func:`fused_linearize`)."""
+        return _linearize(self._at(theta, t))
+
+
 def fused_value(
     loss: str,
     X: Any,
@@ -357,12 +431,8 @@ def fused_value(
     >>> float(fused_value("squared", X, np.array([1.0, 3.0]), np.zeros(2), t=0.0))
     5.0
     """
-    pb = _prepare(loss, X, y, theta, t, prior, loss_params, n_chunks)
-    state, _, _ = _run_vg(pb, False, False)
-    merged = _merge(state, pb.t)
-    if merged is None:
-        return None
-    return np.asarray(merged.value, dtype=pb.X.dtype)
+    fp = FusedProblem(loss, X, y, prior, loss_params=loss_params, n_chunks=n_chunks)
+    return fp.value(theta, t)
 
 
 def fused_value_and_gradient(
@@ -414,17 +484,8 @@ def fused_value_and_gradient(
     >>> float(value), grad.tolist()
     (5.0, [-1.0, -3.0])
     """
-    pb = _prepare(loss, X, y, theta, t, prior, loss_params, n_chunks)
-    state, G, _ = _run_vg(pb, True, False)
-    merged = _merge(state, pb.t)
-    if merged is None:
-        return None
-    g = _combine(merged.r, G, merged.s)
-    return np.asarray(merged.value, dtype=pb.X.dtype), g.astype(pb.X.dtype)
-
-
-# ---------------------------------------------------------------------------------------
-# Hessian-vector products
+    fp = FusedProblem(loss, X, y, prior, loss_params=loss_params, n_chunks=n_chunks)
+    return fp.value_and_gradient(theta, t)
 
 
 def fused_hvp(
@@ -458,26 +519,8 @@ def fused_hvp(
     >>> fused_hvp("squared", X, np.zeros(2), np.zeros(2), np.ones(2), t=0.0).tolist()
     [1.0, 1.0]
     """
-    pb = _prepare(loss, X, y, theta, t, prior, loss_params, n_chunks)
-    V = _direction(v, pb)
-    lp = _kernels()
-    shape = (pb.n_chunks,) + pb.theta.shape
-    state = np.zeros((pb.n_chunks, lp.STATE_COLS))
-    A = np.zeros(shape)
-    G = np.zeros(shape)
-    if pb.loss == "multinomial":
-        lp.hvp_multi(pb.X, pb.y, pb.p, pb.theta, V, pb.t, pb.n_chunks, state, A, G)
-    else:
-        lp.hvp_scalar(
-            pb.X, pb.y, pb.p, pb.theta, V, pb.t, pb.code, pb.param, pb.n_chunks, state, A, G
-        )
-    merged = _merge(state, pb.t)
-    if merged is None:
-        return None
-    out = _combine(merged.r, A, merged.s)
-    if pb.t != 0.0:
-        out = out - pb.t * merged.av * _combine(merged.r, G, merged.s)
-    return out.astype(pb.X.dtype)
+    fp = FusedProblem(loss, X, y, prior, loss_params=loss_params, n_chunks=n_chunks)
+    return fp.hvp(theta, v, t)
 
 
 @dataclass(frozen=True)
@@ -513,6 +556,8 @@ class Linearization:
     t: float
     X: np.ndarray
     n_chunks: int
+    alpha: np.ndarray | None = None  # w (l'' + t l'^2) (scalar losses)
+    beta: np.ndarray | None = None  # t w l'
 
     def hvp(self, v: Any) -> np.ndarray:
         """Hessian-vector product along ``v`` (one fused pass over ``X``).
@@ -538,10 +583,7 @@ class Linearization:
         if g.ndim == 2:
             lp.linear_hvp_multi(X, self.weights, self.d1, self.d2, self.t, V, gv, self.n_chunks, A)
         else:
-            w, d1, t = self.weights, self.d1, self.t
-            alpha = w * (self.d2 + t * d1 * d1)
-            beta = t * w * d1
-            lp.linear_hvp_scalar(X, alpha, beta, V, gv, self.n_chunks, A)
+            lp.linear_hvp_scalar(X, self.alpha, self.beta, V, gv, self.n_chunks, A)
         return np.sum(A, axis=0).astype(X.dtype)
 
 
@@ -572,7 +614,54 @@ def fused_linearize(
     >>> float(lin.value), lin.weights.tolist()
     (5.0, [0.5, 0.5])
     """
-    pb = _prepare(loss, X, y, theta, t, prior, loss_params, n_chunks)
+    fp = FusedProblem(loss, X, y, prior, loss_params=loss_params, n_chunks=n_chunks)
+    return fp.linearize(theta, t)
+
+
+def _value(pb: _Problem) -> np.ndarray | None:
+    state, _, _ = _run_vg(pb, False, False)
+    merged = _merge(state, pb.t)
+    if merged is None:
+        return None
+    return np.asarray(merged.value, dtype=pb.X.dtype)
+
+
+def _value_and_gradient(pb: _Problem) -> tuple[np.ndarray, np.ndarray] | None:
+    state, G, _ = _run_vg(pb, True, False)
+    merged = _merge(state, pb.t)
+    if merged is None:
+        return None
+    g = _combine(merged.r, G, merged.s)
+    return np.asarray(merged.value, dtype=pb.X.dtype), g.astype(pb.X.dtype)
+
+
+# ---------------------------------------------------------------------------------------
+# Hessian-vector products
+
+
+def _hvp(pb: _Problem, v: Any) -> np.ndarray | None:
+    V = _direction(v, pb)
+    lp = _kernels()
+    shape = (pb.n_chunks,) + pb.theta.shape
+    state = np.zeros((pb.n_chunks, lp.STATE_COLS))
+    A = np.zeros(shape)
+    G = np.zeros(shape)
+    if pb.loss == "multinomial":
+        lp.hvp_multi(pb.X, pb.y, pb.p, pb.theta, V, pb.t, pb.n_chunks, state, A, G)
+    else:
+        lp.hvp_scalar(
+            pb.X, pb.y, pb.p, pb.theta, V, pb.t, pb.code, pb.param, pb.n_chunks, state, A, G
+        )
+    merged = _merge(state, pb.t)
+    if merged is None:
+        return None
+    out = _combine(merged.r, A, merged.s)
+    if pb.t != 0.0:
+        out = out - pb.t * merged.av * _combine(merged.r, G, merged.s)
+    return out.astype(pb.X.dtype)
+
+
+def _linearize(pb: _Problem) -> Linearization | None:
     state, G, out = _run_vg(pb, True, True)
     merged = _merge(state, pb.t)
     if merged is None:
@@ -590,8 +679,10 @@ def fused_linearize(
         d1[rows, labels] = 0.0
         d1[rows, labels] = -np.sum(d1, axis=1)  # minus the other classes' mass
         d2 = S
+        alpha = beta = None
     else:
         d1, d2 = out[:, 1], out[:, 2]
-    return Linearization(
-        np.asarray(merged.value, dtype=pb.X.dtype), g, w, d1, d2, pb.t, pb.X, pb.n_chunks
-    )
+        alpha = w * (d2 + pb.t * d1 * d1)
+        beta = pb.t * w * d1
+    value = np.asarray(merged.value, dtype=pb.X.dtype)
+    return Linearization(value, g, w, d1, d2, pb.t, pb.X, pb.n_chunks, alpha, beta)
