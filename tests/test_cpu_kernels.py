@@ -431,3 +431,17 @@ def test_bound_problem_reuses_the_data():
         _close(fp.value(th, t), R, 1e-12, abs(R) + 1.0)
         _close(fp.hvp(th, v, t), H @ v, 1e-10, Habs @ np.abs(v))
         _close(fp.linearize(th, t).hvp(v), H @ v, 1e-10, Habs @ np.abs(v))
+
+
+def test_non_contiguous_inputs_and_integer_labels():
+    """Fortran-ordered and strided X, integer 0/1 labels, integer theta: same numbers."""
+    X, y, theta, v, p = problem("logistic", n=40, seed=12)
+    R, g, _, gabs, _ = reference("logistic", X, y, theta, 2.0, p)
+    for XX in (np.asfortranarray(X), np.repeat(X, 2, axis=1)[:, ::2]):
+        value, grad = ck.fused_value_and_gradient("logistic", XX, y.astype(np.int64), theta, 2, p)
+        _close(value, R, 1e-12, abs(R) + 1.0)
+        _close(grad, g, 1e-11, gabs)
+    R0, g0, _, gabs0, _ = reference("logistic", X, y, np.ones(5), 2.0, p)
+    value, grad = ck.fused_value_and_gradient("logistic", X, y, np.ones(5, dtype=np.int64), 2.0, p)
+    _close(value, R0, 1e-12, abs(R0) + 1.0)
+    _close(grad, g0, 1e-11, gabs0)

@@ -20,6 +20,10 @@ them (the predictor, the loss, its derivatives, the state) is float64.
 The kernels themselves live in :mod:`._scalar` (scalar-predictor losses) and
 :mod:`._multinomial`. Without numba the same functions run as plain Python (slow; for tiny
 examples only).
+
+Numba's on-disk cache is keyed on each kernel's own source file: after editing this file
+(whose helpers are inlined into the kernels), delete ``tiltlab/_cpu_kernels/__pycache__``
+(or touch ``_scalar.py`` and ``_multinomial.py``) so that the kernels are compiled again.
 """
 
 from __future__ import annotations
