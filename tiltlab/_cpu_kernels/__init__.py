@@ -79,6 +79,11 @@ __all__ = [
 MIN_ELEMENTS = 1 << 18
 #: ... and below this many rows (too few chunks to share between threads)
 MIN_ROWS = 2048
+#: ... and below this many entries per row (features times classes): the kernels' scalar
+#: per-row work (libm ``exp``/``log1p``, not vectorised) then outweighs the row's dot product
+#: and update, and NumPy's vectorised transcendentals win (measured at d = 20 with one
+#: thread, benchmarks/cpu_kernel_speed.py)
+MIN_ROW_ENTRIES = 32
 
 
 def available() -> bool:
@@ -96,19 +101,21 @@ def available() -> bool:
 def use_fused(n: int, d: int, k: int = 1) -> bool:
     """Size policy: serve an ``n x d`` problem (``k`` classes) with the fused kernels?
 
-    True when numba is available and the problem is large enough that the kernel's
-    fixed costs (thread launch, first-call cache load) are small against a pass over
-    ``X``.
+    True when numba is available, the problem is large enough that the kernel's fixed
+    costs (thread launch, first-call cache load) are small against a pass over ``X``, and
+    rows are long enough (``d * k >= MIN_ROW_ENTRIES``) that the row's dot product and
+    update, not the per-row scalar work, set the cost.
 
     Examples
     --------
     >>> from tiltlab._cpu_kernels import available, use_fused
-    >>> use_fused(100, 3)
-    False
+    >>> use_fused(100, 3), use_fused(10**6, 20)
+    (False, False)
     >>> use_fused(200_000, 100) == available()
     True
     """
-    return n >= MIN_ROWS and n * d * max(k, 1) >= MIN_ELEMENTS and available()
+    row = d * max(k, 1)
+    return n >= MIN_ROWS and row >= MIN_ROW_ENTRIES and n * row >= MIN_ELEMENTS and available()
 
 
 def _kernels():
