@@ -29,7 +29,11 @@ import tiltlab
 API_DIR = Path(__file__).resolve().parent.parent / "docs" / "api"
 
 #: modules that need an optional dependency, and that dependency
-OPTIONAL = {"tiltlab.estimators": "sklearn", "tiltlab.plot": "matplotlib"}
+OPTIONAL = {
+    "tiltlab.estimators": "sklearn",
+    "tiltlab.plot": "matplotlib",
+    "tiltlab._cpu_kernels": "numba",
+}
 
 
 def _public_module_names() -> list[str]:

@@ -1,0 +1,90 @@
+"""Benchmarks of the fused CPU kernels (numba), next to one matrix-vector product.
+
+Parameters: the shape ``(n, d)`` (2e5 x 100, 2e4 x 1000, 1e6 x 20), the ``dtype`` and the
+``loss`` (squared at t = -2, logistic at t = 1). ``time_matvec`` is the unit the targets
+are stated in (``X @ theta``, NumPy, the same threads); ``track_*_in_matvecs`` report the
+ratios measured side by side (interleaved, medians of 5) so that the asv history holds
+machine-independent numbers. Without numba every benchmark is skipped
+(``NotImplementedError`` in ``setup``). Compilation happens in ``setup`` (numba caches it
+on disk), never in a timed call.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+SHAPES = ["200000x100", "20000x1000", "1000000x20"]
+DTYPES = ["float64", "float32"]
+LOSSES = ["squared", "logistic"]
+
+
+def _problem(shape: str, dtype: str, loss: str):
+    n, d = (int(s) for s in shape.split("x"))
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((n, d)).astype(dtype)
+    theta = (rng.standard_normal(d) / np.sqrt(d)).astype(dtype)
+    if loss == "squared":
+        y = (X @ theta + rng.standard_normal(n)).astype(dtype)
+        t = -2.0
+    else:
+        y = (rng.random(n) < 0.3).astype(dtype)
+        t = 1.0
+    v = rng.standard_normal(d).astype(dtype)
+    return X, y, theta, v, t
+
+
+class FusedKernels:
+    """``fused_value_and_gradient``, ``fused_hvp`` and the linearised product."""
+
+    params = (SHAPES, DTYPES, LOSSES)
+    param_names = ["shape", "dtype", "loss"]
+    timeout = 600
+
+    def setup(self, shape, dtype, loss):
+        try:
+            from tiltlab import _cpu_kernels as ck
+        except ImportError as exc:  # pragma: no cover - older tiltlab
+            raise NotImplementedError(str(exc)) from None
+        if not ck.available():
+            raise NotImplementedError("numba is not installed")
+        self.X, self.y, self.theta, self.v, self.t = _problem(shape, dtype, loss)
+        self.fp = ck.FusedProblem(loss, self.X, self.y)  # bound once, as an engine does
+        self.lin = self.fp.linearize(self.theta, self.t)
+        self.time_value_and_gradient(shape, dtype, loss)  # compile (or load) outside clocks
+        self.time_hvp(shape, dtype, loss)
+        self.time_linearized_hvp(shape, dtype, loss)
+
+    def time_matvec(self, shape, dtype, loss):
+        self.X @ self.theta
+
+    def time_value_and_gradient(self, shape, dtype, loss):
+        self.fp.value_and_gradient(self.theta, self.t)
+
+    def time_hvp(self, shape, dtype, loss):
+        self.fp.hvp(self.theta, self.v, self.t)
+
+    def time_linearized_hvp(self, shape, dtype, loss):
+        self.lin.hvp(self.v)
+
+    def _ratio(self, fn) -> float:
+        times: dict = {"matvec": [], "fn": []}
+        for _ in range(5):
+            t0 = time.perf_counter()
+            self.X @ self.theta
+            times["matvec"].append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            fn()
+            times["fn"].append(time.perf_counter() - t0)
+        return float(np.median(times["fn"]) / np.median(times["matvec"]))
+
+    def track_value_and_gradient_in_matvecs(self, shape, dtype, loss):
+        return self._ratio(lambda: self.time_value_and_gradient(shape, dtype, loss))
+
+    track_value_and_gradient_in_matvecs.unit = "matvecs"
+
+    def track_hvp_in_matvecs(self, shape, dtype, loss):
+        return self._ratio(lambda: self.time_hvp(shape, dtype, loss))
+
+    track_hvp_in_matvecs.unit = "matvecs"

@@ -1,0 +1,197 @@
+"""The fused CPU kernels (numba) against one matrix-vector product, side by side.
+
+For each shape, dtype and loss this times, interleaved and repeated (medians), in units of
+one NumPy ``X @ theta`` with the same number of threads:
+
+* ``vg``: ``FusedProblem.value_and_gradient`` (data bound once, as an engine keeps it);
+* ``hvp``: ``FusedProblem.hvp`` (one pass, loss and weights included);
+* ``lin_hvp``: :meth:`Linearization.hvp` (a Newton-CG inner product at a fixed ``theta``);
+* ``generic_vg``/``generic_hvp``: ``TiltedObjective`` (the generic array-API path), for a
+  before/after comparison in the same run.
+
+``--threads N`` limits both BLAS (threadpoolctl) and numba (``numba.set_num_threads``).
+``--compile`` measures instead the first call of every kernel in a fresh process, once
+with an empty numba cache (compilation) and once with the cache it filled (a new
+process's first call).
+
+Usage::
+
+    python benchmarks/cpu_kernel_speed.py                  # full table
+    python benchmarks/cpu_kernel_speed.py --threads 1 --json out.json
+    python benchmarks/cpu_kernel_speed.py --quick          # shapes / 10
+    python benchmarks/cpu_kernel_speed.py --compile
+
+Nothing here asserts a timing; figures go in benchmarks/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import nullcontext
+
+import numpy as np
+
+import tiltlab as tl
+from tiltlab import _cpu_kernels as ck
+
+SHAPES = [(200_000, 100), (20_000, 1000), (1_000_000, 20)]
+DTYPES = [np.float64, np.float32]
+LOSSES = ["squared", "logistic"]
+
+
+def _medians(fns: dict, repeat: int) -> dict:
+    times: dict = {k: [] for k in fns}
+    for _ in range(repeat):
+        for k, f in fns.items():  # interleaved: drift hits every side alike
+            t0 = time.perf_counter()
+            f()
+            times[k].append(time.perf_counter() - t0)
+    return {k: float(np.median(v)) for k, v in times.items()}
+
+
+def _problem(n, d, loss, dtype, rng):
+    X = rng.standard_normal((n, d)).astype(dtype)
+    theta = (rng.standard_normal(d) / np.sqrt(d)).astype(dtype)
+    if loss == "squared":
+        y = (X @ theta + rng.standard_normal(n)).astype(dtype)
+        t = -2.0
+    else:
+        y = (rng.random(n) < 0.3).astype(dtype)
+        t = 1.0
+    v = rng.standard_normal(d).astype(dtype)
+    return X, y, theta, v, t
+
+
+def speed_table(shapes, repeat, generic, rng):
+    rows = []
+    for n, d in shapes:
+        for dtype in DTYPES:
+            for loss in LOSSES:
+                X, y, theta, v, t = _problem(n, d, loss, dtype, rng)
+                fp = ck.FusedProblem(loss, X, y)
+                lin = fp.linearize(theta, t)
+                fns = {
+                    "matvec": lambda X=X, th=theta: X @ th,
+                    "vg": lambda fp=fp, th=theta, t=t: fp.value_and_gradient(th, t),
+                    "hvp": lambda fp=fp, th=theta, v=v, t=t: fp.hvp(th, v, t),
+                    "lin_hvp": lambda lin=lin, v=v: lin.hvp(v),
+                }
+                if generic:
+                    obj = tl.TiltedObjective(loss, X, y, t=t)
+                    fns["generic_vg"] = lambda o=obj, th=theta: o.value_and_gradient(th)
+                    fns["generic_hvp"] = lambda o=obj, th=theta, v=v: o.hvp(th, v)
+                for f in fns.values():  # warm: compiled code, caches, allocator
+                    f()
+                med = _medians(fns, repeat)
+                row = {
+                    "n": n,
+                    "d": d,
+                    "dtype": np.dtype(dtype).name,
+                    "loss": loss,
+                    "matvec_ms": 1e3 * med["matvec"],
+                }
+                for k in fns:
+                    if k != "matvec":
+                        row[k] = med[k] / med["matvec"]
+                rows.append(row)
+                print(_fmt(row), flush=True)
+    return rows
+
+
+_FIRST_CALL = r"""
+import json, sys, time
+import numpy as np
+t0 = time.perf_counter()
+from tiltlab import _cpu_kernels as ck
+out = {}
+rng = np.random.default_rng(0)
+for dtype in (np.float64, np.float32):
+    X = rng.standard_normal((4096, 16)).astype(dtype)
+    th = np.zeros(16, dtype)
+    y = (rng.random(4096) < 0.5).astype(dtype)
+    T = np.zeros((16, 3), dtype)
+    c = rng.integers(0, 3, 4096)
+    calls = {
+        "vg": lambda: ck.fused_value_and_gradient("logistic", X, y, th, 1.0),
+        "hvp": lambda: ck.fused_hvp("logistic", X, y, th, th, 1.0),
+        "linearize+hvp": lambda: ck.fused_linearize("logistic", X, y, th, 1.0).hvp(th),
+        "multinomial vg": lambda: ck.fused_value_and_gradient("multinomial", X, c, T, 1.0),
+        "multinomial hvp": lambda: ck.fused_hvp("multinomial", X, c, T, T, 1.0),
+        "multinomial linearize+hvp": lambda: ck.fused_linearize(
+            "multinomial", X, c, T, 1.0).hvp(T),
+    }
+    for name, f in calls.items():
+        t1 = time.perf_counter()
+        f()
+        first = time.perf_counter() - t1
+        t1 = time.perf_counter()
+        f()
+        out[f"{np.dtype(dtype).name} {name}"] = (first, time.perf_counter() - t1)
+print(json.dumps(out))
+"""
+
+
+def compile_table():
+    """First calls in fresh processes: an empty numba cache, then the cache it filled."""
+    rows = []
+    with tempfile.TemporaryDirectory() as cache:
+        env = dict(os.environ, NUMBA_CACHE_DIR=cache)
+        for label in ("cold (compiles)", "cached (new process)"):
+            out = subprocess.run(
+                [sys.executable, "-c", _FIRST_CALL],
+                env=env,
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            for name, (first, second) in json.loads(out.stdout).items():
+                row = {"cache": label, "kernel": name, "first_s": first, "second_s": second}
+                rows.append(row)
+                print(_fmt(row), flush=True)
+    return rows
+
+
+def _fmt(row):
+    return "  ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items())
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="shapes / 10, fewer repeats")
+    ap.add_argument("--repeat", type=int, default=9)
+    ap.add_argument("--threads", type=int, default=None, help="BLAS and numba threads")
+    ap.add_argument("--no-generic", action="store_true", help="skip TiltedObjective")
+    ap.add_argument("--compile", action="store_true", help="first-call (compile) times")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args(argv)
+    if not ck.available():
+        sys.exit("numba is not installed (pip install 'tiltlab[cpu]')")
+    if args.compile:
+        rows = compile_table()
+    else:
+        import numba
+
+        shapes = SHAPES if not args.quick else [(n // 10, d) for n, d in SHAPES]
+        repeat = args.repeat if not args.quick else 3
+        ctx = nullcontext()
+        if args.threads:
+            from threadpoolctl import threadpool_limits
+
+            ctx = threadpool_limits(args.threads)
+            numba.set_num_threads(args.threads)
+        print(f"threads: numba {numba.get_num_threads()}, BLAS {args.threads or 'default'}")
+        with ctx:
+            rows = speed_table(shapes, repeat, not args.no_generic, np.random.default_rng(0))
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(rows, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,201 @@
+"""Input checks of the fused CPU kernels and the merge of their chunk states.
+
+:func:`_bind` validates the data once (what :class:`FusedProblem` keeps), :func:`_at` adds
+one ``theta`` and tilt, and :func:`_merge` combines the per-chunk tilted states exactly as
+:func:`tiltlab.accumulator.merge` and :func:`~tiltlab.accumulator.finalize_risk` do,
+vectorised over the chunks (in a fixed order: the result does not depend on threads).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+#: losses served by the kernels, and their codes in the loops
+LOSS_CODES = {
+    "squared": 0,
+    "absolute": 1,
+    "huber": 2,
+    "logistic": 3,
+    "hinge": 4,
+    "squared_hinge": 5,
+    "multinomial": 6,
+}
+_BINARY = ("logistic", "hinge", "squared_hinge")
+
+#: chunks: at least this many rows each, at most MAX_CHUNKS of them
+CHUNK_ROWS = 512
+MAX_CHUNKS = 128
+
+
+def default_chunks(n: int) -> int:
+    """Number of row chunks for ``n`` rows (a function of ``n`` only).
+
+    Examples
+    --------
+    >>> from tiltlab._cpu_kernels import default_chunks
+    >>> default_chunks(100), default_chunks(10_000), default_chunks(10**7)
+    (1, 19, 128)
+    """
+    return int(min(MAX_CHUNKS, max(1, n // CHUNK_ROWS)))
+
+
+# ---------------------------------------------------------------------------------------
+# input checks
+
+
+@dataclass(frozen=True)
+class _Problem:
+    loss: str
+    code: int
+    X: np.ndarray
+    y: np.ndarray
+    p: np.ndarray  # empty: uniform prior
+    theta: np.ndarray
+    t: float
+    param: float
+    n_chunks: int
+
+
+def _loss_name(loss: Any) -> str:
+    if not isinstance(loss, str):
+        raise TypeError(f"`loss` must be a loss name, got {type(loss).__name__}")
+    key = loss.strip().lower().replace("-", "_")
+    if key not in LOSS_CODES:
+        raise ValueError(f"`loss`: the fused kernels serve {', '.join(LOSS_CODES)}; got {loss!r}")
+    return key
+
+
+def _bind(
+    loss: Any, X: Any, y: Any, prior: Any, loss_params: Any, n_chunks: Any
+) -> tuple[_Problem, float]:
+    """Validate the data once; returns the problem (no ``theta`` yet) and the largest
+    class label (multinomial; -1 otherwise)."""
+    name = _loss_name(loss)
+    if not isinstance(X, np.ndarray):
+        raise TypeError(f"`X` must be a NumPy array, got {type(X).__name__}")
+    if X.dtype not in (np.float32, np.float64):
+        raise TypeError(f"`X` must be float32 or float64, got {X.dtype}")
+    if X.ndim != 2 or X.shape[0] == 0 or X.shape[1] == 0:
+        raise ValueError(f"`X` must be a non-empty 2-d array, got shape {X.shape}")
+    n, d = X.shape
+    X = np.ascontiguousarray(X)
+    y = np.asarray(y)
+    if y.shape != (n,):
+        raise ValueError(f"`y` must have shape ({n},) (one target per row of `X`), got {y.shape}")
+    yf = np.ascontiguousarray(y, dtype=np.float64)
+    ymax = -1.0
+    if name == "multinomial":
+        if not np.all((yf >= 0) & (yf == np.floor(yf))):
+            raise ValueError("`y` must hold integer class labels in [0, K)")
+        ymax = float(np.max(yf))
+    elif name in _BINARY:
+        if not np.all((yf == 0) | (yf == 1)):
+            raise ValueError(f"`y` must hold binary labels 0 or 1 for the {name} loss")
+    elif not np.all(np.isfinite(yf)):
+        raise ValueError("`y` must be finite")
+    if prior is None:
+        p = np.zeros(0, dtype=np.float64)
+    else:
+        p = np.ascontiguousarray(prior, dtype=np.float64)
+        if p.shape != (n,):
+            raise ValueError(f"`prior` must have shape ({n},), got {p.shape}")
+        if not np.all(np.isfinite(p)) or np.any(p < 0) or not np.any(p > 0):
+            raise ValueError("`prior` must be finite, non-negative and not all zero")
+    params = dict(loss_params or {})
+    param = 0.0
+    if name == "huber":
+        param = float(params.pop("delta", 1.0))
+        if not (param > 0 and math.isfinite(param)):
+            raise ValueError(f"`loss_params`: `delta` must be positive and finite, got {param}")
+    if params:
+        raise TypeError(f"`loss_params`: the {name} loss takes no {sorted(params)}")
+    if n_chunks is None:
+        n_chunks = default_chunks(n)
+    elif (
+        isinstance(n_chunks, bool) or not isinstance(n_chunks, (int, np.integer)) or (n_chunks < 1)
+    ):
+        raise ValueError(f"`n_chunks` must be a positive integer, got {n_chunks!r}")
+    empty = np.zeros(0, dtype=X.dtype)
+    return _Problem(name, LOSS_CODES[name], X, yf, p, empty, 0.0, param, int(n_chunks)), ymax
+
+
+def _at(base: _Problem, ymax: float, theta: Any, t: Any) -> _Problem:
+    """The bound problem at one ``theta`` and tilt (cheap checks: O(d))."""
+    d = base.X.shape[1]
+    theta = np.asarray(theta)
+    if not np.issubdtype(theta.dtype, np.floating) and not np.issubdtype(theta.dtype, np.integer):
+        raise TypeError(f"`theta` must be real, got {theta.dtype}")
+    if base.loss == "multinomial":
+        if theta.ndim != 2 or theta.shape[0] != d:
+            raise ValueError(
+                f"`theta` must have shape ({d}, K) for the multinomial loss, got {theta.shape}"
+            )
+        if ymax >= theta.shape[1]:
+            raise ValueError(f"`y` must hold integer class labels in [0, {theta.shape[1]})")
+    elif theta.shape != (d,):
+        raise ValueError(f"`theta` must have shape ({d},), got {theta.shape}")
+    theta = np.ascontiguousarray(theta, dtype=base.X.dtype)
+    if isinstance(t, (bool, np.bool_, str, bytes)):
+        raise TypeError(f"`t` must be a real number, got {t!r}")
+    try:
+        t = float(t)
+    except (TypeError, ValueError):
+        raise TypeError(f"`t` must be a real number, got {t!r}") from None
+    if not math.isfinite(t):
+        raise ValueError(f"`t` must be finite for the fused kernels, got {t}")
+    return replace(base, theta=theta, t=t)
+
+
+def _direction(v: Any, pb: _Problem) -> np.ndarray:
+    v = np.asarray(v)
+    if v.shape != pb.theta.shape:
+        raise ValueError(f"`v` must have the shape of `theta` {pb.theta.shape}, got {v.shape}")
+    return np.ascontiguousarray(v, dtype=pb.X.dtype)
+
+
+# ---------------------------------------------------------------------------------------
+# the merge of chunk states (tiltlab.accumulator.merge and finalize_risk, vectorised)
+
+_SQRT_TINY = math.sqrt(np.finfo(np.float64).tiny)
+
+
+@dataclass(frozen=True)
+class _Merged:
+    value: float
+    shift: float
+    s: float
+    r: np.ndarray  # per-chunk factors exp(t (c_k - C))
+    av: float
+
+
+def _merge(state: np.ndarray, t: float) -> _Merged | None:
+    """Merge the chunk states; None when a loss on the support is not finite."""
+    if np.any(state[:, 7] != 0):
+        return None
+    c, hi, lo, mass, s, q, lsum = (state[:, j] for j in range(7))
+    used = mass > 0
+    H, L = float(np.max(hi[used])), float(np.min(lo[used]))
+    C = H if t > 0 else L
+    du = np.where(used, t * (c - C), -np.inf)
+    r = np.exp(du)
+    S = float(np.sum(s * r))
+    M = float(np.sum(mass))
+    scale = abs(t) * (H - L)
+    if scale < _SQRT_TINY:
+        value = C + float(np.sum(np.where(used, lsum + mass * (c - C), 0.0))) / M
+    elif scale <= 1.0:
+        Q = float(np.sum(np.where(used, mass * np.expm1(du) + q * r, 0.0)))
+        value = C + math.log1p(Q / M) / t
+    else:
+        value = C + math.log(S / M) / t
+    av = float(np.sum(state[:, 8] * r)) / S
+    return _Merged(value, C, S, r, av)
+
+
+def _combine(r: np.ndarray, V: np.ndarray, S: float) -> np.ndarray:
+    """``sum_k r_k V_k / S`` over the chunk axis."""
+    return np.tensordot(r, V, axes=1) / S

@@ -1,0 +1,199 @@
+"""Row-level helpers of the fused CPU kernels (imported lazily: this module imports numba).
+
+Every kernel walks the rows of ``X`` in a fixed number of contiguous chunks (``prange``
+over chunks, never over threads), reads each row once and writes one small state per
+chunk; the caller merges the chunk states in a fixed order. The chunk split depends on
+the number of rows and the chunk count only, so the results are the same bit for bit
+whatever the number of threads.
+
+Per chunk, the tilted state follows :mod:`tiltlab.accumulator`: an exact running shift
+``c`` (the largest loss for ``t > 0``, the smallest for ``t <= 0``) with ``s``, ``q`` and
+``lsum`` rescaled each time it moves (scalars: cheap). The vector accumulators (gradient,
+Hessian-vector product) are kept relative to a second, lazy shift ``cg`` that follows
+``c`` only when the weights would otherwise exceed ``exp(LAZY_LIMIT)``: rows sorted by
+loss then cost one rescale of a ``d``-vector per ``LAZY_LIMIT / |t|`` of loss range, not
+one per row. Vector sums are taken in ``X``'s dtype over sub-blocks of ``SUB_BLOCK`` rows
+and added into float64 accumulators (float32 input stays accurate over long chunks).
+Dot products are taken in ``X``'s dtype (vectorised, see ``_DOT``); every scalar after
+them (the predictor, the loss, its derivatives, the state) is float64.
+
+The kernels themselves live in :mod:`._scalar` (scalar-predictor losses) and
+:mod:`._multinomial`. Without numba the same functions run as plain Python (slow; for tiny
+examples only).
+
+Numba's on-disk cache is keyed on each kernel's own source file: after editing this file
+(whose helpers are inlined into the kernels), delete ``tiltlab/_cpu_kernels/__pycache__``
+(or touch ``_scalar.py`` and ``_multinomial.py``) so that the kernels are compiled again.
+"""
+
+from __future__ import annotations
+
+import math
+
+try:  # pragma: no branch - the engine is only chosen when numba imports
+    import numba
+
+    _JIT = numba.njit(parallel=True, fastmath=False, cache=True, nogil=True)
+    _INLINE = numba.njit(fastmath=False, cache=True, inline="always")
+    # The dot products alone may reassociate their sums (and nothing else: no NaN or inf
+    # assumptions, no contraction) so that LLVM vectorises them. The order is fixed when
+    # the kernel is compiled: results still do not depend on the number of threads.
+    _DOT = numba.njit(fastmath={"reassoc"}, cache=True, nogil=True)
+    prange = numba.prange
+except ImportError:  # pragma: no cover - exercised where numba is absent
+
+    def _JIT(f):
+        return f
+
+    def _INLINE(f):
+        return f
+
+    _DOT = _INLINE
+    prange = range
+
+#: loss codes (the order of :data:`LOSS_CODES` in the package)
+SQUARED, ABSOLUTE, HUBER, LOGISTIC, HINGE, SQUARED_HINGE = 0, 1, 2, 3, 4, 5
+
+#: rows per sub-block of the vector sums (taken in X's dtype, then added in float64)
+SUB_BLOCK = 128
+#: the vector accumulators' shift follows the exact one when weights pass exp(LAZY_LIMIT)
+LAZY_LIMIT = 16.0
+
+#: columns of a chunk state: shift, hi, lo, mass, s, q, lsum, non-finite flag, av
+STATE_COLS = 9
+
+
+@_DOT
+def _dot(X, i, v, zero):
+    """``X[i] . v`` in ``X``'s dtype (vectorised)."""
+    s = zero
+    for j in range(X.shape[1]):
+        s += X[i, j] * v[j]
+    return s
+
+
+@_DOT
+def _dot2(X, i, v, w, zero):
+    """``(X[i] . v, X[i] . w)`` in one sweep over the row."""
+    a = zero
+    b = zero
+    for j in range(X.shape[1]):
+        xj = X[i, j]
+        a += xj * v[j]
+        b += xj * w[j]
+    return a, b
+
+
+@_INLINE
+def _loss(code, z, y, param):
+    """Value and first and second derivatives in ``z`` of a scalar-predictor loss."""
+    if code == SQUARED:
+        r = z - y
+        return r * r, 2.0 * r, 2.0
+    if code == LOGISTIC:
+        e = math.exp(-abs(z))
+        inv = 1.0 / (1.0 + e)
+        small = e * inv
+        if z >= 0.0:
+            s, sc = inv, small
+        else:
+            s, sc = small, inv
+        value = (max(z, 0.0) - y * z) + math.log1p(e)
+        return value, (1.0 - y) * s - y * sc, s * sc
+    if code == ABSOLUTE:
+        r = z - y
+        sg = 1.0 if r > 0.0 else (-1.0 if r < 0.0 else 0.0)
+        return abs(r), sg, 0.0
+    if code == HUBER:
+        r = z - y
+        a = abs(r)
+        if a <= param:
+            return 0.5 * r * r, r, 1.0
+        sg = 1.0 if r > 0.0 else -1.0
+        return param * (a - 0.5 * param), param * sg, 0.0
+    # hinge and squared hinge: margin m = 1 - (2y - 1) z
+    sgn = 2.0 * y - 1.0
+    m = 1.0 - sgn * z
+    if code == HINGE:
+        if m > 0.0:
+            return m, -sgn, 0.0
+        return 0.0, 0.0, 0.0
+    if m > 0.0:
+        return m * m, -2.0 * sgn * m, 2.0
+    return 0.0, 0.0, 0.0
+
+
+@_INLINE
+def _softmax_row(z, y, s):
+    """Multinomial value at one row; fills ``s`` with the softmax and returns the value
+    and the mass of the classes other than ``y`` (relative to the largest ``z``)."""
+    K = z.shape[0]
+    amax = 0
+    for k in range(1, K):
+        if z[k] > z[amax]:
+            amax = k
+    m = z[amax]
+    total = 0.0
+    rest = 0.0
+    others = 0.0
+    for k in range(K):
+        e = math.exp(z[k] - m)
+        s[k] = e
+        total += e
+        if k != amax:
+            rest += e
+        if k != y:
+            others += e
+    for k in range(K):
+        s[k] = s[k] / total
+    value = (m - z[y]) + math.log1p(rest)
+    return value, others / total
+
+
+@_INLINE
+def _chunk(n, n_chunks, k):
+    return (k * n) // n_chunks, ((k + 1) * n) // n_chunks
+
+
+@_INLINE
+def _flush(blk, acc):
+    for j in range(blk.shape[0]):
+        acc[j] += blk[j]
+        blk[j] = 0
+
+
+@_INLINE
+def _flush2(blk, acc):
+    for j in range(blk.shape[0]):
+        for k in range(blk.shape[1]):
+            acc[j, k] += blk[j, k]
+            blk[j, k] = 0
+
+
+@_INLINE
+def _weight_parts(t, l, c, qlive):
+    """``(exp(u), expm1(u))`` for ``u = t (l - c) <= 0`` with one transcendental.
+
+    ``qlive``: the chunk is still in the small-tilt regime ``|t| (hi - lo) <= 1`` (then
+    ``u >= -1`` and ``expm1(u) + 1`` is accurate); once it leaves it, so does the merged
+    state, ``q`` is never read and only ``exp`` is taken.
+    """
+    if t == 0.0:
+        return 1.0, 0.0  # the prior-weighted mean: no exponentials
+    u = t * (l - c)
+    if qlive:
+        e1 = math.expm1(u)
+        return e1 + 1.0, e1
+    return math.exp(u), 0.0
+
+
+@_INLINE
+def _matvec_row(X, i, Th, zv):
+    """``zv = X[i] @ Th`` for one row (rows of ``Th`` are contiguous: vectorised over K)."""
+    K = Th.shape[1]
+    for kk in range(K):
+        zv[kk] = 0
+    for j in range(X.shape[1]):
+        xj = X[i, j]
+        for kk in range(K):
+            zv[kk] += xj * Th[j, kk]
