@@ -249,6 +249,8 @@ LAYERS = {
     "segments": 1,
     # CUDA kernels; their host side finishes the partial states with the reduction
     "_cupy_kernels": 1,
+    # compiled CPU kernels (numba, optional): plain NumPy in, NumPy out
+    "_cpu_kernels": 0,
     "losses": 2,
     "risk": 3,
     # the objective and its engines

@@ -25,6 +25,7 @@ for _table in (TILTED_RISK, HIERARCHICAL_RISK, TILTED_WEIGHTS):
 
 # objective engines, one per array library (tiltlab/objective/engines/__init__.py)
 ENGINES.register_lazy("cupy", "tiltlab.objective.engines.cuda")
+ENGINES.register_lazy("numpy", "tiltlab.objective.engines.fused_cpu")
 ENGINES.register_lazy("dask", "tiltlab.distributed._objective")
 
 # solvers driven from outside the array library (tiltlab/solvers/_external.py)
