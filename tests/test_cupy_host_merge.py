@@ -60,8 +60,10 @@ def _mp_value_grad(l, d1, X, t):
         z = mpmath.fsum(e)
         value = m + mpmath.log(z / n) / t
         w = [v / z for v in e]
-    grad = [float(mpmath.fsum(w[i] * float(d1[i]) * float(X[i, j]) for i in range(n)))
-            for j in range(X.shape[1])]
+    grad = [
+        float(mpmath.fsum(w[i] * float(d1[i]) * float(X[i, j]) for i in range(n)))
+        for j in range(X.shape[1])
+    ]
     return float(value), np.array(grad)
 
 

@@ -100,5 +100,3 @@ def _nonfinite() -> NonFiniteLosses:
         "`losses` contains NaN or infinite values; pass finite values (or "
         "check_finite=False to skip this check)"
     )
-
-
