@@ -21,6 +21,7 @@ class Status(enum.IntEnum):
     MAX_PASSES = 6
     PRECISION = 7
     COMPLETED = 8
+    DIVERGED = 9
 
     def describe(self, iteration: int | None = None, detail: str = "") -> str:
         k = "" if iteration is None else f" at iteration {iteration}"
@@ -40,6 +41,8 @@ class Status(enum.IntEnum):
             "gradient norm is at the attainable level",
             Status.COMPLETED: f"completed the stochastic step budget{k} (a stochastic method "
             "has no convergence test); raise max_iter for a more accurate solution",
+            Status.DIVERGED: f"diverged{k}: the objective became non-finite or rose far above "
+            "its starting value even with a lowered step",
         }[self]
         return msg + (f" ({detail})" if detail else "")
 

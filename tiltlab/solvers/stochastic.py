@@ -26,7 +26,7 @@ from scipy.special import logsumexp
 from .._compat import to_numpy
 from ._base import Solver, make_state
 from ._linalg import power_iteration
-from ._result import SolverState
+from ._result import SolverState, Status
 
 __all__ = ["StochasticTERM"]
 
@@ -61,6 +61,8 @@ class StochasticTERM(Solver):
     name = "stochastic"
     default_max_iter = 20_000
     checks_gradient = False
+    #: divergences survived (the step is quartered each time) before giving up
+    max_cuts = 8
 
     def __init__(
         self,
@@ -131,6 +133,14 @@ class StochasticTERM(Solver):
         self.k = 0
         self.x_avg = None
         self.n_avg = 0
+        # divergence guard: a full evaluation above f_high (the start value plus its own
+        # magnitude) or a non-finite batch loss sends the run back to its last checkpoint
+        # with a quarter of the step, at most ``max_cuts`` times
+        f0 = state.fun_float
+        self.f_high = f0 + max(abs(f0), 1e-12) if math.isfinite(f0) else math.inf
+        self.checkpoint = state
+        self.n_cuts = 0
+        self.avg_from = self.max_iter // 2
         return state
 
     def _draw(self) -> tuple[int, np.ndarray]:
@@ -148,12 +158,40 @@ class StochasticTERM(Solver):
             idx = m[self.rng.choice(m.size, size=min(self.batch_size, m.size), p=q)]
         return g, idx
 
+    def _back_off(self, state: SolverState) -> SolverState:
+        """Divergence: return to the last checkpoint with a quarter of the step."""
+        self.n_cuts += 1
+        ck = self.checkpoint
+        out = SolverState(
+            ck.x, ck.fun, ck.jac, ck.fun_float, ck.grad_norm, nit=state.nit + 1, step=self.lr
+        )
+        if self.n_cuts > self.max_cuts:
+            out.failed = Status.DIVERGED
+            out.detail = (
+                f"the step was lowered {self.max_cuts} times, to {self.lr:.3g}; "
+                "pass a smaller `lr`"
+            )
+            return out
+        self.lr *= 0.25
+        self.L = [None] * len(self.members)
+        self.x_avg, self.n_avg = None, 0
+        self.avg_from = max(self.avg_from, self.k)
+        out.step = self.lr
+        out.extra["stale"] = ck.extra.get("stale", False)
+        return out
+
+    def _diverged(self, f: float) -> bool:
+        """The objective is non-finite or has risen far above its start."""
+        return not math.isfinite(f) or f > self.f_high
+
     def step(self, objective: Any, state):
         xp = objective.xp
         self.k += 1
         g, idx = self._draw()
         ell, vjp = objective.batch_losses_and_vjp(state.x, idx)
         ln = to_numpy(ell).astype(np.float64)
+        if not np.all(np.isfinite(ln)):
+            return self._back_off(state)
         tau, lam = self.tau, self.lam
         if tau != 0:
             LB = _log_mean_exp(tau * ln)
@@ -166,7 +204,10 @@ class StochasticTERM(Solver):
                     else LB
                 )
             )
-            c = np.exp(tau * ln - L) / ln.size
+            # normalise by the larger of the running and the batch estimate: the weights
+            # then sum to at most 1, so a batch whose losses rose above the running
+            # estimate cannot multiply the step (the running value lags by 1/lam steps)
+            c = np.exp(tau * ln - max(L, LB)) / ln.size
         else:
             mB = float(ln.mean())
             L = mB if self.L[g] is None else (1 - lam) * self.L[g] + lam * mB
@@ -182,20 +223,21 @@ class StochasticTERM(Solver):
         assert self.lr is not None  # set in init
         lr = self.lr if self.decay == "none" else self.lr / math.sqrt(1.0 + self.k / self.every)
         x = state.x - lr * grad
-        if self.average and self.k > self.max_iter // 2:
+        if self.average and self.k > self.avg_from:
             self.n_avg += 1
             self.x_avg = x if self.x_avg is None else self.x_avg + (x - self.x_avg) / self.n_avg
         if self.k % self.every == 0 or self.k >= self.max_iter:
             xe = self.x_avg if (self.x_avg is not None and self.k >= self.max_iter) else x
             f, gfull = objective.value_and_gradient(xe)
-            out = make_state(x, f, gfull, xp, nit=state.nit + 1, step=self.lr)
-            if xe is not x:
-                out.x = xe
+            out = make_state(xe, f, gfull, xp, nit=state.nit + 1, step=lr)
+            if out.failed is not None or self._diverged(out.fun_float):
+                return self._back_off(state)
+            self.checkpoint = out
             return out
         # no full evaluation this step: fun and jac are those of an earlier iterate
         out = SolverState(
             x, state.fun, state.jac, state.fun_float, state.grad_norm, nit=state.nit + 1
         )
-        out.step = self.lr
+        out.step = lr
         out.extra["stale"] = True
         return out
