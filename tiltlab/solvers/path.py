@@ -29,8 +29,10 @@ class TiltPath:
     results : list of OptimizeResult
         The solver's result at each tilt.
     stats : dict of ndarray
-        Per tilt: ``mean``, ``max``, ``min``, ``variance`` of the losses at the solution,
-        ``risk`` (the tilted objective value), ``entropy`` and ``ess`` of the tilted weights.
+        Per tilt: ``mean``, ``max``, ``min``, ``variance`` of the losses at the solution
+        under the objective's prior weights (``min``/``max`` over samples of positive
+        weight), ``risk`` (the tilted objective value), ``entropy`` and ``ess`` of the
+        tilted weights.
     objective : TiltedObjective
         The objective (its tilt is the last one solved).
     """
@@ -196,16 +198,30 @@ def _predict(obj: Any, branch: list, t: float) -> Any:
 
 
 def _path_stats(objective: Any, ts: np.ndarray, results: list[OptimizeResult]):
+    """Per-tilt statistics of the losses at each solution, under the prior weights.
+
+    With prior weights ``p`` (uniform when the objective has none) the mean is
+    ``sum p_i l_i``, the variance ``sum p_i (l_i - mean)^2``, and the minimum and maximum
+    run over the samples of positive weight: the distribution the objective averages.
+    """
     keys = ("mean", "max", "min", "variance", "risk", "entropy", "ess")
     out = {k: np.empty(ts.size) for k in keys}
     for i, (t, r) in enumerate(zip(ts, results, strict=True)):
         obj = objective.with_tilt(float(t))
         ell = to_numpy(obj.losses(r.x)).astype(np.float64)
         w = to_numpy(obj.weights(r.x)).astype(np.float64)
-        out["mean"][i] = ell.mean()
-        out["max"][i] = ell.max()
-        out["min"][i] = ell.min()
-        out["variance"][i] = ell.var()
+        prior = obj.prior()  # after an evaluation, which prepares it
+        if prior is None:
+            q = np.full(ell.size, 1.0 / ell.size)
+        else:
+            q = to_numpy(prior).astype(np.float64)
+            q = q / q.sum()
+        support = ell[q > 0]
+        mean = float(np.dot(q, ell))
+        out["mean"][i] = mean
+        out["max"][i] = support.max()
+        out["min"][i] = support.min()
+        out["variance"][i] = float(np.dot(q, (ell - mean) ** 2))
         out["risk"][i] = float(to_numpy(r.fun))
         out["entropy"][i] = float(entropy(w))
         out["ess"][i] = float(1.0 / np.sum(w * w))  # Kish's effective sample size
