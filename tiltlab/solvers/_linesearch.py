@@ -192,6 +192,7 @@ def strong_wolfe(
     """
     if not d0 < 0:
         raise ValueError(f"`d0` must be negative (a descent direction), got {d0!r}")
+    f0, d0, step = float(f0), float(d0), float(step)  # host floats, never array scalars
     stp = min(max(step, stpmin), stpmax)
     gtest = ftol * d0
     width = stpmax - stpmin

@@ -62,7 +62,10 @@ class SolverState:
     """What a solver step hands back to the driver (and to callbacks).
 
     ``x``, ``fun`` and ``jac`` are arrays of the objective's namespace; ``fun_float``
-    and ``grad_norm`` are host floats for logging and termination tests.
+    and ``grad_norm`` are host floats for logging and termination tests. ``stale`` marks
+    a state whose ``fun`` and ``jac`` belong to an earlier iterate (stochastic steps
+    between full evaluations). ``memo`` is the solver's own typed state (L-BFGS
+    correction pairs, step sizes, ...), which a warm start can hand to the next run.
     """
 
     x: Any
@@ -75,6 +78,8 @@ class SolverState:
     failed: Status | None = None
     detail: str = ""
     extra: dict = field(default_factory=dict)
+    memo: Any = field(default=None, repr=False)
+    stale: bool = False
 
 
 @dataclass
@@ -111,8 +116,12 @@ class OptimizeResult:
     n_iter_run : int or None
         Iterations the run made in all (with ``validation`` it may exceed ``nit``).
     lbfgs_pairs : tuple or None
-        ``method="lbfgs"``: the final correction pairs ``(S, Y)`` (the ``pairs`` option
-        of a later run accepts them).
+        ``method="lbfgs"``: the correction pairs ``(S, Y)`` at ``x`` (the ``pairs``
+        option of a later run accepts them).
+    solver_state : SolverState or None
+        The solver's state at ``x``; ``minimize(..., warm_state=result.solver_state)``
+        starts a neighbouring problem with what this run learned (as :func:`tilt_path`
+        does from tilt to tilt).
     """
 
     x: Any
@@ -130,6 +139,7 @@ class OptimizeResult:
     n_iter_run: int | None = None
     #: lbfgs only: the final correction pairs ``(S, Y)``, for warm starts (not shown)
     lbfgs_pairs: Any = field(default=None, repr=False)
+    solver_state: Any = field(default=None, repr=False)
 
     def __repr__(self) -> str:
         try:

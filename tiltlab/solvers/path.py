@@ -150,7 +150,7 @@ def tilt_path(
     for direction in ("pos", "neg"):
         # the solved points of this branch, nearest to 0 first: (t, x)
         branch = [(0.0, anchor.x)]
-        pairs = anchor.lbfgs_pairs
+        warm = anchor.solver_state
         for i in _order(ts_arr):
             if (ts_arr[i] >= 0) != (direction == "pos"):
                 continue
@@ -160,13 +160,14 @@ def tilt_path(
                 continue
             obj = objective.with_tilt(t)
             x = _predict(obj, branch, t) if warm_start else start
+            # the solver's state at the previous tilt (L-BFGS pairs, step sizes)
             kw = dict(kwargs)
-            if warm_start and method == "lbfgs" and "pairs" not in kwargs and pairs is not None:
-                kw["pairs"] = pairs  # the curvature learned at the previous tilt
+            if warm_start and "warm_state" not in kwargs:
+                kw["warm_state"] = warm
             res = minimize(obj, x, method=method, **kw)
             results[i] = res
             branch.append((t, res.x))
-            pairs = res.lbfgs_pairs
+            warm = res.solver_state
             if bar is not None:
                 bar.update(1)
     if bar is not None:
