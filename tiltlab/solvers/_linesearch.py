@@ -259,4 +259,3 @@ def strong_wolfe(
         if brackt and (stp <= stmin or stp >= stmax or stmax - stmin <= xtol * stmax):
             stp = stx  # no progress possible: the best point so far is the last trial
     return LineSearchResult(stp, f, g, max_evals, False, "maxiter")
-

@@ -110,16 +110,16 @@ class _Pairs:
         p = math.prod(self.shape)
         self.rows = xp.zeros((2 * memory + 3, p), dtype=g.dtype, device=device(g))
         self.slots: list[int] = []
+        self.gg = 0.0
+        self.reset()
+
+    def reset(self) -> None:
+        self.slots: list[int] = []
         self.SY = np.zeros((0, 0))  # s_i . y_j (upper triangle used)
+        self.Rinv = np.zeros((0, 0))  # inverse of the upper triangle of SY
         self.YY = np.zeros((0, 0))
         self.Sg = np.zeros(0)  # s_i . g, y_i . g at the current point
         self.Yg = np.zeros(0)
-        self.gg = 0.0
-
-    def reset(self) -> None:
-        self.slots = []
-        self.SY, self.YY = np.zeros((0, 0)), np.zeros((0, 0))
-        self.Sg, self.Yg = np.zeros(0), np.zeros(0)
 
     def seed(self, S: list, Y: list, g: Any) -> None:
         """Start from given pairs (flattened, oldest first), e.g. of a neighbouring tilt."""
@@ -138,6 +138,7 @@ class _Pairs:
             return
         self.slots = list(range(k))
         self.SY, self.YY = np.triu(SY), YY
+        self.Rinv = np.linalg.inv(self.SY)
         self.Sg, self.Yg = P[:k, k], P[self.m : self.m + k, k]
 
     def export(self) -> tuple[list, list]:
@@ -152,10 +153,10 @@ class _Pairs:
         xp, k = self.xp, len(self.slots)
         if k == 0:
             return -g, -self.gg
-        R, D = self.SY, np.diag(self.SY)
+        Rinv, D = self.Rinv, np.diag(self.SY)
         gamma = float(self.SY[-1, -1] / self.YY[-1, -1])
-        p1 = np.linalg.solve(R, self.Sg)
-        cS = np.linalg.solve(R.T, D * p1 + gamma * (self.YY @ p1) - gamma * self.Yg)
+        p1 = Rinv @ self.Sg
+        cS = Rinv.T @ (D * p1 + gamma * (self.YY @ p1) - gamma * self.Yg)
         cY = -gamma * p1
         slope = -float(gamma * self.gg + cS @ self.Sg + cY @ self.Yg)
         w = np.zeros(2 * self.m, dtype=self.np_dtype)
@@ -198,16 +199,22 @@ class _Pairs:
         YY[:k, k] = YY[k, :k] = Yy
         YY[k, k] = yy
         Sg, Yg = np.append(Sg, sg), np.append(Yg, yg)
+        # the inverse of the bordered triangle [[R, c], [0, sy]]: [[Ri, -Ri c / sy], [0, 1/sy]]
+        Rinv = np.zeros((k + 1, k + 1))
+        Rinv[:k, :k] = self.Rinv
+        Rinv[:k, k] = -(self.Rinv @ Sy) / sy
+        Rinv[k, k] = 1.0 / sy
         if k == m:  # full: the oldest pair's slot takes the new one
             slot = order[0]
             order = order[1:]
-            SY, YY, Sg, Yg = SY[1:, 1:], YY[1:, 1:], Sg[1:], Yg[1:]
+            # a trailing block of a triangular inverse is the inverse of the trailing block
+            SY, YY, Sg, Yg, Rinv = SY[1:, 1:], YY[1:, 1:], Sg[1:], Yg[1:], Rinv[1:, 1:]
         else:
             slot = k
         rows[slot, :] = rows[2 * m, :]
         rows[m + slot, :] = rows[2 * m + 1, :]
         self.slots = [*order, slot]
-        self.SY, self.YY, self.Sg, self.Yg = SY, YY, Sg, Yg
+        self.SY, self.YY, self.Sg, self.Yg, self.Rinv = SY, YY, Sg, Yg, Rinv
         return float(host[-1]), math.sqrt(max(gg, 0.0))
 
 
