@@ -128,19 +128,27 @@ def minimize(
     _check_arguments(objective, args)
     if _is_client_objective(objective):
         return _client_minimize(minimize, objective, theta0, **args, **options)
-    cls = METHODS[method]
-    solver = cls.configure(seed=seed, **options)
-    max_iter = cls.default_max_iter if max_iter is None else max_iter
+    solver = METHODS[method].configure(seed=seed, **options)
     x0 = objective.zeros() if theta0 is None else objective._theta(theta0, name="theta0")
     if validation is not None:
         _check_validation(validation, x0)
         solver = BestSoFar(solver, validation, patience)
+    return _run(solver, objective, x0, theta0 is not None, args)
+
+
+def _run(solver: Solver, objective: Any, x0: Any, warm_x: bool, args: dict) -> OptimizeResult:
+    """The loop: ``init``, then ``step`` until ``terminate``, a budget or the callback."""
+    method, validation, callback = args["method"], args["validation"], args["callback"]
+    max_iter = args["max_iter"]
+    if max_iter is None:
+        max_iter = METHODS[method].default_max_iter
+    max_passes = args["max_passes"]
     passes = _pass_counter(objective, validation)
     t_start = time.perf_counter()
-    state = solver.init(objective, x0, max_iter=max_iter, warm=warm_state)
+    state = solver.init(objective, x0, max_iter=max_iter, warm=args["warm_state"])
     eps = working_eps(x0)
-    rule = StopRule.make(default_tol(eps) if tol is None else tol, atol,
-                         _gradient_scale(objective, state, theta0), eps)  # fmt: skip
+    tol = default_tol(eps) if args["tol"] is None else args["tol"]
+    rule = StopRule.make(tol, args["atol"], _gradient_scale(objective, state, warm_x), eps)
     history: dict[str, list] = {k: [] for k in _HISTORY}
 
     def record(st: SolverState) -> None:
@@ -149,12 +157,12 @@ def minimize(
             history.setdefault(key, []).append(value)
 
     record(state)
-    progress_ = Progress(state.fun_float, state.grad_norm)
+    progress = Progress(state.fun_float, state.grad_norm)
     status, detail = state.failed, state.detail
-    bar = _progress_bar(progress, max_iter, f"tiltlab {method}")
+    bar = _progress_bar(args["progress"], max_iter, f"tiltlab {method}")
     try:
         while status is None:
-            status, detail = solver.terminate(state, rule, progress_)
+            status, detail = solver.terminate(state, rule, progress)
             if status is not None:
                 break
             if state.nit >= max_iter:
@@ -165,7 +173,7 @@ def minimize(
                 state, status, detail = solver.failure(state, new, rule)
                 break
             state = new
-            progress_ = track(progress_, state, eps)
+            progress = track(progress, state, eps)
             record(state)
             _update_bar(bar, state)
             if callback is not None and callback(state):
@@ -253,10 +261,10 @@ def _pass_counter(objective: Any, validation: Any) -> Callable[[], float]:
     return passes
 
 
-def _gradient_scale(objective: Any, state: SolverState, theta0: Any) -> float:
+def _gradient_scale(objective: Any, state: SolverState, warm_x: bool) -> float:
     """The fixed scale of the stopping test: ``||grad||`` at zero and at ``theta0``."""
     g_scale = state.grad_norm
-    if theta0 is not None and state.failed is None:
+    if warm_x and state.failed is None:
         try:
             _, g = objective.value_and_gradient(objective.zeros())
             g_zero = to_float(norm(g, objective.xp))
