@@ -11,7 +11,7 @@ medians over ``--repeat`` rounds, one BLAS thread (threadpoolctl):
 * ``tiltlab/plain``: ``tiltlab.minimize(method="lbfgs")`` driving the SAME plain NumPy
   function (through a minimal objective shim): the solvers' own overhead compared;
 * ``tiltlab/objective``: ``tiltlab.minimize`` on ``TiltedObjective`` (the library path;
-  the objective's own speed is separate work, issue 8 items 1-3).
+  the objective's own speed is measured separately, by engine_speed.py).
 
 Run:
     python benchmarks/lbfgs_vs_scipy.py
