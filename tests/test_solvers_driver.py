@@ -210,3 +210,18 @@ def test_newton_cg_evaluates_once_per_trial_point(linearize):
         assert c["linearize"] == 0
         assert c["value_and_gradient"] == res.nit + 1
         assert c["hvp"] >= res.nit
+
+
+@pytest.mark.parametrize("method", ["lbfgs", "gd", "agd", "newton", "stochastic"])
+def test_results_with_their_states_pickle(obj, method):
+    import pickle
+
+    kw = {"hessian": "cg"} if method == "newton" else {}
+    res = tl.minimize(obj, method=method, max_iter=30, seed=0, **kw)
+    back = pickle.loads(pickle.dumps(res))
+    np.testing.assert_array_equal(back.x, res.x)
+    # the unpickled state still warm-starts a run
+    again = tl.minimize(
+        obj, back.x, method=method, max_iter=5, seed=0, warm_state=back.solver_state
+    )
+    assert np.all(np.isfinite(again.x))

@@ -96,7 +96,8 @@ class BestSoFar(Solver):
                 why = status.describe(last.nit, detail)
             status = Status.EARLY_STOPPED
             detail = f"the run made {last.nit} iterations and stopped with: {why}"
-        return self.inner.refresh(objective, best), status, detail
+        final, _, _ = self.inner.finish(objective, self.inner.refresh(objective, best), status, "")
+        return final, status, detail
 
     def record(self, state: SolverState) -> dict[str, float]:
         return {"validation": state.memo.last}

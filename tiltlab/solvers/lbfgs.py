@@ -22,11 +22,11 @@ from typing import Any
 
 import numpy as np
 
-from .._compat import device, materialize, to_numpy
+from .._compat import array_namespace, device, materialize, to_numpy
 from ._base import Solver, failed_state
 from ._checks import check_int
 from ._linalg import approx_wolfe, to_floats, to_numpy_dtype, value_rtol, vdot, working_eps
-from ._linesearch import strong_wolfe
+from ._linesearch import LineSearchResult, strong_wolfe
 from ._result import SolverState, Status
 
 __all__ = ["LBFGS", "wolfe_search"]
@@ -96,6 +96,39 @@ def wolfe_search(
     return 0.0, x, None, None, 0.0, res.n_evals
 
 
+def _bisection(phi: Any, f0: float, slope: float, step: float, feps: float) -> LineSearchResult:
+    """Bracketing and bisection for a weak Wolfe step (sufficient decrease, curvature).
+
+    Doubles the step until the curvature condition holds or the decrease fails, then
+    bisects the bracket. Returns the last step with sufficient decrease found (not
+    ``converged``) when no weak Wolfe step is found in 40 trials.
+    """
+    lo, hi = 0.0, math.inf
+    best = None
+    for k in range(1, 41):
+        a_last = step
+        fa, da = phi(step)
+        decrease = fa <= f0 + _FTOL * step * slope
+        if math.isfinite(fa) and not decrease and approx_wolfe(fa, f0, da, slope, eps=feps):
+            return LineSearchResult(step, fa, da, k, True, "accepted")
+        if not (math.isfinite(fa) and math.isfinite(da)) or not decrease:
+            hi = step
+        elif da < _GTOL * slope:
+            lo = step
+            best = (step, fa, da)
+        else:
+            return LineSearchResult(step, fa, da, k, True)
+        step = 0.5 * (lo + hi) if math.isfinite(hi) else 2.0 * lo
+        if hi - lo < 1e-16 * max(1.0, hi):
+            break
+    if best is not None:
+        if best[0] != a_last:  # the trial arrays must be those of the step returned
+            fa, da = phi(best[0])
+            k += 1
+        return LineSearchResult(best[0], fa, da, k, False, "no curvature")
+    return LineSearchResult(a_last, fa, da, k, False, "bisection")
+
+
 class _Pairs:
     """The correction pairs of a run: the row buffer (device) and small matrices (host).
 
@@ -112,6 +145,14 @@ class _Pairs:
         self.slots: list[int] = []
         self.gg = 0.0
         self.reset()
+
+    def __getstate__(self) -> dict:
+        # a namespace module does not pickle: it is found again from the buffer
+        return {k: v for k, v in self.__dict__.items() if k != "xp"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.xp = array_namespace(self.rows)
 
     def reset(self) -> None:
         self.slots: list[int] = []
@@ -288,6 +329,10 @@ class LBFGS(Solver):
             phi, f0, slope, step0, ftol=_FTOL, gtol=_GTOL, xtol=_XTOL, max_evals=20,
             accept=lambda f, g, a: approx_wolfe(f, f0, g, slope, c1=_FTOL, eps=feps),
         )  # fmt: skip
+        if not res.converged:
+            # no strong Wolfe point (a kink of a non-smooth loss, or rounding): Lewis and
+            # Overton's weak Wolfe bisection, the search for non-smooth functions
+            res = _bisection(phi, f0, slope, step0, feps)
         if not (res.converged or (math.isfinite(res.value) and res.value < f0)):
             if pairs.slots:  # retry once along the steepest descent direction
                 pairs.reset()

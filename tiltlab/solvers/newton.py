@@ -13,6 +13,7 @@ one evaluation of the losses and weights, however many CG iterations it makes.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -154,3 +155,11 @@ class Newton(Solver):
                 return failed_state(state, Status.LINE_SEARCH_FAILED)
         lin = None if memo.dense else evaluator.last  # the accepted point's linearisation
         return make_state(x, f, g, xp, nit=state.nit + 1, step=step, memo=memo._replace(lin=lin))
+
+    def finish(
+        self, objective: Any, state: SolverState, status: Status, detail: str
+    ) -> tuple[SolverState, Status, str]:
+        # the linearisation holds the objective's data: not part of the result
+        if isinstance(state.memo, _Memo):
+            state = dataclasses.replace(state, memo=state.memo._replace(lin=None))
+        return state, status, detail
