@@ -225,3 +225,19 @@ def test_results_with_their_states_pickle(obj, method):
         obj, back.x, method=method, max_iter=5, seed=0, warm_state=back.solver_state
     )
     assert np.all(np.isfinite(again.x))
+
+
+def test_lbfgs_on_a_non_smooth_loss_reaches_median_regression():
+    # the absolute loss has kinks where no strong Wolfe step exists: the weak Wolfe
+    # bisection takes over there (median regression by linear programming as reference)
+    from sklearn.linear_model import QuantileRegressor
+
+    rng = np.random.default_rng(0)
+    X = np.c_[rng.normal(size=(80, 4)), np.ones(80)]
+    y = X @ np.array([1.0, -2.0, 0.5, 3.0, 2.0]) + 0.3 * rng.normal(size=80)
+    ref = QuantileRegressor(quantile=0.5, alpha=0.0, fit_intercept=False).fit(X, y)
+    obj = tl.TiltedObjective("absolute", X, y)
+    res = tl.minimize(obj, method="lbfgs", max_iter=300)
+    f_ref = float(obj.value(ref.coef_))
+    assert float(res.fun) <= f_ref + 1e-10  # the strong Wolfe search alone: 2e-8
+    np.testing.assert_allclose(res.x, ref.coef_, atol=1e-6)
