@@ -81,8 +81,6 @@ class GradientDescent(Solver):
         elif self.mode in ("fixed", "rule"):
             beta = power_iteration(lambda v: objective.hvp(x0, v), x0, objective.xp)
             alpha = 1.0 / max(beta, 1e-300)
-        elif isinstance(warm, SolverState) and isinstance(warm.memo, _Memo):
-            alpha = warm.memo.alpha  # the step that worked on the neighbouring problem
         else:
             alpha = 1.0 / max(state.grad_norm, 1.0)
         return _Memo(value_rtol(working_eps(x0)), alpha)
