@@ -125,7 +125,7 @@ def test_tilt_path_rejects_bad_ts(objs):
 
 
 def test_warm_started_path_uses_a_fixed_scale():
-    # issue 8: the tolerance was relative to the warm start's (already small) gradient,
+    # a regression: the tolerance was relative to the warm start's (already small) gradient,
     # so a warm-started path did more iterations than cold solves
     X = np.c_[np.ones(50), np.linspace(0, 1, 50)]
     y = 2 * X[:, 1] + 1

@@ -64,6 +64,8 @@ def approx_wolfe(
 
 def vdot(a: Any, b: Any, xp: Any) -> Any:
     """Inner product of two arrays of any (equal) shape, as a 0-d array."""
+    if a.ndim == 1:
+        return a @ b  # one BLAS call, no temporary
     return xp.sum(a * b)
 
 

@@ -41,6 +41,7 @@ class Status(enum.IntEnum):
     MAX_PASSES = 6
     PRECISION = 7
     COMPLETED = 8
+    DIVERGED = 9
 
     def describe(self, iteration: int | None = None, detail: str = "") -> str:
         """A readable message: what the status means and what to do about it.
@@ -83,6 +84,8 @@ class Status(enum.IntEnum):
             "gradient norm is at the attainable level",
             Status.COMPLETED: f"completed the stochastic step budget{k} (a stochastic method "
             "has no convergence test); raise max_iter for a more accurate solution",
+            Status.DIVERGED: f"diverged{k}: the objective became non-finite or rose far above "
+            "its starting value even with a lowered step",
         }[self]
         return msg + (f" ({detail})" if detail else "")
 
@@ -127,7 +130,13 @@ class SolverState:
     detail : str
         Extra text for the message of ``failed``.
     extra : dict
-        Solver-specific values kept between steps (the L-BFGS pairs, a momentum...).
+        Solver-specific values kept between steps (a momentum...).
+    memo : object
+        The solver's own typed state (L-BFGS correction pairs, step sizes, ...), which a
+        warm start can hand to the next run.
+    stale : bool
+        Whether ``fun`` and ``jac`` belong to an earlier iterate (stochastic steps between
+        full evaluations).
 
     See Also
     --------
@@ -152,6 +161,8 @@ class SolverState:
     failed: Status | None = None
     detail: str = ""
     extra: dict = field(default_factory=dict)
+    memo: Any = field(default=None, repr=False)
+    stale: bool = False
 
 
 @dataclass
@@ -191,8 +202,12 @@ class OptimizeResult:
     n_iter_run : int or None
         Iterations the run made in all (with ``validation`` it may exceed ``nit``).
     lbfgs_pairs : tuple or None
-        ``method="lbfgs"``: the final correction pairs ``(S, Y)`` (the ``pairs`` option
-        of a later run accepts them).
+        ``method="lbfgs"``: the correction pairs ``(S, Y)`` at ``x`` (the ``pairs``
+        option of a later run accepts them).
+    solver_state : SolverState or None
+        The solver's state at ``x``; ``minimize(..., warm_state=result.solver_state)``
+        starts a neighbouring problem with what this run learned (as :func:`tilt_path`
+        does from tilt to tilt).
 
     See Also
     --------
@@ -226,6 +241,7 @@ class OptimizeResult:
     best_iteration: int | None = None
     n_iter_run: int | None = None
     lbfgs_pairs: Any = field(default=None, repr=False)
+    solver_state: Any = field(default=None, repr=False)
 
     def __repr__(self) -> str:
         try:

@@ -1,29 +1,38 @@
-"""Limited-memory BFGS with a weak-Wolfe line search, written on the array API.
+"""Limited-memory BFGS with a Moré-Thuente strong Wolfe line search, on the array API.
 
 The inverse-Hessian product uses the compact representation of Byrd, Nocedal and
-Schnabel (1994): with the stored pairs stacked as rows of ``S`` and ``Y`` (``m x p``),
-``H g = gamma g + [S; Y]^T w`` where the ``2m`` coefficients ``w`` follow from the small
+Schnabel (1994): with the stored pairs ``s_i, y_i`` as rows of ``S`` and ``Y``,
+``H g = gamma g + S^T cS + Y^T cY`` where the ``2m`` coefficients follow from the small
 matrices ``S Y^T`` and ``Y Y^T`` and the projections ``S g``, ``Y g`` by two ``m x m``
-triangular solves on the host. One iteration therefore costs the objective's
-evaluations plus one ``(2m+3) x p`` by ``p x 2`` product on the device and one
-device-to-host transfer per line-search trial and per iteration (instead of the
-``4m`` dependent inner products of the two-loop recursion, each a synchronisation on a
-GPU).
+triangular solves on the host.
+
+The pairs live in one buffer of ``2m + 3`` rows allocated at the start of a run (a ring
+of ``m`` slots for ``s`` and for ``y``, and three rows for the new step, gradient change
+and gradient), so an iteration allocates no ``m x p`` arrays: it costs the objective's
+evaluations, one ``(2m+3) x p`` by ``p x 2`` product giving every inner product the
+update needs, one ``2m``-vector by ``2m x p`` product for the direction, and one
+device-to-host transfer per line-search trial and per iteration.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from .._compat import device, materialize, to_numpy
-from ._base import Solver
-from ._linalg import approx_wolfe, to_floats, to_numpy_dtype, vdot
+from .._compat import array_namespace, device, materialize, to_numpy
+from ._base import Solver, failed_state
+from ._checks import check_int
+from ._linalg import approx_wolfe, to_floats, to_numpy_dtype, value_rtol, vdot, working_eps
+from ._linesearch import LineSearchResult, strong_wolfe
 from ._result import SolverState, Status
 
 __all__ = ["LBFGS", "wolfe_search"]
+
+#: SciPy's L-BFGS-B constants: sufficient decrease, curvature, interval width
+_FTOL, _GTOL, _XTOL = 1e-3, 0.9, 0.1
 
 
 def wolfe_search(
@@ -41,45 +50,218 @@ def wolfe_search(
     max_evals: int = 40,
     feps: float = 1e-12,
 ):
-    """Bracketing/bisection search for a step meeting the weak Wolfe conditions.
+    """Line search along ``d`` from ``x`` for a step meeting the strong Wolfe conditions.
 
-    ``slope`` is ``g . d`` when the caller knows it. Returns
-    ``(step, x_new, f_new, g_new, dnew, n_evals)`` with ``dnew = g_new . d``; ``step`` is 0
-    if no step was found.
+    Moré and Thuente's algorithm (:func:`~tiltlab.solvers._linesearch.strong_wolfe`) on
+    ``phi(a) = objective(x + a d)``, accepting also steps that meet Hager and Zhang's
+    approximate Wolfe test where the decrease is below the rounding level ``feps`` of
+    the values. ``slope`` is ``g . d`` when the caller knows it.
+
+    Returns
+    -------
+    tuple
+        ``(step, x_new, f_new, g_new, dnew, n_evals)`` with ``dnew = g_new . d``;
+        ``step`` is 0 (and ``x_new`` is ``x``) when no step lowered the objective.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import tiltlab as tl
+    >>> from tiltlab.solvers.lbfgs import wolfe_search
+    >>> obj = tl.TiltedObjective("squared", np.ones((3, 1)), np.array([1.0, 2.0, 3.0]))
+    >>> f, g = obj.value_and_gradient(np.zeros(1))
+    >>> step, x, f_new, *_ = wolfe_search(obj, np.zeros(1), float(f), g, -g, 1.0, obj.xp)
+    >>> bool(step > 0 and f_new < f)
+    True
     """
     if slope is None:
         (slope,) = to_floats(vdot(g, d, xp), xp=xp)
     if not slope < 0:
         return 0.0, x, None, None, 0.0, 0
+    trial: dict[str, Any] = {}
+
+    def phi(a: float) -> tuple[float, float]:
+        x_new = x + a * d
+        f_new, g_new = objective.value_and_gradient(x_new)
+        trial.update(x=x_new, f=f_new, g=g_new)
+        fa, da = to_floats(f_new, vdot(g_new, d, xp), xp=xp)
+        return fa, da
+
+    res = strong_wolfe(
+        phi, f, slope, step, ftol=c1, gtol=c2, max_evals=max_evals,
+        accept=lambda fa, da, a: approx_wolfe(fa, f, da, slope, c1=c1, eps=feps),
+    )  # fmt: skip
+    if res.converged or (math.isfinite(res.value) and res.value < f):
+        return res.step, trial["x"], trial["f"], trial["g"], res.slope, res.n_evals
+    return 0.0, x, None, None, 0.0, res.n_evals
+
+
+def _bisection(phi: Any, f0: float, slope: float, step: float, feps: float) -> LineSearchResult:
+    """Bracketing and bisection for a weak Wolfe step (sufficient decrease, curvature).
+
+    Doubles the step until the curvature condition holds or the decrease fails, then
+    bisects the bracket. Returns the last step with sufficient decrease found (not
+    ``converged``) when no weak Wolfe step is found in 40 trials.
+    """
     lo, hi = 0.0, math.inf
     best = None
-    evals = 0
-    for _ in range(max_evals):
-        x_new = x + step * d
-        f_new, g_new = objective.value_and_gradient(x_new)
-        evals += 1
-        fn, dnew = to_floats(f_new, vdot(g_new, d, xp), xp=xp)
-        decrease = fn <= f + c1 * step * slope
-        if math.isfinite(fn) and not decrease and approx_wolfe(fn, f, dnew, slope, c1=c1, eps=feps):
-            return step, x_new, f_new, g_new, dnew, evals  # decrease below rounding: accept
-        if not (math.isfinite(fn) and math.isfinite(dnew)) or not decrease:
+    for k in range(1, 41):
+        a_last = step
+        fa, da = phi(step)
+        decrease = fa <= f0 + _FTOL * step * slope
+        if math.isfinite(fa) and not decrease and approx_wolfe(fa, f0, da, slope, eps=feps):
+            return LineSearchResult(step, fa, da, k, True, "accepted")
+        if not (math.isfinite(fa) and math.isfinite(da)) or not decrease:
             hi = step
+        elif da < _GTOL * slope:
+            lo = step
+            best = (step, fa, da)
         else:
-            best = (step, x_new, f_new, g_new, dnew, evals)
-            if dnew < c2 * slope:
-                lo = step
-            else:
-                return best
+            return LineSearchResult(step, fa, da, k, True)
         step = 0.5 * (lo + hi) if math.isfinite(hi) else 2.0 * lo
         if hi - lo < 1e-16 * max(1.0, hi):
             break
-    if best is not None:  # sufficient decrease without curvature: still progress
-        return (*best[:5], evals)
-    return 0.0, x, None, None, 0.0, evals
+    if best is not None:
+        if best[0] != a_last:  # the trial arrays must be those of the step returned
+            fa, da = phi(best[0])
+            k += 1
+        return LineSearchResult(best[0], fa, da, k, False, "no curvature")
+    return LineSearchResult(a_last, fa, da, k, False, "bisection")
 
 
+class _Pairs:
+    """The correction pairs of a run: the row buffer (device) and small matrices (host).
+
+    Host arrays are in chronological order (oldest first); ``slots[i]`` is the buffer
+    row of the ``i``-th pair. The buffer is owned by one run and updated in place.
+    """
+
+    def __init__(self, xp: Any, g: Any, memory: int, feps: float):
+        self.xp, self.m, self.feps = xp, memory, feps
+        self.shape = tuple(g.shape)
+        self.np_dtype = to_numpy_dtype(g)
+        p = math.prod(self.shape)
+        self.rows = xp.zeros((2 * memory + 3, p), dtype=g.dtype, device=device(g))
+        self.slots: list[int] = []
+        self.gg = 0.0
+        self.reset()
+
+    def __getstate__(self) -> dict:
+        # a namespace module does not pickle: it is found again from the buffer
+        return {k: v for k, v in self.__dict__.items() if k != "xp"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.xp = array_namespace(self.rows)
+
+    def reset(self) -> None:
+        self.slots: list[int] = []
+        self.SY = np.zeros((0, 0))  # s_i . y_j (upper triangle used)
+        self.Rinv = np.zeros((0, 0))  # inverse of the upper triangle of SY
+        self.YY = np.zeros((0, 0))
+        self.Sg = np.zeros(0)  # s_i . g, y_i . g at the current point
+        self.Yg = np.zeros(0)
+
+    def seed(self, S: list, Y: list, g: Any) -> None:
+        """Start from given pairs (flattened, oldest first), e.g. of a neighbouring tilt."""
+        S, Y = list(S)[-self.m :], list(Y)[-self.m :]
+        if not S or len(S) != len(Y):
+            return
+        xp, k = self.xp, len(S)
+        for i in range(k):
+            self.rows[i, :] = xp.reshape(S[i], (-1,))
+            self.rows[self.m + i, :] = xp.reshape(Y[i], (-1,))
+        Ycols = xp.stack([self.rows[self.m + i, :] for i in range(k)] + [xp.reshape(g, (-1,))])
+        P = to_numpy(self.rows[: 2 * self.m, :] @ xp.permute_dims(Ycols, (1, 0)))
+        P = P.astype(np.float64)
+        SY, YY = P[:k, :k], P[self.m : self.m + k, :k]
+        if not (np.all(np.isfinite(P)) and np.all(np.diag(SY) > 0)):
+            return
+        self.slots = list(range(k))
+        self.SY, self.YY = np.triu(SY), YY
+        self.Rinv = np.linalg.inv(self.SY)
+        self.Sg, self.Yg = P[:k, k], P[self.m : self.m + k, k]
+
+    def export(self) -> tuple[list, list]:
+        """Copies of the pairs ``(S, Y)`` (flattened arrays, oldest first)."""
+        xp = self.xp
+        S = [xp.asarray(self.rows[i, :], copy=True) for i in self.slots]
+        Y = [xp.asarray(self.rows[self.m + i, :], copy=True) for i in self.slots]
+        return S, Y
+
+    def direction(self, g: Any) -> tuple[Any, float]:
+        """``(d, g . d)`` with ``d = -H g`` (the slope computed on the host)."""
+        xp, k = self.xp, len(self.slots)
+        if k == 0:
+            return -g, -self.gg
+        Rinv, D = self.Rinv, np.diag(self.SY)
+        gamma = float(self.SY[-1, -1] / self.YY[-1, -1])
+        p1 = Rinv @ self.Sg
+        cS = Rinv.T @ (D * p1 + gamma * (self.YY @ p1) - gamma * self.Yg)
+        cY = -gamma * p1
+        slope = -float(gamma * self.gg + cS @ self.Sg + cY @ self.Yg)
+        w = np.zeros(2 * self.m, dtype=self.np_dtype)
+        w[self.slots] = cS
+        w[[self.m + i for i in self.slots]] = cY
+        wd = xp.asarray(w, device=device(g))
+        hg = gamma * xp.reshape(g, (-1,)) + wd @ self.rows[: 2 * self.m, :]
+        return xp.reshape(-hg, self.shape), slope
+
+    def update(self, s: Any, yv: Any, g: Any, f: Any) -> tuple[float, float]:
+        """Store the new pair if its curvature is positive; returns ``(f, ||g||)``.
+
+        One product gives every inner product needed, one transfer brings them (and
+        the value) to the host.
+        """
+        xp, m, k = self.xp, self.m, len(self.slots)
+        rows = self.rows
+        rows[2 * m, :] = xp.reshape(s, (-1,))
+        rows[2 * m + 1, :] = xp.reshape(yv, (-1,))
+        rows[2 * m + 2, :] = xp.reshape(g, (-1,))
+        prod = rows @ xp.stack([rows[2 * m + 1, :], rows[2 * m + 2, :]], axis=1)
+        host = to_numpy(xp.concat([xp.reshape(prod, (-1,)), xp.reshape(f, (1,))]))
+        host = host.astype(np.float64)
+        P = host[:-1].reshape(-1, 2)
+        order = self.slots
+        Sy, Yy = P[order, 0], P[[m + i for i in order], 0]
+        Sg, Yg = P[order, 1], P[[m + i for i in order], 1]
+        sy, yy = float(P[2 * m, 0]), float(P[2 * m + 1, 0])
+        sg, yg, gg = float(P[2 * m, 1]), float(P[2 * m + 1, 1]), float(P[2 * m + 2, 1])
+        self.gg = gg
+        if not (sy > 1e-12 * yy and sy > 0 and math.isfinite(sy) and math.isfinite(yy)):
+            self.Sg, self.Yg = Sg, Yg
+            return float(host[-1]), math.sqrt(max(gg, 0.0))
+        SY = np.zeros((k + 1, k + 1))
+        SY[:k, :k] = self.SY
+        SY[:k, k] = Sy
+        SY[k, k] = sy  # s_k . y_i (i < k) is not needed: only the upper triangle is used
+        YY = np.zeros((k + 1, k + 1))
+        YY[:k, :k] = self.YY
+        YY[:k, k] = YY[k, :k] = Yy
+        YY[k, k] = yy
+        Sg, Yg = np.append(Sg, sg), np.append(Yg, yg)
+        # the inverse of the bordered triangle [[R, c], [0, sy]]: [[Ri, -Ri c / sy], [0, 1/sy]]
+        Rinv = np.zeros((k + 1, k + 1))
+        Rinv[:k, :k] = self.Rinv
+        Rinv[:k, k] = -(self.Rinv @ Sy) / sy
+        Rinv[k, k] = 1.0 / sy
+        if k == m:  # full: the oldest pair's slot takes the new one
+            slot = order[0]
+            order = order[1:]
+            # a trailing block of a triangular inverse is the inverse of the trailing block
+            SY, YY, Sg, Yg, Rinv = SY[1:, 1:], YY[1:, 1:], Sg[1:], Yg[1:], Rinv[1:, 1:]
+        else:
+            slot = k
+        rows[slot, :] = rows[2 * m, :]
+        rows[m + slot, :] = rows[2 * m + 1, :]
+        self.slots = [*order, slot]
+        self.SY, self.YY, self.Sg, self.Yg, self.Rinv = SY, YY, Sg, Yg, Rinv
+        return float(host[-1]), math.sqrt(max(gg, 0.0))
+
+
+@dataclass(frozen=True)
 class LBFGS(Solver):
-    """L-BFGS (compact representation) with a weak-Wolfe line search.
+    """L-BFGS (compact representation) with a strong Wolfe line search.
 
     Options
     -------
@@ -87,158 +269,80 @@ class LBFGS(Solver):
         Number of correction pairs kept.
     pairs : tuple of two lists of arrays, optional
         Initial correction pairs ``(S, Y)`` (flattened steps and gradient changes, oldest
-        first), e.g. ``result.lbfgs_pairs`` of a neighbouring problem: :func:`tilt_path`
-        passes them from tilt to tilt, so that each solve starts with the curvature
-        learned at the previous tilt.
+        first), e.g. ``result.lbfgs_pairs`` of a neighbouring problem. A ``warm_state``
+        given to :func:`tiltlab.minimize` does the same (:func:`tilt_path` passes it
+        from tilt to tilt, so that each solve starts with the curvature learned at the
+        previous tilt).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import tiltlab as tl
+    >>> obj = tl.TiltedObjective("squared", np.c_[np.ones(5), np.arange(5.0)], np.arange(5.0))
+    >>> res = tl.minimize(obj, method="lbfgs", memory=3)
+    >>> res.success, (np.round(res.x, 6) + 0.0).tolist()
+    (True, [0.0, 1.0])
     """
 
     name = "lbfgs"
     default_max_iter = 2000
 
-    def __init__(self, memory: int = 10, pairs: Any = None, **options: Any):
-        super().__init__(**options)
-        if isinstance(memory, bool) or int(memory) != memory or int(memory) < 1:
-            raise ValueError(f"`memory` must be a positive integer, got {memory!r}")
-        self.memory = int(memory)
-        self.pairs = pairs
+    memory: int = 10
+    pairs: Any = None
 
-    def _reset(self) -> None:
-        self.S: list = []  # flattened s_i, oldest first
-        self.Y: list = []
-        self.SY = np.zeros((0, 0))  # SY[i, j] = s_i . y_j
-        self.YY = np.zeros((0, 0))
-        self.Sg = np.zeros(0)  # s_i . g, y_i . g at the current point
-        self.Yg = np.zeros(0)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "memory", check_int(self.memory, "memory", 1))
 
-    def init(self, objective: Any, x0: Any):
-        self._reset()
-        state = super().init(objective, x0)
-        self.shape = tuple(x0.shape)
-        self.np_dtype = to_numpy_dtype(x0)
-        self.gg = state.grad_norm**2
-        if self.pairs is not None and state.failed is None:
-            self._seed_pairs(objective.xp, state.jac)
-        return state
+    def start(self, objective: Any, state: SolverState, *, max_iter: int, warm: Any) -> _Pairs:
+        pairs = _Pairs(objective.xp, state.jac, self.memory, value_rtol(working_eps(state.x)))
+        pairs.gg = state.grad_norm**2
+        given = self.pairs
+        if given is None and isinstance(warm, SolverState) and isinstance(warm.memo, _Pairs):
+            given = warm.memo.export()  # the curvature learned on the neighbouring problem
+        if given is not None:
+            pairs.seed(given[0], given[1], state.jac)
+        return pairs
 
-    def _seed_pairs(self, xp: Any, g: Any) -> None:
-        """Start from given correction pairs (e.g. of a neighbouring tilt on a path)."""
-        S, Y = list(self.pairs[0])[-self.memory :], list(self.pairs[1])[-self.memory :]
-        if not S or len(S) != len(Y):
-            return
-        m = len(S)
-        rows = xp.stack(S + Y)
-        P = to_numpy(rows @ xp.stack(Y + [xp.reshape(g, (-1,))], axis=1)).astype(np.float64)
-        SY, YY, Sg, Yg = P[:m, :m], P[m:, :m], P[:m, m], P[m:, m]
-        if not (np.all(np.isfinite(P)) and np.all(np.diag(SY) > 0)):
-            return
-        self.S, self.Y = S, Y
-        self.SY, self.YY = np.triu(SY), YY
-        self.Sg, self.Yg = Sg, Yg
-
-    def export_pairs(self) -> tuple[list, list]:
-        """The stored correction pairs ``(S, Y)`` (flattened arrays, oldest first)."""
-        return list(self.S), list(self.Y)
-
-    def _coefficients(self) -> tuple[float, np.ndarray, np.ndarray] | None:
-        """``H g = gamma g + cS . S + cY . Y`` (host), or None without pairs."""
-        m = len(self.S)
-        if m == 0:
-            return None
-        R = self.SY  # kept upper triangular (s_i . y_j for i <= j)
-        D = np.diag(self.SY)
-        gamma = float(self.SY[-1, -1] / self.YY[-1, -1])
-        # m x m (m <= memory) triangular systems: LAPACK directly, without SciPy's checks
-        p1 = np.linalg.solve(R, self.Sg)
-        cS = np.linalg.solve(R.T, D * p1 + gamma * (self.YY @ p1) - gamma * self.Yg)
-        cY = -gamma * p1
-        return gamma, cS, cY
-
-    def _direction(self, g: Any, xp: Any) -> tuple[Any, float]:
-        """(d = -H g, its slope g . d computed on the host)."""
-        coef = self._coefficients()
-        if coef is None:
-            return -g, -self.gg
-        gamma, cS, cY = coef
-        w = np.concatenate([cS, cY])
-        slope = -(gamma * self.gg + float(cS @ self.Sg) + float(cY @ self.Yg))
-        rows = xp.stack(self.S + self.Y)  # (2m, p)
-        wd = xp.asarray(w.astype(self.np_dtype), device=device(g))
-        hg = gamma * xp.reshape(g, (-1,)) + wd @ rows
-        return xp.reshape(-hg, self.shape), slope
+    def export_pairs(self, state: SolverState) -> Any:
+        return state.memo.export() if isinstance(state.memo, _Pairs) else None
 
     def step(self, objective: Any, state: SolverState) -> SolverState:
-        xp = objective.xp
-        d, slope = self._direction(state.jac, xp)
+        xp, pairs = objective.xp, state.memo
+        d, slope = pairs.direction(state.jac)
         (d,) = materialize(d)
-        if not (slope < 0 and math.isfinite(slope)):  # lost descent: reset memory
-            self._reset()
-            d, slope = -state.jac, -self.gg
-        step0 = 1.0 if self.S else min(1.0, 1.0 / max(state.grad_norm, 1e-300))
-        step, x, f, g, dnew, _ = wolfe_search(
-            objective,
-            state.x,
-            state.fun_float,
-            state.jac,
-            d,
-            step0,
-            xp,
-            slope=slope,
-            feps=self.feps,
-        )
-        if step == 0.0:
-            if self.S:  # retry once along the steepest descent direction
-                self._reset()
+        if not (slope < 0 and math.isfinite(slope)):  # lost descent: reset the memory
+            pairs.reset()
+            d, slope = -state.jac, -pairs.gg
+        # first step of a run without pairs: unit length, as SciPy's L-BFGS-B
+        step0 = 1.0 if pairs.slots else min(1.0, 1.0 / max(state.grad_norm, 1e-300))
+        trial: dict[str, Any] = {}
+
+        def phi(a: float) -> tuple[float, float]:
+            x = state.x + a * d
+            f, g = objective.value_and_gradient(x)
+            trial.update(x=x, f=f, g=g)
+            fa, da = to_floats(f, vdot(g, d, xp), xp=xp)
+            return fa, da
+
+        f0, feps = state.fun_float, pairs.feps
+        res = strong_wolfe(
+            phi, f0, slope, step0, ftol=_FTOL, gtol=_GTOL, xtol=_XTOL, max_evals=20,
+            accept=lambda f, g, a: approx_wolfe(f, f0, g, slope, c1=_FTOL, eps=feps),
+        )  # fmt: skip
+        if not res.converged:
+            # no strong Wolfe point (a kink of a non-smooth loss, or rounding): Lewis and
+            # Overton's weak Wolfe bisection, the search for non-smooth functions
+            res = _bisection(phi, f0, slope, step0, feps)
+        if not (res.converged or (math.isfinite(res.value) and res.value < f0)):
+            if pairs.slots:  # retry once along the steepest descent direction
+                pairs.reset()
                 return self.step(objective, state)
-            out = SolverState(
-                state.x, state.fun, state.jac, state.fun_float, state.grad_norm, nit=state.nit + 1
-            )
-            out.failed = Status.LINE_SEARCH_FAILED
-            return out
-        # keep the stored pairs concrete: lazy (Dask) pairs would chain every past direction
-        x, f, g = materialize(x, f, g)
-        s = xp.reshape(x - state.x, (-1,))
-        yv = xp.reshape(g - state.jac, (-1,))
-        gf = xp.reshape(g, (-1,))
-        s, yv = materialize(s, yv)
-        # one product and one transfer: every inner product this iteration needs
-        rows = xp.stack(self.S + self.Y + [s, yv, gf])
-        prod = rows @ xp.stack([yv, gf], axis=1)
-        host = to_numpy(xp.concat([xp.reshape(prod, (-1,)), xp.reshape(f, (1,))]))
-        host = host.astype(np.float64)
-        fn = float(host[-1])
-        P = host[:-1].reshape(-1, 2)
-        m = len(self.S)
-        Sy, Yy = P[:m, 0], P[m : 2 * m, 0]
-        sy, yy = P[2 * m, 0], P[2 * m + 1, 0]
-        Sg, Yg = P[:m, 1], P[m : 2 * m, 1]
-        sg, yg, gg = P[2 * m, 1], P[2 * m + 1, 1], P[2 * m + 2, 1]
-        gn = math.sqrt(max(gg, 0.0))
-        self.gg = gg
-        if sy > 1e-12 * yy and sy > 0 and math.isfinite(sy) and math.isfinite(yy):
-            k = m + 1
-            SY = np.zeros((k, k))
-            SY[:m, :m] = self.SY
-            SY[:m, m] = Sy
-            SY[m, m] = sy
-            # s_m . y_i (i < m) is not needed: only the upper triangle and diagonal are used
-            YY = np.zeros((k, k))
-            YY[:m, :m] = self.YY
-            YY[:m, m] = YY[m, :m] = Yy
-            YY[m, m] = yy
-            self.S.append(s)
-            self.Y.append(yv)
-            self.SY, self.YY = SY, YY
-            self.Sg = np.append(Sg, sg)
-            self.Yg = np.append(Yg, yg)
-            if k > self.memory:
-                self.S.pop(0)
-                self.Y.pop(0)
-                self.SY, self.YY = self.SY[1:, 1:], self.YY[1:, 1:]
-                self.Sg, self.Yg = self.Sg[1:], self.Yg[1:]
-        else:
-            self.Sg, self.Yg = Sg, Yg
+            return failed_state(state, Status.LINE_SEARCH_FAILED)
+        # keep the iterate concrete: lazy (Dask) arrays would chain every past direction
+        x, f, g = materialize(trial["x"], trial["f"], trial["g"])
+        fn, gn = pairs.update(x - state.x, g - state.jac, g, f)
         out = SolverState(x=x, fun=f, jac=g, fun_float=fn, grad_norm=gn, nit=state.nit + 1)
-        out.step = step
+        out.step, out.memo = res.step, pairs
         if not (math.isfinite(fn) and math.isfinite(gn)):
             out.failed = Status.NONFINITE
         return out

@@ -29,8 +29,10 @@ class TiltPath:
     results : list of OptimizeResult
         The solver's result at each tilt.
     stats : dict of ndarray
-        Per tilt: ``mean``, ``max``, ``min``, ``variance`` of the losses at the solution,
-        ``risk`` (the tilted objective value), ``entropy`` and ``ess`` of the tilted weights.
+        Per tilt: ``mean``, ``max``, ``min``, ``variance`` of the losses at the solution
+        under the objective's prior weights (``min``/``max`` over samples of positive
+        weight), ``risk`` (the tilted objective value), ``entropy`` and ``ess`` of the
+        tilted weights.
     objective : TiltedObjective
         The objective (its tilt is the last one solved).
     """
@@ -148,7 +150,7 @@ def tilt_path(
     for direction in ("pos", "neg"):
         # the solved points of this branch, nearest to 0 first: (t, x)
         branch = [(0.0, anchor.x)]
-        pairs = anchor.lbfgs_pairs
+        warm = anchor.solver_state
         for i in _order(ts_arr):
             if (ts_arr[i] >= 0) != (direction == "pos"):
                 continue
@@ -158,13 +160,14 @@ def tilt_path(
                 continue
             obj = objective.with_tilt(t)
             x = _predict(obj, branch, t) if warm_start else start
+            # the solver's state at the previous tilt (L-BFGS pairs, step sizes)
             kw = dict(kwargs)
-            if warm_start and method == "lbfgs" and "pairs" not in kwargs and pairs is not None:
-                kw["pairs"] = pairs  # the curvature learned at the previous tilt
+            if warm_start and "warm_state" not in kwargs:
+                kw["warm_state"] = warm
             res = minimize(obj, x, method=method, **kw)
             results[i] = res
             branch.append((t, res.x))
-            pairs = res.lbfgs_pairs
+            warm = res.solver_state
             if bar is not None:
                 bar.update(1)
     if bar is not None:
@@ -196,16 +199,30 @@ def _predict(obj: Any, branch: list, t: float) -> Any:
 
 
 def _path_stats(objective: Any, ts: np.ndarray, results: list[OptimizeResult]):
+    """Per-tilt statistics of the losses at each solution, under the prior weights.
+
+    With prior weights ``p`` (uniform when the objective has none) the mean is
+    ``sum p_i l_i``, the variance ``sum p_i (l_i - mean)^2``, and the minimum and maximum
+    run over the samples of positive weight: the distribution the objective averages.
+    """
     keys = ("mean", "max", "min", "variance", "risk", "entropy", "ess")
     out = {k: np.empty(ts.size) for k in keys}
     for i, (t, r) in enumerate(zip(ts, results, strict=True)):
         obj = objective.with_tilt(float(t))
         ell = to_numpy(obj.losses(r.x)).astype(np.float64)
         w = to_numpy(obj.weights(r.x)).astype(np.float64)
-        out["mean"][i] = ell.mean()
-        out["max"][i] = ell.max()
-        out["min"][i] = ell.min()
-        out["variance"][i] = ell.var()
+        prior = obj.prior()  # after an evaluation, which prepares it
+        if prior is None:
+            q = np.full(ell.size, 1.0 / ell.size)
+        else:
+            q = to_numpy(prior).astype(np.float64)
+            q = q / q.sum()
+        support = ell[q > 0]
+        mean = float(np.dot(q, ell))
+        out["mean"][i] = mean
+        out["max"][i] = support.max()
+        out["min"][i] = support.min()
+        out["variance"][i] = float(np.dot(q, (ell - mean) ** 2))
         out["risk"][i] = float(to_numpy(r.fun))
         out["entropy"][i] = float(entropy(w))
         out["ess"][i] = float(1.0 / np.sum(w * w))  # Kish's effective sample size

@@ -17,7 +17,9 @@ bit-for-bit reproducible on every backend.
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -25,8 +27,9 @@ from scipy.special import logsumexp
 
 from .._compat import to_numpy
 from ._base import Solver, make_state
+from ._checks import check_int, check_positive
 from ._linalg import power_iteration
-from ._result import SolverState
+from ._result import SolverState, Status
 
 __all__ = ["StochasticTERM"]
 
@@ -35,6 +38,31 @@ def _log_mean_exp(v: np.ndarray) -> float:
     return float(logsumexp(v) - math.log(v.size))
 
 
+@dataclass
+class _Run:
+    """What a stochastic run keeps between steps (its generator included)."""
+
+    rng: np.random.Generator
+    lr: float  # the base step (quartered at each divergence)
+    batch_size: int
+    every: int  # steps between full evaluations
+    max_iter: int
+    p: np.ndarray | None  # prior weights (host)
+    members: list  # sample indices of each group (one group at sample level)
+    log_mass: np.ndarray
+    t_outer: float
+    tau: float
+    L: list  # running log E[exp(tau l)] per group (the mean where tau = 0)
+    f_high: float  # a full evaluation above this has diverged
+    checkpoint: SolverState  # the last full evaluation that did not diverge
+    avg_from: int  # the averaging window starts after this step
+    k: int = 0
+    x_avg: Any = None
+    n_avg: int = 0
+    n_cuts: int = 0
+
+
+@dataclass(frozen=True)
 class StochasticTERM(Solver):
     """Minibatch stochastic TERM (sample-level or two-level hierarchical).
 
@@ -56,52 +84,71 @@ class StochasticTERM(Solver):
     eval_every : int, optional
         Full objective evaluations (for the history and the gradient test) every this many
         steps; default one epoch (``N / batch_size`` steps).
+
+    Notes
+    -----
+    The run guards against divergence: the minibatch weights are normalised by the
+    larger of the running and the batch estimate (so they sum to at most one), and a
+    non-finite minibatch loss or a full evaluation above the start value plus its
+    magnitude sends the run back to its last full evaluation with a quarter of the step;
+    after ``max_cuts`` such cuts it stops with status ``DIVERGED``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import tiltlab as tl
+    >>> rng = np.random.default_rng(0)
+    >>> X = np.c_[np.ones(200), rng.normal(size=200)]
+    >>> obj = tl.TiltedObjective("squared", X, X @ np.array([1.0, 2.0]), t=1.0)
+    >>> res = tl.minimize(obj, method="stochastic", seed=0, max_iter=2000, batch_size=16)
+    >>> res.success, np.round(res.x, 1).tolist()
+    (True, [1.0, 2.0])
     """
 
     name = "stochastic"
     default_max_iter = 20_000
     checks_gradient = False
+    #: divergences survived (the step is quartered each time) before giving up
+    max_cuts = 8
 
-    def __init__(
-        self,
-        lr: float | None = None,
-        batch_size: int = 64,
-        lam: float = 0.1,
-        average: bool = True,
-        eval_every: int | None = None,
-        seed: Any = None,
-        decay: str = "sqrt",
-        **options: Any,
-    ):
-        super().__init__(**options)
-        if lr is not None and not lr > 0:
-            raise ValueError(f"`lr` must be positive, got {lr!r}")
-        if int(batch_size) < 1:
-            raise ValueError("`batch_size` must be a positive integer")
-        if not 0 < lam <= 1:
-            raise ValueError(f"`lam` must lie in (0, 1], got {lam!r}")
-        self.lr, self.batch_size, self.lam = lr, int(batch_size), float(lam)
-        self.average, self.eval_every = bool(average), eval_every
-        if decay not in ("sqrt", "none"):
-            raise ValueError(f"`decay` must be 'sqrt' or 'none', got {decay!r}")
-        self.decay = decay
-        self.rng = np.random.default_rng(seed)
-        self.max_iter = self.default_max_iter
+    lr: float | None = None
+    batch_size: int = 64
+    lam: float = 0.1
+    average: bool = True
+    eval_every: int | None = None
+    seed: Any = None
+    decay: str = "sqrt"
 
-    def init(self, objective: Any, x0: Any):
-        state = super().init(objective, x0)
-        xp = objective.xp
+    def __post_init__(self) -> None:
+        if self.lr is not None:
+            check_positive(self.lr, "lr")
+        object.__setattr__(self, "batch_size", check_int(self.batch_size, "batch_size", 1))
+        if self.eval_every is not None:
+            object.__setattr__(self, "eval_every", check_int(self.eval_every, "eval_every", 1))
+        if isinstance(self.lam, bool) or not 0 < float(self.lam) <= 1:
+            raise ValueError(f"`lam` must lie in (0, 1], got {self.lam!r}")
+        if self.decay not in ("sqrt", "none"):
+            raise ValueError(f"`decay` must be 'sqrt' or 'none', got {self.decay!r}")
+
+    def init(self, objective: Any, x0: Any, *, max_iter: int, warm: Any = None) -> SolverState:
+        f, g = objective.value_and_gradient(x0)
+        state = make_state(x0, f, g, objective.xp)
+        if state.failed is None:
+            state.memo = self._start(objective, state, max_iter)
+        return state
+
+    def _start(self, objective: Any, state: SolverState, max_iter: int) -> _Run:
+        x0 = state.x
         n = objective.n_samples
         if n is None:
             n = int(objective.losses(x0).shape[0])
-        self.n = n
-        self.batch_size = min(self.batch_size, n)
-        if self.lr is None:
-            beta = power_iteration(lambda v: objective.hvp(x0, v), x0, xp, n_iter=20)
-            self.lr = 0.5 / max(beta, 1e-300)
-        self.every = self.eval_every or max(1, n // self.batch_size)
+        batch_size = min(self.batch_size, n)
+        lr = self.lr
+        if lr is None:
+            beta = power_iteration(lambda v: objective.hvp(x0, v), x0, objective.xp, n_iter=20)
+            lr = 0.5 / max(beta, 1e-300)
         prior = objective.prior()
-        self.p = None if prior is None else to_numpy(prior).astype(np.float64)
+        p = None if prior is None else to_numpy(prior).astype(np.float64)
         tilts = objective.tilts
         if objective.is_hierarchical:
             tree = objective.tree
@@ -113,89 +160,120 @@ class StochasticTERM(Solver):
                     "the stochastic solver handles one grouping level (tilts (t, tau)); "
                     f"this objective has {tree.depth}"
                 )
-            lev = tree.levels[0]
-            self.members = lev.members()
-            pm = np.ones(n) / n if self.p is None else self.p
-            self.log_mass = np.log([pm[m].sum() for m in self.members])
-            self.t_outer, self.tau = tilts[0], tilts[1]
+            members = tree.levels[0].members()
+            pm = np.ones(n) / n if p is None else p
+            log_mass = np.log([pm[m].sum() for m in members])
+            t_outer, tau = tilts[0], tilts[1]
         else:
-            self.members = [np.arange(n)]
-            self.log_mass = np.zeros(1)
-            self.t_outer, self.tau = 0.0, tilts[0]
-        for v in (self.t_outer, self.tau):
+            members, log_mass = [np.arange(n)], np.zeros(1)
+            t_outer, tau = 0.0, tilts[0]
+        for v in (t_outer, tau):
             if not math.isfinite(v):
                 raise ValueError("the stochastic solver needs finite tilts")
-        self.L: list[Any] = [None] * len(
-            self.members
-        )  # running log E[exp(tau l)] (or mean if tau=0)
-        self.k = 0
-        self.x_avg = None
-        self.n_avg = 0
-        return state
+        # divergence guard: a full evaluation above f_high (the start value plus its own
+        # magnitude) or a non-finite batch loss sends the run back to its last checkpoint
+        f0 = state.fun_float
+        f_high = f0 + max(abs(f0), 1e-12) if math.isfinite(f0) else math.inf
+        return _Run(
+            rng=np.random.default_rng(self.seed), lr=float(lr), batch_size=batch_size,
+            every=self.eval_every or max(1, n // batch_size), max_iter=max_iter, p=p,
+            members=members, log_mass=log_mass, t_outer=float(t_outer), tau=float(tau),
+            L=[None] * len(members), f_high=f_high, checkpoint=state, avg_from=max_iter // 2,
+        )  # fmt: skip
 
-    def _draw(self) -> tuple[int, np.ndarray]:
-        if len(self.members) == 1:
+    def _draw(self, run: _Run) -> tuple[int, np.ndarray]:
+        if len(run.members) == 1:
             g = 0
         else:
-            R = np.array([0.0 if L is None else (L / self.tau if self.tau else L) for L in self.L])
-            logits = self.t_outer * R + self.log_mass
-            g = int(np.argmax(logits + self.rng.gumbel(size=logits.shape)))
-        m = self.members[g]
-        if self.p is None:
-            idx = m[self.rng.integers(0, m.size, size=min(self.batch_size, m.size))]
+            R = np.array([0.0 if L is None else (L / run.tau if run.tau else L) for L in run.L])
+            logits = run.t_outer * R + run.log_mass
+            g = int(np.argmax(logits + run.rng.gumbel(size=logits.shape)))
+        m = run.members[g]
+        size = min(run.batch_size, m.size)
+        if run.p is None:
+            idx = m[run.rng.integers(0, m.size, size=size)]
         else:
-            q = self.p[m] / self.p[m].sum()
-            idx = m[self.rng.choice(m.size, size=min(self.batch_size, m.size), p=q)]
+            q = run.p[m] / run.p[m].sum()
+            idx = m[run.rng.choice(m.size, size=size, p=q)]
         return g, idx
 
-    def step(self, objective: Any, state):
-        xp = objective.xp
-        self.k += 1
-        g, idx = self._draw()
+    def _back_off(self, run: _Run, state: SolverState) -> SolverState:
+        """Divergence: return to the last checkpoint with a quarter of the step."""
+        run.n_cuts += 1
+        out = dataclasses.replace(run.checkpoint, nit=state.nit + 1, step=run.lr, memo=run)
+        if run.n_cuts > self.max_cuts:
+            out.failed = Status.DIVERGED
+            out.detail = (
+                f"the step was lowered {self.max_cuts} times, to {run.lr:.3g}; "
+                "pass a smaller `lr`"
+            )
+            return out
+        run.lr *= 0.25
+        run.L = [None] * len(run.members)
+        run.x_avg, run.n_avg = None, 0
+        run.avg_from = max(run.avg_from, run.k)
+        out.step = run.lr
+        return out
+
+    def _weights(self, run: _Run, g: int, ln: np.ndarray) -> np.ndarray:
+        """Minibatch coefficients from the running normaliser of group ``g``."""
+        tau, lam = run.tau, self.lam
+        if tau == 0:
+            mB = float(ln.mean())
+            run.L[g] = mB if run.L[g] is None else (1 - lam) * run.L[g] + lam * mB
+            return np.full(ln.size, 1.0 / ln.size)
+        LB = _log_mean_exp(tau * ln)
+        if run.L[g] is None or lam == 1:
+            L = LB
+        else:
+            L = float(np.logaddexp(math.log1p(-lam) + run.L[g], math.log(lam) + LB))
+        run.L[g] = L
+        # normalise by the larger of the running and the batch estimate: the weights
+        # then sum to at most 1, so a batch whose losses rose above the running
+        # estimate cannot multiply the step (the running value lags by 1/lam steps)
+        return np.exp(tau * ln - max(L, LB)) / ln.size
+
+    def step(self, objective: Any, state: SolverState) -> SolverState:
+        xp, run = objective.xp, state.memo
+        run.k += 1
+        g, idx = self._draw(run)
         ell, vjp = objective.batch_losses_and_vjp(state.x, idx)
         ln = to_numpy(ell).astype(np.float64)
-        tau, lam = self.tau, self.lam
-        if tau != 0:
-            LB = _log_mean_exp(tau * ln)
-            L = (
-                LB
-                if self.L[g] is None
-                else float(
-                    np.logaddexp(math.log1p(-lam) + self.L[g], math.log(lam) + LB)
-                    if lam < 1
-                    else LB
-                )
-            )
-            c = np.exp(tau * ln - L) / ln.size
-        else:
-            mB = float(ln.mean())
-            L = mB if self.L[g] is None else (1 - lam) * self.L[g] + lam * mB
-            c = np.full(ln.size, 1.0 / ln.size)
-        self.L[g] = L
+        if not np.all(np.isfinite(ln)):
+            return self._back_off(run, state)
+        c = self._weights(run, g, ln)
         coef = xp.asarray(
             c.astype(ln.dtype if ln.dtype == np.float32 else np.float64), device=objective.device
         )
-        coef = xp.astype(coef, ell.dtype)
-        grad = vjp(coef)
+        grad = vjp(xp.astype(coef, ell.dtype))
         if objective.l2:
             grad = grad + objective.l2 * state.x
-        assert self.lr is not None  # set in init
-        lr = self.lr if self.decay == "none" else self.lr / math.sqrt(1.0 + self.k / self.every)
+        lr = run.lr if self.decay == "none" else run.lr / math.sqrt(1.0 + run.k / run.every)
         x = state.x - lr * grad
-        if self.average and self.k > self.max_iter // 2:
-            self.n_avg += 1
-            self.x_avg = x if self.x_avg is None else self.x_avg + (x - self.x_avg) / self.n_avg
-        if self.k % self.every == 0 or self.k >= self.max_iter:
-            xe = self.x_avg if (self.x_avg is not None and self.k >= self.max_iter) else x
+        if self.average and run.k > run.avg_from:
+            run.n_avg += 1
+            run.x_avg = x if run.x_avg is None else run.x_avg + (x - run.x_avg) / run.n_avg
+        if run.k % run.every == 0 or run.k >= run.max_iter:
+            last = run.x_avg is not None and run.k >= run.max_iter
+            xe = run.x_avg if last else x
             f, gfull = objective.value_and_gradient(xe)
-            out = make_state(x, f, gfull, xp, nit=state.nit + 1, step=self.lr)
-            if xe is not x:
-                out.x = xe
+            out = make_state(xe, f, gfull, xp, nit=state.nit + 1, step=lr, memo=run)
+            if out.failed is not None or not out.fun_float <= run.f_high:
+                return self._back_off(run, state)
+            run.checkpoint = out
             return out
         # no full evaluation this step: fun and jac are those of an earlier iterate
-        out = SolverState(
-            x, state.fun, state.jac, state.fun_float, state.grad_norm, nit=state.nit + 1
-        )
-        out.step = self.lr
-        out.extra["stale"] = True
-        return out
+        return dataclasses.replace(state, x=x, nit=state.nit + 1, step=lr, stale=True)
+
+    def finish(
+        self, objective: Any, state: SolverState, status: Status, detail: str
+    ) -> tuple[SolverState, Status, str]:
+        if status in (Status.MAX_ITER, Status.MAX_PASSES):
+            # a stochastic run has no convergence test: finishing its budget is its end
+            detail = "max_passes reached" if status is Status.MAX_PASSES else ""
+            status = Status.COMPLETED
+        run = state.memo
+        if isinstance(run, _Run) and run.n_cuts and status is not Status.DIVERGED:
+            note = f"the step was lowered to {run.lr:.3g} after {run.n_cuts} divergence(s)"
+            detail = f"{detail}; {note}" if detail else note
+        return self.refresh(objective, state), status, detail
