@@ -277,15 +277,11 @@ LAYERS = {
 }
 
 #: edges that break the layering today and are being removed; the list only shrinks
-PENDING_EDGES = {
-    # minimize hands Dask objectives to the client driver (to become
-    # tiltlab.solvers._external.driver_for, which tiltlab.distributed registers into)
-    ("tiltlab.solvers._minimize", "tiltlab.distributed"),
-}
+PENDING_EDGES: set[tuple[str, str]] = set()
 
 #: modules other than tiltlab._compat that import array_api_compat today (to go through
 #: tiltlab._compat instead); the list only shrinks
-PENDING_ARRAY_API_COMPAT = {"tiltlab.estimators._base", "tiltlab.distributed._states"}
+PENDING_ARRAY_API_COMPAT = {"tiltlab.estimators._base"}
 
 
 def _modules() -> dict[str, tuple[Path, bool]]:

@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from .._compat import device, to_numpy
+from .._compat import device, library_namespace, to_numpy
 from ..accumulator import GroupState, NonFiniteLosses, TiltState
-from ..objective import hvp_coefficients
+from ..objective.blocks import block_rows, hvp_coefficients
 from ..segments import Segments, segment_sum
 
 __all__ = [
@@ -61,9 +61,7 @@ def group_risks(st: GroupState, dtype: Any) -> np.ndarray:
 
 
 def _ns(a: Any) -> Any:
-    import array_api_compat
-
-    return array_api_compat.array_namespace(a)
+    return library_namespace(a)
 
 
 def _derivs(loss: Any, Xb: Any, yb: Any, th: Any, V: Any, mode: str, xp: Any) -> dict:
@@ -139,7 +137,7 @@ def _sub_blocks(Xb: Any, *rest: Any):
     if is_cupy_namespace(xp):
         B = n
     else:
-        B = max(256, SUB_BLOCK_BYTES // max(1, d * int(np.dtype(str(Xb.dtype)).itemsize)))
+        B = block_rows(n, d, Xb.dtype, xp, device(Xb), target_bytes=SUB_BLOCK_BYTES)
     for r0 in range(0, n, B):
         r1 = min(n, r0 + B)
         if (r0, r1) == (0, n):

@@ -5,11 +5,10 @@ block's Hessian-vector product, and the accumulator state of a block at zero til
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from .._compat import on_accelerator
-from ..accumulator import NonFiniteLosses, TiltState, _extremes
+from ..accumulator import mean_state
 
 __all__ = ["BLOCK_BYTES", "block_rows", "hvp_coefficients", "itemsize", "mean_state"]
 
@@ -65,16 +64,3 @@ def hvp_coefficients(pe: Any, d1: Any, d2: Any, u: Any, a: Any, hz: Any, t: floa
         return c, pe[:, None] * d1
     c = pe * (d2 * u + t * d1 * a) if t != 0.0 else pe * d2 * u
     return c, pe * d1
-
-
-def mean_state(ell: Any, p: Any, xp: Any, sums: Any) -> TiltState:
-    """An accumulator state at t = 0 (no exponentials): weights are the prior."""
-    hi, lo = _extremes(ell, p, xp)
-    if not (math.isfinite(hi) and math.isfinite(lo)):
-        raise NonFiniteLosses("`losses` contains NaN or infinite values")
-    pe = xp.ones_like(ell) if p is None else p
-    mass = xp.sum(pe)
-    lsum = xp.sum(ell - lo) if p is None else xp.sum(p * (ell - lo))  # relative to the shift
-    return TiltState(
-        t=0.0, hi=hi, lo=lo, mass=mass, s=mass, q=None, lsum=lsum, sums=tuple(sums(pe))
-    )

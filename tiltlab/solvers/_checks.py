@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from ..objective.protocol import check_objective as _check_objective_protocol
+
 __all__ = [
     "check_int",
     "check_real",
@@ -17,16 +19,9 @@ __all__ = [
     "merge_options",
 ]
 
-_OBJECTIVE_ATTRS = ("value_and_gradient", "value", "zeros", "_theta", "xp", "n_passes")
-
-
 def check_objective(obj: Any, name: str) -> None:
-    missing = [a for a in _OBJECTIVE_ATTRS if not hasattr(obj, a)]
-    if missing:
-        raise TypeError(
-            f"`{name}` must be a tiltlab.TiltedObjective, got {type(obj).__name__} "
-            f"(no {', '.join(missing)})"
-        )
+    """``obj`` satisfies the objective interface (see ``tiltlab.objective.protocol``)."""
+    _check_objective_protocol(obj, name)
 
 
 def check_int(value: Any, name: str, minimum: int) -> int:

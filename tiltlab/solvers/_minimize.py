@@ -15,6 +15,7 @@ from typing import Any
 from ._base import Solver
 from ._bestsofar import BestSoFar
 from ._checks import check_int, check_objective, check_positive, check_real, check_seed
+from ._external import driver_for
 from ._linalg import norm, to_float, working_eps
 from ._result import OptimizeResult, SolverState, Status
 from ._stop import Progress, StopRule, default_tol, track
@@ -126,10 +127,11 @@ def minimize(
                 validation=validation, patience=patience, callback=callback, progress=progress,
                 seed=seed, warm_state=warm_state)  # fmt: skip
     _check_arguments(objective, args)
-    if _is_client_objective(objective):
-        return _client_minimize(minimize, objective, theta0, **args, **options)
+    drive = driver_for(objective)  # a backend that runs the solvers itself (Dask)
+    if drive is not None:
+        return drive(minimize, objective, theta0, **args, **options)
     solver = METHODS[method].configure(seed=seed, **options)
-    x0 = objective.zeros() if theta0 is None else objective._theta(theta0, name="theta0")
+    x0 = objective.zeros() if theta0 is None else objective.check_theta(theta0, name="theta0")
     if validation is not None:
         _check_validation(validation, x0)
         solver = BestSoFar(solver, validation, patience)
@@ -221,20 +223,6 @@ def _check_arguments(objective: Any, args: dict[str, Any]) -> None:
             f"`warm_state` must be the `solver_state` of an earlier result, got "
             f"{type(args['warm_state']).__name__}"
         )
-
-
-def _is_client_objective(objective: Any) -> bool:
-    """Whether ``objective`` holds Dask data (solved by a client-driven loop)."""
-    from ..distributed import is_dask_objective  # the Dask solver's registration point
-
-    return is_dask_objective(objective)
-
-
-def _client_minimize(*args: Any, **kwargs: Any) -> OptimizeResult:
-    """``minimize`` for a Dask objective: the driver runs on the client."""
-    from ..distributed import client_minimize  # the Dask solver's registration point
-
-    return client_minimize(*args, **kwargs)
 
 
 def _check_validation(validation: Any, x0: Any) -> None:

@@ -144,7 +144,7 @@ def tilt_path(
 
         bar = tqdm(total=ts_arr.size, desc="tilt path", leave=False)
     results: dict[int, OptimizeResult] = {}
-    start = base.zeros() if theta0 is None else base._theta(theta0, name="theta0")
+    start = base.zeros() if theta0 is None else base.check_theta(theta0, name="theta0")
     # anchor at t = 0, then continue outwards in both directions
     anchor = minimize(base, start, method=method, **kwargs)
     for direction in ("pos", "neg"):
