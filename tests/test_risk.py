@@ -493,7 +493,7 @@ def test_mixed_backends_rejected():
     torch = pytest.importorskip("torch")
     with pytest.raises(TypeError, match="`losses` and `weights` come from two different"):
         tl.tilted_risk(np.ones(3), 1.0, weights=torch.ones(3, dtype=torch.float64))
-    # tilts are parameters: taken from any library (issue 9 item 4, tests/test_hardening.py)
+    # tilts are parameters: taken from any library (see tests/test_hardening.py)
     r = tl.tilted_risk(np.ones(3), torch.asarray([1.0, 2.0]))
     assert isinstance(r, np.ndarray) and r.tolist() == [1.0, 1.0]
 

@@ -1,6 +1,6 @@
 """float32 solvers: the README example converges, on every backend, at float64's cost.
 
-Issue 9: with float64's tolerance a float32 run could not stop (L-BFGS made 2,000
+A regression: with float64's tolerance a float32 run could not stop (L-BFGS made 2,000
 iterations, Newton and gd reported a failed line search with x as good as float32
 allows). The reference is an independent float64 SciPy solve.
 """

@@ -1,4 +1,4 @@
-"""Issue 9 items 3, 6, 7: results describe the returned x, success == status.success,
+"""Results describe the returned x, success == status.success,
 bad arguments are named, callbacks stop on any true value."""
 
 from __future__ import annotations
