@@ -68,6 +68,10 @@ def load_cifar10(data_dir: str) -> dict[str, np.ndarray]:
     ValueError
         A file is not a CIFAR-10 python batch.
 
+    See Also
+    --------
+    tiltlab.datasets.load_hiv1 : A shipped classification data set.
+
     Examples
     --------
     >>> from tiltlab.datasets.cifar import load_cifar10

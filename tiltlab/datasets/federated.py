@@ -28,10 +28,26 @@ class FederatedData:
     Attributes
     ----------
     name : str
+        The data set.
     X_train, y_train, X_test, y_test : tuple of ndarray
         One entry per device: ``(n_k, d)`` float64 features and ``(n_k,)`` int64 labels.
     n_classes : int
+        Number of classes; labels lie in ``0 .. n_classes - 1``.
     device_names : tuple of str
+        One name per device.
+
+    See Also
+    --------
+    synthetic_federated, load_leaf_federated : The loaders that return it.
+
+    Examples
+    --------
+    >>> from tiltlab.datasets import synthetic_federated
+    >>> data = synthetic_federated(n_devices=3, seed=0)
+    >>> data.n_devices, data.n_features, len(data.device_names)
+    (3, 60, 3)
+    >>> data.train_sizes.shape
+    (3,)
     """
 
     name: str
@@ -100,6 +116,11 @@ def synthetic_federated(
     Returns
     -------
     FederatedData
+
+    See Also
+    --------
+    load_leaf_federated : Federated data from LEAF files.
+    FederatedData : The returned container.
 
     Examples
     --------
@@ -186,6 +207,11 @@ def load_leaf_federated(data_dir: str | os.PathLike, *, name: str | None = None)
     Returns
     -------
     FederatedData
+
+    See Also
+    --------
+    synthetic_federated : Synthetic federated data.
+    FederatedData : The returned container.
 
     Examples
     --------

@@ -123,6 +123,10 @@ def point_estimation_losses(points, theta):
         Squared Euclidean distances. The gradient of sample i in ``theta`` is
         ``2 * (theta - x_i)``.
 
+    See Also
+    --------
+    point_estimation_2d, point_estimation_objective
+
     Examples
     --------
     >>> import numpy as np
