@@ -115,7 +115,7 @@ def run(
     progress: bool = False,
     **options: Any,
 ) -> Reproduction:
-    """Run the experiment ``name`` (a key of :data:`EXPERIMENTS`), as the command does.
+    """Run the experiment ``name`` (a key of :data:`~tiltlab.reproduce.EXPERIMENTS`).
 
     It runs with one BLAS thread per process (as the command does); the numbers do not
     depend on it.
@@ -124,7 +124,9 @@ def run(
     ----------
     name : str
         The experiment: ``"robust-regression"``, ``"hiv1-fairness"``, ``"hierarchical"``,
-        ``"abalone"``, ``"toys"`` or ``"convergence"`` (the keys of :data:`EXPERIMENTS`).
+        ``"abalone"``, ``"toys"``, ``"convergence"``, ``"label-noise"``,
+        ``"noisy-annotators"``, ``"class-imbalance"``, ``"fair-pca"`` or
+        ``"fair-federated"`` (the keys of :data:`~tiltlab.reproduce.EXPERIMENTS`).
     seeds : int or sequence of int, default 5
         The number of seeds (seeds ``0, ..., seeds - 1``) or the seeds themselves; each
         table entry is the mean and standard error over them.
@@ -145,7 +147,7 @@ def run(
     Raises
     ------
     ValueError
-        If ``name`` is not an experiment.
+        If `name` is not an experiment.
 
     See Also
     --------
