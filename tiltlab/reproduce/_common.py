@@ -1,7 +1,7 @@
 """What every reproduction shares: the result schema, seeds, progress bars and tables.
 
-Every experiment returns a :class:`Reproduction`, whose ``rows`` follow one schema so that
-results can be compared by a program::
+Every experiment returns a :class:`~tiltlab.reproduce.Reproduction`, whose ``rows`` follow
+one schema so that results can be compared by a program::
 
     {"experiment": NAME,
      "rows": [{"method", "setting", "metric", "split",
@@ -331,7 +331,7 @@ class Reproduction:
     experiment : str
         The command's name (``"hiv1-fairness"``, ...).
     rows : list of dict
-        Rows with the keys :data:`ROW_KEYS`.
+        Rows with the keys :data:`~tiltlab.reproduce.ROW_KEYS`.
     title : str
         One-line description printed above the table.
     table : str

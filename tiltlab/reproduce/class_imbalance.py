@@ -80,7 +80,7 @@ def class_imbalance(
         Show a progress bar.
     imbalance : sequence of int, default (20, 50)
         Common-to-rare ratios in training (``20`` is 1:20).
-    methods : sequence of str, default all of :data:`METHODS`
+    methods : sequence of str, default all of :data:`~tiltlab.reproduce.class_imbalance.METHODS`
     t : float, default 20
         TERM's class-level tilt (positive). On these data t = 1 and t = 5 left the rare
         class at 0.27 and 0.60 accuracy at 1:50 (three seeds), t = 20 at 0.93, as high as

@@ -60,6 +60,21 @@ def device_summary(accuracies) -> dict[str, float]:
     The worst (best) 10% is the mean over the ``max(1, round(K / 10))`` lowest (highest)
     of the ``K`` accuracies; the spread is the population standard deviation.
 
+    Parameters
+    ----------
+    accuracies : array_like, shape (K,)
+        The test accuracy of each device.
+
+    Returns
+    -------
+    dict
+        ``accuracy_average``, ``accuracy_worst10``, ``accuracy_best10``, ``accuracy_std``
+        and ``accuracy_variance``.
+
+    See Also
+    --------
+    fair_federated : The experiment whose table these numbers fill.
+
     Examples
     --------
     >>> from tiltlab.reproduce.fair_federated import device_summary
@@ -114,7 +129,7 @@ def fair_federated(
     rounds : int, default 600
         Communication rounds.
     methods : sequence of str
-        A subset of :data:`FAIR_FL_METHODS`.
+        A subset of :data:`~tiltlab.reproduce.fair_federated.FAIR_FL_METHODS`.
 
     Returns
     -------

@@ -151,7 +151,8 @@ def fair_pca(
         A folder of CSV files, one group per file (e.g. the Default Credit groups),
         read with :func:`tiltlab.datasets.load_csv_groups` and added to the run.
     tilts : sequence of float, optional
-        Non-negative tilts (default :data:`FAIR_PCA_TILTS`, or four of them with ``quick``).
+        Non-negative tilts (default :data:`~tiltlab.reproduce.fair_pca.FAIR_PCA_TILTS`,
+        or four of them with ``quick``).
 
     Returns
     -------

@@ -67,6 +67,24 @@ def annotators(noisy: np.ndarray, n_annotators: int = N_ANNOTATORS, n_spammers: 
     Rows are dealt out in turn (row ``i`` of the noisy rows goes to spammer ``i mod
     n_spammers``); without noisy rows every annotator is reliable and gets ``1/n`` of them.
 
+    Parameters
+    ----------
+    noisy : array_like of bool, shape (n,)
+        Which rows have a corrupted label.
+    n_annotators : int, default 10
+        Number of annotators.
+    n_spammers : int, default 3
+        How many of them (the first ones) label the noisy rows.
+
+    Returns
+    -------
+    numpy.ndarray of int64, shape (n,)
+        The annotator of each row, in ``0 .. n_annotators - 1``.
+
+    See Also
+    --------
+    hierarchical : The experiment that groups rows by these annotators.
+
     Examples
     --------
     >>> import numpy as np
@@ -101,7 +119,7 @@ def hierarchical(
     quick : bool, default False
         Accepted for a uniform interface (the full grid takes seconds per seed).
     scenarios : sequence of str, optional
-        A subset of :data:`SCENARIOS` (default all four).
+        A subset of :data:`~tiltlab.reproduce.hierarchical.SCENARIOS` (default all four).
     progress : bool, default False
         Show a progress bar.
 

@@ -103,7 +103,7 @@ def label_noise(
         Show a progress bar.
     noise : sequence of float, default (0.2, 0.4, 0.8)
         Shares of training (and validation) labels replaced at random.
-    methods : sequence of str, default all of :data:`METHODS`
+    methods : sequence of str, default all of :data:`~tiltlab.reproduce.label_noise.METHODS`
     model : {"mlp", "cnn"}, default "mlp"
     device : str, default "cpu"
         ``"cuda"`` to train on a GPU.

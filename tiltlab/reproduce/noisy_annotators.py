@@ -56,10 +56,27 @@ def annotate(
     classes (so it is right ``1 / n_classes`` of the time), a reliable annotator's label is
     the true one.
 
+    Parameters
+    ----------
+    y : numpy.ndarray of int, shape (n,)
+        The true labels.
+    n_annotators : int
+        Number of annotators.
+    n_spammers : int
+        Number of spammers among them (the first ones).
+    n_classes : int
+        Number of classes.
+    rng : numpy.random.Generator
+        The random generator.
+
     Returns
     -------
     labels, annotator, spammer_row
         The given labels, the annotator of each row and whether it is a spammer's.
+
+    See Also
+    --------
+    noisy_annotators : The experiment that trains on these labels.
 
     Examples
     --------
@@ -102,7 +119,7 @@ def noisy_annotators(
         Show a progress bar.
     spammer_shares : sequence of float, default (0.8, 0.5, 0.2)
         Shares of the annotators who label at random (the paper's setting is 0.8).
-    methods : sequence of str, default all of :data:`METHODS`
+    methods : sequence of str, default all of :data:`~tiltlab.reproduce.noisy_annotators.METHODS`
     n_annotators : int, default 100
     t : float, default -2
         TERM's annotator-level tilt.
