@@ -3,15 +3,15 @@
 Three generators, each returning NumPy ``float64`` arrays (and boolean masks) of a few
 dozen to a few hundred rows:
 
-* :func:`point_estimation_2d` - 2-D points around (1, 1) plus a cluster of outliers;
-  a point estimate ``theta`` has per-sample loss ``||x_i - theta||^2``
-  (see :func:`point_estimation_losses`). ERM (t = 0) gives the sample mean, negative tilts
-  move towards the inliers, positive tilts towards the minimax (smallest enclosing ball)
-  centre.
-* :func:`linear_regression_outliers` - a line with a block of gross outliers; design
-  matrix ``[x, 1]`` for the squared loss.
-* :func:`logistic_imbalanced` - two Gaussian classes in 2-D, one rare; design matrix
-  ``[x1, x2, 1]`` for the logistic loss with labels in {0, 1}.
+* :func:`~tiltlab.datasets.point_estimation_2d` - 2-D points around (1, 1) plus a cluster
+  of outliers; a point estimate ``theta`` has per-sample loss ``||x_i - theta||^2``
+  (see :func:`~tiltlab.datasets.point_estimation_losses`). ERM (t = 0) gives the sample
+  mean, negative tilts move towards the inliers, positive tilts towards the minimax
+  (smallest enclosing ball) centre.
+* :func:`~tiltlab.datasets.linear_regression_outliers` - a line with a block of gross
+  outliers; design matrix ``[x, 1]`` for the squared loss.
+* :func:`~tiltlab.datasets.logistic_imbalanced` - two Gaussian classes in 2-D, one rare;
+  design matrix ``[x1, x2, 1]`` for the logistic loss with labels in {0, 1}.
 
 All use ``np.random.default_rng(seed)``, so the same ``seed`` gives the same data.
 """
@@ -154,7 +154,7 @@ def point_estimation_objective(points, *, t: float = 0.0, l2: float = 0.0):
     Parameters
     ----------
     points : array of shape (n_samples, d)
-        The points (for instance from :func:`point_estimation_2d`).
+        The points (for instance from :func:`~tiltlab.datasets.point_estimation_2d`).
     t : float, default 0.0
         The tilt.
     l2 : float, default 0.0

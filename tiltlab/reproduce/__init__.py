@@ -20,8 +20,8 @@ One module per experiment, each also a ``tiltlab reproduce NAME`` command:
 * :mod:`~tiltlab.reproduce.fair_federated` - fair federated learning (TERM across devices
   against FedAvg, q-FFL and AFL).
 
-Every experiment returns a :class:`Reproduction` whose rows follow one schema (see
-:mod:`tiltlab.reproduce._common`); :func:`run` runs one by its command name.
+Every experiment returns a :class:`Reproduction` whose rows follow one schema (the keys
+:data:`ROW_KEYS`); :func:`run` runs one by its command name.
 """
 
 from __future__ import annotations

@@ -108,7 +108,7 @@ def label_noise(
     device : str, default "cpu"
         ``"cuda"`` to train on a GPU.
     data_dir : str, optional
-        A folder with the CIFAR-10 python batches (:func:`tiltlab.datasets.cifar.load_cifar10`);
+        A folder with the CIFAR-10 python batches (:func:`tiltlab.datasets.load_cifar10`);
         default: the handwritten digits shipped with scikit-learn.
     epochs : int, optional
         Override the number of epochs.
