@@ -230,6 +230,10 @@ def progress_bar(enabled: bool, total: int, desc: str) -> Any:
     object
         An object with the methods ``update(n=1)``, ``set_postfix_str(s)`` and ``close()``.
 
+    See Also
+    --------
+    single_blas_thread : The other execution helper of the experiments.
+
     Examples
     --------
     >>> from tiltlab.reproduce._common import progress_bar
@@ -304,6 +308,10 @@ def require_matplotlib() -> Any:
     ------
     ImportError
         If matplotlib is not installed.
+
+    See Also
+    --------
+    Reproduction.plot : Draws an experiment's figures with it.
 
     Examples
     --------

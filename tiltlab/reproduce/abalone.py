@@ -83,6 +83,11 @@ def abalone(
     Reproduction
         ``test_rmse`` per method for the ``clean`` and ``noisy`` settings.
 
+    See Also
+    --------
+    tiltlab.reproduce.run : Runs an experiment by its command name.
+    robust_regression_report : The robust-regression table on Drug Discovery.
+
     Examples
     --------
     >>> from tiltlab.reproduce import abalone

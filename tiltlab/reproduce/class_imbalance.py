@@ -96,6 +96,11 @@ def class_imbalance(
         Rows ``(method, "1:r", metric, "test")`` with metrics ``accuracy_rare`` and
         ``accuracy_overall``.
 
+    See Also
+    --------
+    tiltlab.reproduce.run : Runs an experiment by its command name.
+    label_noise, noisy_annotators : The other deep-learning reproductions.
+
     Examples
     --------
     >>> from tiltlab.reproduce import class_imbalance

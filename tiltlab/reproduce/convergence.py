@@ -110,6 +110,11 @@ def convergence(
         ``iterations_to_tol`` per method and tilt; ``normalized_distance`` per tilt and
         epoch of the stochastic solver.
 
+    See Also
+    --------
+    tiltlab.reproduce.run : Runs an experiment by its command name.
+    toys : The toy figures.
+
     Examples
     --------
     >>> from tiltlab.reproduce import convergence

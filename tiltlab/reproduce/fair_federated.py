@@ -138,6 +138,11 @@ def fair_federated(
         ``accuracy_std`` and ``accuracy_variance`` (split ``test``, over devices) per
         method and data set.
 
+    See Also
+    --------
+    tiltlab.reproduce.run : Runs an experiment by its command name.
+    tiltlab.reproduce.federated.TermFL : The federated TERM server.
+
     Examples
     --------
     >>> from tiltlab.reproduce import fair_federated

@@ -68,6 +68,11 @@ def term_pca_path(
     list of ndarray
         One orthonormal ``d x r`` matrix per tilt, in the order of ``tilts``.
 
+    See Also
+    --------
+    fair_pca : The experiment that draws this path.
+    tiltlab.baselines.fair_pca_sdp : The min-max relaxation it is compared with.
+
     Examples
     --------
     >>> import numpy as np
@@ -159,6 +164,11 @@ def fair_pca(
     Reproduction
         Rows ``excess_loss_<group>`` and ``worst_group_loss`` (split ``train``: the loss
         is computed on all the data, as in the paper) per method and ``"<data>, r=<r>"``.
+
+    See Also
+    --------
+    tiltlab.reproduce.run : Runs an experiment by its command name.
+    tiltlab.reproduce.fair_pca.term_pca_path : The TERM-PCA path over the tilts.
 
     Examples
     --------

@@ -128,6 +128,11 @@ def hierarchical(
     Reproduction
         Test ``accuracy_rare`` and ``accuracy_overall`` per method and scenario.
 
+    See Also
+    --------
+    tiltlab.reproduce.run : Runs an experiment by its command name.
+    hiv1_fairness : Class-level TERM on the same data.
+
     Examples
     --------
     >>> from tiltlab.reproduce import hierarchical

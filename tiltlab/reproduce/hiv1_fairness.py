@@ -297,6 +297,11 @@ def hiv1_fairness(
         ``train`` and ``test`` splits, the ``threshold`` (``val``) of ERM+ and
         RobustRegRisk+, and RobustRegRisk's chosen ``rho_over_n`` (``val``).
 
+    See Also
+    --------
+    tiltlab.reproduce.run : Runs an experiment by its command name.
+    hierarchical : Hierarchical TERM on the same data.
+
     Examples
     --------
     >>> from tiltlab.reproduce import hiv1_fairness

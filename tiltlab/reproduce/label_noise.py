@@ -119,6 +119,11 @@ def label_noise(
         Rows ``(method, "noise=p", "accuracy", "test")``, the paper's CIFAR-10 numbers
         beside where it has them.
 
+    See Also
+    --------
+    tiltlab.reproduce.run : Runs an experiment by its command name.
+    noisy_annotators, class_imbalance : The other deep-learning reproductions.
+
     Examples
     --------
     >>> from tiltlab.reproduce import label_noise

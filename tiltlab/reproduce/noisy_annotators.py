@@ -133,6 +133,11 @@ def noisy_annotators(
     Reproduction
         Rows ``(method, "spammers=s%", "accuracy", "test")``.
 
+    See Also
+    --------
+    tiltlab.reproduce.run : Runs an experiment by its command name.
+    label_noise, class_imbalance : The other deep-learning reproductions.
+
     Examples
     --------
     >>> from tiltlab.reproduce import noisy_annotators

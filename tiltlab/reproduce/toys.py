@@ -103,6 +103,11 @@ def toys(
         Rows per toy (``setting = "<toy>, t=<t>"``), with the loss statistics and the
         toy's own metric; ``curves`` holds the solutions for the figures.
 
+    See Also
+    --------
+    tiltlab.reproduce.run : Runs an experiment by its command name.
+    convergence : Convergence with the tilt.
+
     Examples
     --------
     >>> from tiltlab.reproduce import toys
