@@ -221,6 +221,30 @@ def matching_threshold(p_rare: np.ndarray, target: float) -> float:
 
     ``p_rare`` are the predicted probabilities of the rare-class samples; accuracy at a
     threshold ``c`` is the fraction with ``p >= c``. Never above 0.5 (ERM's own threshold).
+
+    Parameters
+    ----------
+    p_rare : array_like, shape (n_rare,)
+        Predicted probabilities of the rare class, on the rare-class samples.
+    target : float
+        The rare-class accuracy to reach, in ``[0, 1]``.
+
+    Returns
+    -------
+    float
+        The threshold, at most 0.5.
+
+    See Also
+    --------
+    class_accuracies : The accuracies at a given threshold.
+
+    Examples
+    --------
+    >>> from tiltlab.reproduce.hiv1_fairness import matching_threshold
+    >>> matching_threshold([0.9, 0.4, 0.3, 0.1], 0.5)  # two of four at p >= 0.4
+    0.4
+    >>> matching_threshold([0.9, 0.8], 0.5)  # already met at 0.5
+    0.5
     """
     p = np.sort(np.asarray(p_rare, dtype=np.float64))[::-1]
     k = int(np.ceil(target * p.size - 1e-9))
