@@ -105,6 +105,7 @@ def fit_linear_svm(X, y, C: float = 1.0, *, tol: float = 1e-6, max_iter: int = 2
     Returns
     -------
     w : ndarray, shape (d,)
+        The weights.
     b : float
         Predict class 1 where ``X @ w + b > 0``.
 

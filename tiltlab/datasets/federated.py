@@ -110,12 +110,16 @@ def synthetic_federated(
     iid : bool, default False
         The "synthetic iid" variant.
     n_devices, n_features, n_classes : int, default 100, 60, 10
+        Number of devices, of features and of classes.
     test_fraction : float, default 0.1
+        Share of each device's rows held out for testing.
     seed : int, default 0
+        Seed of the generator: the same seed gives the same data.
 
     Returns
     -------
     FederatedData
+        Per-device training and test rows.
 
     See Also
     --------
@@ -201,12 +205,14 @@ def load_leaf_federated(data_dir: str | os.PathLike, *, name: str | None = None)
     Parameters
     ----------
     data_dir : path
+        Folder with the ``train/`` and ``test/`` sub-folders.
     name : str, optional
         Name of the data set (default: the folder's name).
 
     Returns
     -------
     FederatedData
+        Per-device training and test rows, one device per user found in both files.
 
     See Also
     --------

@@ -157,6 +157,7 @@ def load_csv_groups(data_dir: str | os.PathLike, *, name: str | None = None) -> 
     Returns
     -------
     GroupedData
+        One group per CSV file, named after the file, in sorted order.
 
     See Also
     --------

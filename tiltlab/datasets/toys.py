@@ -77,6 +77,7 @@ def point_estimation_2d(
     Returns
     -------
     points : ndarray, shape (n, 2), float64
+        The inliers and outliers, in random order.
     inlier : ndarray, shape (n,), bool
         True for points drawn around ``center``.
 
@@ -115,7 +116,9 @@ def point_estimation_losses(points, theta):
     Parameters
     ----------
     points : array_like, shape (n, d)
+        The points.
     theta : array_like, shape (d,)
+        The point estimate.
 
     Returns
     -------
@@ -221,7 +224,9 @@ def linear_regression_outliers(
     X : ndarray, shape (n, 2), float64
         Columns ``[x, 1]`` (feature, intercept).
     y : ndarray, shape (n,), float64
+        The targets.
     inlier : ndarray, shape (n,), bool
+        True for the rows on the line (up to the inlier noise).
 
     See Also
     --------

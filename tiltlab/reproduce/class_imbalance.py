@@ -81,12 +81,14 @@ def class_imbalance(
     imbalance : sequence of int, default (20, 50)
         Common-to-rare ratios in training (``20`` is 1:20).
     methods : sequence of str, default all of :data:`~tiltlab.reproduce.class_imbalance.METHODS`
+        The methods to train and compare.
     t : float, default 20
         TERM's class-level tilt (positive). On these data t = 1 and t = 5 left the rare
         class at 0.27 and 0.60 accuracy at 1:50 (three seeds), t = 20 at 0.93, as high as
         weighting by the inverse class counts.
     model : {"mlp", "cnn"}, default "mlp"
     device : str, default "cpu"
+        ``"cuda"`` to train on a GPU.
     epochs : int, optional
         Override the number of epochs.
 

@@ -104,6 +104,7 @@ def label_noise(
     noise : sequence of float, default (0.2, 0.4, 0.8)
         Shares of training (and validation) labels replaced at random.
     methods : sequence of str, default all of :data:`~tiltlab.reproduce.label_noise.METHODS`
+        The methods to train and compare.
     model : {"mlp", "cnn"}, default "mlp"
     device : str, default "cpu"
         ``"cuda"`` to train on a GPU.

@@ -120,11 +120,14 @@ def noisy_annotators(
     spammer_shares : sequence of float, default (0.8, 0.5, 0.2)
         Shares of the annotators who label at random (the paper's setting is 0.8).
     methods : sequence of str, default all of :data:`~tiltlab.reproduce.noisy_annotators.METHODS`
+        The methods to train and compare.
     n_annotators : int, default 100
+        Number of annotators; each row is labelled by one drawn at random.
     t : float, default -2
         TERM's annotator-level tilt.
     model : {"mlp", "cnn"}, default "mlp"
     device : str, default "cpu"
+        ``"cuda"`` to train on a GPU.
     epochs : int, optional
         Override the number of epochs.
 
