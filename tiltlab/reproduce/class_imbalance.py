@@ -30,9 +30,13 @@ from ._common import Reproduction, format_grid, make_row, progress_bar, seed_lis
 
 __all__ = ["IMBALANCE", "METHODS", "class_imbalance"]
 
+#: The methods compared, in the table's row order.
 METHODS = ("ERM", "FocalLoss", "ClassBalanced", "TERM")
+#: Common-to-rare size ratios of the two settings.
 IMBALANCE = (20, 50)
+#: Training epochs of the full run.
 EPOCHS = 60
+#: Training epochs with ``quick=True``.
 EPOCHS_QUICK = 40
 
 

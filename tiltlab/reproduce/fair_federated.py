@@ -32,6 +32,7 @@ from ._common import Reproduction, format_grid, make_row, progress_bar, seed_lis
 
 __all__ = ["FAIR_FL_METHODS", "PAPER_FAIR_FL", "device_summary", "fair_federated"]
 
+#: The federated servers compared, in the table's row order.
 FAIR_FL_METHODS = ("FedAvg", "q-FFL", "AFL", "TERM")
 _METRICS = ("accuracy_average", "accuracy_worst10", "accuracy_best10", "accuracy_std",
             "accuracy_variance")  # fmt: skip

@@ -57,7 +57,9 @@ PAPER_HIERARCHICAL: dict[tuple[str, str, str], tuple[float, float]] = {
     for j, metric in enumerate(("accuracy_rare", "accuracy_overall"))
 }
 
+#: Annotators of the annotator variant.
 N_ANNOTATORS = 10
+#: How many of them label the noisy rows.
 N_SPAMMERS = 3
 
 

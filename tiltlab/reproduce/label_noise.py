@@ -35,10 +35,15 @@ from ._common import Reproduction, format_grid, make_row, progress_bar, seed_lis
 
 __all__ = ["GCE_QS", "METHODS", "NOISE", "PAPER_LABEL_NOISE", "label_noise"]
 
+#: Shares of the training labels replaced by uniform noise.
 NOISE = (0.2, 0.4, 0.8)
+#: The methods compared, in the table's row order.
 METHODS = ("ERM", "GCE", "SCE", "FocalLoss", "TERM", "Genie ERM")
+#: The exponents ``q`` tried for the generalized cross-entropy.
 GCE_QS = (0.4, 0.8, 1.0)
+#: Training epochs of the full run.
 EPOCHS = 80
+#: Training epochs with ``quick=True``.
 EPOCHS_QUICK = 40
 
 #: The paper's CIFAR-10 table (Inception): (method, setting) -> (mean, se) test accuracy.

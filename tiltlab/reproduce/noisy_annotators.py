@@ -37,10 +37,15 @@ __all__ = [
     "noisy_annotators",
 ]
 
+#: Number of annotators.
 N_ANNOTATORS = 100
+#: Shares of the annotators that are spammers, one setting each.
 SPAMMER_SHARES = (0.8, 0.5, 0.2)
+#: The methods compared, in the table's row order.
 METHODS = ("ERM", "TERM", "Genie ERM")
+#: Training epochs of the full run.
 EPOCHS = 40
+#: Training epochs with ``quick=True``.
 EPOCHS_QUICK = 25
 
 #: The paper reports TERM's accuracy in this setting (CIFAR-10, ResNet-20, 80 spammers).

@@ -59,6 +59,7 @@ PAPER_TABLE1: dict[tuple[str, float], tuple[float, float]] = {
     ("Genie ERM", 0.8): (1.04, 0.03),
 }
 
+#: The methods of the robust-regression table, in its row order.
 ROBUST_METHODS = ("ERM", "L1", "Huber", "STIR", "CRR", "TERM", "Genie ERM")
 
 #: CRR's corruption budget k per noise level, as in the paper's appendix.
