@@ -105,7 +105,8 @@ def class_imbalance(
     See Also
     --------
     tiltlab.reproduce.run : Runs an experiment by its command name.
-    label_noise, noisy_annotators : The other deep-learning reproductions.
+    :func:`~tiltlab.reproduce.label_noise` : Deep learning with noisy labels.
+    :func:`~tiltlab.reproduce.noisy_annotators` : Deep learning with unreliable annotators.
 
     Examples
     --------

@@ -118,7 +118,7 @@ def convergence(
     See Also
     --------
     tiltlab.reproduce.run : Runs an experiment by its command name.
-    toys : The toy figures.
+    :func:`~tiltlab.reproduce.toys` : The toy figures.
 
     Examples
     --------

@@ -74,7 +74,7 @@ def device_summary(accuracies) -> dict[str, float]:
 
     See Also
     --------
-    fair_federated : The experiment whose table these numbers fill.
+    :func:`~tiltlab.reproduce.fair_federated` : The table these numbers fill.
 
     Examples
     --------

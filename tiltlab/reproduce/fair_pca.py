@@ -70,7 +70,7 @@ def term_pca_path(
 
     See Also
     --------
-    fair_pca : The experiment that draws this path.
+    :func:`~tiltlab.reproduce.fair_pca` : The experiment that draws this path.
     tiltlab.baselines.fair_pca_sdp : The min-max relaxation it is compared with.
 
     Examples

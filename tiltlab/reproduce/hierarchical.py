@@ -85,7 +85,7 @@ def annotators(noisy: np.ndarray, n_annotators: int = N_ANNOTATORS, n_spammers: 
 
     See Also
     --------
-    hierarchical : The experiment that groups rows by these annotators.
+    :func:`~tiltlab.reproduce.hierarchical` : The experiment that groups rows this way.
 
     Examples
     --------
@@ -133,7 +133,7 @@ def hierarchical(
     See Also
     --------
     tiltlab.reproduce.run : Runs an experiment by its command name.
-    hiv1_fairness : Class-level TERM on the same data.
+    :func:`~tiltlab.reproduce.hiv1_fairness` : Class-level TERM on the same data.
 
     Examples
     --------

@@ -134,7 +134,7 @@ def fit_logistic(
     See Also
     --------
     class_accuracies : The accuracies of the fitted coefficients.
-    hiv1_fairness : The experiment that uses this fit.
+    :func:`~tiltlab.reproduce.hiv1_fairness` : The experiment that uses this fit.
 
     Examples
     --------
@@ -324,7 +324,7 @@ def hiv1_fairness(
     See Also
     --------
     tiltlab.reproduce.run : Runs an experiment by its command name.
-    hierarchical : Hierarchical TERM on the same data.
+    :func:`~tiltlab.reproduce.hierarchical` : Hierarchical TERM on the same data.
 
     Examples
     --------

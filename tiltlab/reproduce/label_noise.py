@@ -128,7 +128,8 @@ def label_noise(
     See Also
     --------
     tiltlab.reproduce.run : Runs an experiment by its command name.
-    noisy_annotators, class_imbalance : The other deep-learning reproductions.
+    :func:`~tiltlab.reproduce.noisy_annotators` : Deep learning with unreliable annotators.
+    :func:`~tiltlab.reproduce.class_imbalance` : Deep learning with a rare class.
 
     Examples
     --------

@@ -81,7 +81,7 @@ def annotate(
 
     See Also
     --------
-    noisy_annotators : The experiment that trains on these labels.
+    :func:`~tiltlab.reproduce.noisy_annotators` : The experiment that uses them.
 
     Examples
     --------
@@ -144,7 +144,8 @@ def noisy_annotators(
     See Also
     --------
     tiltlab.reproduce.run : Runs an experiment by its command name.
-    label_noise, class_imbalance : The other deep-learning reproductions.
+    :func:`~tiltlab.reproduce.label_noise` : Deep learning with noisy labels.
+    :func:`~tiltlab.reproduce.class_imbalance` : Deep learning with a rare class.
 
     Examples
     --------

@@ -100,7 +100,7 @@ def fit_term_regression(
 
     See Also
     --------
-    robust_regression : The table this fit is one row of.
+    :func:`~tiltlab.reproduce.robust_regression` : The table this fit is one row of.
     tiltlab.baselines.fit_least_squares : The ERM row.
 
     Examples
@@ -283,7 +283,7 @@ def format_robust_table(rows: list[dict]) -> str:
 
     See Also
     --------
-    robust_regression : Computes the rows.
+    :func:`~tiltlab.reproduce.robust_regression` : Computes the rows.
     robust_regression_report : The same table inside a
         :class:`~tiltlab.reproduce.Reproduction`.
 
@@ -387,7 +387,7 @@ def robust_regression_report(
 
     See Also
     --------
-    robust_regression : The rows in their own format.
+    :func:`~tiltlab.reproduce.robust_regression` : The rows in their own format.
     tiltlab.reproduce.run : Runs it by its command name, ``"robust-regression"``.
 
     Examples

@@ -108,7 +108,7 @@ def toys(
     See Also
     --------
     tiltlab.reproduce.run : Runs an experiment by its command name.
-    convergence : Convergence with the tilt.
+    :func:`~tiltlab.reproduce.convergence` : Convergence with the tilt.
 
     Examples
     --------
