@@ -541,7 +541,7 @@ def train(
     >>> import numpy as np
     >>> from tiltlab.reproduce._deep import cross_entropy, digits_split, make_model, mean_of, train
     >>> s = digits_split(0)
-    >>> model = make_model("mlp", 64, 10, s.image_shape)
+    >>> model = make_model("mlp", 64, 10, s.image_shape).float()  # float32, as the data
     >>> model = train(model, s.X_train, s.y_train, mean_of(cross_entropy()), epochs=2, seed=0)
     >>> model.training
     False
@@ -614,7 +614,7 @@ def predict(model: Any, X: np.ndarray, device: str = "cpu") -> np.ndarray:
     >>> import numpy as np
     >>> from tiltlab.reproduce._deep import cross_entropy, digits_split, make_model, mean_of, train
     >>> s = digits_split(0)
-    >>> model = make_model("mlp", 64, 10, s.image_shape)
+    >>> model = make_model("mlp", 64, 10, s.image_shape).float()  # float32, as the data
     >>> model = train(model, s.X_train, s.y_train, mean_of(cross_entropy()), epochs=2, seed=0)
     >>> from tiltlab.reproduce._deep import predict
     >>> predict(model, s.X_test[:5]).shape
@@ -655,7 +655,7 @@ def accuracy(model: Any, X: np.ndarray, y: np.ndarray, device: str = "cpu") -> f
     >>> import numpy as np
     >>> from tiltlab.reproduce._deep import cross_entropy, digits_split, make_model, mean_of, train
     >>> s = digits_split(0)
-    >>> model = make_model("mlp", 64, 10, s.image_shape)
+    >>> model = make_model("mlp", 64, 10, s.image_shape).float()  # float32, as the data
     >>> model = train(model, s.X_train, s.y_train, mean_of(cross_entropy()), epochs=2, seed=0)
     >>> from tiltlab.reproduce._deep import accuracy
     >>> bool(accuracy(model, s.X_test, s.y_test) > 0.5)  # chance is 0.1
@@ -696,7 +696,7 @@ def class_accuracies(
     >>> import numpy as np
     >>> from tiltlab.reproduce._deep import cross_entropy, digits_split, make_model, mean_of, train
     >>> s = digits_split(0)
-    >>> model = make_model("mlp", 64, 10, s.image_shape)
+    >>> model = make_model("mlp", 64, 10, s.image_shape).float()  # float32, as the data
     >>> model = train(model, s.X_train, s.y_train, mean_of(cross_entropy()), epochs=2, seed=0)
     >>> from tiltlab.reproduce._deep import class_accuracies
     >>> class_accuracies(model, s.X_test, s.y_test, 10).shape
