@@ -276,3 +276,143 @@ def test_every_public_module_states_its_backends():
     missing = [n for n in names if helpers.backend_kind(n) is None]
     assert not missing, f"add these modules to BACKEND_SUPPORT in docs/_ext: {missing}"
     assert set(helpers.BACKEND_SUPPORT.values()) <= set(helpers.BACKEND_TEXT)
+
+
+# --- numpydoc sections of the reproductions, baselines and datasets ----------------------
+
+#: the packages whose public names must have complete numpydoc docstrings
+NUMPYDOC_PACKAGES = ("tiltlab.reproduce", "tiltlab.baselines", "tiltlab.datasets")
+#: numpydoc validation codes that fail the test: no docstring (GL08), a parameter not
+#: documented (PR01) or documented but not in the signature (PR02), no Returns (RT01) or
+#: Yields (YD01) section, no Examples (EX01), no See Also (SA01)
+NUMPYDOC_REQUIRED = ("GL08", "PR01", "PR02", "RT01", "YD01", "EX01", "SA01")
+#: full name -> codes that may be missing, each with the reason; keep it short and empty
+#: where possible (a property is documented as an attribute of its class: only its summary
+#: is required, see `_numpydoc_gaps`)
+NUMPYDOC_ALLOWED: dict[str, tuple[str, ...]] = {}
+
+
+def _numpydoc_names() -> dict[str, object]:
+    """Full names of the public functions, classes and methods of ``NUMPYDOC_PACKAGES``.
+
+    Every module of those packages is read (private ones included: they define the public
+    objects, and their own public names are imported by the experiments); each object is
+    named where it is defined, once.
+    """
+    import inspect
+
+    names: dict[str, object] = {}
+    for package in NUMPYDOC_PACKAGES:
+        pkg = importlib.import_module(package)
+        modules = [package] + [
+            info.name for info in pkgutil.walk_packages(pkg.__path__, package + ".")
+        ]
+        for module_name in modules:
+            module = importlib.import_module(module_name)
+            public = getattr(module, "__all__", None)
+            if public is None:
+                public = [n for n in vars(module) if not n.startswith("_")]
+            extra = [  # public in the module though not exported (helpers of the experiments)
+                n
+                for n, v in vars(module).items()
+                if not n.startswith("_") and inspect.isfunction(v) and v.__module__ == module_name
+            ]
+            for name in dict.fromkeys([*public, *extra]):
+                obj = getattr(module, name)
+                if not (inspect.isfunction(obj) or inspect.isclass(obj)):
+                    continue
+                if not obj.__module__.startswith("tiltlab."):
+                    continue
+                full = f"{obj.__module__}.{obj.__qualname__}"
+                names[full] = obj
+                if inspect.isclass(obj):
+                    for attr, value in vars(obj).items():
+                        if not attr.startswith("_") and (
+                            inspect.isfunction(value)
+                            or isinstance(value, (property, staticmethod, classmethod))
+                        ):
+                            names[f"{full}.{attr}"] = value
+    return dict(sorted(names.items()))
+
+
+def _numpydoc_gaps(full_name: str, obj: object) -> list[str]:
+    """The required numpydoc sections missing from the docstring of ``obj``.
+
+    ``full_name`` is where ``obj`` is defined (numpydoc imports it from there).
+    """
+    import inspect
+
+    from numpydoc.docscrape import NumpyDocString
+    from numpydoc.validate import validate
+
+    result = validate(full_name)
+    codes = {code: message for code, message in result["errors"]}
+    if isinstance(obj, property):  # an attribute: its summary is its documentation
+        return [f"{c}: {codes[c]}" for c in ("GL08",) if c in codes]
+    if inspect.isclass(obj) and "PR01" in codes and obj.__doc__:
+        # a dataclass may document its fields as Attributes rather than Parameters
+        doc = NumpyDocString(inspect.cleandoc(obj.__doc__))
+        documented = {
+            n.strip().lstrip("*")
+            for section in ("Parameters", "Attributes")
+            for p in doc[section]
+            for n in p.name.split(",")
+        }
+        params = [
+            p for p in inspect.signature(obj).parameters.values()
+            if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+        ]  # fmt: skip
+        if all(p.name in documented for p in params):
+            del codes["PR01"]
+    allowed = NUMPYDOC_ALLOWED.get(full_name, ())
+    return [f"{c}: {codes[c]}" for c in NUMPYDOC_REQUIRED if c in codes and c not in allowed]
+
+
+def test_numpydoc_names_are_found():
+    names = _numpydoc_names()
+    for expected in (
+        "tiltlab.reproduce.__init__.run",
+        "tiltlab.reproduce._common.Reproduction.to_dict",
+        "tiltlab.reproduce._deep.train",
+        "tiltlab.baselines.regression.fit_genie",
+        "tiltlab.datasets._loaders.load_hiv1",
+        "tiltlab.datasets.groups.GroupedData.sizes",
+    ):
+        expected = expected.replace(".__init__", "")
+        assert expected in names, f"{expected} is not checked"
+
+
+def test_numpydoc_check_can_fail():
+    def undocumented(x, y=1):
+        """Only a summary."""
+        return x + y
+
+    module = sys.modules[__name__]
+    undocumented.__module__, undocumented.__qualname__ = __name__, "_tmp_undocumented"
+    module._tmp_undocumented = undocumented
+    try:
+        gaps = _numpydoc_gaps(f"{__name__}._tmp_undocumented", undocumented)
+        missing = {g.split(":")[0] for g in gaps}
+    finally:
+        del module._tmp_undocumented
+    assert {"PR01", "RT01", "EX01", "SA01"} <= missing
+
+
+@pytest.mark.parametrize("package", NUMPYDOC_PACKAGES)
+def test_numpydoc_sections(package):
+    """Parameters, Returns, See Also and Examples of every public name stay documented."""
+    gaps = {
+        name: _numpydoc_gaps(name, obj)
+        for name, obj in _numpydoc_names().items()
+        if name.startswith(package + ".")
+    }
+    gaps = {name: g for name, g in gaps.items() if g}
+    assert not gaps, "incomplete numpydoc docstrings:\n" + "\n".join(
+        f"{name}: {g}" for name, g in gaps.items()
+    )
+
+
+def test_numpydoc_allow_list_is_current():
+    names = set(_numpydoc_names())
+    stale = [n for n in NUMPYDOC_ALLOWED if n not in names]
+    assert not stale, f"NUMPYDOC_ALLOWED names objects that are not checked: {stale}"

@@ -287,6 +287,24 @@ _DEEP = ("label-noise", "noisy-annotators", "class-imbalance")
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``tiltlab`` command (``demo`` and ``reproduce``).
+
+    Returns
+    -------
+    argparse.ArgumentParser
+        The parser; each sub-command stores its handler as ``func``.
+
+    See Also
+    --------
+    main : Parses the arguments and runs the command.
+
+    Examples
+    --------
+    >>> from tiltlab.cli import build_parser
+    >>> args = build_parser().parse_args(["demo", "--n", "50"])
+    >>> args.command, args.n
+    ('demo', 50)
+    """
     parser = argparse.ArgumentParser(
         prog="tiltlab", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )

@@ -89,11 +89,34 @@ def fit_linear_svm(X, y, C: float = 1.0, *, tol: float = 1e-6, max_iter: int = 2
     through its dual, ``min_a ||sum_i a_i s_i [x_i, 1]||^2 / 2 - sum_i a_i`` over the box
     ``0 <= a_i <= C`` (a smooth problem with bounds), with L-BFGS-B.
 
+    Parameters
+    ----------
+    X : array_like, shape (n, d)
+        Features (the intercept is fitted separately).
+    y : array_like, shape (n,)
+        Binary labels 0 and 1.
+    C : float, default 1.0
+        Inverse regularisation strength (weight of the hinge losses).
+    tol : float, default 1e-6
+        Gradient tolerance of L-BFGS-B on the dual.
+    max_iter : int, default 20000
+        Maximum number of L-BFGS-B iterations.
+
     Returns
     -------
     w : ndarray, shape (d,)
+        The weights.
     b : float
         Predict class 1 where ``X @ w + b > 0``.
+
+    Raises
+    ------
+    ValueError
+        If `C` is not positive, or `X`, `y` are malformed.
+
+    See Also
+    --------
+    fit_focal, fit_hrm, fit_robust_risk, fit_learn_reweight
 
     Examples
     --------
@@ -133,6 +156,26 @@ def focal_loss(z, y, gamma: float = 2.0) -> tuple[np.ndarray, np.ndarray]:
     ``1 - sigmoid(z)`` for ``y = 0`` (Lin et al., 2017, without the class weight
     ``alpha``, as in the TERM authors' script); ``gamma = 0`` is the logistic loss.
 
+    Parameters
+    ----------
+    z : array_like
+        Logits.
+    y : array_like
+        Binary labels 0 and 1, broadcastable with `z`.
+    gamma : float, default 2.0
+        Focusing parameter.
+
+    Returns
+    -------
+    value : numpy.ndarray
+        The focal loss of each sample (float64).
+    slope : numpy.ndarray
+        Its derivative with respect to `z`.
+
+    See Also
+    --------
+    fit_focal : The linear model that minimises the mean of this loss.
+
     Examples
     --------
     >>> import numpy as np
@@ -156,6 +199,32 @@ def focal_loss(z, y, gamma: float = 2.0) -> tuple[np.ndarray, np.ndarray]:
 
 def fit_focal(X, y, gamma: float = 2.0, *, max_iter: int = 5000) -> np.ndarray:
     """Linear model minimising the mean focal loss (:func:`focal_loss`) by L-BFGS-B.
+
+    Parameters
+    ----------
+    X : array_like, shape (n, d)
+        Features (include a column of ones for an intercept; none is added).
+    y : array_like, shape (n,)
+        Binary labels 0 and 1.
+    gamma : float, default 2.0
+        Focusing parameter (``0`` is logistic regression).
+    max_iter : int, default 5000
+        Maximum number of L-BFGS-B iterations.
+
+    Returns
+    -------
+    numpy.ndarray, shape (d,)
+        The coefficients of the linear logit ``X @ w`` (float64).
+
+    Raises
+    ------
+    ValueError
+        If `gamma` is negative, or `X`, `y` are malformed.
+
+    See Also
+    --------
+    focal_loss : The per-sample loss.
+    fit_hrm, fit_robust_risk, fit_learn_reweight, fit_linear_svm
 
     Examples
     --------
@@ -190,6 +259,24 @@ def hrm_weights(losses, a: float = 0.01, b: float = 0.0) -> np.ndarray:
     (``a = 0.01``, ``b = 0`` in the TERM authors' script: the largest losses weigh about
     four, the middle ones about zero). ``b = 1`` gives equal weights (ERM).
 
+    Parameters
+    ----------
+    losses : array_like, shape (n,)
+        Per-sample losses; only their ranks matter.
+    a : float, default 0.01
+        Shape parameter of the probability weighting.
+    b : float, default 0.0
+        Mixing parameter (``1`` gives equal weights).
+
+    Returns
+    -------
+    numpy.ndarray, shape (n,)
+        The weight of each loss (float64).
+
+    See Also
+    --------
+    fit_hrm : The logistic model weighted this way.
+
     Examples
     --------
     >>> import numpy as np
@@ -211,6 +298,32 @@ def fit_hrm(X, y, a: float = 0.01, b: float = 0.0, *, max_iter: int = 2000) -> n
     constant in ``w``: the gradient is ``mean_i w(F_i) grad l_i``, and L-BFGS-B runs on
     that piecewise-smooth objective from the logistic-regression fit (the authors ran
     10,000 gradient steps of size 1 from zero).
+
+    Parameters
+    ----------
+    X : array_like, shape (n, d)
+        Features (include a column of ones for an intercept; none is added).
+    y : array_like, shape (n,)
+        Binary labels 0 and 1.
+    a, b : float
+        Parameters of :func:`hrm_weights` (defaults 0.01 and 0).
+    max_iter : int, default 2000
+        Maximum number of L-BFGS-B iterations.
+
+    Returns
+    -------
+    numpy.ndarray, shape (d,)
+        The coefficients of the linear logit ``X @ w`` (float64).
+
+    Raises
+    ------
+    ValueError
+        If `y` does not hold labels 0 and 1 with one per row of `X`, or `X` is not finite.
+
+    See Also
+    --------
+    hrm_weights : The rank-dependent weights.
+    fit_focal, fit_robust_risk, fit_learn_reweight
 
     Examples
     --------
@@ -247,10 +360,26 @@ def chi_square_worst_case(losses, rho: float) -> np.ndarray:
     bisection so that the constraint is tight; the uniform distribution over the largest
     losses when even that is inside the ball.
 
+    Parameters
+    ----------
+    losses : array_like, shape (n,)
+        Finite per-sample losses.
+    rho : float
+        Radius of the ball, per sample (positive).
+
     Returns
     -------
     p : ndarray
         The weights; ``p @ losses`` is the robust risk.
+
+    Raises
+    ------
+    ValueError
+        If `losses` is not a non-empty 1-D array of finite numbers or `rho` is not positive.
+
+    See Also
+    --------
+    fit_robust_risk : The logistic model minimising this worst case.
 
     Examples
     --------
@@ -296,6 +425,32 @@ def fit_robust_risk(X, y, rho: float, *, max_iter: int = 2000) -> np.ndarray:
     sample, the paper's ``rho / n``); the risk is convex in ``w`` with gradient
     ``sum_i p*_i grad l_i`` at the maximiser ``p*`` (Danskin). Minimised by L-BFGS-B from
     the logistic-regression fit (at zero all losses tie and the risk is not smooth).
+
+    Parameters
+    ----------
+    X : array_like, shape (n, d)
+        Features (include a column of ones for an intercept; none is added).
+    y : array_like, shape (n,)
+        Binary labels 0 and 1.
+    rho : float
+        Radius of the chi-square ball, per sample (positive).
+    max_iter : int, default 2000
+        Maximum number of L-BFGS-B iterations.
+
+    Returns
+    -------
+    numpy.ndarray, shape (d,)
+        The coefficients of the linear logit ``X @ w`` (float64).
+
+    Raises
+    ------
+    ValueError
+        If `rho` is not positive, or `X`, `y` are malformed.
+
+    See Also
+    --------
+    chi_square_worst_case : The inner maximisation.
+    fit_hrm, fit_focal, fit_learn_reweight
 
     Examples
     --------
@@ -344,6 +499,39 @@ def fit_learn_reweight(
     ``theta <- theta - lr * sum_i w_i g_i``. The authors kept 10 samples of each class of
     the validation split as the clean set and ran 10,000 steps of size 0.1; the default
     here is 1,000 steps of size 1.
+
+    Parameters
+    ----------
+    X : array_like, shape (n, d)
+        Features (include a column of ones for an intercept; none is added).
+    y : array_like, shape (n,)
+        Binary labels 0 and 1.
+    X_clean : array_like, shape (m, d)
+        Features of the small trusted (clean) set.
+    y_clean : array_like, shape (m,)
+        Its labels 0 and 1.
+    lr : float, default 1.0
+        Step size of the model update.
+    n_iter : int, default 1000
+        Number of gradient steps.
+    meta_step : float or None, default 1e-3
+        Size of the meta step from uniform weights; None for Ren et al.'s normalised
+        clipped inner products.
+
+    Returns
+    -------
+    numpy.ndarray, shape (d,)
+        The coefficients of the linear logit ``X @ w`` (float64).
+
+    Raises
+    ------
+    ValueError
+        If `X_clean` does not have the columns of `X`, `meta_step` is not positive, or the
+        labels are malformed.
+
+    See Also
+    --------
+    fit_focal, fit_hrm, fit_robust_risk
 
     Examples
     --------

@@ -70,6 +70,21 @@ def fit_crr(
     polish : bool, default True
         Finish with the exact fixed point for the final support (see above).
 
+    Returns
+    -------
+    numpy.ndarray, shape (d,)
+        The regression coefficients (float64), in the row space of `X`.
+
+    Raises
+    ------
+    ValueError
+        If `k` or `corruption_fraction` is out of range, or `X`, `y` are malformed.
+
+    See Also
+    --------
+    fit_stir : Iteratively reweighted least squares against corruptions.
+    fit_least_squares : Ordinary least squares.
+
     Examples
     --------
     >>> import numpy as np
@@ -192,6 +207,22 @@ def fit_stir(
         Cap on the weighted fits within one stage.
     max_iter : int, default 200
         Cap on the total number of weighted fits.
+
+    Returns
+    -------
+    numpy.ndarray, shape (d,)
+        The regression coefficients (float64), in the row space of `X`.
+
+    Raises
+    ------
+    ValueError
+        If `eta` is not greater than 1, a threshold or cap is out of range, or `X`, `y`
+        are malformed.
+
+    See Also
+    --------
+    fit_crr : Hard thresholding on a sparse corruption vector.
+    fit_least_squares : Ordinary least squares.
 
     Examples
     --------

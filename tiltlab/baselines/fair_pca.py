@@ -64,6 +64,19 @@ class FairPCASDPResult:
         Number of eigenvalues of ``projection`` above ``1e-8``.
     n_iter : int
         Column-generation iterations.
+
+    See Also
+    --------
+    fair_pca_sdp : The solver that returns this result.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tiltlab.baselines import fair_pca_sdp
+    >>> a = np.array([[2.0, 0.0], [-2.0, 0.0], [0.0, 1.0], [0.0, -1.0]])
+    >>> res = fair_pca_sdp([a, a[:, ::-1]], 1)
+    >>> res.rank, round(res.value, 6), bool(0.0 <= res.gap <= 1e-6 * res.value)
+    (2, 0.75, True)
     """
 
     projection: np.ndarray
@@ -116,6 +129,22 @@ def fair_pca_sdp(
     Returns
     -------
     FairPCASDPResult
+        The optimal projection, the per-group losses, the certified lower bound and the
+        dual group weights.
+
+    Raises
+    ------
+    TypeError
+        If `groups_data` is not a sequence of arrays.
+    ValueError
+        If a group is empty, non-finite or of another width, or `n_components`, `rtol`
+        or `atol` is out of range.
+    RuntimeError
+        If the column generation does not converge within `max_iter` iterations.
+
+    See Also
+    --------
+    FairPCASDPResult : The returned solution.
 
     Examples
     --------

@@ -20,12 +20,25 @@ def rmse(X, y, w) -> float:
     Parameters
     ----------
     X : array_like, shape (n, d)
+        Design matrix.
     y : array_like, shape (n,)
+        Targets.
     w : array_like, shape (d,)
+        Coefficients.
 
     Returns
     -------
     float
+        The root mean squared residual.
+
+    Raises
+    ------
+    ValueError
+        If the shapes of `X`, `y` and `w` do not match.
+
+    See Also
+    --------
+    huber_loss : Per-sample Huber loss of residuals.
 
     Examples
     --------
@@ -43,6 +56,23 @@ def rmse(X, y, w) -> float:
 
 def huber_loss(residuals, delta: float = 1.0) -> np.ndarray:
     """Per-sample Huber loss ``r^2/2`` for ``|r| <= delta``, ``delta*(|r| - delta/2)`` beyond.
+
+    Parameters
+    ----------
+    residuals : array_like
+        Residuals ``r`` (any shape).
+    delta : float, default 1.0
+        Threshold between the quadratic and the linear part.
+
+    Returns
+    -------
+    numpy.ndarray
+        The loss of each residual, float64, with the shape of `residuals`.
+
+    See Also
+    --------
+    fit_huber : Huber regression with this loss.
+    rmse : Root mean squared error of a fit.
 
     Examples
     --------
@@ -70,6 +100,29 @@ def fit_least_squares(X, y) -> np.ndarray:
 
     Reference: Gauss/Legendre least squares; any linear-regression text.
 
+    Parameters
+    ----------
+    X : array_like, shape (n, d)
+        Design matrix (include a column of ones for an intercept).
+    y : array_like, shape (n,)
+        Targets.
+
+    Returns
+    -------
+    numpy.ndarray, shape (d,)
+        The minimum-norm least-squares coefficients (float64).
+
+    Raises
+    ------
+    ValueError
+        If `X` is not 2-D, `y` does not have one entry per row, or either is non-finite.
+
+    See Also
+    --------
+    fit_genie : Least squares on the clean rows only.
+    fit_l1 : Least absolute deviations.
+    fit_huber : Huber regression.
+
     Examples
     --------
     >>> import numpy as np
@@ -88,6 +141,28 @@ def fit_genie(X_clean, y_clean) -> np.ndarray:
     Not a practical method (it needs to know which rows are corrupted); the paper reports
     it as the best one can hope for. Pass ``X[~noisy], y[~noisy]``, or the training split
     of ``load_drug_discovery(genie=True)``.
+
+    Parameters
+    ----------
+    X_clean : array_like, shape (n_clean, d)
+        Design matrix restricted to the uncorrupted rows.
+    y_clean : array_like, shape (n_clean,)
+        Targets of those rows.
+
+    Returns
+    -------
+    numpy.ndarray, shape (d,)
+        The minimum-norm least-squares coefficients on the clean rows (float64).
+
+    Raises
+    ------
+    ValueError
+        If `X_clean` is not 2-D, `y_clean` does not have one entry per row, or either is
+        non-finite.
+
+    See Also
+    --------
+    fit_least_squares : The same fit on all rows.
 
     Examples
     --------
@@ -119,6 +194,30 @@ def fit_l1(X, y) -> np.ndarray:
     the returned one is projected onto the row space of ``X``.
 
     Reference: Edgeworth (1887); Koenker & Bassett (1978), "Regression quantiles".
+
+    Parameters
+    ----------
+    X : array_like, shape (n, d)
+        Design matrix (include a column of ones for an intercept).
+    y : array_like, shape (n,)
+        Targets.
+
+    Returns
+    -------
+    numpy.ndarray, shape (d,)
+        A least-absolute-deviations minimiser in the row space of `X` (float64).
+
+    Raises
+    ------
+    ValueError
+        If `X` is not 2-D, `y` does not have one entry per row, or either is non-finite.
+    RuntimeError
+        If the linear program cannot be solved.
+
+    See Also
+    --------
+    fit_least_squares : Ordinary least squares.
+    fit_huber : Huber regression, between L1 and least squares.
 
     Examples
     --------
@@ -197,6 +296,22 @@ def fit_huber(
         coordinates, whose gradient carries a factor ``1/n``); ``ftol`` is ``tol * 1e-6``.
     max_iter : int, default 20000
         Maximum number of L-BFGS-B iterations.
+
+    Returns
+    -------
+    numpy.ndarray, shape (d,)
+        The coefficients where L-BFGS-B stops, in the row space of `X` (float64).
+
+    Raises
+    ------
+    ValueError
+        If `delta` is not positive, `alpha` is negative, or `X`, `y` are malformed.
+
+    See Also
+    --------
+    huber_loss : The per-sample loss minimised here.
+    fit_l1 : Least absolute deviations.
+    fit_least_squares : Ordinary least squares.
 
     Examples
     --------

@@ -9,10 +9,10 @@ Real data (shipped inside the package, read offline; provenance in ``data/README
 Data read from a local folder (not shipped, never downloaded): :func:`load_cifar10`
 (the CIFAR-10 python batches, for the deep reproductions' paper setting).
 
-Grouped data for fair PCA (:mod:`tiltlab.datasets.groups`): :func:`abalone_by_sex`,
+Grouped data for fair PCA (``tiltlab.datasets.groups``): :func:`abalone_by_sex`,
 :func:`wine_by_cultivar` and :func:`load_csv_groups`.
 
-Federated data (:mod:`tiltlab.datasets.federated`): :func:`synthetic_federated` (the
+Federated data (``tiltlab.datasets.federated``): :func:`synthetic_federated` (the
 q-FFL "synthetic (alpha, beta)" recipe) and :func:`load_leaf_federated` (a local copy in
 the LEAF JSON layout).
 

@@ -76,6 +76,19 @@ class DatasetSplit:
         One name per column of the design matrices.
     description : str
         One paragraph saying what was loaded and how it was corrupted.
+
+    See Also
+    --------
+    load_drug_discovery, load_abalone, load_hiv1 : The loaders that return it.
+
+    Examples
+    --------
+    >>> from tiltlab.datasets import load_abalone
+    >>> data = load_abalone(noise=0.2, seed=0)
+    >>> data.n_features == data.X_train.shape[1] == len(data.feature_names)
+    True
+    >>> bool(data.noisy_train.any())
+    True
     """
 
     X_train: np.ndarray
@@ -91,7 +104,7 @@ class DatasetSplit:
 
     @property
     def n_features(self) -> int:
-        """Number of columns of the design matrices."""
+        """Number of columns of the design matrices (an int)."""
         return int(self.X_train.shape[1])
 
     def __repr__(self) -> str:  # arrays are large; show shapes only

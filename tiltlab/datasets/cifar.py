@@ -3,8 +3,9 @@
 CIFAR-10 (Krizhevsky, 2009) is not shipped with tiltlab. Users who have the "python
 version" of the data (the folder ``cifar-10-batches-py`` with ``data_batch_1`` ...
 ``data_batch_5`` and ``test_batch``, each a pickled dict with ``data``, a ``uint8``
-array of shape ``(N, 3072)``, and ``labels``) can point :func:`load_cifar10` at it to
-run the paper's own setting of the deep reproductions.
+array of shape ``(N, 3072)``, and ``labels``) can point
+:func:`~tiltlab.datasets.load_cifar10` at it to run the paper's own setting of the deep
+reproductions.
 """
 
 from __future__ import annotations
@@ -67,6 +68,10 @@ def load_cifar10(data_dir: str) -> dict[str, np.ndarray]:
         No batches in ``data_dir``.
     ValueError
         A file is not a CIFAR-10 python batch.
+
+    See Also
+    --------
+    tiltlab.datasets.load_hiv1 : A shipped classification data set.
 
     Examples
     --------

@@ -28,10 +28,26 @@ class FederatedData:
     Attributes
     ----------
     name : str
+        The data set.
     X_train, y_train, X_test, y_test : tuple of ndarray
         One entry per device: ``(n_k, d)`` float64 features and ``(n_k,)`` int64 labels.
     n_classes : int
+        Number of classes; labels lie in ``0 .. n_classes - 1``.
     device_names : tuple of str
+        One name per device.
+
+    See Also
+    --------
+    synthetic_federated, load_leaf_federated : The loaders that return it.
+
+    Examples
+    --------
+    >>> from tiltlab.datasets import synthetic_federated
+    >>> data = synthetic_federated(n_devices=3, seed=0)
+    >>> data.n_devices, data.n_features, len(data.device_names)
+    (3, 60, 3)
+    >>> data.train_sizes.shape
+    (3,)
     """
 
     name: str
@@ -94,12 +110,21 @@ def synthetic_federated(
     iid : bool, default False
         The "synthetic iid" variant.
     n_devices, n_features, n_classes : int, default 100, 60, 10
+        Number of devices, of features and of classes.
     test_fraction : float, default 0.1
+        Share of each device's rows held out for testing.
     seed : int, default 0
+        Seed of the generator: the same seed gives the same data.
 
     Returns
     -------
     FederatedData
+        Per-device training and test rows.
+
+    See Also
+    --------
+    load_leaf_federated : Federated data from LEAF files.
+    FederatedData : The returned container.
 
     Examples
     --------
@@ -180,12 +205,19 @@ def load_leaf_federated(data_dir: str | os.PathLike, *, name: str | None = None)
     Parameters
     ----------
     data_dir : path
+        Folder with the ``train/`` and ``test/`` sub-folders.
     name : str, optional
         Name of the data set (default: the folder's name).
 
     Returns
     -------
     FederatedData
+        Per-device training and test rows, one device per user found in both files.
+
+    See Also
+    --------
+    synthetic_federated : Synthetic federated data.
+    FederatedData : The returned container.
 
     Examples
     --------

@@ -34,6 +34,18 @@ class GroupedData:
     groups : tuple of ndarray
         ``(n_g, d)`` float64 matrices, in the order of ``group_names``.
     feature_names : tuple of str
+        One name per column.
+
+    See Also
+    --------
+    abalone_by_sex, wine_by_cultivar, load_csv_groups : The loaders that return it.
+
+    Examples
+    --------
+    >>> from tiltlab.datasets import abalone_by_sex
+    >>> data = abalone_by_sex()
+    >>> len(data.groups) == len(data.group_names) == len(data.sizes)
+    True
     """
 
     name: str
@@ -63,6 +75,11 @@ def abalone_by_sex() -> GroupedData:
     -------
     GroupedData
         Groups ``("male", "female", "infant")`` of 1528, 1307 and 1342 rows, 7 columns.
+
+    See Also
+    --------
+    wine_by_cultivar, load_csv_groups
+    load_abalone : The same rows as a regression data set.
 
     Examples
     --------
@@ -97,6 +114,10 @@ def wine_by_cultivar() -> GroupedData:
     -------
     GroupedData
         Groups ``("cultivar 0", "cultivar 1", "cultivar 2")`` of 59, 71 and 48 rows.
+
+    See Also
+    --------
+    abalone_by_sex, load_csv_groups
 
     Examples
     --------
@@ -136,6 +157,11 @@ def load_csv_groups(data_dir: str | os.PathLike, *, name: str | None = None) -> 
     Returns
     -------
     GroupedData
+        One group per CSV file, named after the file, in sorted order.
+
+    See Also
+    --------
+    abalone_by_sex, wine_by_cultivar
 
     Examples
     --------

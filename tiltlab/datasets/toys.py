@@ -3,15 +3,15 @@
 Three generators, each returning NumPy ``float64`` arrays (and boolean masks) of a few
 dozen to a few hundred rows:
 
-* :func:`point_estimation_2d` - 2-D points around (1, 1) plus a cluster of outliers;
-  a point estimate ``theta`` has per-sample loss ``||x_i - theta||^2``
-  (see :func:`point_estimation_losses`). ERM (t = 0) gives the sample mean, negative tilts
-  move towards the inliers, positive tilts towards the minimax (smallest enclosing ball)
-  centre.
-* :func:`linear_regression_outliers` - a line with a block of gross outliers; design
-  matrix ``[x, 1]`` for the squared loss.
-* :func:`logistic_imbalanced` - two Gaussian classes in 2-D, one rare; design matrix
-  ``[x1, x2, 1]`` for the logistic loss with labels in {0, 1}.
+* :func:`~tiltlab.datasets.point_estimation_2d` - 2-D points around (1, 1) plus a cluster
+  of outliers; a point estimate ``theta`` has per-sample loss ``||x_i - theta||^2``
+  (see :func:`~tiltlab.datasets.point_estimation_losses`). ERM (t = 0) gives the sample
+  mean, negative tilts move towards the inliers, positive tilts towards the minimax
+  (smallest enclosing ball) centre.
+* :func:`~tiltlab.datasets.linear_regression_outliers` - a line with a block of gross
+  outliers; design matrix ``[x, 1]`` for the squared loss.
+* :func:`~tiltlab.datasets.logistic_imbalanced` - two Gaussian classes in 2-D, one rare;
+  design matrix ``[x1, x2, 1]`` for the logistic loss with labels in {0, 1}.
 
 All use ``np.random.default_rng(seed)``, so the same ``seed`` gives the same data.
 """
@@ -77,6 +77,7 @@ def point_estimation_2d(
     Returns
     -------
     points : ndarray, shape (n, 2), float64
+        The inliers and outliers, in random order.
     inlier : ndarray, shape (n,), bool
         True for points drawn around ``center``.
 
@@ -115,13 +116,19 @@ def point_estimation_losses(points, theta):
     Parameters
     ----------
     points : array_like, shape (n, d)
+        The points.
     theta : array_like, shape (d,)
+        The point estimate.
 
     Returns
     -------
     ndarray, shape (n,)
         Squared Euclidean distances. The gradient of sample i in ``theta`` is
         ``2 * (theta - x_i)``.
+
+    See Also
+    --------
+    point_estimation_2d, point_estimation_objective
 
     Examples
     --------
@@ -150,7 +157,7 @@ def point_estimation_objective(points, *, t: float = 0.0, l2: float = 0.0):
     Parameters
     ----------
     points : array of shape (n_samples, d)
-        The points (for instance from :func:`point_estimation_2d`).
+        The points (for instance from :func:`~tiltlab.datasets.point_estimation_2d`).
     t : float, default 0.0
         The tilt.
     l2 : float, default 0.0
@@ -217,7 +224,9 @@ def linear_regression_outliers(
     X : ndarray, shape (n, 2), float64
         Columns ``[x, 1]`` (feature, intercept).
     y : ndarray, shape (n,), float64
+        The targets.
     inlier : ndarray, shape (n,), bool
+        True for the rows on the line (up to the inlier noise).
 
     See Also
     --------

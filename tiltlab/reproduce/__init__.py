@@ -20,8 +20,8 @@ One module per experiment, each also a ``tiltlab reproduce NAME`` command:
 * :mod:`~tiltlab.reproduce.fair_federated` - fair federated learning (TERM across devices
   against FedAvg, q-FFL and AFL).
 
-Every experiment returns a :class:`Reproduction` whose rows follow one schema (see
-:mod:`tiltlab.reproduce._common`); :func:`run` runs one by its command name.
+Every experiment returns a :class:`Reproduction` whose rows follow one schema (the keys
+:data:`ROW_KEYS`); :func:`run` runs one by its command name.
 """
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ def run(
     progress: bool = False,
     **options: Any,
 ) -> Reproduction:
-    """Run the experiment ``name`` (a key of :data:`EXPERIMENTS`), as the command does.
+    """Run the experiment ``name`` (a key of :data:`~tiltlab.reproduce.EXPERIMENTS`).
 
     It runs with one BLAS thread per process (as the command does); the numbers do not
     depend on it.
@@ -124,7 +124,9 @@ def run(
     ----------
     name : str
         The experiment: ``"robust-regression"``, ``"hiv1-fairness"``, ``"hierarchical"``,
-        ``"abalone"``, ``"toys"`` or ``"convergence"`` (the keys of :data:`EXPERIMENTS`).
+        ``"abalone"``, ``"toys"``, ``"convergence"``, ``"label-noise"``,
+        ``"noisy-annotators"``, ``"class-imbalance"``, ``"fair-pca"`` or
+        ``"fair-federated"`` (the keys of :data:`~tiltlab.reproduce.EXPERIMENTS`).
     seeds : int or sequence of int, default 5
         The number of seeds (seeds ``0, ..., seeds - 1``) or the seeds themselves; each
         table entry is the mean and standard error over them.
@@ -145,7 +147,7 @@ def run(
     Raises
     ------
     ValueError
-        If ``name`` is not an experiment.
+        If `name` is not an experiment.
 
     See Also
     --------

@@ -1,7 +1,7 @@
 """What every reproduction shares: the result schema, seeds, progress bars and tables.
 
-Every experiment returns a :class:`Reproduction`, whose ``rows`` follow one schema so that
-results can be compared by a program::
+Every experiment returns a :class:`~tiltlab.reproduce.Reproduction`, whose ``rows`` follow
+one schema so that results can be compared by a program::
 
     {"experiment": NAME,
      "rows": [{"method", "setting", "metric", "split",
@@ -65,6 +65,24 @@ def mean_se(values: Iterable[float]) -> tuple[float | None, float | None, int]:
     The standard error is ``std(ddof=1) / sqrt(n)``; it is ``None`` for fewer than two
     values, and the mean is ``None`` for none.
 
+    Parameters
+    ----------
+    values : iterable of float
+        Per-seed values; NaN and infinities are dropped.
+
+    Returns
+    -------
+    mean : float or None
+        The mean of the finite values (``None`` if there are none).
+    se : float or None
+        Its standard error (``None`` for fewer than two values).
+    n : int
+        The number of finite values.
+
+    See Also
+    --------
+    make_row : A schema row from per-seed values.
+
     Examples
     --------
     >>> from tiltlab.reproduce import mean_se
@@ -91,6 +109,31 @@ def make_row(
 ) -> dict:
     """One schema row from the per-seed ``values`` and the paper's ``(mean, se)``.
 
+    Parameters
+    ----------
+    method : str
+        The method (a row of the paper's table, e.g. ``"TERM"``).
+    setting : str
+        The setting (e.g. the noise level).
+    metric : str
+        What is measured (e.g. ``"test_rmse"``).
+    split : str
+        The data split measured on (``"train"``, ``"val"`` or ``"test"``).
+    values : iterable of float
+        The per-seed values (see :func:`mean_se`).
+    paper : tuple of (float or None, float or None), optional
+        The paper's mean and standard error, where it prints them.
+
+    Returns
+    -------
+    dict
+        A row with the keys :data:`~tiltlab.reproduce.ROW_KEYS`.
+
+    See Also
+    --------
+    mean_se : The summary of the per-seed values.
+    Reproduction : The result whose ``rows`` these are.
+
     Examples
     --------
     >>> from tiltlab.reproduce import make_row
@@ -116,7 +159,34 @@ def make_row(
 def seed_list(seeds: int | Sequence[int]) -> list[int]:
     """``range(seeds)`` for a count, the seeds themselves for a sequence.
 
-    Raises ``ValueError`` (naming ``seeds``) for a count below 1, an empty or negative list.
+    Parameters
+    ----------
+    seeds : int or sequence of int
+        A number of seeds (at least 1) or the non-negative seeds themselves.
+
+    Returns
+    -------
+    list of int
+        The seeds.
+
+    Raises
+    ------
+    TypeError
+        If `seeds` is a bool.
+    ValueError
+        If `seeds` is a count below 1, or an empty list or one with a negative seed.
+
+    See Also
+    --------
+    mean_se : Summary over the seeds.
+
+    Examples
+    --------
+    >>> from tiltlab.reproduce import seed_list
+    >>> seed_list(3)
+    [0, 1, 2]
+    >>> seed_list([7, 11])
+    [7, 11]
     """
     if isinstance(seeds, bool):
         raise TypeError(f"`seeds` must be an int or a sequence of ints, got {seeds!r}")
@@ -144,7 +214,32 @@ class _NoBar:
 
 
 def progress_bar(enabled: bool, total: int, desc: str) -> Any:
-    """A tqdm bar (``update``, ``set_postfix_str``, ``close``), or a silent stand-in."""
+    """A tqdm bar (``update``, ``set_postfix_str``, ``close``), or a silent stand-in.
+
+    Parameters
+    ----------
+    enabled : bool
+        Whether to show a bar (on standard error); tqdm is imported only then.
+    total : int
+        The number of steps.
+    desc : str
+        The label shown before the bar.
+
+    Returns
+    -------
+    object
+        An object with the methods ``update(n=1)``, ``set_postfix_str(s)`` and ``close()``.
+
+    See Also
+    --------
+    single_blas_thread : The other execution helper of the experiments.
+
+    Examples
+    --------
+    >>> from tiltlab.reproduce._common import progress_bar
+    >>> bar = progress_bar(False, total=3, desc="seeds")
+    >>> bar.update(); bar.close()
+    """
     if not enabled:
         return _NoBar()
     from tqdm.auto import tqdm
@@ -165,6 +260,23 @@ def single_blas_thread() -> Iterator[None]:
     parallelism comes from worker processes instead. Uses ``threadpoolctl`` when it is
     installed (it comes with scikit-learn); the environment variables set here reach
     child processes started with ``spawn`` either way.
+
+    Yields
+    ------
+    None
+        The environment variables and thread limits are restored on exit.
+
+    See Also
+    --------
+    tiltlab.reproduce.run : Runs an experiment inside this context.
+
+    Examples
+    --------
+    >>> import os
+    >>> from tiltlab.reproduce import single_blas_thread
+    >>> with single_blas_thread():
+    ...     os.environ["OMP_NUM_THREADS"]
+    '1'
     """
     saved = {k: os.environ.get(k) for k in _THREAD_VARIABLES}
     os.environ.update({k: "1" for k in _THREAD_VARIABLES})
@@ -185,7 +297,27 @@ def single_blas_thread() -> Iterator[None]:
 
 
 def require_matplotlib() -> Any:
-    """Import matplotlib with the Agg backend, or raise a clear ``ImportError``."""
+    """Import matplotlib with the Agg backend, or raise a clear ``ImportError``.
+
+    Returns
+    -------
+    module
+        :mod:`matplotlib.pyplot`, with the non-interactive Agg backend selected.
+
+    Raises
+    ------
+    ImportError
+        If matplotlib is not installed.
+
+    See Also
+    --------
+    Reproduction.plot : Draws an experiment's figures with it.
+
+    Examples
+    --------
+    >>> from tiltlab.reproduce._common import require_matplotlib
+    >>> plt = require_matplotlib()  # doctest: +SKIP
+    """
     try:
         import matplotlib
     except ImportError as exc:
@@ -207,7 +339,7 @@ class Reproduction:
     experiment : str
         The command's name (``"hiv1-fairness"``, ...).
     rows : list of dict
-        Rows with the keys :data:`ROW_KEYS`.
+        Rows with the keys :data:`~tiltlab.reproduce.ROW_KEYS`.
     title : str
         One-line description printed above the table.
     table : str
@@ -218,6 +350,25 @@ class Reproduction:
         Whatever the figures are drawn from (paths, histories); not part of the JSON.
     plotter : callable, optional
         ``plotter(reproduction, directory) -> list of paths`` writes the PNG figures.
+
+    See Also
+    --------
+    tiltlab.reproduce.run : Runs an experiment by its command name.
+    make_row : Builds the rows.
+
+    Examples
+    --------
+    >>> from tiltlab.reproduce import Reproduction, make_row
+    >>> rep = Reproduction("demo", [make_row("ERM", "clean", "rmse", "test", [1.0, 3.0])],
+    ...                    title="A demo", table="ERM  2.0 (1.0)")
+    >>> rep.to_dict()["rows"][0]["mean"]
+    2.0
+    >>> print(rep.report())
+    A demo
+    <BLANKLINE>
+    ERM  2.0 (1.0)
+    >>> rep.plot("unused-folder")  # no plotter: no figures
+    []
     """
 
     experiment: str
@@ -229,7 +380,25 @@ class Reproduction:
     plotter: Callable[[Reproduction, str], list[str]] | None = None
 
     def to_dict(self) -> dict:
-        """The JSON schema: ``{"experiment": ..., "rows": [...]}`` with ``None`` for NaN."""
+        """The JSON schema: ``{"experiment": ..., "rows": [...]}`` with ``None`` for NaN.
+
+        Returns
+        -------
+        dict
+            The experiment's name and its rows, each with exactly the keys
+            :data:`~tiltlab.reproduce.ROW_KEYS`; non-finite numbers become ``None``.
+
+        See Also
+        --------
+        write_json : Writes this dictionary as strict JSON.
+
+        Examples
+        --------
+        >>> from tiltlab.reproduce import Reproduction, make_row
+        >>> row = make_row("ERM", "clean", "rmse", "test", [float("nan")])
+        >>> Reproduction("demo", [row]).to_dict()["rows"][0]["mean"] is None
+        True
+        """
         rows = []
         for r in self.rows:
             out = {}
@@ -244,14 +413,61 @@ class Reproduction:
         return {"experiment": self.experiment, "rows": rows}
 
     def report(self) -> str:
-        """Title, table and notes, as the command prints them."""
+        """Title, table and notes, as the command prints them.
+
+        Returns
+        -------
+        str
+            The title, a blank line, the table, and the notes (if any) after another blank
+            line.
+
+        See Also
+        --------
+        to_dict : The same result as data.
+
+        Examples
+        --------
+        >>> from tiltlab.reproduce import Reproduction
+        >>> print(Reproduction("demo", [], title="Title", table="table", notes="notes").report())
+        Title
+        <BLANKLINE>
+        table
+        <BLANKLINE>
+        notes
+        """
         parts = [self.title, "", self.table]
         if self.notes:
             parts += ["", self.notes]
         return "\n".join(parts)
 
     def plot(self, directory: str) -> list[str]:
-        """Write the figures (PNG) into ``directory``; returns their paths."""
+        """Write the figures (PNG) into ``directory``; returns their paths.
+
+        Parameters
+        ----------
+        directory : str
+            The folder to write into (created if missing, only when there are figures).
+
+        Returns
+        -------
+        list of str
+            The paths of the written figures (empty when the experiment has none).
+
+        Raises
+        ------
+        ImportError
+            If the experiment has figures and matplotlib is not installed.
+
+        See Also
+        --------
+        report : The printed table.
+
+        Examples
+        --------
+        >>> from tiltlab.reproduce import Reproduction
+        >>> Reproduction("demo", []).plot("unused-folder")
+        []
+        """
         if self.plotter is None:
             return []
         require_matplotlib()
@@ -260,7 +476,34 @@ class Reproduction:
 
 
 def write_json(payload: dict, path: str) -> None:
-    """Write ``payload`` as strict JSON (``allow_nan=False``: NaN must already be null)."""
+    """Write ``payload`` as strict JSON (``allow_nan=False``: NaN must already be null).
+
+    Parameters
+    ----------
+    payload : dict
+        What to write, typically :meth:`Reproduction.to_dict`.
+    path : str
+        The file to write (overwritten).
+
+    Raises
+    ------
+    ValueError
+        If `payload` contains NaN or an infinity.
+
+    See Also
+    --------
+    Reproduction.to_dict : The payload with NaN already turned into ``None``.
+
+    Examples
+    --------
+    >>> import json, os, tempfile
+    >>> from tiltlab.reproduce import write_json
+    >>> path = os.path.join(tempfile.mkdtemp(), "result.json")
+    >>> write_json({"experiment": "demo", "rows": []}, path)
+    >>> with open(path) as fh:
+    ...     json.load(fh)["experiment"]
+    'demo'
+    """
     text = json.dumps(payload, indent=2, allow_nan=False)
     with open(path, "w") as fh:
         fh.write(text + "\n")
@@ -289,6 +532,40 @@ def format_grid(
 
     Row, column and block labels come from the callables, in order of first appearance;
     ``show_se=False`` prints the means only (for wide grids; the JSON keeps the errors).
+
+    Parameters
+    ----------
+    rows : sequence of dict
+        Schema rows (see :func:`make_row`).
+    row_of, col_of : callable
+        ``row -> str``: the label of the grid row and column of a schema row.
+    block_of : callable, optional
+        ``row -> str``: the block (a separate grid under its own heading).
+    digits : int, default 3
+        Decimal places.
+    row_header : str, default "method"
+        The header of the label column.
+    show_se : bool, default True
+        Print ``mean (se)`` rather than the mean alone.
+
+    Returns
+    -------
+    str
+        The grid(s), one line per row label.
+
+    See Also
+    --------
+    make_row : The rows shown here.
+
+    Examples
+    --------
+    >>> from tiltlab.reproduce import make_row
+    >>> from tiltlab.reproduce._common import format_grid
+    >>> rows = [make_row("ERM", "clean", "rmse", "test", [1.0, 3.0], (2.1, None))]
+    >>> print(format_grid(rows, row_of=lambda r: r["method"], col_of=lambda r: r["setting"]))
+    method |                 clean
+    ------------------------------
+    ERM    | 2.000 (1.000) [2.100]
     """
     blocks: dict[str, list[dict]] = {}
     for r in rows:

@@ -47,7 +47,28 @@ def _torch() -> Any:
 
 @dataclass
 class Split:
-    """Train, validation and test arrays of one seed (images flattened, float32)."""
+    """Train, validation and test arrays of one seed (images flattened, float32).
+
+    Parameters
+    ----------
+    X_train, y_train, X_val, y_val, X_test, y_test : numpy.ndarray
+        Features ``(n, n_features)`` (float32) and integer labels ``(n,)`` of each part.
+    image_shape : tuple of int
+        ``(channels, height, width)`` of one image (for the convolutional model).
+    n_classes : int
+        Number of classes.
+
+    See Also
+    --------
+    digits_split, stratified_split : Build a split.
+
+    Examples
+    --------
+    >>> from tiltlab.reproduce._deep import digits_split
+    >>> s = digits_split(0)
+    >>> s.X_train.dtype, s.X_train.shape[0] + s.X_val.shape[0] + s.X_test.shape[0]
+    (dtype('float32'), 1797)
+    """
 
     X_train: np.ndarray
     y_train: np.ndarray
@@ -63,6 +84,29 @@ def digits_split(seed: int, *, val_fraction: float = 0.15, test_fraction: float 
     """scikit-learn's handwritten digits, split at random (stratified) for one seed.
 
     Pixels are scaled to ``[0, 1]``; the split is stratified by class.
+
+    Parameters
+    ----------
+    seed : int
+        Seed of the split.
+    val_fraction : float, default 0.15
+        Share of each class in the validation part.
+    test_fraction : float, default 0.25
+        Share of each class in the test part.
+
+    Returns
+    -------
+    Split
+        The 1,797 images flattened to 64 float32 pixels, labels 0-9.
+
+    Raises
+    ------
+    ImportError
+        If scikit-learn is not installed.
+
+    See Also
+    --------
+    stratified_split : The same split of any data.
 
     Examples
     --------
@@ -91,7 +135,41 @@ def stratified_split(
     val_fraction: float = 0.15,
     test_fraction: float = 0.25,
 ) -> Split:
-    """A seeded split of ``(X, y)`` that keeps each class's share in every part."""
+    """A seeded split of ``(X, y)`` that keeps each class's share in every part.
+
+    Parameters
+    ----------
+    X : numpy.ndarray, shape (n, n_features)
+        Features.
+    y : numpy.ndarray of int, shape (n,)
+        Labels ``0 .. C - 1``.
+    seed : int
+        Seed of the permutations.
+    image_shape : tuple of int
+        ``(channels, height, width)`` of one row as an image.
+    val_fraction : float, default 0.15
+        Share of each class in the validation part (rounded per class).
+    test_fraction : float, default 0.25
+        Share of each class in the test part (rounded per class).
+
+    Returns
+    -------
+    Split
+        The three parts, each shuffled.
+
+    See Also
+    --------
+    digits_split : This split of the handwritten digits.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tiltlab.reproduce._deep import stratified_split
+    >>> X, y = np.zeros((40, 2), np.float32), np.repeat([0, 1], 20)
+    >>> s = stratified_split(X, y, 0, (1, 1, 2), val_fraction=0.25, test_fraction=0.25)
+    >>> np.bincount(s.y_train).tolist(), np.bincount(s.y_test).tolist()
+    ([10, 10], [5, 5])
+    """
     rng = np.random.default_rng(seed)
     parts: list[list[np.ndarray]] = [[], [], []]
     for c in np.unique(y):
@@ -110,9 +188,30 @@ def uniform_label_noise(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Replace a ``fraction`` of the labels by labels drawn uniformly from all classes.
 
-    Returns the noisy labels and the mask of the replaced rows (a replaced label equals
-    the true one with probability ``1 / n_classes``, as in the uniform-noise protocol of
-    the paper's CIFAR-10 experiment).
+    A replaced label equals the true one with probability ``1 / n_classes``, as in the
+    uniform-noise protocol of the paper's CIFAR-10 experiment.
+
+    Parameters
+    ----------
+    y : numpy.ndarray of int, shape (n,)
+        The true labels (not modified).
+    fraction : float
+        Share of the rows whose label is replaced (rounded to a count).
+    n_classes : int
+        Number of classes.
+    rng : numpy.random.Generator
+        The random generator.
+
+    Returns
+    -------
+    noisy : numpy.ndarray of int, shape (n,)
+        The labels after replacement.
+    replaced : numpy.ndarray of bool, shape (n,)
+        Which rows were replaced.
+
+    See Also
+    --------
+    tiltlab.reproduce.label_noise : The experiment that uses it.
 
     Examples
     --------
@@ -136,6 +235,31 @@ def uniform_label_noise(
 
 def make_model(kind: str, n_features: int, n_classes: int, image_shape: tuple[int, ...]) -> Any:
     """A small network: ``"mlp"`` (one hidden layer of 128) or ``"cnn"`` (two conv layers).
+
+    Parameters
+    ----------
+    kind : {"mlp", "cnn"}
+        The architecture.
+    n_features : int
+        Length of a flattened input.
+    n_classes : int
+        Number of outputs (logits).
+    image_shape : tuple of int
+        ``(channels, height, width)``: the convolutional model reshapes its input to it.
+
+    Returns
+    -------
+    torch.nn.Sequential
+        The untrained network, mapping ``(batch, n_features)`` to ``(batch, n_classes)``.
+
+    Raises
+    ------
+    ValueError
+        If `kind` is neither ``"mlp"`` nor ``"cnn"``.
+
+    See Also
+    --------
+    train : Trains the model.
 
     Examples
     --------
@@ -165,6 +289,20 @@ def make_model(kind: str, n_features: int, n_classes: int, image_shape: tuple[in
 def generalized_cross_entropy(q: float) -> Callable[[Any, Any], Any]:
     """Zhang and Sabuncu's GCE, ``(1 - p_y^q) / q`` per sample (CE as q -> 0, MAE at q = 1).
 
+    Parameters
+    ----------
+    q : float
+        The exponent, in ``(0, 1]``.
+
+    Returns
+    -------
+    callable
+        ``criterion(logits, target)``: the per-sample losses, a tensor of shape ``(batch,)``.
+
+    See Also
+    --------
+    symmetric_cross_entropy, focal_loss, cross_entropy
+
     Examples
     --------
     >>> import torch
@@ -189,6 +327,24 @@ def symmetric_cross_entropy(
 
     The reverse cross-entropy of a one-hot label is ``-log_zero (1 - p_y)``.
 
+    Parameters
+    ----------
+    alpha : float, default 0.1
+        Weight of the cross-entropy.
+    beta : float, default 1.0
+        Weight of the reverse cross-entropy.
+    log_zero : float, default -4.0
+        The value that stands for ``log 0`` in the reverse cross-entropy.
+
+    Returns
+    -------
+    callable
+        ``criterion(logits, target)``: the per-sample losses, a tensor of shape ``(batch,)``.
+
+    See Also
+    --------
+    generalized_cross_entropy, focal_loss, cross_entropy
+
     Examples
     --------
     >>> import torch
@@ -211,6 +367,22 @@ def symmetric_cross_entropy(
 def focal_loss(gamma: float = 2.0, class_weight: Any = None) -> Callable[[Any, Any], Any]:
     """Lin et al.'s focal loss, ``-a_y (1 - p_y)^gamma log p_y`` per sample.
 
+    Parameters
+    ----------
+    gamma : float, default 2.0
+        Focusing parameter (``0``: cross-entropy).
+    class_weight : array_like, optional
+        The weight ``a_y`` of each class (default: 1 for all).
+
+    Returns
+    -------
+    callable
+        ``criterion(logits, target)``: the per-sample losses, a tensor of shape ``(batch,)``.
+
+    See Also
+    --------
+    cross_entropy, generalized_cross_entropy, symmetric_cross_entropy
+
     Examples
     --------
     >>> import torch
@@ -232,7 +404,30 @@ def focal_loss(gamma: float = 2.0, class_weight: Any = None) -> Callable[[Any, A
 
 
 def cross_entropy(class_weight: Any = None) -> Callable[[Any, Any], Any]:
-    """Per-sample cross-entropy, optionally weighted by class (``a_y CE``)."""
+    """Per-sample cross-entropy, optionally weighted by class (``a_y CE``).
+
+    Parameters
+    ----------
+    class_weight : array_like, optional
+        The weight ``a_y`` of each class (default: 1 for all).
+
+    Returns
+    -------
+    callable
+        ``criterion(logits, target)``: the per-sample losses, a tensor of shape ``(batch,)``.
+
+    See Also
+    --------
+    focal_loss, mean_of
+
+    Examples
+    --------
+    >>> import torch
+    >>> from tiltlab.reproduce._deep import cross_entropy
+    >>> loss = cross_entropy([1.0, 3.0])(torch.zeros(2, 2), torch.tensor([0, 1]))
+    >>> [round(v, 4) for v in loss.tolist()]  # log 2 and 3 log 2
+    [0.6931, 2.0794]
+    """
     torch = _torch()
 
     def ce(logits: Any, target: Any) -> Any:
@@ -245,7 +440,32 @@ def cross_entropy(class_weight: Any = None) -> Callable[[Any, Any], Any]:
 
 
 def mean_of(criterion: Callable[[Any, Any], Any]) -> Callable[..., Any]:
-    """The plain (ERM) batch objective of a per-sample criterion."""
+    """The plain (ERM) batch objective of a per-sample criterion.
+
+    Parameters
+    ----------
+    criterion : callable
+        ``criterion(logits, target)`` returning per-sample losses.
+
+    Returns
+    -------
+    callable
+        ``objective(logits, target, groups=None)``: the mean loss of the batch (`groups`
+        is ignored), as :func:`train` expects.
+
+    See Also
+    --------
+    train : Minimises such an objective.
+    tiltlab.torch.TiltedLoss : The tilted objective with the same interface.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from tiltlab.reproduce._deep import cross_entropy, mean_of
+    >>> value = mean_of(cross_entropy())(torch.zeros(3, 2), torch.tensor([0, 1, 0]))
+    >>> round(float(value), 4)
+    0.6931
+    """
 
     def objective(logits: Any, target: Any, groups: Any = None) -> Any:
         return criterion(logits, target).mean()
@@ -276,6 +496,55 @@ def train(
     (the plain mean of a criterion, or a :class:`tiltlab.torch.TiltedLoss`). A
     non-finite objective stops the run with a ``FloatingPointError`` (a diverged run is
     never reported as a result).
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The network (moved to `device`).
+    X : numpy.ndarray, shape (n, n_features)
+        Training features (float32).
+    y : numpy.ndarray of int, shape (n,)
+        Training labels.
+    objective : callable
+        ``objective(logits, target, groups)`` returning the scalar batch loss.
+    epochs : int
+        Passes over the data.
+    seed : int
+        Seed of PyTorch's global generator and of the minibatch shuffles.
+    batch_size : int, default 64
+        Minibatch size.
+    lr : float, default 1e-3
+        Adam's step size.
+    groups : numpy.ndarray, optional
+        Group labels of the rows, passed to `objective` batch by batch.
+    device : str, default "cpu"
+        The PyTorch device.
+    extra_parameters : iterable of torch.Tensor, optional
+        Further parameters to optimise (for instance a learnable normaliser).
+
+    Returns
+    -------
+    torch.nn.Module
+        The trained model, in evaluation mode.
+
+    Raises
+    ------
+    FloatingPointError
+        If the objective becomes non-finite.
+
+    See Also
+    --------
+    accuracy, class_accuracies, predict : Evaluate the trained model.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tiltlab.reproduce._deep import cross_entropy, digits_split, make_model, mean_of, train
+    >>> s = digits_split(0)
+    >>> model = make_model("mlp", 64, 10, s.image_shape).float()  # float32, as the data
+    >>> model = train(model, s.X_train, s.y_train, mean_of(cross_entropy()), epochs=2, seed=0)
+    >>> model.training
+    False
     """
     torch = _torch()
     threads = torch.get_num_threads()
@@ -320,7 +589,37 @@ def _train(torch, model, X, y, objective, *, epochs, seed, batch_size, lr, group
 
 
 def predict(model: Any, X: np.ndarray, device: str = "cpu") -> np.ndarray:
-    """Predicted classes of ``X`` (host array)."""
+    """Predicted classes of ``X`` (host array).
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        A trained network.
+    X : numpy.ndarray, shape (n, n_features)
+        Features.
+    device : str, default "cpu"
+        The device the model is on.
+
+    Returns
+    -------
+    numpy.ndarray of int64, shape (n,)
+        The class with the largest logit for each row.
+
+    See Also
+    --------
+    accuracy, class_accuracies
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tiltlab.reproduce._deep import cross_entropy, digits_split, make_model, mean_of, train
+    >>> s = digits_split(0)
+    >>> model = make_model("mlp", 64, 10, s.image_shape).float()  # float32, as the data
+    >>> model = train(model, s.X_train, s.y_train, mean_of(cross_entropy()), epochs=2, seed=0)
+    >>> from tiltlab.reproduce._deep import predict
+    >>> predict(model, s.X_test[:5]).shape
+    (5,)
+    """
     torch = _torch()
     with torch.no_grad():
         logits = model(torch.as_tensor(X, device=device))
@@ -328,14 +627,81 @@ def predict(model: Any, X: np.ndarray, device: str = "cpu") -> np.ndarray:
 
 
 def accuracy(model: Any, X: np.ndarray, y: np.ndarray, device: str = "cpu") -> float:
-    """Share of correctly classified rows."""
+    """Share of correctly classified rows.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        A trained network.
+    X : numpy.ndarray, shape (n, n_features)
+        Features.
+    y : numpy.ndarray of int, shape (n,)
+        True labels.
+    device : str, default "cpu"
+        The device the model is on.
+
+    Returns
+    -------
+    float
+        The accuracy, in ``[0, 1]``.
+
+    See Also
+    --------
+    class_accuracies : The accuracy within each class.
+    predict : The predicted classes.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tiltlab.reproduce._deep import cross_entropy, digits_split, make_model, mean_of, train
+    >>> s = digits_split(0)
+    >>> model = make_model("mlp", 64, 10, s.image_shape).float()  # float32, as the data
+    >>> model = train(model, s.X_train, s.y_train, mean_of(cross_entropy()), epochs=2, seed=0)
+    >>> from tiltlab.reproduce._deep import accuracy
+    >>> bool(accuracy(model, s.X_test, s.y_test) > 0.5)  # chance is 0.1
+    True
+    """
     return float(np.mean(predict(model, X, device) == y))
 
 
 def class_accuracies(
     model: Any, X: np.ndarray, y: np.ndarray, n_classes: int, device: str = "cpu"
 ) -> np.ndarray:
-    """Accuracy within each class (NaN for a class absent from ``y``)."""
+    """Accuracy within each class (NaN for a class absent from ``y``).
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        A trained network.
+    X : numpy.ndarray, shape (n, n_features)
+        Features.
+    y : numpy.ndarray of int, shape (n,)
+        True labels.
+    n_classes : int
+        Number of classes.
+    device : str, default "cpu"
+        The device the model is on.
+
+    Returns
+    -------
+    numpy.ndarray, shape (n_classes,)
+        The share of the rows of each class that are classified correctly.
+
+    See Also
+    --------
+    accuracy : The overall accuracy.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tiltlab.reproduce._deep import cross_entropy, digits_split, make_model, mean_of, train
+    >>> s = digits_split(0)
+    >>> model = make_model("mlp", 64, 10, s.image_shape).float()  # float32, as the data
+    >>> model = train(model, s.X_train, s.y_train, mean_of(cross_entropy()), epochs=2, seed=0)
+    >>> from tiltlab.reproduce._deep import class_accuracies
+    >>> class_accuracies(model, s.X_test, s.y_test, 10).shape
+    (10,)
+    """
     pred = predict(model, X, device)
     out = np.full(n_classes, math.nan)
     for c in range(n_classes):
@@ -346,7 +712,33 @@ def class_accuracies(
 
 
 def check_device(device: str) -> str:
-    """``"cpu"``, ``"cuda"`` or ``"cuda:N"``, available on this machine."""
+    """``"cpu"``, ``"cuda"`` or ``"cuda:N"``, available on this machine.
+
+    Parameters
+    ----------
+    device : str
+        The device to check.
+
+    Returns
+    -------
+    str
+        `device`, unchanged.
+
+    Raises
+    ------
+    ValueError
+        If `device` is not ``"cpu"`` or ``"cuda[:N]"``, or CUDA is not available.
+
+    See Also
+    --------
+    train : Trains on the checked device.
+
+    Examples
+    --------
+    >>> from tiltlab.reproduce._deep import check_device
+    >>> check_device("cpu")
+    'cpu'
+    """
     torch = _torch()
     if not isinstance(device, str) or not (device == "cpu" or device.startswith("cuda")):
         raise ValueError(f"`device` must be 'cpu' or 'cuda[:N]', got {device!r}")

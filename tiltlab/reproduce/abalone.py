@@ -22,6 +22,7 @@ from ._common import Reproduction, format_grid, make_row, progress_bar, seed_lis
 
 __all__ = ["ABALONE_METHODS", "PAPER_ABALONE", "abalone"]
 
+#: The methods of the abalone table, in its row order.
 ABALONE_METHODS = ("ERM", "L1", "Huber", "STIR", "CRR", "TERM", "Genie ERM")
 
 #: The paper's appendix table, abalone columns: (method, setting) -> (mean, se) test RMSE.
@@ -40,7 +41,9 @@ PAPER_ABALONE: dict[tuple[str, str], tuple[float, float]] = {
     ("Genie ERM", "noisy"): (2.450, 0.109),
 }
 
+#: Training rows drawn for each seed.
 N_TRAIN = 100
+#: Share of the training rows whose features and target are corrupted.
 NOISE = 0.05
 
 
@@ -82,6 +85,11 @@ def abalone(
     -------
     Reproduction
         ``test_rmse`` per method for the ``clean`` and ``noisy`` settings.
+
+    See Also
+    --------
+    tiltlab.reproduce.run : Runs an experiment by its command name.
+    robust_regression_report : The robust-regression table on Drug Discovery.
 
     Examples
     --------

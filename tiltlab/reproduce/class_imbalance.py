@@ -30,9 +30,13 @@ from ._common import Reproduction, format_grid, make_row, progress_bar, seed_lis
 
 __all__ = ["IMBALANCE", "METHODS", "class_imbalance"]
 
+#: The methods compared, in the table's row order.
 METHODS = ("ERM", "FocalLoss", "ClassBalanced", "TERM")
+#: Common-to-rare size ratios of the two settings.
 IMBALANCE = (20, 50)
+#: Training epochs of the full run.
 EPOCHS = 60
+#: Training epochs with ``quick=True``.
 EPOCHS_QUICK = 40
 
 
@@ -80,13 +84,15 @@ def class_imbalance(
         Show a progress bar.
     imbalance : sequence of int, default (20, 50)
         Common-to-rare ratios in training (``20`` is 1:20).
-    methods : sequence of str, default all of :data:`METHODS`
+    methods : sequence of str, default all of :data:`~tiltlab.reproduce.class_imbalance.METHODS`
+        The methods to train and compare.
     t : float, default 20
         TERM's class-level tilt (positive). On these data t = 1 and t = 5 left the rare
         class at 0.27 and 0.60 accuracy at 1:50 (three seeds), t = 20 at 0.93, as high as
         weighting by the inverse class counts.
     model : {"mlp", "cnn"}, default "mlp"
     device : str, default "cpu"
+        ``"cuda"`` to train on a GPU.
     epochs : int, optional
         Override the number of epochs.
 
@@ -95,6 +101,12 @@ def class_imbalance(
     Reproduction
         Rows ``(method, "1:r", metric, "test")`` with metrics ``accuracy_rare`` and
         ``accuracy_overall``.
+
+    See Also
+    --------
+    tiltlab.reproduce.run : Runs an experiment by its command name.
+    :func:`~tiltlab.reproduce.label_noise` : Deep learning with noisy labels.
+    :func:`~tiltlab.reproduce.noisy_annotators` : Deep learning with unreliable annotators.
 
     Examples
     --------

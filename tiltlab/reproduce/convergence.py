@@ -36,10 +36,15 @@ from ._common import (
 
 __all__ = ["BATCH_METHODS", "CONVERGENCE_TILTS", "STOCHASTIC_TILTS", "convergence"]
 
+#: The full-batch solvers whose iteration counts are compared.
 BATCH_METHODS = ("gd", "agd", "lbfgs", "newton")
+#: The tilts of the full run.
 CONVERGENCE_TILTS = (-10.0, -2.0, -1.0, 0.0, 1.0, 2.0, 5.0, 10.0, 20.0)
+#: The tilts with ``quick=True``.
 CONVERGENCE_TILTS_QUICK = (-2.0, 0.0, 2.0, 5.0)
+#: The tilts at which the stochastic solver is checked.
 STOCHASTIC_TILTS = (0.0, 1.0, 2.0, 5.0)
+#: Those tilts with ``quick=True``.
 STOCHASTIC_TILTS_QUICK = (0.0, 1.0, 2.0)
 MAX_ITER = 20_000
 EPOCHS, EPOCHS_QUICK = 30, 8
@@ -109,6 +114,11 @@ def convergence(
     Reproduction
         ``iterations_to_tol`` per method and tilt; ``normalized_distance`` per tilt and
         epoch of the stochastic solver.
+
+    See Also
+    --------
+    tiltlab.reproduce.run : Runs an experiment by its command name.
+    :func:`~tiltlab.reproduce.toys` : The toy figures.
 
     Examples
     --------

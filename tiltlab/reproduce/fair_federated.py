@@ -32,6 +32,7 @@ from ._common import Reproduction, format_grid, make_row, progress_bar, seed_lis
 
 __all__ = ["FAIR_FL_METHODS", "PAPER_FAIR_FL", "device_summary", "fair_federated"]
 
+#: The federated servers compared, in the table's row order.
 FAIR_FL_METHODS = ("FedAvg", "q-FFL", "AFL", "TERM")
 _METRICS = ("accuracy_average", "accuracy_worst10", "accuracy_best10", "accuracy_std",
             "accuracy_variance")  # fmt: skip
@@ -59,6 +60,21 @@ def device_summary(accuracies) -> dict[str, float]:
 
     The worst (best) 10% is the mean over the ``max(1, round(K / 10))`` lowest (highest)
     of the ``K`` accuracies; the spread is the population standard deviation.
+
+    Parameters
+    ----------
+    accuracies : array_like, shape (K,)
+        The test accuracy of each device.
+
+    Returns
+    -------
+    dict
+        ``accuracy_average``, ``accuracy_worst10``, ``accuracy_best10``, ``accuracy_std``
+        and ``accuracy_variance``.
+
+    See Also
+    --------
+    :func:`~tiltlab.reproduce.fair_federated` : The table these numbers fill.
 
     Examples
     --------
@@ -114,7 +130,7 @@ def fair_federated(
     rounds : int, default 600
         Communication rounds.
     methods : sequence of str
-        A subset of :data:`FAIR_FL_METHODS`.
+        A subset of :data:`~tiltlab.reproduce.fair_federated.FAIR_FL_METHODS`.
 
     Returns
     -------
@@ -122,6 +138,11 @@ def fair_federated(
         Rows ``accuracy_average``, ``accuracy_worst10``, ``accuracy_best10``,
         ``accuracy_std`` and ``accuracy_variance`` (split ``test``, over devices) per
         method and data set.
+
+    See Also
+    --------
+    tiltlab.reproduce.run : Runs an experiment by its command name.
+    tiltlab.reproduce.federated.TermFL : The federated TERM server.
 
     Examples
     --------

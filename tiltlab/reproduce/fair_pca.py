@@ -68,6 +68,11 @@ def term_pca_path(
     list of ndarray
         One orthonormal ``d x r`` matrix per tilt, in the order of ``tilts``.
 
+    See Also
+    --------
+    :func:`~tiltlab.reproduce.fair_pca` : The experiment that draws this path.
+    tiltlab.baselines.fair_pca_sdp : The min-max relaxation it is compared with.
+
     Examples
     --------
     >>> import numpy as np
@@ -151,13 +156,19 @@ def fair_pca(
         A folder of CSV files, one group per file (e.g. the Default Credit groups),
         read with :func:`tiltlab.datasets.load_csv_groups` and added to the run.
     tilts : sequence of float, optional
-        Non-negative tilts (default :data:`FAIR_PCA_TILTS`, or four of them with ``quick``).
+        Non-negative tilts (default :data:`~tiltlab.reproduce.fair_pca.FAIR_PCA_TILTS`,
+        or four of them with ``quick``).
 
     Returns
     -------
     Reproduction
         Rows ``excess_loss_<group>`` and ``worst_group_loss`` (split ``train``: the loss
         is computed on all the data, as in the paper) per method and ``"<data>, r=<r>"``.
+
+    See Also
+    --------
+    tiltlab.reproduce.run : Runs an experiment by its command name.
+    tiltlab.reproduce.fair_pca.term_pca_path : The TERM-PCA path over the tilts.
 
     Examples
     --------

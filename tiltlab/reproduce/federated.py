@@ -4,8 +4,9 @@ One process plays the server and every device (host NumPy, float64). The model i
 ``softmax(x W + b)`` with the cross-entropy loss; a device's loss is its mean training
 loss. Each server has the interface ``run(data, rounds, rng) -> parameters``:
 
-* :class:`FedAvg` (McMahan et al., 2017): each round samples ``clients`` devices with
-  probability proportional to their training sizes (without replacement), runs
+* :class:`FedAvg` (McMahan et al., 2017): each round samples ``clients`` devices without
+  replacement (uniformly, or with probability proportional to their training sizes with
+  ``sampling="size"``), runs
   ``local_steps`` minibatch SGD steps on each from the global model, and averages the
   local models.
 * :class:`QFFL` (q-FedAvg, Li, Sanjabi, Beirami and Smith, 2020): the same local work;
@@ -53,12 +54,57 @@ def _loss_grad(W: np.ndarray, Z: np.ndarray, y: np.ndarray, need_grad: bool = Tr
 
 
 def device_losses(W: np.ndarray, Xs, ys) -> np.ndarray:
-    """Each device's mean cross-entropy loss at parameters ``W`` (``(d + 1) x C``)."""
+    """Each device's mean cross-entropy loss at parameters ``W`` (``(d + 1) x C``).
+
+    Parameters
+    ----------
+    W : numpy.ndarray, shape (d + 1, C)
+        Weights; the last row is the bias.
+    Xs : sequence of numpy.ndarray
+        Each device's features ``(n_k, d)``.
+    ys : sequence of numpy.ndarray
+        Each device's integer labels ``(n_k,)`` in ``0 .. C - 1``.
+
+    Returns
+    -------
+    numpy.ndarray, shape (K,)
+        The mean cross-entropy of ``softmax(x W)`` on each device.
+
+    See Also
+    --------
+    device_accuracies : The accuracy on each device.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tiltlab.reproduce.federated import device_losses
+    >>> W = np.zeros((2, 2))  # uniform predictions: every loss is log 2
+    >>> device_losses(W, [np.array([[1.0], [-1.0]])], [np.array([0, 1])]).round(6)
+    array([0.693147])
+    """
     return np.array([_loss_grad(W, _design(X), y, False)[0] for X, y in zip(Xs, ys, strict=True)])
 
 
 def device_accuracies(W: np.ndarray, Xs, ys) -> np.ndarray:
     """Each device's accuracy of ``argmax(x W)`` (``W`` of shape ``(d + 1) x C``).
+
+    Parameters
+    ----------
+    W : numpy.ndarray, shape (d + 1, C)
+        Weights; the last row is the bias.
+    Xs : sequence of numpy.ndarray
+        Each device's features ``(n_k, d)``.
+    ys : sequence of numpy.ndarray
+        Each device's integer labels ``(n_k,)``.
+
+    Returns
+    -------
+    numpy.ndarray, shape (K,)
+        The fraction of each device's rows whose label is the predicted class.
+
+    See Also
+    --------
+    device_losses : The loss on each device.
 
     Examples
     --------
@@ -89,18 +135,35 @@ class _Devices:
 
 @dataclass
 class FedAvg:
-    """Federated averaging with size-proportional device sampling (see the module notes).
+    """Federated averaging of local SGD models (see the module notes).
 
     Parameters
     ----------
-    lr : float
+    lr : float, default 0.1
         Local SGD step size.
-    clients : int
+    clients : int, default 10
         Devices per round.
-    local_steps : int
+    local_steps : int, default 20
         Local minibatch SGD steps per round.
-    batch_size : int
+    batch_size : int, default 10
         Local minibatch size (drawn with replacement).
+    sampling : {"uniform", "size"}, default "uniform"
+        How the devices of a round are drawn (without replacement): uniformly, or with
+        probability proportional to their training sizes.
+
+    See Also
+    --------
+    QFFL, TermFL, AFL : The other servers.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tiltlab.reproduce.federated import FedAvg, device_accuracies
+    >>> from tiltlab.datasets import synthetic_federated
+    >>> data = synthetic_federated(n_devices=5, seed=0)
+    >>> W = FedAvg(clients=3, local_steps=5).run(data, rounds=3, rng=np.random.default_rng(0))
+    >>> W.shape
+    (61, 10)
     """
 
     lr: float = 0.1
@@ -126,7 +189,36 @@ class FedAvg:
         return W - np.mean(updates, axis=0)
 
     def run(self, data, rounds: int, rng: np.random.Generator) -> np.ndarray:
-        """Train for ``rounds`` rounds from zero; returns ``W`` of shape ``(d + 1, C)``."""
+        """Train for ``rounds`` rounds from zero.
+
+        Parameters
+        ----------
+        data : tiltlab.datasets.FederatedData
+            The devices' training data.
+        rounds : int
+            Number of communication rounds.
+        rng : numpy.random.Generator
+            Draws the devices of each round and the local minibatches.
+
+        Returns
+        -------
+        numpy.ndarray, shape (d + 1, C)
+            The global model's weights (the last row is the bias).
+
+        See Also
+        --------
+        device_accuracies : Evaluates the returned weights.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from tiltlab.reproduce.federated import FedAvg, device_losses
+        >>> from tiltlab.datasets import synthetic_federated
+        >>> data = synthetic_federated(n_devices=5, seed=0)
+        >>> W = FedAvg(clients=2, local_steps=5).run(data, 2, np.random.default_rng(0))
+        >>> bool(device_losses(W, data.X_train, data.y_train).mean() < np.log(10))
+        True
+        """
         dev = _Devices.of(data)
         W = np.zeros((data.n_features + 1, data.n_classes))
         for _ in range(rounds):
@@ -142,6 +234,26 @@ class QFFL(FedAvg):
     """q-FedAvg: FedAvg's local work, updates scaled by ``F_k^q`` with a Lipschitz step.
 
     ``q`` is the fairness parameter (``q = 0``: FedAvg); see the module notes.
+
+    Parameters
+    ----------
+    lr, clients, local_steps, batch_size, sampling
+        As in :class:`FedAvg`; the Lipschitz constant of the server step is ``1 / lr``.
+    q : float, default 1.0
+        Fairness parameter: larger values weigh the devices with large losses more.
+
+    See Also
+    --------
+    FedAvg, TermFL, AFL : The other servers.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tiltlab.reproduce.federated import QFFL
+    >>> from tiltlab.datasets import synthetic_federated
+    >>> data = synthetic_federated(n_devices=5, seed=0)
+    >>> QFFL(q=1.0, clients=3, local_steps=5).run(data, 3, np.random.default_rng(0)).shape
+    (61, 10)
     """
 
     q: float = 1.0
@@ -164,13 +276,65 @@ class TermFL(FedAvg):
 
     ``t`` is the tilt across devices, ``memory`` the weight of the past in the running
     normaliser (1/2 in the authors' trainer); see the module notes.
+
+    Parameters
+    ----------
+    lr, clients, local_steps, batch_size, sampling
+        As in :class:`FedAvg`.
+    t : float, default 0.1
+        The tilt across devices (``0``: FedAvg).
+    memory : float, default 0.5
+        Weight of the past in the running normaliser ``Z`` (in ``[0, 1)``).
+
+    See Also
+    --------
+    FedAvg, QFFL, AFL : The other servers.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tiltlab.reproduce.federated import FedAvg, TermFL
+    >>> from tiltlab.datasets import synthetic_federated
+    >>> data = synthetic_federated(n_devices=5, seed=0)
+    >>> a = TermFL(t=0.0, clients=3, local_steps=5).run(data, 3, np.random.default_rng(0))
+    >>> b = FedAvg(clients=3, local_steps=5).run(data, 3, np.random.default_rng(0))
+    >>> bool(np.allclose(a, b))  # at t = 0 it is FedAvg
+    True
     """
 
     t: float = 0.1
     memory: float = 0.5
 
     def run(self, data, rounds: int, rng: np.random.Generator) -> np.ndarray:
-        """As :meth:`FedAvg.run`, with the tilted server step."""
+        """As :meth:`FedAvg.run`, with the tilted server step.
+
+        Parameters
+        ----------
+        data : tiltlab.datasets.FederatedData
+            The devices' training data.
+        rounds : int
+            Number of communication rounds.
+        rng : numpy.random.Generator
+            Draws the devices of each round and the local minibatches.
+
+        Returns
+        -------
+        numpy.ndarray, shape (d + 1, C)
+            The global model's weights (the last row is the bias).
+
+        See Also
+        --------
+        FedAvg.run : The untilted server.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from tiltlab.reproduce.federated import TermFL
+        >>> from tiltlab.datasets import synthetic_federated
+        >>> data = synthetic_federated(n_devices=5, seed=0)
+        >>> TermFL(t=1.0, clients=3, local_steps=5).run(data, 2, np.random.default_rng(0)).shape
+        (61, 10)
+        """
         self._log_z: float | None = None
         return super().run(data, rounds, rng)
 
@@ -195,17 +359,60 @@ class AFL:
 
     Parameters
     ----------
-    lr : float
+    lr : float, default 0.1
         Step size of the model.
-    lr_lambda : float
+    lr_lambda : float, default 0.01
         Step size of the mixture weights.
+
+    See Also
+    --------
+    FedAvg, QFFL, TermFL : The sampled-device servers.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tiltlab.reproduce.federated import AFL
+    >>> from tiltlab.datasets import synthetic_federated
+    >>> data = synthetic_federated(n_devices=5, seed=0)
+    >>> AFL(lr=0.1, lr_lambda=0.01).run(data, 3, np.random.default_rng(0)).shape
+    (61, 10)
     """
 
     lr: float = 0.1
     lr_lambda: float = 0.01
 
     def run(self, data, rounds: int, rng: np.random.Generator) -> np.ndarray:
-        """Train for ``rounds`` rounds from zero; returns the average of the iterates."""
+        """Train for ``rounds`` rounds from zero; returns the average of the iterates.
+
+        Parameters
+        ----------
+        data : tiltlab.datasets.FederatedData
+            The devices' training data.
+        rounds : int
+            Number of rounds; every device computes its full gradient in each.
+        rng : numpy.random.Generator
+            Unused (the method is deterministic); accepted for the common interface.
+
+        Returns
+        -------
+        numpy.ndarray, shape (d + 1, C)
+            The average of the model iterates (the last row is the bias).
+
+        See Also
+        --------
+        FedAvg.run : The sampled-device server.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from tiltlab.reproduce.federated import AFL
+        >>> from tiltlab.datasets import synthetic_federated
+        >>> data = synthetic_federated(n_devices=5, seed=0)
+        >>> W1 = AFL().run(data, 2, np.random.default_rng(0))
+        >>> W2 = AFL().run(data, 2, np.random.default_rng(1))
+        >>> bool(np.array_equal(W1, W2))  # deterministic
+        True
+        """
         del rng  # deterministic: full device gradients
         dev = _Devices.of(data)
         K = len(dev.Z)

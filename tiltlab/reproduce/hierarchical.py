@@ -57,7 +57,9 @@ PAPER_HIERARCHICAL: dict[tuple[str, str, str], tuple[float, float]] = {
     for j, metric in enumerate(("accuracy_rare", "accuracy_overall"))
 }
 
+#: Annotators of the annotator variant.
 N_ANNOTATORS = 10
+#: How many of them label the noisy rows.
 N_SPAMMERS = 3
 
 
@@ -66,6 +68,24 @@ def annotators(noisy: np.ndarray, n_annotators: int = N_ANNOTATORS, n_spammers: 
 
     Rows are dealt out in turn (row ``i`` of the noisy rows goes to spammer ``i mod
     n_spammers``); without noisy rows every annotator is reliable and gets ``1/n`` of them.
+
+    Parameters
+    ----------
+    noisy : array_like of bool, shape (n,)
+        Which rows have a corrupted label.
+    n_annotators : int, default 10
+        Number of annotators.
+    n_spammers : int, default 3
+        How many of them (the first ones) label the noisy rows.
+
+    Returns
+    -------
+    numpy.ndarray of int64, shape (n,)
+        The annotator of each row, in ``0 .. n_annotators - 1``.
+
+    See Also
+    --------
+    :func:`~tiltlab.reproduce.hierarchical` : The experiment that groups rows this way.
 
     Examples
     --------
@@ -101,7 +121,7 @@ def hierarchical(
     quick : bool, default False
         Accepted for a uniform interface (the full grid takes seconds per seed).
     scenarios : sequence of str, optional
-        A subset of :data:`SCENARIOS` (default all four).
+        A subset of :data:`~tiltlab.reproduce.hierarchical.SCENARIOS` (default all four).
     progress : bool, default False
         Show a progress bar.
 
@@ -109,6 +129,11 @@ def hierarchical(
     -------
     Reproduction
         Test ``accuracy_rare`` and ``accuracy_overall`` per method and scenario.
+
+    See Also
+    --------
+    tiltlab.reproduce.run : Runs an experiment by its command name.
+    :func:`~tiltlab.reproduce.hiv1_fairness` : Class-level TERM on the same data.
 
     Examples
     --------

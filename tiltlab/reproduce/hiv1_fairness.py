@@ -102,7 +102,51 @@ def fit_logistic(
     ``groups``/``tilts`` are passed to :class:`~tiltlab.TiltedObjective` unchanged (for
     class-level TERM: ``groups=y_train, tilts=(t, 0)``); the validation objective uses
     ``groups_val`` (default ``y_val`` when ``groups`` is ``y_train``-shaped labels of the
-    classes) and the same tilts. Returns the coefficients as a NumPy array.
+    classes) and the same tilts.
+
+    Parameters
+    ----------
+    X_train, y_train : array_like
+        Training features ``(n, d)`` and labels 0/1 ``(n,)``.
+    X_val, y_val : array_like
+        Validation features and labels, for early stopping.
+    groups : array_like, optional
+        Group labels of the training rows (None: plain, untilted logistic regression).
+    tilts : float or tuple of float, optional
+        The tilts, as in :class:`~tiltlab.TiltedObjective`.
+    groups_val : array_like, optional
+        Group labels of the validation rows; required with `groups`.
+    patience : int, default 20
+        Iterations without a better validation loss before stopping.
+    max_iter : int, default 2000
+        Maximum number of L-BFGS iterations.
+
+    Returns
+    -------
+    numpy.ndarray, shape (d,)
+        The coefficients.
+
+    Raises
+    ------
+    ValueError
+        If `groups` is given without `groups_val`.
+
+    See Also
+    --------
+    class_accuracies : The accuracies of the fitted coefficients.
+    :func:`~tiltlab.reproduce.hiv1_fairness` : The experiment that uses this fit.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tiltlab.reproduce.hiv1_fairness import class_accuracies, fit_logistic
+    >>> rng = np.random.default_rng(0)
+    >>> X = np.column_stack([rng.standard_normal(80), np.ones(80)])
+    >>> y = (X[:, 0] + 0.5 * rng.standard_normal(80) > 1.0).astype(float)
+    >>> w = fit_logistic(X[:60], y[:60], X[60:], y[60:], groups=y[:60], tilts=(1.0, 0.0),
+    ...                  groups_val=y[60:])
+    >>> w.shape, bool(w[0] > 0)
+    ((2,), True)
     """
     from ..objective import TiltedObjective
     from ..solvers import minimize
@@ -131,6 +175,27 @@ def class_accuracies(X, y, w, threshold: float = 0.5) -> dict[str, float]:
     A sample is predicted rare when its probability ``sigmoid(x w)`` is at least
     ``threshold``.
 
+    Parameters
+    ----------
+    X : array_like, shape (n, d)
+        Features.
+    y : array_like, shape (n,)
+        Labels 0 (common) and 1 (rare).
+    w : array_like, shape (d,)
+        Logistic-regression coefficients.
+    threshold : float, default 0.5
+        Probability at and above which a sample is predicted rare.
+
+    Returns
+    -------
+    dict
+        ``accuracy_rare``, ``accuracy_common`` and ``accuracy_overall`` (NaN for a class
+        with no samples).
+
+    See Also
+    --------
+    fit_logistic : Fits the coefficients.
+
     Examples
     --------
     >>> import numpy as np
@@ -156,6 +221,30 @@ def matching_threshold(p_rare: np.ndarray, target: float) -> float:
 
     ``p_rare`` are the predicted probabilities of the rare-class samples; accuracy at a
     threshold ``c`` is the fraction with ``p >= c``. Never above 0.5 (ERM's own threshold).
+
+    Parameters
+    ----------
+    p_rare : array_like, shape (n_rare,)
+        Predicted probabilities of the rare class, on the rare-class samples.
+    target : float
+        The rare-class accuracy to reach, in ``[0, 1]``.
+
+    Returns
+    -------
+    float
+        The threshold, at most 0.5.
+
+    See Also
+    --------
+    class_accuracies : The accuracies at a given threshold.
+
+    Examples
+    --------
+    >>> from tiltlab.reproduce.hiv1_fairness import matching_threshold
+    >>> matching_threshold([0.9, 0.4, 0.3, 0.1], 0.5)  # two of four at p >= 0.4
+    0.4
+    >>> matching_threshold([0.9, 0.8], 0.5)  # already met at 0.5
+    0.5
     """
     p = np.sort(np.asarray(p_rare, dtype=np.float64))[::-1]
     k = int(np.ceil(target * p.size - 1e-9))
@@ -231,6 +320,11 @@ def hiv1_fairness(
         Rows for ``accuracy_rare``, ``accuracy_common``, ``accuracy_overall`` on the
         ``train`` and ``test`` splits, the ``threshold`` (``val``) of ERM+ and
         RobustRegRisk+, and RobustRegRisk's chosen ``rho_over_n`` (``val``).
+
+    See Also
+    --------
+    tiltlab.reproduce.run : Runs an experiment by its command name.
+    :func:`~tiltlab.reproduce.hierarchical` : Hierarchical TERM on the same data.
 
     Examples
     --------

@@ -35,10 +35,15 @@ from ._common import Reproduction, format_grid, make_row, progress_bar, seed_lis
 
 __all__ = ["GCE_QS", "METHODS", "NOISE", "PAPER_LABEL_NOISE", "label_noise"]
 
+#: Shares of the training labels replaced by uniform noise.
 NOISE = (0.2, 0.4, 0.8)
+#: The methods compared, in the table's row order.
 METHODS = ("ERM", "GCE", "SCE", "FocalLoss", "TERM", "Genie ERM")
+#: The exponents ``q`` tried for the generalized cross-entropy.
 GCE_QS = (0.4, 0.8, 1.0)
+#: Training epochs of the full run.
 EPOCHS = 80
+#: Training epochs with ``quick=True``.
 EPOCHS_QUICK = 40
 
 #: The paper's CIFAR-10 table (Inception): (method, setting) -> (mean, se) test accuracy.
@@ -103,12 +108,13 @@ def label_noise(
         Show a progress bar.
     noise : sequence of float, default (0.2, 0.4, 0.8)
         Shares of training (and validation) labels replaced at random.
-    methods : sequence of str, default all of :data:`METHODS`
+    methods : sequence of str, default all of :data:`~tiltlab.reproduce.label_noise.METHODS`
+        The methods to train and compare.
     model : {"mlp", "cnn"}, default "mlp"
     device : str, default "cpu"
         ``"cuda"`` to train on a GPU.
     data_dir : str, optional
-        A folder with the CIFAR-10 python batches (:func:`tiltlab.datasets.cifar.load_cifar10`);
+        A folder with the CIFAR-10 python batches (:func:`tiltlab.datasets.load_cifar10`);
         default: the handwritten digits shipped with scikit-learn.
     epochs : int, optional
         Override the number of epochs.
@@ -118,6 +124,12 @@ def label_noise(
     Reproduction
         Rows ``(method, "noise=p", "accuracy", "test")``, the paper's CIFAR-10 numbers
         beside where it has them.
+
+    See Also
+    --------
+    tiltlab.reproduce.run : Runs an experiment by its command name.
+    :func:`~tiltlab.reproduce.noisy_annotators` : Deep learning with unreliable annotators.
+    :func:`~tiltlab.reproduce.class_imbalance` : Deep learning with a rare class.
 
     Examples
     --------

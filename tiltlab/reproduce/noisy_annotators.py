@@ -37,10 +37,15 @@ __all__ = [
     "noisy_annotators",
 ]
 
+#: Number of annotators.
 N_ANNOTATORS = 100
+#: Shares of the annotators that are spammers, one setting each.
 SPAMMER_SHARES = (0.8, 0.5, 0.2)
+#: The methods compared, in the table's row order.
 METHODS = ("ERM", "TERM", "Genie ERM")
+#: Training epochs of the full run.
 EPOCHS = 40
+#: Training epochs with ``quick=True``.
 EPOCHS_QUICK = 25
 
 #: The paper reports TERM's accuracy in this setting (CIFAR-10, ResNet-20, 80 spammers).
@@ -56,10 +61,27 @@ def annotate(
     classes (so it is right ``1 / n_classes`` of the time), a reliable annotator's label is
     the true one.
 
+    Parameters
+    ----------
+    y : numpy.ndarray of int, shape (n,)
+        The true labels.
+    n_annotators : int
+        Number of annotators.
+    n_spammers : int
+        Number of spammers among them (the first ones).
+    n_classes : int
+        Number of classes.
+    rng : numpy.random.Generator
+        The random generator.
+
     Returns
     -------
     labels, annotator, spammer_row
         The given labels, the annotator of each row and whether it is a spammer's.
+
+    See Also
+    --------
+    :func:`~tiltlab.reproduce.noisy_annotators` : The experiment that uses them.
 
     Examples
     --------
@@ -102,12 +124,15 @@ def noisy_annotators(
         Show a progress bar.
     spammer_shares : sequence of float, default (0.8, 0.5, 0.2)
         Shares of the annotators who label at random (the paper's setting is 0.8).
-    methods : sequence of str, default all of :data:`METHODS`
+    methods : sequence of str, default all of :data:`~tiltlab.reproduce.noisy_annotators.METHODS`
+        The methods to train and compare.
     n_annotators : int, default 100
+        Number of annotators; each row is labelled by one drawn at random.
     t : float, default -2
         TERM's annotator-level tilt.
     model : {"mlp", "cnn"}, default "mlp"
     device : str, default "cpu"
+        ``"cuda"`` to train on a GPU.
     epochs : int, optional
         Override the number of epochs.
 
@@ -115,6 +140,12 @@ def noisy_annotators(
     -------
     Reproduction
         Rows ``(method, "spammers=s%", "accuracy", "test")``.
+
+    See Also
+    --------
+    tiltlab.reproduce.run : Runs an experiment by its command name.
+    :func:`~tiltlab.reproduce.label_noise` : Deep learning with noisy labels.
+    :func:`~tiltlab.reproduce.class_imbalance` : Deep learning with a rare class.
 
     Examples
     --------

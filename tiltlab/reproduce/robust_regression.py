@@ -59,6 +59,7 @@ PAPER_TABLE1: dict[tuple[str, float], tuple[float, float]] = {
     ("Genie ERM", 0.8): (1.04, 0.03),
 }
 
+#: The methods of the robust-regression table, in its row order.
 ROBUST_METHODS = ("ERM", "L1", "Huber", "STIR", "CRR", "TERM", "Genie ERM")
 
 #: CRR's corruption budget k per noise level, as in the paper's appendix.
@@ -76,7 +77,41 @@ def fit_term_regression(
 ):
     """TERM for squared-loss linear regression with validation early stopping.
 
-    Returns the :class:`~tiltlab.OptimizeResult`; its ``x`` is the coefficient vector.
+    Parameters
+    ----------
+    data : tiltlab.datasets.DatasetSplit
+        The split to fit: trained on ``X_train, y_train``, stopped early on the tilted
+        loss of ``X_val, y_val``.
+    t : float, default -2.0
+        The tilt (negative: robust to outlying targets).
+    method : str, default "lbfgs"
+        The solver, as in :func:`tiltlab.minimize`.
+    patience : int, default 30
+        Iterations without a better validation loss before stopping.
+    max_iter : int, default 2000
+        Maximum number of iterations.
+    **options
+        Further options of :func:`tiltlab.minimize`.
+
+    Returns
+    -------
+    tiltlab.OptimizeResult
+        The fit; its ``x`` is the coefficient vector.
+
+    See Also
+    --------
+    :func:`~tiltlab.reproduce.robust_regression` : The table this fit is one row of.
+    tiltlab.baselines.fit_least_squares : The ERM row.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tiltlab.datasets import load_abalone
+    >>> from tiltlab.reproduce import fit_term_regression
+    >>> data = load_abalone(noise=0.2, seed=0)
+    >>> res = fit_term_regression(data, max_iter=50)
+    >>> res.x.shape == (data.n_features,)
+    True
     """
     from ..objective import TiltedObjective
     from ..solvers import minimize
@@ -161,6 +196,17 @@ def robust_regression(
         (standard error over seeds), ``seconds`` (mean fit time), ``test_rmse`` (per seed),
         ``paper_mean, paper_se``.
 
+    Raises
+    ------
+    ValueError
+        If a `noise` level is outside ``[0, 1)``, a method is unknown, or `seeds` or
+        `jobs` is invalid.
+
+    See Also
+    --------
+    robust_regression_report : The same as a :class:`~tiltlab.reproduce.Reproduction`.
+    fit_term_regression : The TERM row's fit.
+
     Examples
     --------
     >>> from tiltlab.reproduce import robust_regression
@@ -222,7 +268,35 @@ def robust_regression(
 
 
 def format_robust_table(rows: list[dict]) -> str:
-    """The table as text: ours ``mean (se)`` beside the paper's, one column per noise."""
+    """The table as text: ours ``mean (se)`` beside the paper's, one column per noise.
+
+    Parameters
+    ----------
+    rows : list of dict
+        The rows returned by :func:`robust_regression`.
+
+    Returns
+    -------
+    str
+        One line per method: test RMSE ``mean (se)`` and the paper's for every noise
+        level, and the mean seconds per fit.
+
+    See Also
+    --------
+    :func:`~tiltlab.reproduce.robust_regression` : Computes the rows.
+    robust_regression_report : The same table inside a
+        :class:`~tiltlab.reproduce.Reproduction`.
+
+    Examples
+    --------
+    >>> from tiltlab.reproduce import format_robust_table
+    >>> row = {"method": "ERM", "noise": 0.2, "test_rmse_mean": 2.5, "test_rmse_se": 0.1,
+    ...        "seconds": 0.01, "paper_mean": 2.3, "paper_se": 0.05}
+    >>> print(format_robust_table([row]))  # doctest: +NORMALIZE_WHITESPACE
+    method     | 20% noise: tiltlab        paper | s/fit
+    -------------------------------------------------------
+    ERM        |           2.50 (0.10)  2.30 (0.05) | 0.01
+    """
     noises = sorted({r["noise"] for r in rows})
     methods = [m for m in ROBUST_METHODS if any(r["method"] == m for r in rows)]
     by = {(r["method"], r["noise"]): r for r in rows}
@@ -285,6 +359,36 @@ def robust_regression_report(
     Rows have ``metric="test_rmse"``, ``split="test"`` and ``setting`` naming the noise
     (``"noise=0.2"``); ``quick`` is accepted for a uniform interface (one seed of the full
     table takes a few seconds); ``jobs`` as in :func:`robust_regression`.
+
+    Parameters
+    ----------
+    seeds : int or sequence of int, default 5
+        Number of seeds or the seeds themselves.
+    noise : iterable of float, default (0.2, 0.4, 0.8)
+        Fractions of corrupted training and validation targets.
+    methods : iterable of str
+        Any of :data:`~tiltlab.reproduce.ROBUST_METHODS`.
+    quick : bool, default False
+        Ignored (the full table is already quick).
+    progress : bool, default False
+        Show a progress bar.
+    jobs : int or None, default 1
+        Worker processes (``None``: one per CPU).
+
+    Returns
+    -------
+    Reproduction
+        The schema rows, the text table (:func:`format_robust_table`) and notes.
+
+    Raises
+    ------
+    ValueError
+        If a `noise` level is outside ``[0, 1)`` or a method is unknown.
+
+    See Also
+    --------
+    :func:`~tiltlab.reproduce.robust_regression` : The rows in their own format.
+    tiltlab.reproduce.run : Runs it by its command name, ``"robust-regression"``.
 
     Examples
     --------

@@ -37,7 +37,9 @@ from ._common import (
 
 __all__ = ["TOY_TILTS", "TOY_TILTS_QUICK", "toys"]
 
+#: The tilts of the full run.
 TOY_TILTS = (-10.0, -5.0, -2.0, -1.0, -0.5, -0.2, -0.1, 0.0, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
+#: The tilts with ``quick=True``.
 TOY_TILTS_QUICK = (-2.0, 0.0, 2.0)
 _TOYS = ("point-estimation", "linear-regression", "logistic-regression")
 
@@ -102,6 +104,11 @@ def toys(
     Reproduction
         Rows per toy (``setting = "<toy>, t=<t>"``), with the loss statistics and the
         toy's own metric; ``curves`` holds the solutions for the figures.
+
+    See Also
+    --------
+    tiltlab.reproduce.run : Runs an experiment by its command name.
+    :func:`~tiltlab.reproduce.convergence` : Convergence with the tilt.
 
     Examples
     --------
