@@ -233,8 +233,18 @@ def uniform_label_noise(
 # --------------------------------------------------------------------------- models
 
 
-def make_model(kind: str, n_features: int, n_classes: int, image_shape: tuple[int, ...]) -> Any:
+def make_model(
+    kind: str,
+    n_features: int,
+    n_classes: int,
+    image_shape: tuple[int, ...],
+    *,
+    seed: int | None = None,
+) -> Any:
     """A small network: ``"mlp"`` (one hidden layer of 128) or ``"cnn"`` (two conv layers).
+
+    The parameters are float32 and, with ``seed``, initialised from that seed alone
+    (whatever PyTorch's default dtype and global generator are at the call).
 
     Parameters
     ----------
@@ -246,6 +256,8 @@ def make_model(kind: str, n_features: int, n_classes: int, image_shape: tuple[in
         Number of outputs (logits).
     image_shape : tuple of int
         ``(channels, height, width)``: the convolutional model reshapes its input to it.
+    seed : int, optional
+        Seed of the initialisation (default: PyTorch's global generator).
 
     Returns
     -------
@@ -268,7 +280,20 @@ def make_model(kind: str, n_features: int, n_classes: int, image_shape: tuple[in
     64
     """
     torch = _torch()
-    nn = torch.nn
+    if kind not in ("mlp", "cnn"):
+        raise ValueError(f"`model` must be 'mlp' or 'cnn', got {kind!r}")
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float32)
+    try:
+        with torch.random.fork_rng(devices=[], enabled=seed is not None):
+            if seed is not None:
+                torch.manual_seed(seed)
+            return _build(torch.nn, kind, n_features, n_classes, image_shape)
+    finally:
+        torch.set_default_dtype(default)
+
+
+def _build(nn: Any, kind: str, n_features: int, n_classes: int, image_shape: tuple) -> Any:
     if kind == "mlp":
         return nn.Sequential(nn.Linear(n_features, 128), nn.ReLU(), nn.Linear(128, n_classes))
     if kind == "cnn":
@@ -563,12 +588,12 @@ def train(
 def _train(torch, model, X, y, objective, *, epochs, seed, batch_size, lr, groups, device,
            extra_parameters):  # fmt: skip
     torch.manual_seed(seed)
-    model = model.to(device)
+    Xt = torch.as_tensor(X, device=device)
+    model = model.to(device=device, dtype=Xt.dtype)
     if hasattr(objective, "to"):
         objective.to(device)
     params = list(model.parameters()) + list(extra_parameters)
     opt = torch.optim.Adam(params, lr=lr)
-    Xt = torch.as_tensor(X, device=device)
     yt = torch.as_tensor(y, device=device)
     gt = None if groups is None else torch.as_tensor(groups, device=device)
     gen = torch.Generator().manual_seed(seed)

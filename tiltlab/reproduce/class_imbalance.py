@@ -151,7 +151,9 @@ def class_imbalance(
                 else:
                     obj = TiltedLoss(ce, tilts=(t, 0.0), n_groups=2)
                     groups = split.y_train
-                net = _deep.make_model(model, split.X_train.shape[1], 2, split.image_shape)
+                net = _deep.make_model(
+                    model, split.X_train.shape[1], 2, split.image_shape, seed=seed
+                )
                 net = _deep.train(
                     net, split.X_train, split.y_train, obj, epochs=n_epochs, seed=seed,
                     groups=groups, device=device,

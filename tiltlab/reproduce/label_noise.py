@@ -78,7 +78,7 @@ def _data(seed: int, data_dir: str | None) -> _deep.Split:
 def _fit(split, y_train, objective, *, model, epochs, seed, device, rows=None, extra=()):
     X = split.X_train if rows is None else split.X_train[rows]
     y = y_train if rows is None else y_train[rows]
-    net = _deep.make_model(model, X.shape[1], split.n_classes, split.image_shape)
+    net = _deep.make_model(model, X.shape[1], split.n_classes, split.image_shape, seed=seed)
     return _deep.train(
         net, X, y, objective, epochs=epochs, seed=seed, device=device, extra_parameters=extra
     )

@@ -194,7 +194,9 @@ def noisy_annotators(
                     obj = _deep.mean_of(ce)
                     if m == "Genie ERM":
                         X, y = X[~bad], y[~bad]
-                net = _deep.make_model(model, X.shape[1], split.n_classes, split.image_shape)
+                net = _deep.make_model(
+                    model, X.shape[1], split.n_classes, split.image_shape, seed=seed
+                )
                 net = _deep.train(
                     net, X, y, obj, epochs=n_epochs, seed=seed, groups=groups, device=device
                 )
