@@ -23,7 +23,7 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
 from .._compat import to_numpy
-from ._base import FitData, Problem, TiltSpec, check_real, take_rows
+from ._base import FitData, check_real, subset_data
 from ._classifier import TiltedClassifier
 from ._regressor import TiltedRegressor
 
@@ -51,24 +51,6 @@ def _continuation_order(ts: np.ndarray) -> list[int]:
     pos = sorted((i for i in range(ts.size) if ts[i] >= 0), key=lambda i: ts[i])
     neg = sorted((i for i in range(ts.size) if ts[i] < 0), key=lambda i: -ts[i])
     return pos + neg
-
-
-def _subset(data: FitData, rows: np.ndarray) -> FitData:
-    xp = data.xp
-    spec = data.spec
-    if spec.groups is not None:
-        spec = TiltSpec(tilts=spec.tilts, groups=[g[rows] for g in spec.groups])
-    return FitData(
-        X=take_rows(data.X, rows, xp),
-        xp=xp,
-        sample_weight=None
-        if data.sample_weight is None
-        else take_rows(data.sample_weight, rows, xp),
-        intercept=data.intercept,
-        spec=spec,
-        problems=[Problem(p.loss, take_rows(p.y, rows, xp)) for p in data.problems],
-        stratify=None if data.stratify is None else data.stratify[rows],
-    )
 
 
 class _TiltCV:
@@ -174,8 +156,8 @@ class _TiltCV:
         scores = np.full((len(splits), ts.size), np.nan)
         n_iter = np.zeros((len(splits), ts.size), dtype=np.int64)
         for k, (tr, te) in enumerate(splits):
-            fold = _subset(data, np.asarray(tr))
-            held = _subset(data, np.asarray(te))
+            fold = subset_data(data, np.asarray(tr))
+            held = subset_data(data, np.asarray(te))
             path: dict[int, list] = {}
             for j, thetas, nit in self._path(est, fold, ts, seed):
                 n_iter[k, j] = nit

@@ -15,6 +15,7 @@ from ._base import (
     as_float_X,
     check_real,
     check_sample_weight,
+    drop_zero_weight_rows,
     is_numpy,
     namespace,
     split_theta,
@@ -74,9 +75,11 @@ class TiltedRegressor(RegressorMixin, TiltedLinearBase):
         A :func:`tiltlab.minimize` method.
     tol : float, default 1e-6
         Relative gradient tolerance: stop when ``||grad|| <= tol * ||grad at 0||`` (the
-        gradient at zero coefficients, also for warm starts). For float32 data at least
-        3.5e-3 (ten times the square root of float32's epsilon): a float32 objective cannot
-        resolve the decrease a smaller gradient promises.
+        gradient at zero coefficients; for warm starts the larger of that and the gradient
+        at the start). A tolerance finer than the data's floating-point type can resolve
+        ends with the solver's status ``PRECISION`` ("converged to working precision", a
+        success, no warning). Half-precision data (float16) are fitted in float32, as
+        scikit-learn does.
     max_iter : int, default 1000
         Iteration budget of the solver.
     early_stopping : bool, default False
@@ -188,7 +191,7 @@ class TiltedRegressor(RegressorMixin, TiltedLinearBase):
         sw = check_sample_weight(sample_weight, n, X, xp)
         if y.dtype != X.dtype:
             y = xp.astype(y, X.dtype)
-        return FitData(
+        data = FitData(
             X=self._augment(X, xp),
             xp=xp,
             sample_weight=sw,
@@ -196,6 +199,7 @@ class TiltedRegressor(RegressorMixin, TiltedLinearBase):
             spec=spec,
             problems=[Problem(loss, y)],
         )
+        return drop_zero_weight_rows(data)
 
     def _validate_Xy(self, X: Any, y: Any) -> tuple[Any, Any]:
         X, y = validate_data(self, X, y, dtype="numeric", y_numeric=True, multi_output=False)
