@@ -29,6 +29,9 @@ from ._objective import make_objective
 
 SOLVERS = ("lbfgs", "newton", "agd", "gd", "stochastic")
 
+#: ``early_stopping="auto"`` holds out a validation split from this many training rows up
+AUTO_EARLY_STOPPING_ROWS = 1000
+
 
 # ------------------------------------------------------------------------ small helpers
 
@@ -253,6 +256,12 @@ class TiltSpec:
             return TiltSpec(t=t)
         return TiltSpec(tilts=(t,) + tuple(self.tilts[1:]), groups=self.groups)
 
+    def tilt_kwargs(self) -> dict[str, Any]:
+        """The tilt alone, as ``with_tilt`` takes it."""
+        if self.tilts is None:
+            return {"t": self.t}
+        return {"tilts": self.tilts}
+
     def objective_kwargs(self, idx: np.ndarray | None = None) -> dict[str, Any]:
         if self.tilts is None:
             return {"t": self.t}
@@ -341,7 +350,10 @@ class TiltedLinearBase(BaseEstimator):
             or self.max_iter < 1
         ):
             raise ValueError(f"`max_iter` must be a positive integer, got {self.max_iter!r}")
-        if self.early_stopping:
+        es = self.early_stopping
+        if not (isinstance(es, (bool, np.bool_)) or (isinstance(es, str) and es == "auto")):
+            raise ValueError(f"`early_stopping` must be True, False or 'auto', got {es!r}")
+        if es is not False:
             vf = check_real(self.validation_fraction, "validation_fraction")
             if not 0 < vf < 1:
                 raise ValueError(
@@ -437,6 +449,12 @@ class TiltedLinearBase(BaseEstimator):
             tr, va = next(splitter.split(dummy))
         return np.sort(tr), np.sort(va)
 
+    def _early_stopping_on(self, n: int) -> bool:
+        """``early_stopping="auto"``: on from ``AUTO_EARLY_STOPPING_ROWS`` rows up."""
+        if isinstance(self.early_stopping, str):
+            return n >= AUTO_EARLY_STOPPING_ROWS
+        return bool(self.early_stopping)
+
     def _objective(self, data: FitData, problem: Problem, spec: TiltSpec, rows=None) -> Any:
         xp = data.xp
         X, y, sw = data.X, problem.y, data.sample_weight
@@ -488,20 +506,47 @@ class TiltedLinearBase(BaseEstimator):
             **opts,
         )
 
-    def _solve_all(self, data: FitData, spec: TiltSpec, theta0s: list | None, seed: int):
-        """Solve every problem; returns (thetas, results)."""
-        split = self._split(data, seed) if self.early_stopping else None
+    def _solve_all(
+        self,
+        data: FitData,
+        spec: TiltSpec,
+        theta0s: list | None,
+        seed: int,
+        cache: dict | None = None,
+    ):
+        """Solve every problem; returns (thetas, results).
+
+        ``cache`` (a dict the caller keeps between calls on the same ``data``, as along a
+        tilt path) holds the objectives built on the first call; later calls only change
+        their tilt, instead of copying the training and validation rows again.
+        """
+        split = None
+        if self._early_stopping_on(data.n):
+            split = cache.get("split") if cache is not None else None
+            if split is None:
+                split = self._split(data, seed)
         thetas, results = [], []
         for k, prob in enumerate(data.problems):
-            rows = None if split is None else split[0]
-            obj = self._objective(data, prob, spec, rows)
-            val = None if split is None else self._validation_objective(data, prob, spec, split[1])
+            if cache is not None and k in cache:
+                obj, val = (
+                    None if o is None else o.with_tilt(**spec.tilt_kwargs()) for o in cache[k]
+                )
+            else:
+                rows = None if split is None else split[0]
+                obj = self._objective(data, prob, spec, rows)
+                val = None
+                if split is not None:
+                    val = self._validation_objective(data, prob, spec, split[1])
+                if cache is not None:
+                    cache[k] = (obj, val)
             theta0 = None if theta0s is None else theta0s[k]
             if theta0 is not None and tuple(theta0.shape) != tuple(obj.zeros().shape):
                 theta0 = None  # e.g. a warm-start refit that sees another number of classes
             res = self._minimize(obj, theta0, val, seed)
             thetas.append(res.x)
             results.append(res)
+        if cache is not None:
+            cache["split"] = split
         return thetas, results
 
     def _tilted_weights(self, data: FitData, spec: TiltSpec, thetas: list) -> Any:

@@ -26,6 +26,11 @@ from .._compat import to_numpy
 from ._base import FitData, check_real, subset_data
 from ._classifier import TiltedClassifier
 from ._regressor import TiltedRegressor
+from ._scores import (
+    contaminated_fit,
+    contaminated_log_likelihood,
+    gaussian_logpdf_of_targets,
+)
 
 __all__ = ["TiltedRegressorCV", "TiltedClassifierCV", "DEFAULT_TS"]
 
@@ -33,7 +38,11 @@ __all__ = ["TiltedRegressorCV", "TiltedClassifierCV", "DEFAULT_TS"]
 DEFAULT_TS = np.concatenate([-np.logspace(1, -1, 5), [0.0], np.logspace(-1, 1, 5)])
 
 ROBUST_SCORES = ("median", "trimmed", "mean", "worst_group")
-REGRESSION_SCORES = ROBUST_SCORES + ("clean",)
+REGRESSION_SCORES = ROBUST_SCORES + ("adaptive", "likelihood", "clean")
+
+#: ``scoring="adaptive"``: below this estimated share of corrupted held-out rows the tilts
+#: are scored by their plain mean held-out loss
+CLEAN_CONTAMINATION = 0.1
 
 
 def _check_ts(ts: Any) -> np.ndarray:
@@ -155,25 +164,41 @@ class _TiltCV:
             splits = list(cv.split(np.zeros((n, 1)), y_np, g_split))
         scores = np.full((len(splits), ts.size), np.nan)
         n_iter = np.zeros((len(splits), ts.size), dtype=np.int64)
+        anchor = None
+        adaptive: list[tuple[np.ndarray, np.ndarray, float]] = []
         for k, (tr, te) in enumerate(splits):
             fold = subset_data(data, np.asarray(tr))
             held = subset_data(data, np.asarray(te))
             path: dict[int, list] = {}
-            for j, thetas, nit in self._path(est, fold, ts, seed):
+            for j, thetas, nit in self._path(est, fold, ts, seed, anchor):
                 n_iter[k, j] = nit
                 path[j] = thetas
+            # the next fold's t = 0 solve starts at this fold's: the folds share most rows
+            # (not with early stopping: there the start is part of the regularisation)
+            if 0.0 in ts and not est._early_stopping_on(fold.n):
+                anchor = path[int(np.argmin(np.abs(ts)))]
             if scorer is not None:
                 for j in range(ts.size):
                     scores[k, j] = self._score(est, held, path[j], scorer)
+            elif scoring == "adaptive":
+                adaptive.append(self._adaptive_fold(held, [path[j] for j in range(ts.size)]))
             else:
                 scores[k] = self._builtin_scores_fold(
                     held, [path[j] for j in range(ts.size)], scoring
                 )
+        self.contamination_ = None
+        if adaptive:
+            # the estimated share of corrupted held-out rows decides what "good" means: the
+            # plain held-out loss when the data look clean, else the loss on the rows the
+            # contaminated model believes clean
+            self.contamination_ = float(np.mean([a[2] for a in adaptive]))
+            use = 0 if self.contamination_ >= CLEAN_CONTAMINATION else 1
+            scores = np.array([a[use] for a in adaptive])
         mean = scores.mean(axis=0)
         std = scores.std(axis=0)
         if not np.any(np.isfinite(mean)):
             raise ValueError("every tilt of the grid scored NaN; check `scoring` and the data")
-        best = self._select(ts, mean, std, len(splits))
+        best = self._select(ts, scores)
         rank = np.empty(ts.size, dtype=np.int64)
         order = np.argsort(-np.where(np.isfinite(mean), mean, -np.inf), kind="stable")
         rank[order] = np.arange(1, ts.size + 1)
@@ -200,9 +225,15 @@ class _TiltCV:
                 setattr(self, name, getattr(final, name))
         return self
 
-    def _path(self, est: Any, fold: FitData, ts: np.ndarray, seed: int):
-        """Yield (index, thetas, iterations) along the warm-started continuation path."""
-        anchor_thetas, anchor_res = est._solve_all(fold, fold.spec.with_outer(0.0), None, seed)
+    def _path(self, est: Any, fold: FitData, ts: np.ndarray, seed: int, start: Any = None):
+        """Yield (index, thetas, iterations) along the warm-started continuation path.
+
+        ``start``: the t = 0 solution of another fold, where this fold's t = 0 solve starts.
+        """
+        cache: dict = {}
+        anchor_thetas, anchor_res = est._solve_all(
+            fold, fold.spec.with_outer(0.0), start, seed, cache
+        )
         anchor_nit = max(r.nit for r in anchor_res)
         prev_sign = None
         thetas = anchor_thetas
@@ -215,7 +246,7 @@ class _TiltCV:
                 yield i, anchor_thetas, anchor_nit
                 continue
             spec = fold.spec.with_outer(float(ts[i]))
-            thetas, res = est._solve_all(fold, spec, thetas, seed)
+            thetas, res = est._solve_all(fold, spec, thetas, seed, cache)
             yield i, thetas, max(r.nit for r in res)
 
     # -------------------------------------------------------------------- scores
@@ -229,17 +260,28 @@ class _TiltCV:
             total = ell if total is None else total + ell
         return np.asarray(to_numpy(total), dtype=np.float64)
 
-    def _select(self, ts: np.ndarray, mean: np.ndarray, std: np.ndarray, n_splits: int) -> int:
+    def _select(self, ts: np.ndarray, scores: np.ndarray) -> int:
         """Index of the chosen tilt: the best mean score, or with ``select="one_se"`` the
-        tilt nearest 0 whose mean score is within one standard error of the best."""
+        tilt nearest 0 whose mean score is within one standard error of the best.
+
+        The standard error is that of the *paired* per-fold score difference to the best
+        tilt: every tilt is scored on the same held-out rows, so the fold-to-fold spread
+        of the scores themselves (which mostly measures how hard each fold is) would let
+        tilts the folds consistently rank worse pass as indistinguishable.
+        """
         if self.select not in ("best", "one_se"):
             raise ValueError(f"`select` must be 'best' or 'one_se', got {self.select!r}")
+        mean = scores.mean(axis=0)
         finite = np.where(np.isfinite(mean), mean, -np.inf)
         top = int(np.argmax(finite))
         slack = 1e-12 * max(1.0, abs(finite[top]))
-        if self.select == "one_se":
-            slack += float(std[top]) / np.sqrt(max(n_splits, 1))
-        cand = np.flatnonzero(finite >= finite[top] - slack)
+        gap = finite[top] - finite
+        if self.select == "one_se" and scores.shape[0] > 1:
+            diff = scores[:, [top]] - scores
+            with np.errstate(invalid="ignore"):
+                se = np.std(diff, axis=0, ddof=1) / np.sqrt(scores.shape[0])
+            slack = slack + np.where(np.isfinite(se), se, 0.0)
+        cand = np.flatnonzero(gap <= slack)
         return int(cand[np.argmin(np.abs(ts[cand]))])
 
     def _score(self, est, held, thetas, scorer) -> float:
@@ -396,7 +438,7 @@ class TiltedRegressorCV(_TiltCV, TiltedRegressor):
         solver: str = "lbfgs",
         tol: float = 1e-6,
         max_iter: int = 1000,
-        early_stopping: bool = False,
+        early_stopping: Any = "auto",
         validation_fraction: float = 0.1,
         n_iter_no_change: int = 10,
         random_state: Any = None,
@@ -424,12 +466,23 @@ class TiltedRegressorCV(_TiltCV, TiltedRegressor):
         self.solver_options = solver_options
 
     def _default_scoring(self, n_levels: int) -> str:
-        return "worst_group" if n_levels else "clean"
+        return "worst_group" if n_levels else "adaptive"
 
     def _held_out_targets(self, est, held):
         return held.problems[0].y
 
     def _builtin_scores_fold(self, held: FitData, path: list, scoring: str) -> np.ndarray:
+        if scoring == "likelihood":
+            y = np.asarray(to_numpy(held.problems[0].y), dtype=np.float64)
+            g = gaussian_logpdf_of_targets(y)
+            return np.array(
+                [
+                    contaminated_log_likelihood(
+                        y - np.asarray(to_numpy(held.X @ th[0]), dtype=np.float64), g
+                    )
+                    for th in path
+                ]
+            )
         if scoring != "clean":
             return super()._builtin_scores_fold(held, path, scoring)
         # one set of held-out rows for every tilt: those the robust reference (the tilt with
@@ -444,6 +497,27 @@ class TiltedRegressorCV(_TiltCV, TiltedRegressor):
         if not keep.any():
             keep[:] = True
         return np.array([-float(e[keep].mean()) for e in losses])
+
+    def _adaptive_fold(self, held: FitData, path: list) -> tuple[np.ndarray, np.ndarray, float]:
+        """Scores of one fold for ``scoring="adaptive"``.
+
+        Returns minus the held-out loss weighted by the rows' probability of being clean
+        (under the contaminated model fitted to the residuals of the tilt with the best
+        held-out likelihood), minus the plain mean held-out loss, and the estimated share
+        of corrupted rows.
+        """
+        y = np.asarray(to_numpy(held.problems[0].y), dtype=np.float64)
+        g = gaussian_logpdf_of_targets(y)
+        fits = [
+            contaminated_fit(y - np.asarray(to_numpy(held.X @ th[0]), dtype=np.float64), g)
+            for th in path
+        ]
+        clean = fits[int(np.argmax([f[0] for f in fits]))][1]
+        losses = [self._held_out_losses(held, th) for th in path]
+        total = max(float(clean.sum()), np.finfo(np.float64).tiny)
+        robust = np.array([-float(np.sum(clean * e)) / total for e in losses])
+        plain = np.array([-float(e.mean()) for e in losses])
+        return robust, plain, 1.0 - float(clean.mean())
 
     def _builtin_score(self, held: FitData, thetas: list, scoring: str) -> float:
         ell = self._held_out_losses(held, thetas)
