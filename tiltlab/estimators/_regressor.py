@@ -82,12 +82,14 @@ class TiltedRegressor(RegressorMixin, TiltedLinearBase):
         scikit-learn does.
     max_iter : int, default 1000
         Iteration budget of the solver.
-    early_stopping : bool, default False
+    early_stopping : bool or "auto", default False
         Hold out ``validation_fraction`` of the training rows, evaluate the tilted objective
         (same tilt, no penalty) on them after every iteration and return the best iterate,
         stopping after ``n_iter_no_change`` iterations without improvement: the validation
         protocol of the TERM paper's robust-regression experiments. The held-out rows may be
         as noisy as the training rows; the tilt makes their objective robust.
+        ``"auto"``: on when the data have 1,000 rows or more (the default of
+        :class:`TiltedRegressorCV`).
     validation_fraction : float, default 0.1
     n_iter_no_change : int, default 10
     warm_start : bool, default False
