@@ -283,6 +283,7 @@ class FitData:
     #: rows of the data passed to fit that these rows are (None: all of them, in order)
     rows: np.ndarray | None = None
     n_all: int | None = None
+    stratify_all: np.ndarray | None = None
 
     @property
     def n(self) -> int:
@@ -324,7 +325,7 @@ def drop_zero_weight_rows(data: FitData) -> FitData:
         return data
     rows = np.flatnonzero(positive)
     out = subset_data(data, rows)
-    out.rows, out.n_all = rows, data.n
+    out.rows, out.n_all, out.stratify_all = rows, data.n, data.stratify
     return out
 
 

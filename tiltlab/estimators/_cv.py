@@ -147,8 +147,10 @@ class _TiltCV:
         scorer = None
         if not (isinstance(scoring, str) and scoring in self._builtin_scores):
             scorer = check_scoring(est, scoring=scoring)
-        n = data.n
-        y_np = data.stratify if data.stratify is not None else None
+        # folds are drawn over every row passed to fit (as the splitter and the groups
+        # see them), then the rows dropped for their zero weight leave each fold
+        n = data.n if data.rows is None else int(data.n_all)
+        y_np = data.stratify if data.rows is None else data.stratify_all
         seed = est._seed()
         cv = self.cv
         if cv is None or (isinstance(cv, numbers.Integral) and not isinstance(cv, bool)):
@@ -162,6 +164,10 @@ class _TiltCV:
         with warnings.catch_warnings():  # non-group splitters warn that they ignore groups
             warnings.filterwarnings("ignore", message="The groups parameter is ignored")
             splits = list(cv.split(np.zeros((n, 1)), y_np, g_split))
+        if data.rows is not None:
+            where = np.full(n, -1, dtype=np.int64)
+            where[data.rows] = np.arange(data.n)
+            splits = [(where[tr][where[tr] >= 0], where[te][where[te] >= 0]) for tr, te in splits]
         scores = np.full((len(splits), ts.size), np.nan)
         n_iter = np.zeros((len(splits), ts.size), dtype=np.int64)
         anchor = None
