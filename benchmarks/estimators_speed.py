@@ -1,4 +1,9 @@
-"""TiltedClassifier at t = 0 against scikit-learn's LogisticRegression(solver="lbfgs").
+"""TiltedClassifier / TiltedRegressor at t = 0 against scikit-learn (and glum, if installed).
+
+Classification: ``LogisticRegression`` with ``solver="lbfgs"`` and ``"newton-cholesky"``,
+and glum's ``GeneralizedLinearRegressor(family="binomial", l1_ratio=0)`` when glum is
+installed (``pip install glum``; skipped otherwise). Regression (``--regression``):
+``TiltedRegressor(alpha=a)`` against ``Ridge(alpha=a * N / 2)`` (a direct solver).
 
 Problem: N x d Gaussian features (default 100,000 x 50, float64), labels drawn from a
 logistic model, binary logistic loss with an unpenalised intercept and the ridge term
@@ -59,6 +64,12 @@ def main(argv=None):
 
     from tiltlab.estimators import TiltedClassifier
 
+    try:
+        import glum
+    except ImportError:  # optional comparison
+        glum = None
+        print("glum not installed: skipped (pip install glum)")
+
     rng = np.random.default_rng(args.seed)
     X = rng.standard_normal((args.n, args.d))
     w_true = rng.standard_normal(args.d) / np.sqrt(args.d) * 2.0
@@ -84,7 +95,14 @@ def main(argv=None):
                 "LogisticRegression": lambda tol=tol: LogisticRegression(
                     C=C, solver="lbfgs", tol=tol, max_iter=10_000
                 ),
+                "LR(newton-cholesky)": lambda tol=tol: LogisticRegression(
+                    C=C, solver="newton-cholesky", tol=tol, max_iter=10_000
+                ),
             }
+            if glum is not None:  # same objective: mean log-loss + alpha/2 ||w||^2
+                ests["glum"] = lambda tol=tol: glum.GeneralizedLinearRegressor(
+                    family="binomial", alpha=args.alpha, l1_ratio=0.0, gradient_tol=tol
+                )
             times: dict[str, list[float]] = {k: [] for k in ests}
             fitted: dict[str, object] = {}
             for r in range(args.repeat):
@@ -108,11 +126,42 @@ def main(argv=None):
                     f"{tol:>8.0e} {name:<22} {med[name]:>9.3f} {runs:>28} {nit:>5} "
                     f"{f:>14.10f} {np.linalg.norm(g):>9.2e}"
                 )
-            print(
-                f"{'':>8} ratio TiltedClassifier / LogisticRegression = "
-                f"{med['TiltedClassifier'] / med['LogisticRegression']:.2f}"
-            )
+            for other in list(ests)[1:]:
+                print(
+                    f"{'':>8} ratio TiltedClassifier / {other} = "
+                    f"{med['TiltedClassifier'] / med[other]:.2f}"
+                )
+        regression(args, X, rng)
     print(f"load average at the end: {os.getloadavg()}")
+
+
+def regression(args, X, rng):
+    """TiltedRegressor(t=0) against Ridge on the same features, interleaved medians."""
+    from sklearn.linear_model import Ridge
+
+    from tiltlab.estimators import TiltedRegressor
+
+    y = X @ rng.standard_normal(X.shape[1]) + rng.standard_normal(X.shape[0])
+    n = X.shape[0]
+    ests = {
+        "TiltedRegressor": lambda: TiltedRegressor(alpha=args.alpha, tol=1e-6, max_iter=10_000),
+        "Ridge": lambda: Ridge(alpha=args.alpha * n / 2),
+    }
+    times: dict[str, list[float]] = {k: [] for k in ests}
+    coefs = {}
+    for r in range(args.repeat):
+        for name in list(ests) if r % 2 == 0 else list(ests)[::-1]:
+            est = ests[name]()
+            t0 = time.perf_counter()
+            est.fit(X, y)
+            times[name].append(time.perf_counter() - t0)
+            coefs[name] = np.asarray(est.coef_)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    diff = np.max(np.abs(coefs["TiltedRegressor"] - coefs["Ridge"]))
+    print(
+        f"regression: TiltedRegressor {med['TiltedRegressor']:.3f} s, Ridge {med['Ridge']:.3f} s,"
+        f" ratio {med['TiltedRegressor'] / med['Ridge']:.2f}, max |coef difference| {diff:.1e}"
+    )
 
 
 if __name__ == "__main__":

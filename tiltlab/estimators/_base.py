@@ -29,6 +29,9 @@ from ._objective import make_objective
 
 SOLVERS = ("lbfgs", "newton", "agd", "gd", "stochastic")
 
+#: ``early_stopping="auto"`` holds out a validation split from this many training rows up
+AUTO_EARLY_STOPPING_ROWS = 1000
+
 
 # ------------------------------------------------------------------------ small helpers
 
@@ -55,8 +58,17 @@ def add_intercept_column(X: Any, xp: Any) -> Any:
 
 
 def as_float_X(X: Any, xp: Any) -> Any:
+    """``X`` in a floating type the solvers can work in.
+
+    Integers and booleans become the namespace's default float; half precision (float16,
+    bfloat16) becomes float32, as scikit-learn fits float16 data: a 10-bit mantissa cannot
+    resolve the decrease a gradient step promises, so a half-precision fit would stop far
+    from the solution.
+    """
     if not xp.isdtype(X.dtype, "real floating"):
-        X = xp.astype(X, xp.float64 if is_numpy(xp) else _default_float(xp, X))
+        return xp.astype(X, xp.float64 if is_numpy(xp) else _default_float(xp, X))
+    if xp.finfo(X.dtype).bits < 32:
+        return xp.astype(X, xp.float32)
     return X
 
 
@@ -88,6 +100,53 @@ def check_tilts(tilts: Any) -> tuple[float, ...]:
             f"(t_group, t_sample); got {tuple(tilts)!r}"
         )
     return tuple(check_real(v, f"tilts[{k}]") for k, v in enumerate(tilts))
+
+
+#: minimize() arguments the estimators set themselves, and the parameter that sets each
+RESERVED_SOLVER_OPTIONS = {
+    "objective": None,
+    "theta0": "warm_start",
+    "method": "solver",
+    "tol": "tol",
+    "atol": "tol",
+    "max_iter": "max_iter",
+    "validation": "early_stopping",
+    "patience": "n_iter_no_change",
+    "seed": "random_state",
+}
+
+
+def check_solver_options(options: Any) -> dict[str, Any]:
+    """``solver_options`` as a dict; no argument the estimator sets, sane budgets."""
+    if options is None:
+        return {}
+    if not isinstance(options, dict):
+        raise TypeError(
+            f"`solver_options` must be a dict of options for tiltlab.minimize, got "
+            f"{type(options).__name__}"
+        )
+    for key, value in options.items():
+        if not isinstance(key, str):
+            raise TypeError(f"`solver_options` keys must be strings, got {key!r}")
+        if key in RESERVED_SOLVER_OPTIONS:
+            owner = RESERVED_SOLVER_OPTIONS[key]
+            use = f"; use the estimator's `{owner}` parameter" if owner else ""
+            raise ValueError(
+                f"`solver_options` must not contain {key!r}: the estimator sets it{use}"
+            )
+        if key == "batch_size" and (
+            isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1
+        ):
+            raise ValueError(
+                f"`solver_options['batch_size']` must be a positive integer, got {value!r}"
+            )
+        if key == "max_passes":
+            v = check_real(value, "solver_options['max_passes']")
+            if v <= 0:
+                raise ValueError(
+                    f"`solver_options['max_passes']` must be positive, got {value!r}"
+                )
+    return dict(options)
 
 
 def check_sample_weight(sample_weight: Any, n: int, X: Any, xp: Any) -> Any:
@@ -139,8 +198,9 @@ def check_groups(groups: Any, n: int) -> list[np.ndarray]:
     for c in cols:
         if c.dtype.kind == "f" and not np.all(np.isfinite(c)):
             raise ValueError("`groups` must not contain NaN or infinite labels")
-        _, codes = np.unique(c, return_inverse=True)
-        out.append(codes.reshape(-1).astype(np.int64))
+        if c.dtype.kind == "O":
+            _check_object_labels(c)
+        out.append(_codes(c))
     if len(out) > 1:  # nest inner levels inside outer ones: (outer, inner) pairs
         nested = [out[0]]
         for c in out[1:]:
@@ -149,6 +209,26 @@ def check_groups(groups: Any, n: int) -> list[np.ndarray]:
             nested.append(codes.reshape(-1).astype(np.int64))
         out = nested
     return out
+
+
+def _check_object_labels(c: np.ndarray) -> None:
+    """Object-dtype labels must be one comparable kind: numbers or strings, no None."""
+    if any(v is None for v in c):
+        raise ValueError("`groups` must not contain None labels")
+    kinds = {"number" if isinstance(v, numbers.Number) else type(v).__name__ for v in c}
+    if len(kinds) > 1:
+        raise TypeError(
+            f"`groups` labels must be all numbers or all of one type (they are sorted), got "
+            f"a mix of {sorted(kinds)}"
+        )
+
+
+def _codes(labels: np.ndarray) -> np.ndarray:
+    try:
+        _, codes = np.unique(labels, return_inverse=True)
+    except TypeError as exc:
+        raise TypeError(f"`groups` labels must be sortable ({exc})") from None
+    return codes.reshape(-1).astype(np.int64)
 
 
 # ---------------------------------------------------------------------- the fitted problem
@@ -176,6 +256,12 @@ class TiltSpec:
             return TiltSpec(t=t)
         return TiltSpec(tilts=(t,) + tuple(self.tilts[1:]), groups=self.groups)
 
+    def tilt_kwargs(self) -> dict[str, Any]:
+        """The tilt alone, as ``with_tilt`` takes it."""
+        if self.tilts is None:
+            return {"t": self.t}
+        return {"tilts": self.tilts}
+
     def objective_kwargs(self, idx: np.ndarray | None = None) -> dict[str, Any]:
         if self.tilts is None:
             return {"t": self.t}
@@ -194,10 +280,53 @@ class FitData:
     spec: TiltSpec
     problems: list[Problem] = field(default_factory=list)
     stratify: np.ndarray | None = None
+    #: rows of the data passed to fit that these rows are (None: all of them, in order)
+    rows: np.ndarray | None = None
+    n_all: int | None = None
+    stratify_all: np.ndarray | None = None
 
     @property
     def n(self) -> int:
         return int(self.X.shape[0])
+
+
+def subset_data(data: FitData, rows: np.ndarray) -> FitData:
+    """The rows ``rows`` (host indices) of ``data``; group codes re-numbered densely."""
+    xp = data.xp
+    spec = data.spec
+    if spec.groups is not None:
+        groups = [np.unique(g[rows], return_inverse=True)[1].reshape(-1) for g in spec.groups]
+        spec = TiltSpec(tilts=spec.tilts, groups=[g.astype(np.int64) for g in groups])
+    return FitData(
+        X=take_rows(data.X, rows, xp),
+        xp=xp,
+        sample_weight=None
+        if data.sample_weight is None
+        else take_rows(data.sample_weight, rows, xp),
+        intercept=data.intercept,
+        spec=spec,
+        problems=[Problem(p.loss, take_rows(p.y, rows, xp)) for p in data.problems],
+        stratify=None if data.stratify is None else data.stratify[rows],
+    )
+
+
+def drop_zero_weight_rows(data: FitData) -> FitData:
+    """Rows with zero ``sample_weight`` removed, as if they had not been passed.
+
+    scikit-learn's convention: a zero weight means the row is absent. Without this, a
+    group (or class, with ``groups="class"``) whose rows all weigh zero would be an empty
+    group of the hierarchical risk. The fitted ``tilted_weights_`` still cover every row
+    passed to fit (zero for the dropped ones).
+    """
+    if data.sample_weight is None:
+        return data
+    positive = np.asarray(to_numpy(data.sample_weight)) > 0
+    if positive.all():
+        return data
+    rows = np.flatnonzero(positive)
+    out = subset_data(data, rows)
+    out.rows, out.n_all, out.stratify_all = rows, data.n, data.stratify
+    return out
 
 
 class TiltedLinearBase(BaseEstimator):
@@ -222,7 +351,10 @@ class TiltedLinearBase(BaseEstimator):
             or self.max_iter < 1
         ):
             raise ValueError(f"`max_iter` must be a positive integer, got {self.max_iter!r}")
-        if self.early_stopping:
+        es = self.early_stopping
+        if not (isinstance(es, (bool, np.bool_)) or (isinstance(es, str) and es == "auto")):
+            raise ValueError(f"`early_stopping` must be True, False or 'auto', got {es!r}")
+        if es is not False:
             vf = check_real(self.validation_fraction, "validation_fraction")
             if not 0 < vf < 1:
                 raise ValueError(
@@ -233,8 +365,7 @@ class TiltedLinearBase(BaseEstimator):
                 raise ValueError(
                     f"`n_iter_no_change` must be a positive integer, got {self.n_iter_no_change!r}"
                 )
-        if self.solver_options is not None and not isinstance(self.solver_options, dict):
-            raise TypeError("`solver_options` must be a dict of options for tiltlab.minimize")
+        check_solver_options(self.solver_options)
 
     def _tilt_spec(self, groups: Any, n: int, class_codes: np.ndarray | None) -> TiltSpec:
         """Check ``t``, ``tilts`` and the groups together; clear errors at fit."""
@@ -319,6 +450,12 @@ class TiltedLinearBase(BaseEstimator):
             tr, va = next(splitter.split(dummy))
         return np.sort(tr), np.sort(va)
 
+    def _early_stopping_on(self, n: int) -> bool:
+        """``early_stopping="auto"``: on from ``AUTO_EARLY_STOPPING_ROWS`` rows up."""
+        if isinstance(self.early_stopping, str):
+            return n >= AUTO_EARLY_STOPPING_ROWS
+        return bool(self.early_stopping)
+
     def _objective(self, data: FitData, problem: Problem, spec: TiltSpec, rows=None) -> Any:
         xp = data.xp
         X, y, sw = data.X, problem.y, data.sample_weight
@@ -350,45 +487,67 @@ class TiltedLinearBase(BaseEstimator):
     def _minimize(self, obj: Any, theta0: Any, val: Any, seed: int) -> Any:
         from ..solvers import minimize
 
-        opts = dict(self.solver_options or {})
+        opts = check_solver_options(self.solver_options)
         kw: dict[str, Any] = {}
         if val is not None:
             kw = {"validation": val, "patience": int(self.n_iter_no_change)}
         if self.solver == "stochastic":
             kw["seed"] = seed
-        # the tolerance is relative to the gradient at zero, not at the start, so that warm
-        # starts (refits, tilt paths) stop where a cold start would
-        # (and in single precision never below 10 sqrt(eps) = 3.5e-3: a float32 objective
-        # cannot resolve the decrease a smaller gradient promises, the line search stalls)
-        eps = float(obj.xp.finfo(obj.dtype).eps)
-        rtol = max(float(self.tol), 10 * np.sqrt(eps)) if eps > 1e-10 else float(self.tol)
-        if theta0 is None:
-            tol, atol = rtol, 0.0
-        else:
-            g0 = float(to_numpy(obj.xp.linalg.vector_norm(obj.gradient(obj.zeros()))))
-            tol, atol = 0.0, rtol * g0
+        # `tol` is relative to the larger gradient norm at zero and at the start (minimize's
+        # fixed scale), so a warm start stops where a cold start would. A tolerance below
+        # what the dtype can resolve ends with status PRECISION (converged to working
+        # precision), a success: the user's tol is passed as given.
         return minimize(
             obj,
             theta0,
             method=self.solver,
-            tol=tol,
-            atol=atol,
+            tol=float(self.tol),
             max_iter=int(self.max_iter),
             **kw,
             **opts,
         )
 
-    def _solve_all(self, data: FitData, spec: TiltSpec, theta0s: list | None, seed: int):
-        """Solve every problem; returns (thetas, results)."""
-        split = self._split(data, seed) if self.early_stopping else None
+    def _solve_all(
+        self,
+        data: FitData,
+        spec: TiltSpec,
+        theta0s: list | None,
+        seed: int,
+        cache: dict | None = None,
+    ):
+        """Solve every problem; returns (thetas, results).
+
+        ``cache`` (a dict the caller keeps between calls on the same ``data``, as along a
+        tilt path) holds the objectives built on the first call; later calls only change
+        their tilt, instead of copying the training and validation rows again.
+        """
+        split = None
+        if self._early_stopping_on(data.n):
+            split = cache.get("split") if cache is not None else None
+            if split is None:
+                split = self._split(data, seed)
         thetas, results = [], []
         for k, prob in enumerate(data.problems):
-            rows = None if split is None else split[0]
-            obj = self._objective(data, prob, spec, rows)
-            val = None if split is None else self._validation_objective(data, prob, spec, split[1])
-            res = self._minimize(obj, None if theta0s is None else theta0s[k], val, seed)
+            if cache is not None and k in cache:
+                obj, val = (
+                    None if o is None else o.with_tilt(**spec.tilt_kwargs()) for o in cache[k]
+                )
+            else:
+                rows = None if split is None else split[0]
+                obj = self._objective(data, prob, spec, rows)
+                val = None
+                if split is not None:
+                    val = self._validation_objective(data, prob, spec, split[1])
+                if cache is not None:
+                    cache[k] = (obj, val)
+            theta0 = None if theta0s is None else theta0s[k]
+            if theta0 is not None and tuple(theta0.shape) != tuple(obj.zeros().shape):
+                theta0 = None  # e.g. a warm-start refit that sees another number of classes
+            res = self._minimize(obj, theta0, val, seed)
             thetas.append(res.x)
             results.append(res)
+        if cache is not None:
+            cache["split"] = split
         return thetas, results
 
     def _tilted_weights(self, data: FitData, spec: TiltSpec, thetas: list) -> Any:
@@ -401,14 +560,25 @@ class TiltedLinearBase(BaseEstimator):
             else:
                 w = data.sample_weight / xp.sum(data.sample_weight)
             k = len(data.problems)
-            return w if k == 1 else xp.stack([w] * k, axis=1)
+            return self._all_rows(data, w if k == 1 else xp.stack([w] * k, axis=1))
         cols = []
         for prob, th in zip(data.problems, thetas, strict=True):
             obj = make_objective(
                 prob.loss, data.X, prob.y, weights=data.sample_weight, **spec.objective_kwargs()
             )
             cols.append(obj.weights(th))
-        return cols[0] if len(cols) == 1 else xp.stack(cols, axis=1)
+        return self._all_rows(data, cols[0] if len(cols) == 1 else xp.stack(cols, axis=1))
+
+    @staticmethod
+    def _all_rows(data: FitData, w: Any) -> Any:
+        """Weights of the fitted rows spread over all rows passed to fit (0 elsewhere)."""
+        if data.rows is None:
+            return w
+        xp = data.xp
+        zero = xp.zeros((1,) + tuple(w.shape[1:]), dtype=w.dtype, device=device(w))
+        where = np.full(int(data.n_all), data.n, dtype=np.int64)
+        where[data.rows] = np.arange(data.n)
+        return take_rows(xp.concat([w, zero], axis=0), where, xp)
 
     def _warn_convergence(self, results: list, problems: list) -> None:
         # the gradient test cannot be met at the kinks of non-smooth losses (absolute,

@@ -18,6 +18,7 @@ from ._base import (
     TiltedLinearBase,
     as_float_X,
     check_sample_weight,
+    drop_zero_weight_rows,
     is_numpy,
     namespace,
     split_theta,
@@ -187,15 +188,24 @@ class TiltedClassifier(ClassifierMixin, TiltedLinearBase):
             problems = [
                 Problem(get_loss(self.loss), xp.astype(codes == j, xp.int64)) for j in range(k)
             ]
-        return FitData(
-            X=self._augment(X, xp),
-            xp=xp,
-            sample_weight=sw,
-            intercept=bool(self.fit_intercept),
-            spec=spec,
-            problems=problems,
-            stratify=codes_np,
+        data = drop_zero_weight_rows(
+            FitData(
+                X=self._augment(X, xp),
+                xp=xp,
+                sample_weight=sw,
+                intercept=bool(self.fit_intercept),
+                spec=spec,
+                problems=problems,
+                stratify=codes_np,
+            )
         )
+        if data.rows is not None and np.unique(data.stratify).size < 2:
+            only = to_numpy(classes)[int(data.stratify[0])]
+            raise ValueError(
+                "`sample_weight` is zero for every sample but those of one class "
+                f"({only!r}): a classifier needs at least two classes with positive weight"
+            )
+        return data
 
     def fit(self, X: Any, y: Any, sample_weight: Any = None, groups: Any = None):
         """Fit the tilted linear classifier.

@@ -23,9 +23,14 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
 from .._compat import to_numpy
-from ._base import FitData, Problem, TiltSpec, check_real, take_rows
+from ._base import FitData, check_real, subset_data
 from ._classifier import TiltedClassifier
 from ._regressor import TiltedRegressor
+from ._scores import (
+    contaminated_fit,
+    contaminated_log_likelihood,
+    gaussian_logpdf_of_targets,
+)
 
 __all__ = ["TiltedRegressorCV", "TiltedClassifierCV", "DEFAULT_TS"]
 
@@ -33,7 +38,11 @@ __all__ = ["TiltedRegressorCV", "TiltedClassifierCV", "DEFAULT_TS"]
 DEFAULT_TS = np.concatenate([-np.logspace(1, -1, 5), [0.0], np.logspace(-1, 1, 5)])
 
 ROBUST_SCORES = ("median", "trimmed", "mean", "worst_group")
-REGRESSION_SCORES = ROBUST_SCORES + ("clean",)
+REGRESSION_SCORES = ROBUST_SCORES + ("adaptive", "likelihood", "clean")
+
+#: ``scoring="adaptive"``: below this estimated share of corrupted held-out rows the tilts
+#: are scored by their plain mean held-out loss
+CLEAN_CONTAMINATION = 0.1
 
 
 def _check_ts(ts: Any) -> np.ndarray:
@@ -51,24 +60,6 @@ def _continuation_order(ts: np.ndarray) -> list[int]:
     pos = sorted((i for i in range(ts.size) if ts[i] >= 0), key=lambda i: ts[i])
     neg = sorted((i for i in range(ts.size) if ts[i] < 0), key=lambda i: -ts[i])
     return pos + neg
-
-
-def _subset(data: FitData, rows: np.ndarray) -> FitData:
-    xp = data.xp
-    spec = data.spec
-    if spec.groups is not None:
-        spec = TiltSpec(tilts=spec.tilts, groups=[g[rows] for g in spec.groups])
-    return FitData(
-        X=take_rows(data.X, rows, xp),
-        xp=xp,
-        sample_weight=None
-        if data.sample_weight is None
-        else take_rows(data.sample_weight, rows, xp),
-        intercept=data.intercept,
-        spec=spec,
-        problems=[Problem(p.loss, take_rows(p.y, rows, xp)) for p in data.problems],
-        stratify=None if data.stratify is None else data.stratify[rows],
-    )
 
 
 class _TiltCV:
@@ -156,8 +147,10 @@ class _TiltCV:
         scorer = None
         if not (isinstance(scoring, str) and scoring in self._builtin_scores):
             scorer = check_scoring(est, scoring=scoring)
-        n = data.n
-        y_np = data.stratify if data.stratify is not None else None
+        # folds are drawn over every row passed to fit (as the splitter and the groups
+        # see them), then the rows dropped for their zero weight leave each fold
+        n = data.n if data.rows is None else int(data.n_all)
+        y_np = data.stratify if data.rows is None else data.stratify_all
         seed = est._seed()
         cv = self.cv
         if cv is None or (isinstance(cv, numbers.Integral) and not isinstance(cv, bool)):
@@ -171,27 +164,47 @@ class _TiltCV:
         with warnings.catch_warnings():  # non-group splitters warn that they ignore groups
             warnings.filterwarnings("ignore", message="The groups parameter is ignored")
             splits = list(cv.split(np.zeros((n, 1)), y_np, g_split))
+        if data.rows is not None:
+            where = np.full(n, -1, dtype=np.int64)
+            where[data.rows] = np.arange(data.n)
+            splits = [(where[tr][where[tr] >= 0], where[te][where[te] >= 0]) for tr, te in splits]
         scores = np.full((len(splits), ts.size), np.nan)
         n_iter = np.zeros((len(splits), ts.size), dtype=np.int64)
+        anchor = None
+        adaptive: list[tuple[np.ndarray, np.ndarray, float]] = []
         for k, (tr, te) in enumerate(splits):
-            fold = _subset(data, np.asarray(tr))
-            held = _subset(data, np.asarray(te))
+            fold = subset_data(data, np.asarray(tr))
+            held = subset_data(data, np.asarray(te))
             path: dict[int, list] = {}
-            for j, thetas, nit in self._path(est, fold, ts, seed):
+            for j, thetas, nit in self._path(est, fold, ts, seed, anchor):
                 n_iter[k, j] = nit
                 path[j] = thetas
+            # the next fold's t = 0 solve starts at this fold's: the folds share most rows
+            # (not with early stopping: there the start is part of the regularisation)
+            if 0.0 in ts and not est._early_stopping_on(fold.n):
+                anchor = path[int(np.argmin(np.abs(ts)))]
             if scorer is not None:
                 for j in range(ts.size):
                     scores[k, j] = self._score(est, held, path[j], scorer)
+            elif scoring == "adaptive":
+                adaptive.append(self._adaptive_fold(held, [path[j] for j in range(ts.size)]))
             else:
                 scores[k] = self._builtin_scores_fold(
                     held, [path[j] for j in range(ts.size)], scoring
                 )
+        self.contamination_ = None
+        if adaptive:
+            # the estimated share of corrupted held-out rows decides what "good" means: the
+            # plain held-out loss when the data look clean, else the loss on the rows the
+            # contaminated model believes clean
+            self.contamination_ = float(np.mean([a[2] for a in adaptive]))
+            use = 0 if self.contamination_ >= CLEAN_CONTAMINATION else 1
+            scores = np.array([a[use] for a in adaptive])
         mean = scores.mean(axis=0)
         std = scores.std(axis=0)
         if not np.any(np.isfinite(mean)):
             raise ValueError("every tilt of the grid scored NaN; check `scoring` and the data")
-        best = self._select(ts, mean, std, len(splits))
+        best = self._select(ts, scores)
         rank = np.empty(ts.size, dtype=np.int64)
         order = np.argsort(-np.where(np.isfinite(mean), mean, -np.inf), kind="stable")
         rank[order] = np.arange(1, ts.size + 1)
@@ -218,9 +231,15 @@ class _TiltCV:
                 setattr(self, name, getattr(final, name))
         return self
 
-    def _path(self, est: Any, fold: FitData, ts: np.ndarray, seed: int):
-        """Yield (index, thetas, iterations) along the warm-started continuation path."""
-        anchor_thetas, anchor_res = est._solve_all(fold, fold.spec.with_outer(0.0), None, seed)
+    def _path(self, est: Any, fold: FitData, ts: np.ndarray, seed: int, start: Any = None):
+        """Yield (index, thetas, iterations) along the warm-started continuation path.
+
+        ``start``: the t = 0 solution of another fold, where this fold's t = 0 solve starts.
+        """
+        cache: dict = {}
+        anchor_thetas, anchor_res = est._solve_all(
+            fold, fold.spec.with_outer(0.0), start, seed, cache
+        )
         anchor_nit = max(r.nit for r in anchor_res)
         prev_sign = None
         thetas = anchor_thetas
@@ -233,7 +252,7 @@ class _TiltCV:
                 yield i, anchor_thetas, anchor_nit
                 continue
             spec = fold.spec.with_outer(float(ts[i]))
-            thetas, res = est._solve_all(fold, spec, thetas, seed)
+            thetas, res = est._solve_all(fold, spec, thetas, seed, cache)
             yield i, thetas, max(r.nit for r in res)
 
     # -------------------------------------------------------------------- scores
@@ -247,17 +266,28 @@ class _TiltCV:
             total = ell if total is None else total + ell
         return np.asarray(to_numpy(total), dtype=np.float64)
 
-    def _select(self, ts: np.ndarray, mean: np.ndarray, std: np.ndarray, n_splits: int) -> int:
+    def _select(self, ts: np.ndarray, scores: np.ndarray) -> int:
         """Index of the chosen tilt: the best mean score, or with ``select="one_se"`` the
-        tilt nearest 0 whose mean score is within one standard error of the best."""
+        tilt nearest 0 whose mean score is within one standard error of the best.
+
+        The standard error is that of the *paired* per-fold score difference to the best
+        tilt: every tilt is scored on the same held-out rows, so the fold-to-fold spread
+        of the scores themselves (which mostly measures how hard each fold is) would let
+        tilts the folds consistently rank worse pass as indistinguishable.
+        """
         if self.select not in ("best", "one_se"):
             raise ValueError(f"`select` must be 'best' or 'one_se', got {self.select!r}")
+        mean = scores.mean(axis=0)
         finite = np.where(np.isfinite(mean), mean, -np.inf)
         top = int(np.argmax(finite))
         slack = 1e-12 * max(1.0, abs(finite[top]))
-        if self.select == "one_se":
-            slack += float(std[top]) / np.sqrt(max(n_splits, 1))
-        cand = np.flatnonzero(finite >= finite[top] - slack)
+        gap = finite[top] - finite
+        if self.select == "one_se" and scores.shape[0] > 1:
+            diff = scores[:, [top]] - scores
+            with np.errstate(invalid="ignore"):
+                se = np.std(diff, axis=0, ddof=1) / np.sqrt(scores.shape[0])
+            slack = slack + np.where(np.isfinite(se), se, 0.0)
+        cand = np.flatnonzero(gap <= slack)
         return int(cand[np.argmin(np.abs(ts[cand]))])
 
     def _score(self, est, held, thetas, scorer) -> float:
@@ -315,26 +345,51 @@ class TiltedRegressorCV(_TiltCV, TiltedRegressor):
     Each fold solves the grid ``ts`` as a warm-started continuation path (from ``t = 0``
     outwards) and scores every solution on its held-out rows. With ``select="one_se"``
     (default) the chosen tilt ``t_`` is the one nearest 0 whose mean score is within one
-    standard error of the best (the "one-standard-error rule": prefer the least departure
-    from ERM the data cannot tell apart from the best); ``select="best"`` takes the best.
+    standard error of the best, the standard error of the per-fold score difference to the
+    best tilt (the "one-standard-error rule": prefer the least departure from ERM the data
+    cannot tell apart from the best); ``select="best"`` takes the best.
 
-    The held-out rows are as corrupted as the training rows, so the default score is
-    robust: ``"clean"`` first flags, per fold, the held-out rows whose residual under a
-    robust reference fit (the grid's fit with the smallest median held-out loss) lies more
-    than ``outlier_threshold`` robust standard deviations (1.4826 x the median absolute
-    deviation) from the median residual, then scores every tilt by minus its mean loss on
-    the same unflagged rows. On clean data almost nothing is flagged and the score is the
-    plain held-out loss.
+    The held-out rows are as corrupted as the training rows, so the default score
+    (``"adaptive"``) first asks how corrupted they are. Per fold, it fits a contaminated
+    model to the held-out targets of every tilt's solution: a share ``1 - eps`` of the
+    targets is the prediction plus Gaussian noise, the rest follows a broad outlier
+    density (the Gaussian of the held-out targets' mean and variance), ``eps`` and the
+    noise scale fitted by EM. The tilt with the highest such likelihood gives each
+    held-out row a probability of being clean. When the estimated share of corrupted rows
+    (``contamination_``, averaged over the folds) is below 10%, every tilt is scored by its
+    plain mean held-out loss; otherwise by its held-out loss weighted by those
+    probabilities. Unlike the median or a trimmed mean of the losses, this stays right when
+    the corrupted rows are the majority: on the Drug Discovery data with 80% of the
+    targets corrupted it picks t = -0.32 to -1 (test RMSE 1.2-1.5, least squares 4.5-4.8),
+    and on clean data it scores like the plain held-out loss (see
+    ``benchmarks/estimators_tilt_selection.py``).
+
+    Defaults: with ``early_stopping="auto"`` every fit of the path and the refit hold out
+    ``validation_fraction`` of their training rows once the data have 1,000 rows or more
+    and stop on the held-out tilted objective, the protocol of the TERM paper's robust
+    regression; on the Drug Discovery data this keeps the whole search to seconds, where
+    minimising every fit to ``tol`` takes minutes and overfits the rank-deficient design.
+    (scikit-learn's ``RidgeCV`` has no such question, as it solves in closed form;
+    ``SGDRegressor``, ``MLPRegressor`` and ``HistGradientBoostingRegressor`` offer the
+    same validation early stopping, the last with the same ``"auto"`` switch on size.)
 
     Parameters
     ----------
     loss, alpha, epsilon, fit_intercept, solver, tol, max_iter, random_state, solver_options
         As in :class:`TiltedRegressor`.
-    early_stopping, validation_fraction, n_iter_no_change
-        As in :class:`TiltedRegressor`; ``early_stopping`` applies inside every fit of
-        the path (its validation split is drawn from the fold's training rows).
+    early_stopping : bool or "auto", default "auto"
+        As in :class:`TiltedRegressor`, applied inside every fit of the path (its
+        validation split is drawn from the fold's training rows) and in the refit;
+        ``"auto"``: on from 1,000 rows (see above).
+    validation_fraction, n_iter_no_change
+        As in :class:`TiltedRegressor`.
     scoring : str or callable, optional
-        Default ``"clean"`` (see above), or ``"worst_group"`` when groups are given.
+        Default ``"adaptive"`` (see above), or ``"worst_group"`` when groups are given.
+        ``"likelihood"``: the held-out log-likelihood of the contaminated model itself;
+        ``"clean"``: minus the mean loss on the held-out rows a robust reference fit (the
+        grid's fit with the smallest median held-out loss) does not flag as outliers
+        (residual beyond ``outlier_threshold`` robust standard deviations; fooled when
+        most rows are corrupted).
         ``"median"``: minus the median held-out loss (robust to up to half of the held-out
         targets being corrupted, like the training ones); ``"trimmed"``: minus the mean
         of the smallest ``1 - trim`` share of the held-out losses; ``"mean"``: minus the
@@ -368,6 +423,8 @@ class TiltedRegressorCV(_TiltCV, TiltedRegressor):
     ----------
     t_ : float
         The chosen tilt.
+    contamination_ : float or None
+        With ``scoring="adaptive"``: the estimated share of corrupted held-out rows.
     cv_results_ : dict of ndarray
         ``t``, ``split{k}_test_score``, ``mean_test_score``, ``std_test_score``,
         ``rank_test_score``, ``mean_n_iter``.
@@ -414,7 +471,7 @@ class TiltedRegressorCV(_TiltCV, TiltedRegressor):
         solver: str = "lbfgs",
         tol: float = 1e-6,
         max_iter: int = 1000,
-        early_stopping: bool = False,
+        early_stopping: Any = "auto",
         validation_fraction: float = 0.1,
         n_iter_no_change: int = 10,
         random_state: Any = None,
@@ -442,12 +499,23 @@ class TiltedRegressorCV(_TiltCV, TiltedRegressor):
         self.solver_options = solver_options
 
     def _default_scoring(self, n_levels: int) -> str:
-        return "worst_group" if n_levels else "clean"
+        return "worst_group" if n_levels else "adaptive"
 
     def _held_out_targets(self, est, held):
         return held.problems[0].y
 
     def _builtin_scores_fold(self, held: FitData, path: list, scoring: str) -> np.ndarray:
+        if scoring == "likelihood":
+            y = np.asarray(to_numpy(held.problems[0].y), dtype=np.float64)
+            g = gaussian_logpdf_of_targets(y)
+            return np.array(
+                [
+                    contaminated_log_likelihood(
+                        y - np.asarray(to_numpy(held.X @ th[0]), dtype=np.float64), g
+                    )
+                    for th in path
+                ]
+            )
         if scoring != "clean":
             return super()._builtin_scores_fold(held, path, scoring)
         # one set of held-out rows for every tilt: those the robust reference (the tilt with
@@ -462,6 +530,27 @@ class TiltedRegressorCV(_TiltCV, TiltedRegressor):
         if not keep.any():
             keep[:] = True
         return np.array([-float(e[keep].mean()) for e in losses])
+
+    def _adaptive_fold(self, held: FitData, path: list) -> tuple[np.ndarray, np.ndarray, float]:
+        """Scores of one fold for ``scoring="adaptive"``.
+
+        Returns minus the held-out loss weighted by the rows' probability of being clean
+        (under the contaminated model fitted to the residuals of the tilt with the best
+        held-out likelihood), minus the plain mean held-out loss, and the estimated share
+        of corrupted rows.
+        """
+        y = np.asarray(to_numpy(held.problems[0].y), dtype=np.float64)
+        g = gaussian_logpdf_of_targets(y)
+        fits = [
+            contaminated_fit(y - np.asarray(to_numpy(held.X @ th[0]), dtype=np.float64), g)
+            for th in path
+        ]
+        clean = fits[int(np.argmax([f[0] for f in fits]))][1]
+        losses = [self._held_out_losses(held, th) for th in path]
+        total = max(float(clean.sum()), np.finfo(np.float64).tiny)
+        robust = np.array([-float(np.sum(clean * e)) / total for e in losses])
+        plain = np.array([-float(e.mean()) for e in losses])
+        return robust, plain, 1.0 - float(clean.mean())
 
     def _builtin_score(self, held: FitData, thetas: list, scoring: str) -> float:
         ell = self._held_out_losses(held, thetas)
