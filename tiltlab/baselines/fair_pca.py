@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import scipy.linalg
@@ -100,6 +101,33 @@ def _top_projector(M: np.ndarray, r: int) -> tuple[np.ndarray, float]:
     return vecs @ vecs.T, float(np.sum(vals))
 
 
+def _check_inputs(
+    groups_data: Any, n_components: Any, rtol: float, atol: float
+) -> tuple[list[np.ndarray], int]:
+    """The groups as float64 matrices and the target rank, checked (errors name them)."""
+    if isinstance(groups_data, np.ndarray) or not isinstance(groups_data, Sequence):
+        raise TypeError("`groups_data` must be a sequence of (n_g, d) arrays, one per group")
+    if len(groups_data) == 0:
+        raise ValueError("`groups_data` must hold at least one group")
+    mats = [np.asarray(g, dtype=np.float64) for g in groups_data]
+    for i, m in enumerate(mats):
+        if m.ndim != 2 or m.shape[0] < 1 or m.shape[1] < 1:
+            raise ValueError(f"`groups_data[{i}]` must be a non-empty 2-d array, got {m.shape}")
+        if not np.all(np.isfinite(m)):
+            raise ValueError(f"`groups_data[{i}]` must be finite")
+    d = mats[0].shape[1]
+    if any(m.shape[1] != d for m in mats):
+        raise ValueError("`groups_data` arrays must all have the same number of columns")
+    if isinstance(n_components, bool) or int(n_components) != n_components:
+        raise ValueError(f"`n_components` must be an integer, got {n_components!r}")
+    r = int(n_components)
+    if not 1 <= r <= d:
+        raise ValueError(f"`n_components` must lie in [1, {d}], got {r}")
+    if not (rtol > 0 and atol >= 0):
+        raise ValueError(f"`rtol` must be positive and `atol` non-negative, got {rtol!r}, {atol!r}")
+    return mats, r
+
+
 def fair_pca_sdp(
     groups_data: Sequence[np.ndarray],
     n_components: int,
@@ -159,27 +187,7 @@ def fair_pca_sdp(
     >>> res.losses.round(6)
     array([0.75, 0.75])
     """
-    if isinstance(groups_data, np.ndarray) or not isinstance(groups_data, Sequence):
-        raise TypeError("`groups_data` must be a sequence of (n_g, d) arrays, one per group")
-    if len(groups_data) == 0:
-        raise ValueError("`groups_data` must hold at least one group")
-    mats = [np.asarray(g, dtype=np.float64) for g in groups_data]
-    for i, m in enumerate(mats):
-        if m.ndim != 2 or m.shape[0] < 1 or m.shape[1] < 1:
-            raise ValueError(f"`groups_data[{i}]` must be a non-empty 2-d array, got {m.shape}")
-        if not np.all(np.isfinite(m)):
-            raise ValueError(f"`groups_data[{i}]` must be finite")
-    d = mats[0].shape[1]
-    if any(m.shape[1] != d for m in mats):
-        raise ValueError("`groups_data` arrays must all have the same number of columns")
-    if isinstance(n_components, bool) or int(n_components) != n_components:
-        raise ValueError(f"`n_components` must be an integer, got {n_components!r}")
-    r = int(n_components)
-    if not 1 <= r <= d:
-        raise ValueError(f"`n_components` must lie in [1, {d}], got {r}")
-    if not (rtol > 0 and atol >= 0):
-        raise ValueError(f"`rtol` must be positive and `atol` non-negative, got {rtol!r}, {atol!r}")
-
+    mats, r = _check_inputs(groups_data, n_components, rtol, atol)
     G = len(mats)
     B = np.stack([m.T @ m / m.shape[0] for m in mats])  # (G, d, d)
     c = np.empty(G)

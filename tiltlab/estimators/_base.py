@@ -17,14 +17,19 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-import array_api_compat
 import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .._compat import device, to_numpy
+from .._compat import (
+    device,
+    is_array_api_obj,
+    is_numpy_namespace,
+    library_namespace,
+    to_numpy,
+)
 from ._objective import make_objective
 
 SOLVERS = ("lbfgs", "newton", "agd", "gd", "stochastic")
@@ -38,11 +43,11 @@ AUTO_EARLY_STOPPING_ROWS = 1000
 
 def namespace(X: Any) -> Any:
     """The array namespace of ``X`` (array-api-compat's wrapper)."""
-    return array_api_compat.array_namespace(X)
+    return library_namespace(X)
 
 
 def is_numpy(xp: Any) -> bool:
-    return array_api_compat.is_numpy_namespace(xp)
+    return is_numpy_namespace(xp)
 
 
 def take_rows(A: Any, idx: np.ndarray, xp: Any) -> Any:
@@ -155,7 +160,7 @@ def check_sample_weight(sample_weight: Any, n: int, X: Any, xp: Any) -> Any:
         return None
     if isinstance(sample_weight, numbers.Number):
         return xp.full((n,), float(sample_weight), dtype=X.dtype, device=device(X))
-    if not is_numpy(xp) and array_api_compat.is_array_api_obj(sample_weight):
+    if not is_numpy(xp) and is_array_api_obj(sample_weight):
         sw = xp.asarray(sample_weight, device=device(X))
         sw = xp.astype(sw, X.dtype)
     else:
@@ -604,7 +609,7 @@ class TiltedLinearBase(BaseEstimator):
         want = int(data.X.shape[1])
         if any(int(th.shape[0]) != want for th in prev):
             return None
-        if array_api_compat.array_namespace(prev[0]) is not data.xp:
+        if library_namespace(prev[0]) is not data.xp:
             return None
         return [xp_copy(th, data.xp) for th in prev]
 
