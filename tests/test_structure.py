@@ -507,3 +507,19 @@ def test_objective_class_is_thin():
     (cls,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "TiltedObjective"]
     size = cls.end_lineno - cls.lineno + 1
     assert size <= MAX_OBJECTIVE_CLASS_LINES, size
+
+
+def test_import_tiltlab_is_light():
+    # heavy and optional libraries are imported on first use, not by `import tiltlab`
+    import subprocess
+    import sys as _sys
+
+    code = (
+        "import sys, tiltlab; "
+        "print(sorted({m.split('.')[0] + ('.' + m.split('.')[1] if m.count('.') else '') "
+        "for m in sys.modules if m.split('.')[0] in "
+        "('scipy', 'torch', 'numba', 'dask', 'distributed', 'sklearn', 'matplotlib', 'cupy', "
+        "'tqdm')}))"
+    )
+    out = subprocess.run([_sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout

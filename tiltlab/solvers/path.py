@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy.stats import entropy
 
 from .._compat import to_numpy
 from ._minimize import minimize
@@ -206,6 +205,8 @@ def _path_stats(objective: Any, ts: np.ndarray, results: list[OptimizeResult]):
     run over the samples of positive weight: the distribution the objective averages.
     """
     keys = ("mean", "max", "min", "variance", "risk", "entropy", "ess")
+    from scipy.stats import entropy  # on first use: keeps `import tiltlab` light
+
     out = {k: np.empty(ts.size) for k in keys}
     for i, (t, r) in enumerate(zip(ts, results, strict=True)):
         obj = objective.with_tilt(float(t))

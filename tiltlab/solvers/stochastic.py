@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy.special import logsumexp
 
 from .._compat import to_numpy
 from ._base import Solver, make_state
@@ -35,6 +34,8 @@ __all__ = ["StochasticTERM"]
 
 
 def _log_mean_exp(v: np.ndarray) -> float:
+    from scipy.special import logsumexp  # on first use: keeps `import tiltlab` light
+
     return float(logsumexp(v) - math.log(v.size))
 
 
