@@ -165,6 +165,8 @@ class _Counting:
             self.linearize = self._linearize
 
     def __getattr__(self, name):
+        if name == "linearize":  # not delegated: this wrapper has one only when asked
+            raise AttributeError(name)
         return getattr(self._o, name)
 
     def value_and_gradient(self, theta):
