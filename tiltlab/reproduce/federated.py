@@ -179,6 +179,17 @@ class TermFL(FedAvg):
     ``t`` is the tilt across devices, ``memory`` the weight of the past in the running
     normaliser (1/2 in the authors' trainer), ``device_loss`` the tilted device loss
     (``"sum"`` or ``"mean"`` of its training losses); see the module notes.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tiltlab.datasets import synthetic_federated
+    >>> from tiltlab.reproduce.federated import FedAvg, TermFL
+    >>> data = synthetic_federated(n_devices=8, n_features=4, n_classes=3, seed=0)
+    >>> fedavg = FedAvg(clients=4).run(data, 5, np.random.default_rng(0))
+    >>> flat = TermFL(clients=4, t=0.0, device_loss="sum").run(data, 5, np.random.default_rng(0))
+    >>> bool(np.allclose(flat, fedavg))  # t = 0 is FedAvg
+    True
     """
 
     t: float = 0.1
