@@ -2,11 +2,12 @@
 
 One process plays the server and every device (host NumPy, float64). The model is
 ``softmax(x W + b)`` with the cross-entropy loss; a device's loss is its mean training
-loss. Each server has the interface ``run(data, rounds, rng) -> parameters``:
+loss (TERM may tilt the summed one). Each server has the interface
+``run(data, rounds, rng) -> parameters``:
 
 * :class:`FedAvg` (McMahan et al., 2017): each round samples ``clients`` devices without
-  replacement (uniformly, or with probability proportional to their training sizes with
-  ``sampling="size"``), runs
+  replacement (uniformly, or with ``sampling="size"`` proportionally to their training
+  sizes), runs
   ``local_steps`` minibatch SGD steps on each from the global model, and averages the
   local models.
 * :class:`QFFL` (q-FedAvg, Li, Sanjabi, Beirami and Smith, 2020): the same local work;
@@ -17,11 +18,19 @@ loss. Each server has the interface ``run(data, rounds, rng) -> parameters``:
   device computes its full gradient each round; the server takes a gradient step on
   ``sum_k lambda_k F_k`` and a projected gradient-ascent step on the mixture weights
   ``lambda`` (on the simplex); the output is the average of the iterates.
-* :class:`TermFL` (the TERM paper's federated TERM, its ``tilting.py`` trainer): the
-  local work of FedAvg, but the server weighs device ``k``'s update by
-  ``exp(t F_k) / Z``, with ``Z`` a running average (factor 1/2 per round, kept in log
-  space) of the sampled devices' ``mean exp(t F_k)``, the stochastic normaliser of the
-  paper's Algorithm 2 at the device level. At ``t = 0`` it is FedAvg exactly.
+* :class:`TermFL` (the TERM paper's federated TERM, as in the authors' ``tilting.py``
+  trainer): the local work of FedAvg; each sampled device reports its training loss
+  ``F_k`` at the global model before its local steps, and the server steps
+  ``w <- w - sum_k a_k Delta_k`` with ``a_k = exp(t (F_k - max_j F_j)) / (m z)``, where
+  ``m`` is the number of sampled devices and ``z`` a running average (factor
+  ``memory = 1/2`` per round) of the round's ``mean_k exp(t (F_k - max_j F_j))``: the
+  stochastic normaliser of the paper's Algorithm 2 at the device level, kept on the
+  max-shifted scale as the authors do. ``device_loss="sum"`` tilts the device's summed
+  training loss (the authors' choice, with their summed hinge loss), ``"mean"`` (the
+  default) its mean loss. Two deliberate differences: the authors start ``z`` at 0 (so their first
+  rounds take doubled steps) and average the already-weighted local models, a further
+  factor ``1/m``; here ``z`` starts at the first round's value and there is no extra
+  ``1/m``, so that at ``t = 0`` (either loss) the server is FedAvg exactly.
 """
 
 from __future__ import annotations
@@ -185,6 +194,10 @@ class FedAvg:
             W -= self.lr * _loss_grad(W, Z[idx], y[idx])[1]
         return W
 
+    def _device_loss(self, W: np.ndarray, dev: _Devices, k: int) -> float:
+        """Device ``k``'s mean training loss at the global model."""
+        return _loss_grad(W, dev.Z[k], dev.y[k], False)[0]
+
     def _aggregate(self, W, updates, losses) -> np.ndarray:
         return W - np.mean(updates, axis=0)
 
@@ -223,7 +236,7 @@ class FedAvg:
         W = np.zeros((data.n_features + 1, data.n_classes))
         for _ in range(rounds):
             chosen = self._sample(dev, rng)
-            losses = np.array([_loss_grad(W, dev.Z[k], dev.y[k], False)[0] for k in chosen])
+            losses = np.array([self._device_loss(W, dev, k) for k in chosen])
             updates = [W - self._local(W, dev.Z[k], dev.y[k], rng) for k in chosen]
             W = self._aggregate(W, updates, losses)
         return W
@@ -272,10 +285,11 @@ class QFFL(FedAvg):
 
 @dataclass
 class TermFL(FedAvg):
-    """Federated TERM: updates weighted by ``exp(t F_k) / Z`` with a running ``Z``.
+    """Federated TERM: device updates weighted by ``exp(t F_k)`` over a running normaliser.
 
     ``t`` is the tilt across devices, ``memory`` the weight of the past in the running
-    normaliser (1/2 in the authors' trainer); see the module notes.
+    normaliser (1/2 in the authors' trainer), ``device_loss`` the tilted device loss
+    (``"sum"`` or ``"mean"`` of its training losses); see the module notes.
 
     Parameters
     ----------
@@ -285,6 +299,9 @@ class TermFL(FedAvg):
         The tilt across devices (``0``: FedAvg).
     memory : float, default 0.5
         Weight of the past in the running normaliser ``Z`` (in ``[0, 1)``).
+    device_loss : {"mean", "sum"}, default "mean"
+        The device loss that is tilted: the mean of its training losses, or their sum
+        (the authors' choice, which ranks devices mostly by size on uneven data).
 
     See Also
     --------
@@ -293,17 +310,25 @@ class TermFL(FedAvg):
     Examples
     --------
     >>> import numpy as np
-    >>> from tiltlab.reproduce.federated import FedAvg, TermFL
     >>> from tiltlab.datasets import synthetic_federated
-    >>> data = synthetic_federated(n_devices=5, seed=0)
-    >>> a = TermFL(t=0.0, clients=3, local_steps=5).run(data, 3, np.random.default_rng(0))
-    >>> b = FedAvg(clients=3, local_steps=5).run(data, 3, np.random.default_rng(0))
-    >>> bool(np.allclose(a, b))  # at t = 0 it is FedAvg
+    >>> from tiltlab.reproduce.federated import FedAvg, TermFL
+    >>> data = synthetic_federated(n_devices=8, n_features=4, n_classes=3, seed=0)
+    >>> fedavg = FedAvg(clients=4).run(data, 5, np.random.default_rng(0))
+    >>> flat = TermFL(clients=4, t=0.0, device_loss="sum").run(data, 5, np.random.default_rng(0))
+    >>> bool(np.allclose(flat, fedavg))  # t = 0 is FedAvg
     True
     """
 
     t: float = 0.1
     memory: float = 0.5
+    device_loss: str = "mean"
+
+    def _device_loss(self, W: np.ndarray, dev: _Devices, k: int) -> float:
+        """Device ``k``'s training loss at the global model: summed or mean."""
+        mean = super()._device_loss(W, dev, k)
+        if self.device_loss not in ("sum", "mean"):
+            raise ValueError(f"`device_loss` must be 'sum' or 'mean', got {self.device_loss!r}")
+        return mean * dev.y[k].shape[0] if self.device_loss == "sum" else mean
 
     def run(self, data, rounds: int, rng: np.random.Generator) -> np.ndarray:
         """As :meth:`FedAvg.run`, with the tilted server step.
@@ -335,20 +360,17 @@ class TermFL(FedAvg):
         >>> TermFL(t=1.0, clients=3, local_steps=5).run(data, 2, np.random.default_rng(0)).shape
         (61, 10)
         """
-        self._log_z: float | None = None
+        self._z: float | None = None
         return super().run(data, rounds, rng)
 
     def _aggregate(self, W, updates, losses) -> np.ndarray:
-        tl = self.t * np.asarray(losses)
-        top = tl.max()
-        log_batch = top + np.log(np.mean(np.exp(tl - top)))  # log mean_k exp(t F_k)
-        if self._log_z is None or self.memory == 0:
-            self._log_z = log_batch
+        shifted = np.exp(self.t * (np.asarray(losses) - np.max(losses)))  # in (0, 1]
+        batch = float(np.mean(shifted))
+        if self._z is None or self.memory == 0:
+            self._z = batch
         else:
-            self._log_z = np.logaddexp(
-                np.log(self.memory) + self._log_z, np.log1p(-self.memory) + log_batch
-            )
-        weights = np.exp(tl - self._log_z) / len(updates)
+            self._z = self.memory * self._z + (1.0 - self.memory) * batch
+        weights = shifted / (self._z * len(updates))
         return W - sum(w * u for w, u in zip(weights, updates, strict=True))
 
 
