@@ -504,3 +504,31 @@ def test_results_and_paths_pickle():
         p2 = rt(path)
         np.testing.assert_array_equal(p2.x, path.x)
         np.testing.assert_array_equal(p2.objective.value(p2.x[0]), path.objective.value(path.x[0]))
+
+
+# ---------------------------------------------------------------------------
+# scalar results: 0-d arrays of the input's library, never NumPy scalars
+
+
+def test_scalar_results_are_zero_d_arrays_on_numpy():
+    import tiltlab as tl
+    from tiltlab import bounds
+
+    l = np.array([1.0, 2.0, 3.0, 5.0])
+    X = np.c_[np.ones(6), np.arange(6.0)]
+    obj = tl.TiltedObjective("squared", X, np.arange(6.0), t=1.0)
+    theta = np.zeros(2)
+    results = {
+        "tilted_risk t=1": tl.tilted_risk(l, 1.0),
+        "tilted_risk t=0": tl.tilted_risk(l, 0.0),
+        "tilted_risk t=inf": tl.tilted_risk(l, np.inf),
+        "hierarchical_risk": tl.hierarchical_risk(l, np.array([0, 0, 1, 1]), (1.0, 0.0)),
+        "value": obj.value(theta),
+        "value_and_gradient": obj.value_and_gradient(theta)[0],
+        "tail_fraction": bounds.tail_fraction(l, 2.0),
+        "superquantile": bounds.superquantile(l, 0.5),
+        "value_at_risk": bounds.value_at_risk(l, 0.5),
+        "kl_divergence": bounds.kl_divergence(np.full(4, 0.25), np.array([0.1, 0.2, 0.3, 0.4])),
+    }
+    for name, r in results.items():
+        assert type(r) is np.ndarray and r.shape == (), (name, type(r))

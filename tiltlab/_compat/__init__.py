@@ -19,6 +19,7 @@ from __future__ import annotations
 from .namespaces import (
     apply_inplace,
     array_namespace,
+    array_result,
     default_float,
     device,
     float_dtype,
@@ -80,6 +81,7 @@ __all__ = [
     "is_dask_namespace",
     "is_array_api_obj",
     "apply_inplace",
+    "array_result",
     "is_jax_namespace",
     "library_namespace",
     "normalize_axis",

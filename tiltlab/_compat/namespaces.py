@@ -168,3 +168,21 @@ def apply_inplace(fn: Any, x: Any, xp: Any) -> Any:
 def tiny_sqrt(dtype: Any, xp: Any) -> float:
     """Square root of the smallest normal number of ``dtype``."""
     return math.sqrt(float(xp.finfo(dtype).smallest_normal))
+
+
+def array_result(x: Any) -> Any:
+    """A NumPy scalar as the 0-d array the array API returns; anything else unchanged.
+
+    NumPy's reductions return scalars (``np.float64``) where every other library returns
+    a 0-d array; public functions pass their results through this so that a NumPy input
+    always gives NumPy arrays (of any dimension), as the other libraries do.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> type(array_result(np.float64(1.5))).__name__, array_result(np.float64(1.5)).shape
+    ('ndarray', ())
+    >>> array_result(3.0)
+    3.0
+    """
+    return np.asarray(x) if isinstance(x, np.generic) else x

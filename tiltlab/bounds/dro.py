@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._compat import (
+    array_result,
     as_float_array,
     check_finite,
     device,
@@ -189,4 +190,4 @@ def kl_divergence(q: Any, p: Any = None, *, axis: int = -1, xp: Any = None) -> A
     terms = qq * (xp.log(xp.where(on, qq, one)) - xp.log(xp.where(ok, pp, one)))
     terms = xp.where(on, terms, xp.zeros_like(terms))
     terms = xp.where(on & ~ok, xp.full_like(terms, xp.inf), terms)
-    return xp.sum(terms, axis=-1)
+    return array_result(xp.sum(terms, axis=-1))

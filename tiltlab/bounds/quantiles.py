@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._compat import (
+    array_result,
     namespace_of,
 )
 from ._common import (
@@ -81,7 +82,7 @@ def tail_fraction(
     xp = namespace_of(losses=losses, weights=weights) if xp is None else xp
     l, p = _samples_last(losses, axis, weights, xp)
     aa = _points(a, xp, l, "a")
-    return _tail_kernel(l, p, aa, xp)
+    return array_result(_tail_kernel(l, p, aa, xp))
 
 
 def k_loss(losses: Any, k: int, *, axis: int = -1, xp: Any = None) -> Any:
@@ -231,4 +232,4 @@ def superquantile(
     xp = namespace_of(losses=losses, weights=weights) if xp is None else xp
     l, p = _samples_last(losses, axis, weights, xp)
     al = _host_levels(alpha)
-    return _superquantile_kernel(l, p, al, xp)
+    return array_result(_superquantile_kernel(l, p, al, xp))

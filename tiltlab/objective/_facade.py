@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from .._compat import PicklableNamespace, is_lazy
+from .._compat import PicklableNamespace, array_result, is_lazy
 from ..risk import prepare_tilts
 from .blocks import BLOCK_BYTES
 from .engines import Context, engines_for
@@ -255,7 +255,7 @@ class TiltedObjective(PicklableNamespace):
 
     def value(self, theta: Any) -> Any:
         """Objective value at ``theta`` (a 0-d array)."""
-        return self._call("value", self._shaped(theta)[1])
+        return array_result(self._call("value", self._shaped(theta)[1]))
 
     def weights(self, theta: Any) -> Any:
         """Tilted (or hierarchical) per-sample weights at ``theta``; they sum to one."""
@@ -266,7 +266,7 @@ class TiltedObjective(PicklableNamespace):
         """Objective value and gradient (gradient in the shape of ``theta``)."""
         th, T = self._shaped(theta)
         r, g = self._call("value_and_gradient", T)
-        return r, self.xp.reshape(g, th.shape)
+        return array_result(r), self.xp.reshape(g, th.shape)
 
     def gradient(self, theta: Any) -> Any:
         """Gradient of the objective at ``theta`` (in the shape of ``theta``)."""

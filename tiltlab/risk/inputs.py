@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .._compat import (
+    array_result,
     as_float_array,
     as_parameter,
     check_finite,
@@ -54,8 +55,9 @@ def widen_half(l: Any, xp: Any) -> tuple[Any, Any]:
 
 
 def narrow(r: Any, dtype: Any, xp: Any) -> Any:
-    """``r`` rounded to ``dtype`` (the losses' 16-bit dtype) when given."""
-    return r if dtype is None else xp.astype(r, dtype)
+    """``r`` rounded to ``dtype`` (the losses' 16-bit dtype) when given; a NumPy scalar
+    comes back as a 0-d array (the result of every public risk function goes through here)."""
+    return array_result(r if dtype is None else xp.astype(r, dtype))
 
 
 def prepare_tilt(t: Any, xp: Any, like: Any) -> tuple[Any, bool]:
