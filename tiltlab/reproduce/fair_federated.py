@@ -246,6 +246,24 @@ def fair_federated(
         label = {"q-FFL": "q-FFL (q=5)", "TERM": "TERM (t=0.1)"}.get(m, m)
         lines.append(f"  {label:<13} {cells}")
     table += "\n".join(lines)
+    notes = _notes(rounds, len(seeds_), seconds)
+    return Reproduction(
+        experiment="fair-federated",
+        rows=rows,
+        title=(
+            f"tiltlab reproduce fair-federated: TERM across devices against FedAvg, q-FFL "
+            f"and AFL, {len(seeds_)} seed(s)\ndevice test accuracy: average, worst/best 10%, "
+            "spread; mean (se) over seeds"
+        ),
+        table=table,
+        notes=notes,
+        curves=curves,
+        plotter=_plot,
+    )
+
+
+def _notes(rounds: int, n_seeds: int, seconds: float) -> str:
+    """The protocol and the differences from the paper, printed under the table."""
     notes = (
         "Protocol: multinomial logistic model from zero; FedAvg, q-FFL and TERM sample 10 "
         "devices per round uniformly and run 20 local\nSGD steps (batch 10, step 0.1); AFL "
@@ -276,21 +294,9 @@ def fair_federated(
         "AFL is not in the TERM paper's table.\nq-FFL's server step is damped by its "
         "Lipschitz estimate (sum_k q F_k^(q-1) |Delta_k|^2 + L F_k^q): in these rounds it "
         "has not caught up with FedAvg\n(the q-FFL paper ran 20,000 rounds on this data).\n"
-        f"{len(seeds_)} seed(s), {seconds:.1f} s."
+        f"{n_seeds} seed(s), {seconds:.1f} s."
     )
-    return Reproduction(
-        experiment="fair-federated",
-        rows=rows,
-        title=(
-            f"tiltlab reproduce fair-federated: TERM across devices against FedAvg, q-FFL "
-            f"and AFL, {len(seeds_)} seed(s)\ndevice test accuracy: average, worst/best 10%, "
-            "spread; mean (se) over seeds"
-        ),
-        table=table,
-        notes=notes,
-        curves=curves,
-        plotter=_plot,
-    )
+    return notes
 
 
 def _plot(rep: Reproduction, directory: str) -> list[str]:
