@@ -12,17 +12,8 @@ from sklearn.utils.validation import validate_data
 
 from .._compat import device, to_numpy
 from ..losses import get_loss
-from ._base import (
-    FitData,
-    Problem,
-    TiltedLinearBase,
-    as_float_X,
-    check_sample_weight,
-    drop_zero_weight_rows,
-    is_numpy,
-    namespace,
-    split_theta,
-)
+from ._base import FitData, Problem, TiltedLinearBase, drop_zero_weight_rows, split_theta
+from ._checks import as_float_X, check_sample_weight, is_numpy, namespace
 
 __all__ = ["TiltedClassifier"]
 
