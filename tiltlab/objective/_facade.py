@@ -70,9 +70,6 @@ class TiltedObjective(PicklableNamespace):
     n_passes : int
         Full passes over the data made so far (each product with ``X`` or ``X^T``
         counts one); solvers report it as their cost.
-    problem : TiltedProblem
-        The frozen description (loss, data, prior, tilt tree, ridge term) the engines
-        evaluate.
 
     Notes
     -----

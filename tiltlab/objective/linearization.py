@@ -12,7 +12,7 @@ __all__ = ["Linearization"]
 
 
 class Linearization:
-    """A tilted objective at a fixed ``theta``, from :meth:`TiltedObjective.linearize`.
+    """A tilted objective at a fixed ``theta``, from :meth:`tiltlab.TiltedObjective.linearize`.
 
     A Newton-CG step asks for many Hessian-vector products at one point; each product
     from here costs a product with ``X`` and one with ``X^T`` and never evaluates the

@@ -52,7 +52,7 @@ def wolfe_search(
 ):
     """Line search along ``d`` from ``x`` for a step meeting the strong Wolfe conditions.
 
-    Moré and Thuente's algorithm (:func:`~tiltlab.solvers._linesearch.strong_wolfe`) on
+    Moré and Thuente's algorithm (``tiltlab.solvers._linesearch.strong_wolfe``) on
     ``phi(a) = objective(x + a d)``, accepting also steps that meet Hager and Zhang's
     approximate Wolfe test where the decrease is below the rounding level ``feps`` of
     the values. ``slope`` is ``g . d`` when the caller knows it.
