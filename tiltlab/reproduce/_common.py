@@ -30,6 +30,7 @@ from ._tables import format_grid
 __all__ = [
     "ROW_KEYS",
     "Reproduction",
+    "check_choices",
     "format_grid",
     "make_row",
     "mean_se",
@@ -156,6 +157,51 @@ def make_row(
         "paper_mean": _finite_or_none(pm),
         "paper_se": _finite_or_none(ps),
     }
+
+
+def check_choices(values: Sequence[str], allowed: Sequence[str], name: str) -> list[str]:
+    """``values`` as a list, checked to be a non-empty subset of ``allowed``.
+
+    Parameters
+    ----------
+    values : sequence of str
+        The user's choice (methods, scenarios...).
+    allowed : sequence of str
+        What the experiment offers.
+    name : str
+        The argument's name, quoted in the error.
+
+    Returns
+    -------
+    list of str
+        ``values``, in the given order.
+
+    Raises
+    ------
+    ValueError
+        If ``values`` is empty or names something not in ``allowed``.
+
+    See Also
+    --------
+    seed_list : The other argument every experiment checks.
+
+    Examples
+    --------
+    >>> from tiltlab.reproduce._common import check_choices
+    >>> check_choices(["ERM"], ("ERM", "TERM"), "methods")
+    ['ERM']
+    >>> check_choices(["nope"], ("ERM", "TERM"), "methods")
+    Traceback (most recent call last):
+    ...
+    ValueError: `methods` must be a non-empty subset of ['ERM', 'TERM']; unknown: ['nope']
+    """
+    chosen = list(values)
+    unknown = [v for v in chosen if v not in allowed]
+    if unknown or not chosen:
+        raise ValueError(
+            f"`{name}` must be a non-empty subset of {list(allowed)}; unknown: {unknown}"
+        )
+    return chosen
 
 
 def seed_list(seeds: int | Sequence[int]) -> list[int]:

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from . import _deep
-from ._common import Reproduction, format_grid, make_row, progress_bar, seed_list
+from ._common import Reproduction, check_choices, format_grid, make_row, progress_bar, seed_list
 
 __all__ = ["IMBALANCE", "METHODS", "class_imbalance"]
 
@@ -120,9 +120,7 @@ def class_imbalance(
     from ..torch import TiltedLoss
 
     device = _deep.check_device(device)
-    unknown = [m for m in methods if m not in METHODS]
-    if unknown or not methods:
-        raise ValueError(f"`methods` must be a non-empty subset of {METHODS}, got {methods!r}")
+    methods = check_choices(methods, METHODS, "methods")
     ratios = list(imbalance)
     if not ratios or any(isinstance(r, bool) or not isinstance(r, int) or r < 1 for r in ratios):
         raise ValueError(f"`imbalance` must be integers >= 1, got {imbalance!r}")

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ._common import Reproduction, format_grid, make_row, progress_bar, seed_list
+from ._common import Reproduction, check_choices, format_grid, make_row, progress_bar, seed_list
 
 __all__ = ["FAIR_FL_METHODS", "PAPER_FAIR_FL", "device_summary", "fair_federated"]
 
@@ -166,11 +166,7 @@ def fair_federated(
     from .federated import TermFL, device_accuracies
 
     seeds_ = seed_list(seeds)
-    unknown = [m for m in methods if m not in FAIR_FL_METHODS]
-    if unknown or not methods:
-        raise ValueError(
-            f"`methods` must be a non-empty subset of {FAIR_FL_METHODS}, got {methods}"
-        )
+    methods = check_choices(methods, FAIR_FL_METHODS, "methods")
     if isinstance(rounds, bool) or int(rounds) != rounds or rounds < 1:
         raise ValueError(f"`rounds` must be a positive integer, got {rounds!r}")
     local = load_leaf_federated(data_dir) if data_dir is not None else None

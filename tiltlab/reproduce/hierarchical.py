@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ._common import Reproduction, format_grid, make_row, progress_bar, seed_list
+from ._common import Reproduction, check_choices, format_grid, make_row, progress_bar, seed_list
 from .hiv1_fairness import class_accuracies, fit_logistic
 
 __all__ = ["PAPER_HIERARCHICAL", "SCENARIOS", "annotators", "hierarchical"]
@@ -149,9 +149,7 @@ def hierarchical(
     del quick
     seeds_ = seed_list(seeds)
     names = list(SCENARIOS) if scenarios is None else list(scenarios)
-    unknown = [n for n in names if n not in SCENARIOS]
-    if unknown or not names:
-        raise ValueError(f"unknown `scenarios` {unknown}; choose from {list(SCENARIOS)}")
+    names = check_choices(names, list(SCENARIOS), "scenarios")
     chosen = {n: SCENARIOS[n] for n in names}
     methods = ("ERM", "TERM_sc", "TERM_ca")
     values: dict[tuple[str, str, str], list[float]] = {}

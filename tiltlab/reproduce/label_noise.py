@@ -31,7 +31,8 @@ from typing import Any
 import numpy as np
 
 from . import _deep
-from ._common import Reproduction, format_grid, make_row, progress_bar, seed_list
+from ._common import Reproduction, check_choices, format_grid, make_row, progress_bar, seed_list
+from ._figures import plot_accuracy_curves
 
 __all__ = ["GCE_QS", "METHODS", "NOISE", "PAPER_LABEL_NOISE", "label_noise"]
 
@@ -144,9 +145,7 @@ def label_noise(
     from ..torch import TiltedLoss
 
     device = _deep.check_device(device)
-    unknown = [m for m in methods if m not in METHODS]
-    if unknown or not methods:
-        raise ValueError(f"`methods` must be a non-empty subset of {METHODS}, got {methods!r}")
+    methods = check_choices(methods, METHODS, "methods")
     levels = [float(p) for p in noise]
     if not levels or any(not 0.0 <= p < 1.0 for p in levels):
         raise ValueError(f"`noise` must be shares in [0, 1), got {noise!r}")
@@ -234,23 +233,11 @@ def label_noise(
 
 
 def _plot(rep: Reproduction, directory: str) -> list[str]:
-    import os
-
-    from ._common import require_matplotlib
-
-    plt = require_matplotlib()
-    levels = rep.curves["noise"]
-    fig, ax = plt.subplots(figsize=(6.0, 4.0), dpi=150)
-    methods = list(dict.fromkeys(r["method"] for r in rep.rows))
-    for m in methods:
-        means = [np.mean(rep.curves["accuracy"][(m, p)]) for p in levels]
-        ax.plot([100 * p for p in levels], means, marker="o", label=m)
-    ax.set_xlabel("labels replaced at random (%)")
-    ax.set_ylabel("clean test accuracy")
-    ax.set_title("label noise")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = os.path.join(directory, "label_noise.png")
-    fig.savefig(path)
-    plt.close(fig)
-    return [path]
+    return plot_accuracy_curves(
+        rep,
+        rep.curves["noise"],
+        directory,
+        xlabel="labels replaced at random (%)",
+        title="label noise",
+        filename="label_noise.png",
+    )

@@ -26,7 +26,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from . import _deep
-from ._common import Reproduction, format_grid, make_row, progress_bar, seed_list
+from ._common import Reproduction, check_choices, format_grid, make_row, progress_bar, seed_list
+from ._figures import plot_accuracy_curves
 
 __all__ = [
     "METHODS",
@@ -160,9 +161,7 @@ def noisy_annotators(
     from ..torch import TiltedLoss
 
     device = _deep.check_device(device)
-    unknown = [m for m in methods if m not in METHODS]
-    if unknown or not methods:
-        raise ValueError(f"`methods` must be a non-empty subset of {METHODS}, got {methods!r}")
+    methods = check_choices(methods, METHODS, "methods")
     shares = [float(s) for s in spammer_shares]
     if not shares or any(not 0.0 <= s < 1.0 for s in shares):
         raise ValueError(f"`spammer_shares` must be shares in [0, 1), got {spammer_shares!r}")
@@ -237,22 +236,11 @@ def noisy_annotators(
 
 
 def _plot(rep: Reproduction, directory: str) -> list[str]:
-    import os
-
-    from ._common import require_matplotlib
-
-    plt = require_matplotlib()
-    shares = rep.curves["shares"]
-    fig, ax = plt.subplots(figsize=(6.0, 4.0), dpi=150)
-    for m in dict.fromkeys(r["method"] for r in rep.rows):
-        means = [np.mean(rep.curves["accuracy"][(m, s)]) for s in shares]
-        ax.plot([100 * s for s in shares], means, marker="o", label=m)
-    ax.set_xlabel("annotators labelling at random (%)")
-    ax.set_ylabel("clean test accuracy")
-    ax.set_title("low-quality annotators")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = os.path.join(directory, "noisy_annotators.png")
-    fig.savefig(path)
-    plt.close(fig)
-    return [path]
+    return plot_accuracy_curves(
+        rep,
+        rep.curves["shares"],
+        directory,
+        xlabel="annotators labelling at random (%)",
+        title="low-quality annotators",
+        filename="noisy_annotators.png",
+    )

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ._common import Reproduction, make_row, progress_bar, single_blas_thread
+from ._common import Reproduction, check_choices, make_row, progress_bar, single_blas_thread
 from ._common import seed_list as _seed_list
 
 __all__ = [
@@ -220,9 +220,7 @@ def robust_regression(
         if not 0 <= v < 1:
             raise ValueError(f"`noise` levels must lie in [0, 1), got {v}")
     methods = list(methods)
-    unknown = [m for m in methods if m not in ROBUST_METHODS]
-    if unknown or not methods:
-        raise ValueError(f"unknown `methods` {unknown}; choose from {list(ROBUST_METHODS)}")
+    methods = check_choices(methods, ROBUST_METHODS, "methods")
     tasks = [(p, s) for p in noise for s in seed_list]
     jobs = _check_jobs(jobs, len(tasks))
     bar = progress_bar(progress, len(tasks), "robust-regression")
