@@ -6,9 +6,10 @@ engine), the solvers' driver table (:func:`tiltlab.minimize`), and the risk func
 (:func:`tiltlab.tilted_risk`, :func:`tiltlab.hierarchical_risk`):
 
 * every evaluation of a linear-predictor objective (value, value and gradient,
-  Hessian-vector product, dense Hessian) is **one task graph**: per row chunk a tilted
-  accumulator state, merged by a tree reduction; only scalars and ``d``-vectors (``G x d``
-  for ``G`` innermost groups of a hierarchy) reach the client;
+  Hessian-vector product, dense Hessian) is **one task graph** (one ``compute``): per row
+  chunk a tilted accumulator state, merged by a tree reduction (for a hierarchy: per-group
+  states, then in the same graph one product ``X_b^T c`` per chunk with each sample's final
+  weight); only scalars and ``d``-vectors reach the client;
 * ``tilted_risk`` / ``hierarchical_risk`` of 1-d Dask losses return a lazy 0-d Dask array
   whose graph is the same per-chunk reduction;
 * ``minimize`` drives its solvers from the client: the ``d``-dimensional algebra runs in

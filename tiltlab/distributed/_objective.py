@@ -1,13 +1,14 @@
 """Tilted objectives on Dask arrays: one task graph per evaluation.
 
 For a linear-predictor loss on Dask data, each evaluation (value, value and gradient,
-Hessian-vector product, dense Hessian) builds one graph: a task per row chunk computes
-the chunk's tilted accumulator state (:mod:`tiltlab.accumulator` for a sample-level tilt;
-one state per innermost group, :mod:`tiltlab.distributed._states`, for a hierarchy), the
-states are merged by a tree reduction, and the client receives the merged state only
-(scalars and ``d``-vectors, or ``G x d`` for ``G`` innermost groups). The client finishes
-in NumPy: the risk, the upper levels of a hierarchy (:func:`tiltlab.risk.hierarchy_eval`
-on the ``G`` group risks) and the normalised sums.
+Hessian-vector product, dense Hessian) builds one graph and runs it with one ``compute``.
+Sample-level tilt: a task per row chunk computes the chunk's tilted accumulator state
+(:mod:`tiltlab.accumulator`, with the chunk's weighted sums ``X_b^T c``), the states merge
+in a tree, and the client receives the merged state only (scalars and ``d``-vectors) and
+finishes in NumPy. Hierarchy: the graph sweeps the chunks twice, group states first and
+the products ``X_b^T c`` second, with the upper levels finished in between inside the
+graph (:mod:`tiltlab.distributed._groups`); the client receives the value and the
+``d``-vector.
 
 The data are rechunked once to whole rows and, when they fit in the workers' memory,
 persisted once (:func:`distribute`); every later graph refers to the persisted chunks.
@@ -26,20 +27,14 @@ from .._compat import is_dask_namespace, to_numpy
 from ..accumulator import finalize_risk, normalized_sums
 from ..objective.engines import ENGINES, Context, Engine
 from ..objective.problem import TiltedProblem
-from ..risk import GroupTree, hierarchy_eval
-from ._states import (
-    GroupState,
-    aligned,
-    chunk_group_state,
-    chunk_sample_state,
-    group_risks,
-    merge_states,
-)
+from ._groups import group_graph
+from ._states import FAN_IN, aligned, chunk_sample_state, merge_states, tree_reduce
 
 __all__ = [
     "DASK_ENGINE",
     "DaskEngine",
     "DaskPlan",
+    "FAN_IN",
     "distribute",
     "evaluate",
     "merged_state",
@@ -47,10 +42,6 @@ __all__ = [
     "supported",
     "tree_reduce",
 ]
-
-#: states merged per reduction task
-FAN_IN = 8
-
 
 @dataclass
 class DaskPlan:
@@ -182,82 +173,33 @@ def supported(objective: Any) -> bool:
     return bool(np.isfinite(problem.tilts[-1]))
 
 
-def tree_reduce(parts: list, combine: Any, fan_in: int = FAN_IN) -> Any:
-    """Combine Delayed values with ``combine(*group)`` in a tree of the given fan-in."""
-    from dask import delayed
-
-    if not parts:
-        raise ValueError("nothing to reduce")
-    fn = delayed(combine, pure=False)
-    while len(parts) > 1:
-        parts = [fn(*parts[i : i + fan_in]) for i in range(0, len(parts), fan_in)]
-    return parts[0]
-
-
 def merged_state(objective: Any, theta: Any, V: Any, mode: str) -> tuple:
-    """The merged state of all chunks for one evaluation: exactly one ``dask.compute``.
+    """The result of one evaluation's graph: exactly one ``dask.compute``.
 
     ``theta`` and ``V`` (None outside ``"hvp"``) are NumPy or Dask arrays of the
     objective's ``shape``; they are computed in the same graph and returned as NumPy:
-    ``(state, theta, V)``.
+    ``(result, theta, V)``. For a sample-level objective ``result`` is the merged
+    :class:`~tiltlab.accumulator.TiltState` of all chunks; for a hierarchy it is
+    ``(value, sum of products)`` from :func:`tiltlab.distributed._groups.group_graph`
+    (None for non-finite losses).
     """
     import dask
     from dask import delayed
 
     problem = problem_of(objective)
     plan = distribute(problem)
-    loss = problem.loss
-    tau = float(problem.tilts[-1])
     if plan.codes is None:
+        tau = float(problem.tilts[-1])
         fn = delayed(chunk_sample_state, pure=False)
-        parts = [fn(Xb, yb, pb, theta, V, loss, tau, mode) for Xb, yb, pb, _ in plan.blocks]
+        parts = [fn(Xb, yb, pb, theta, V, problem.loss, tau, mode)
+                 for Xb, yb, pb, _ in plan.blocks]
+        root = tree_reduce(parts, merge_states)
     else:
-        fn = delayed(chunk_group_state, pure=False)
-        parts = [
-            fn(Xb, yb, pb, cb, theta, V, loss, tau, plan.n_groups, mode)
-            for Xb, yb, pb, cb in plan.blocks
-        ]
-    state, theta, V = dask.compute(tree_reduce(parts, merge_states), theta, V)
+        root = group_graph(plan, problem, theta, V, mode)
+    result, theta, V = dask.compute(root, theta, V)
     if not isinstance(objective, TiltedProblem):
         objective.n_passes += 1
-    return state, np.asarray(theta), (None if V is None else np.asarray(V))
-
-
-def _upper(objective: Any, R: np.ndarray, M: np.ndarray) -> tuple[float, np.ndarray]:
-    """Risk and weights of the innermost groups through the upper levels (client, NumPy)."""
-    tree = objective.tree
-    sub = GroupTree(n_samples=int(R.shape[0]), levels=tuple(tree.levels[1:]), sample_layouts=())
-    risk, W = hierarchy_eval(R, M, sub, list(objective.tilts[:-1]), np)
-    return float(risk), np.asarray(W)
-
-
-def _kappa(objective: Any, W: np.ndarray, abar: np.ndarray) -> np.ndarray:
-    """Per-group coefficient of the group gradient in a hierarchical Hessian product.
-
-    With ``s_1 = abar`` (each innermost group's weighted mean of ``a = l' . u``) and
-    ``s_k`` the ``W``-weighted mean of ``abar`` over each node of level ``k`` (the root
-    last), ``kappa_g = -t_1 s_1(g) + sum_{k >= 2} t_k (s_{k-1} - s_k)(ancestors of g)``.
-    """
-    tree = objective.tree
-    tilts = objective.tilts[::-1]  # innermost first: t_1 (samples in groups), ...
-    kappa = -tilts[0] * abar
-    prev = abar  # s_{k-1} per innermost group
-    codes = np.arange(W.shape[0])  # innermost group -> node of the current level
-    for k in range(1, len(tilts)):
-        if k < len(tree.levels):  # a grouping level: node means
-            lev = tree.levels[k]
-            codes = lev.codes[codes]
-            num = np.bincount(codes, weights=W * abar, minlength=lev.n_groups)
-            den = np.bincount(codes, weights=W, minlength=lev.n_groups)
-            with np.errstate(invalid="ignore", divide="ignore"):
-                node = np.where(den > 0, num / np.where(den > 0, den, 1.0), 0.0)
-            cur = node[codes]
-        else:  # the root
-            cur = np.full_like(abar, float(np.sum(W * abar)))
-        if tilts[k] != 0.0:
-            kappa = kappa + tilts[k] * (prev - cur)
-        prev = cur
-    return kappa
+    return result, np.asarray(theta), (None if V is None else np.asarray(V))
 
 
 def _nonfinite(objective: Any, shape: tuple, dtype: Any) -> tuple:
@@ -278,8 +220,9 @@ def evaluate(objective: Any, theta: np.ndarray, V: np.ndarray | None, mode: str)
     l2 = problem.l2
     if state is None:
         return _nonfinite(problem, theta.shape, dtype)
-    if isinstance(state, GroupState):
-        value, out = _finish_groups(problem, state, mode, dtype)
+    if problem.tree is not None:
+        value, out = state  # the hierarchy's value and sum of products
+        out = None if mode == "value" else np.reshape(out, theta.shape)
     else:
         value, out = _finish_sample(problem, state, mode, dtype)
     if l2:
@@ -314,25 +257,6 @@ def _finish_sample(objective: Any, state: Any, mode: str, dtype: Any) -> tuple:
     A, g = parts  # "hess"
     H = A - t * np.outer(g, g) if t != 0.0 else A
     return value, 0.5 * (H + H.T)
-
-
-def _finish_groups(objective: Any, state: GroupState, mode: str, dtype: Any) -> tuple:
-    R = group_risks(state, dtype)
-    M = state.mass / np.sum(state.mass)
-    value, W = _upper(objective, R.astype(np.float64), M)
-    if mode == "value":
-        return value, None
-    with np.errstate(invalid="ignore", divide="ignore"):
-        parts = [v / np.reshape(state.s, state.s.shape + (1,) * (v.ndim - 1)) for v in state.sums]
-    parts = [np.where(np.reshape(state.present, p.shape[:1] + (1,) * (p.ndim - 1)), p, 0.0)
-             for p in parts]
-    if mode == "grad":
-        return value, np.tensordot(W, parts[0], axes=1)
-    A, G, abar = parts  # "hvp"
-    kappa = _kappa(objective, W, abar)
-    Wk = W * kappa
-    return value, np.tensordot(W, A, axes=1) + np.tensordot(Wk, G, axes=1)
-
 
 
 class DaskEngine(Engine):

@@ -4,10 +4,10 @@ The sample-level objective reduces one :class:`~tiltlab.accumulator.TiltState` p
 A hierarchical objective needs one state per *innermost group*: samples of a group may lie
 in any chunk, so each chunk builds the group form of the same state
 (:meth:`~tiltlab.accumulator.TiltState.from_block` with ``segments``: per-group extremes,
-masses, normalisers and weighted sums; ``-inf``/``+inf`` extremes for a group with no
+masses, normalisers and scalar sums; ``-inf``/``+inf`` extremes for a group with no
 sample in the chunk). The states merge exactly, group by group, so the chunks of a Dask
 array combine in any tree. Every function here runs on concrete chunks (NumPy or CuPy)
-inside a worker task and returns NumPy arrays: only ``O(G d)`` numbers travel.
+inside a worker task and returns NumPy arrays: only ``O(G + d)`` numbers travel.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import numpy as np
 from .._compat import device, library_namespace, to_numpy
 from ..accumulator import GroupState, NonFiniteLosses, TiltState
 from ..objective.blocks import block_rows, hvp_coefficients
-from ..segments import Segments, segment_sum
+from ..segments import Segments
 
 __all__ = [
     "GroupState",
@@ -27,10 +27,15 @@ __all__ = [
     "merge_groups",
     "group_risks",
     "chunk_sample_state",
-    "chunk_group_state",
     "merge_states",
     "EMPTY",
+    "FAN_IN",
+    "tree_reduce",
 ]
+
+#: states merged per reduction task
+FAN_IN = 8
+
 
 
 def group_state(
@@ -236,53 +241,6 @@ def chunk_loss_state(lb: Any, pb: Any, t: float, unit: float | None = None,
     return _sample_state(lb, pb, t, xp, None, raise_nonfinite=check, unit=unit)
 
 
-def _group_xt(Xb: Any, coef: Any, seg: Segments, xp: Any) -> Any:
-    """Per-group ``sum_{i in g} coef_i x_i``: shape (G, d), or (G, d, K) for 2-d ``coef``."""
-    if coef.ndim == 1:
-        return xp.permute_dims(segment_sum(Xb.T * coef[None, :], seg, xp), (1, 0))
-    vals = Xb.T[:, None, :] * xp.permute_dims(coef, (1, 0))[None, :, :]
-    return xp.permute_dims(segment_sum(vals, seg, xp), (2, 0, 1))
-
-
-def chunk_group_state(Xb: Any, yb: Any, pb: Any, cb: Any, theta: Any, V: Any, loss: Any,
-                      tau: float, n_groups: int, mode: str) -> Any:
-    """One chunk's :class:`GroupState` (None: non-finite), merged over sub-blocks; see
-    :func:`_block_group_state`."""
-    return merge_states(*[
-        _block_group_state(X1, y1, p1, c1, theta, V, loss, tau, n_groups, mode)
-        for X1, y1, p1, c1 in _sub_blocks(Xb, yb, pb, cb)
-    ])
-
-
-def _block_group_state(Xb: Any, yb: Any, pb: Any, cb: Any, theta: Any, V: Any, loss: Any,
-                       tau: float, n_groups: int, mode: str) -> Any:
-    """One chunk's :class:`GroupState` over the innermost groups of a hierarchy.
-
-    ``cb`` holds the chunk's innermost-group codes. Sums per group: ``"grad"``:
-    ``X^T (pe l')``; ``"hvp"``: ``X^T (pe (l'' u + tau l' a))``, ``X^T (pe l')`` and
-    ``sum pe a`` (``a = l' u``). Returns None for non-finite losses.
-    """
-    xp = _ns(Xb)
-    th, v = _params(theta, V, Xb, xp)
-    seg = Segments.from_codes(to_numpy(cb), n_groups)
-    D = _derivs(loss, Xb, yb, th, v, mode, xp)
-    multi = D["multi"]
-    sums = None
-    if mode == "grad":
-        d1 = D["d1"]
-
-        def sums(pe):
-            return (_group_xt(Xb, pe[:, None] * d1 if multi else pe * d1, seg, xp),)
-    elif mode == "hvp":
-        d1, d2, u, a = D["d1"], D["d2"], D["u"], D["a"]
-
-        def sums(pe):
-            c, gcoef = hvp_coefficients(pe, d1, d2, u, a, D["hz"] if multi else None, tau)
-            return (_group_xt(Xb, c, seg, xp), _group_xt(Xb, gcoef, seg, xp),
-                    segment_sum(pe * a, seg, xp))
-    return _group_state_or_none(D["ell"], pb, seg, tau, xp, sums)
-
-
 def _group_state_or_none(ell, pb, seg, tau, xp, sums, *, raise_nonfinite: bool = False,
                          unit: float | None = None):
     if raise_nonfinite and pb is not None and not bool(xp.all(xp.isfinite(ell))):
@@ -326,3 +284,15 @@ def merge_states(*states: Any) -> Any:
     for s in states[1:]:
         out = out.merge(s)
     return out
+
+
+def tree_reduce(parts: list, combine: Any, fan_in: int = FAN_IN) -> Any:
+    """Combine Delayed values with ``combine(*group)`` in a tree of the given fan-in."""
+    from dask import delayed
+
+    if not parts:
+        raise ValueError("nothing to reduce")
+    fn = delayed(combine, pure=False)
+    while len(parts) > 1:
+        parts = [fn(*parts[i : i + fan_in]) for i in range(0, len(parts), fan_in)]
+    return parts[0]

@@ -1,0 +1,265 @@
+"""Hierarchical objectives on Dask: two sweeps over the chunks inside one task graph.
+
+The gradient of a hierarchical objective weights each sample by the product of its tilted
+weight within its innermost group and of that group's weight in the hierarchy above it;
+neither is known before every chunk has been seen. One evaluation is therefore one graph
+(one ``compute``, one round trip) with two sweeps:
+
+1. per chunk, ``z = X_b theta`` (and ``X_b v`` for a Hessian product), the losses and their
+   derivatives, and the group form of the tilted accumulator state (per innermost group:
+   extremes, mass, normaliser; for a product also ``sum pe a``): ``O(G)`` numbers. The
+   losses and derivatives stay on the worker that holds the chunk;
+2. the chunk states merge in a tree; one task finishes the upper levels of the hierarchy on
+   the ``G`` group risks (:func:`tiltlab.risk.hierarchy_eval`) and turns them into one
+   factor per group (its weight over its normaliser);
+3. per chunk again, on the worker holding it: the per-sample coefficient (tilted weight
+   times factor times loss derivative) and one product ``X_b^T c``; the ``d``-vectors sum in
+   a tree.
+
+Each sweep is one BLAS product per chunk, as on NumPy; only the group states (``O(G)``)
+and the ``d``-vectors travel between workers, and the client receives the value and the
+gradient (or Hessian product) only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .._compat import device, to_numpy
+from ..accumulator import shifted_exponent
+from ..objective.blocks import block_rows, hvp_coefficients
+from ..risk import GroupTree, hierarchy_eval
+from ..segments import Segments, expand, segment_sum
+from ._states import (
+    EMPTY,
+    SUB_BLOCK_BYTES,
+    _derivs,
+    _group_state_or_none,
+    _ns,
+    _params,
+    aligned,
+    group_risks,
+    merge_states,
+    tree_reduce,
+)
+
+__all__ = [
+    "add_parts",
+    "finish_products",
+    "group_graph",
+    "group_products",
+    "group_root",
+    "group_sweep",
+    "kappa",
+]
+
+
+def _row_slices(n: int, Xb: Any, xp: Any) -> list[tuple[int, int]]:
+    """Cache-sized row ranges of a chunk (one range on a GPU)."""
+    from .._compat import is_cupy_namespace
+
+    if is_cupy_namespace(xp):
+        return [(0, n)]
+    B = block_rows(n, int(Xb.shape[1]), Xb.dtype, xp, device(Xb), target_bytes=SUB_BLOCK_BYTES)
+    return [(r0, min(n, r0 + B)) for r0 in range(0, n, B)]
+
+
+def _chunk_derivs(loss: Any, Xb: Any, yb: Any, th: Any, v: Any, mode: str, xp: Any,
+                  rows: list) -> dict:
+    """The loss pieces of a whole chunk, formed over cache-sized row ranges (the loss's
+    temporaries then stay in cache) and joined."""
+    if len(rows) == 1:
+        return _derivs(loss, Xb, yb, th, v, mode, xp)
+    pieces = [_derivs(loss, Xb[r0:r1, ...], yb[r0:r1, ...], th, v, mode, xp)
+              for r0, r1 in rows]
+    out = {"multi": pieces[0]["multi"]}
+    for key in pieces[0]:
+        if key != "multi":
+            out[key] = xp.concat([p[key] for p in pieces], axis=0)
+    return out
+
+
+def group_sweep(Xb: Any, yb: Any, pb: Any, cb: Any, theta: Any, V: Any, loss: Any,
+                tau: float, n_groups: int, mode: str) -> tuple:
+    """First sweep over one chunk: ``(state, kept)``.
+
+    ``state`` is the chunk's :class:`~tiltlab.accumulator.GroupState` over the innermost
+    groups (None for non-finite losses, :data:`~tiltlab.distributed._states.EMPTY` for a
+    chunk without rows); with ``mode="hvp"`` it carries ``sum pe a`` per group
+    (``a = l' . u``). ``kept`` holds what the second sweep needs (the partition, the row
+    ranges and the loss derivatives) and never leaves the worker.
+    """
+    Xb, yb, pb = aligned(Xb), aligned(yb), aligned(pb)
+    n = int(Xb.shape[0])
+    if n == 0:
+        return EMPTY, None
+    xp = _ns(Xb)
+    th, v = _params(theta, V, Xb, xp)
+    seg = Segments.from_codes(to_numpy(cb), n_groups)
+    rows = _row_slices(n, Xb, xp)
+    D = _chunk_derivs(loss, Xb, yb, th, v, mode, xp, rows)
+    sums = None
+    if mode == "hvp":
+        a = D["a"]
+
+        def sums(pe):
+            return (segment_sum(pe * a, seg, xp),)
+
+    state = _group_state_or_none(D["ell"], pb, seg, tau, xp, sums)
+    return state, (seg, rows, D)
+
+
+def kappa(upper: GroupTree, tilts: tuple, W: np.ndarray, abar: np.ndarray) -> np.ndarray:
+    """Per-group coefficient of the group gradient in a hierarchical Hessian product.
+
+    ``upper`` holds the levels above the innermost groups and ``tilts`` all tilts,
+    outermost first. With ``s_1 = abar`` (each innermost group's weighted mean of
+    ``a = l' . u``) and ``s_k`` the ``W``-weighted mean of ``abar`` over each node of
+    level ``k`` (the root last), ``kappa_g = -t_1 s_1(g) + sum_{k >= 2} t_k (s_{k-1} -
+    s_k)(ancestors of g)``.
+    """
+    ts = tuple(tilts)[::-1]  # innermost first: t_1 (samples in groups), ...
+    out = -ts[0] * abar
+    prev = abar  # s_{k-1} per innermost group
+    codes = np.arange(W.shape[0])  # innermost group -> node of the current level
+    for k in range(1, len(ts)):
+        if k <= len(upper.levels):  # a grouping level: node means
+            lev = upper.levels[k - 1]
+            codes = lev.codes[codes]
+            num = np.bincount(codes, weights=W * abar, minlength=lev.n_groups)
+            den = np.bincount(codes, weights=W, minlength=lev.n_groups)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                node = np.where(den > 0, num / np.where(den > 0, den, 1.0), 0.0)
+            cur = node[codes]
+        else:  # the root
+            cur = np.full_like(abar, float(np.sum(W * abar)))
+        if ts[k] != 0.0:
+            out = out + ts[k] * (prev - cur)
+        prev = cur
+    return out
+
+
+def group_root(state: Any, upper: GroupTree, tilts: tuple, mode: str, dtype: str) -> Any:
+    """The merged state turned into the value and one factor per innermost group.
+
+    Returns None for non-finite losses, else a dict: ``value`` (the hierarchical risk),
+    ``f`` (``W_g / s_g``: the group's weight over its normaliser, 0 for a group without
+    prior mass), ``shift`` and ``huge`` (how the second sweep forms ``exp(t (l - shift))``
+    exactly as the first did) and, for ``"hvp"``, ``fk`` (``f`` times :func:`kappa`).
+    """
+    if state is None:
+        return None
+    if isinstance(state, str):  # pragma: no cover - the objective has samples
+        raise ValueError("no chunk has samples")
+    dt = np.dtype(dtype)
+    R = group_risks(state, dt).astype(np.float64)
+    M = state.mass / np.sum(state.mass)
+    risk, W = hierarchy_eval(R, M, upper, list(tilts[:-1]), np)
+    W = np.asarray(W, dtype=np.float64)
+    on = state.present
+    s = np.where(on, state.s, 1.0)
+    f = np.where(on, W / s, 0.0)
+    with np.errstate(over="ignore", invalid="ignore"):
+        huge = bool(np.any(on & np.isinf(state.hi - state.lo)))
+    out = {"value": float(risk), "f": f, "shift": np.asarray(state.shift, dtype=np.float64),
+           "huge": huge, "t": float(state.t)}
+    if mode == "hvp":
+        abar = np.where(on, state.sums[0] / s, 0.0)
+        out["fk"] = f * kappa(upper, tilts, W, abar)
+    return out
+
+
+def _on_chunk(values: np.ndarray, seg: Segments, like: Any, xp: Any) -> Any:
+    """Per-group host values expanded to the chunk's samples (its namespace and dtype)."""
+    return expand(xp.asarray(values, dtype=like.dtype, device=device(like)), seg, xp)
+
+
+def group_products(Xb: Any, pb: Any, kept: Any, root: Any, mode: str) -> Any:
+    """Second sweep over one chunk: ``X_b^T c`` with each sample's final coefficient.
+
+    ``c_i = f_g pe_i l'_i`` for a gradient and ``f_g c_i + fk_g g_i`` for a Hessian
+    product (:func:`~tiltlab.objective.blocks.hvp_coefficients`), with
+    ``pe_i = p_i exp(t (l_i - shift_g))`` the sample's weight within its group at the
+    merged shift. Returns a NumPy array (None when the losses were not finite,
+    :data:`~tiltlab.distributed._states.EMPTY` for a chunk without rows).
+    """
+    if root is None:
+        return None
+    if kept is None:
+        return EMPTY
+    Xb, pb = aligned(Xb), aligned(pb)
+    seg, rows, D = kept
+    xp = _ns(Xb)
+    ell = D["ell"]
+    t = root["t"]
+    multi = D["multi"]
+    p = None if pb is None else xp.astype(pb, ell.dtype)
+    c = None if t == 0.0 else _on_chunk(root["shift"], seg, ell, xp)
+    f = _on_chunk(root["f"], seg, ell, xp)
+    fk = _on_chunk(root["fk"], seg, ell, xp) if mode == "hvp" else None
+    out = None
+    for r0, r1 in rows:  # cache-sized row ranges: the temporaries stay in cache
+        sl = slice(r0, r1)
+        p1 = None if p is None else p[sl]
+        if t == 0.0:
+            pe = xp.ones_like(ell[sl]) if p1 is None else p1
+        else:
+            e = xp.exp(shifted_exponent(ell[sl], c[sl], t, p1, xp, root["huge"]))
+            pe = e if p1 is None else p1 * e
+        d1 = D["d1"][sl, ...]
+        if mode == "grad":
+            w = pe * f[sl]
+            coef = w[:, None] * d1 if multi else w * d1
+        else:
+            cc, gc = hvp_coefficients(pe, d1, D["d2"][sl, ...], D["u"][sl, ...], D["a"][sl],
+                                      D["hz"][sl, ...] if multi else None, t)
+            f1, k1 = f[sl], fk[sl]
+            coef = (f1[:, None] * cc + k1[:, None] * gc) if multi else (f1 * cc + k1 * gc)
+        part = Xb[sl, ...].T @ coef
+        out = part if out is None else out + part
+    return np.asarray(to_numpy(out))
+
+
+def add_parts(*parts: Any) -> Any:
+    """Sum of per-chunk products; None (non-finite losses) absorbs, EMPTY is neutral."""
+    if any(p is None for p in parts):
+        return None
+    parts = tuple(p for p in parts if not isinstance(p, str))
+    if not parts:
+        return EMPTY
+    out = parts[0]
+    for p in parts[1:]:
+        out = out + p
+    return out
+
+
+def finish_products(root: Any, total: Any) -> tuple:
+    """``(value, sum of products)`` or None for non-finite losses (what the client gets)."""
+    if root is None or total is None:
+        return None
+    return root["value"], total
+
+
+def group_graph(plan: Any, problem: Any, theta: Any, V: Any, mode: str) -> Any:
+    """The Delayed result of one hierarchical evaluation (see the module docstring)."""
+    from dask import delayed
+
+    tau = float(problem.tilts[-1])
+    tree = problem.tree
+    upper = GroupTree(n_samples=plan.n_groups, levels=tuple(tree.levels[1:]),
+                      sample_layouts=())
+    sweep = delayed(group_sweep, pure=False, nout=2)
+    firsts = [sweep(Xb, yb, pb, cb, theta, V, problem.loss, tau, plan.n_groups, mode)
+              for Xb, yb, pb, cb in plan.blocks]
+    state = tree_reduce([s for s, _ in firsts], merge_states)
+    root = delayed(group_root, pure=False)(state, upper, tuple(problem.tilts), mode,
+                                           np.dtype(problem.dtype).str)
+    if mode == "value":
+        return delayed(finish_products, pure=False)(root, 0.0)
+    prod = delayed(group_products, pure=False)
+    parts = [prod(Xb, pb, kept, root, mode)
+             for (Xb, _, pb, _), (_, kept) in zip(plan.blocks, firsts, strict=True)]
+    return delayed(finish_products, pure=False)(root, tree_reduce(parts, add_parts))
+
