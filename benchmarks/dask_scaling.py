@@ -15,10 +15,31 @@
     evaluation (value and gradient), both after evicting the file from the page cache
     (``posix_fadvise(DONTNEED)``), and a short L-BFGS fit.
 
+(c) ``hier``: one ``value_and_gradient`` of the hierarchical objective (logistic, ``--groups``
+    Zipf-sized groups, tilts (-1, 2), ``--rows`` x 32 float64, default 1e6) and of the
+    sample-level one (t = -1) on NumPy (one BLAS thread, in this process) and on a
+    ``LocalCluster`` of 2 workers with one thread each (worker processes; ``--in-process``:
+    threads of this process), interleaved, ``--repeats`` rounds, medians. Reported: the
+    Dask / NumPy ratios and the graphs per evaluation (scheduler plugin) of the NumPy face
+    the solvers use (``ClientObjective``) and of the objective's own methods on Dask
+    arrays (their results fetched by one ``dask.compute``), and with
+    ``--before DIR`` the same calls of an older tiltlab in the same run (DIR holds a copy
+    of the package renamed ``tiltlab_before``, see below). Also counted: the graphs that
+    ``tilted_risk`` and ``hierarchical_risk`` of Dask losses submit when called and when
+    computed.
+
 Usage::
 
     PYTHONPATH=. python benchmarks/dask_scaling.py inmem [--rows 2000000] [--repeats 3]
     PYTHONPATH=. python benchmarks/dask_scaling.py ooc [--ooc-rows 100000000] [--dir /tmp/x]
+    PYTHONPATH=.:/tmp/b python benchmarks/dask_scaling.py hier [--rows 1000000] \
+        [--groups 200] [--repeats 7] [--in-process] [--before /tmp/b]
+
+A ``--before`` copy: ``git archive <commit> tiltlab | tar -x -C /tmp/b``, rename
+``/tmp/b/tiltlab`` to ``/tmp/b/tiltlab_before`` and replace ``"tiltlab.`` by
+``"tiltlab_before.`` in its module-name strings (``sed -i 's/"tiltlab\\./"tiltlab_before./g'
+/tmp/b/tiltlab_before/_backends.py``) so that it registers its own Dask engine; the
+folder must be on ``PYTHONPATH`` for the worker processes.
 
 (``PYTHONPATH=.`` so that the worker processes import this checkout's tiltlab.)
 """
@@ -225,11 +246,134 @@ def ooc(rows: int, directory: str, chunk: int, fit_iter: int) -> None:
     cluster.close()
 
 
+def _zipf_groups(n: int, G: int, rng) -> np.ndarray:
+    """Labels of ``n`` samples in at most ``G`` Zipf-sized groups (codes 0 .. G'-1)."""
+    g = np.minimum(rng.zipf(1.5, size=n) - 1, G - 1)
+    return np.unique(g, return_inverse=True)[1].reshape(-1)
+
+
+def _timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def _risk_graphs(counter, client) -> None:
+    """Graphs submitted by ``tilted_risk`` / ``hierarchical_risk`` of Dask losses."""
+    import dask.array as da
+
+    import tiltlab as tl
+
+    rng = np.random.default_rng(1)
+    n = 200_000
+    ld = da.from_array(rng.exponential(size=n), chunks=25_000)
+    g = _zipf_groups(n, 100, rng)
+    gd = da.from_array(g, chunks=25_000)
+    cases = {
+        "tilted_risk(l, 2.0)": lambda: tl.tilted_risk(ld, 2.0),
+        "tilted_risk(l, [1, 2]) (a grid)": lambda: tl.tilted_risk(ld, np.array([1.0, 2.0])),
+        "hierarchical_risk(l, numpy codes)": lambda: tl.hierarchical_risk(ld, g, (1.0, -2.0)),
+        "hierarchical_risk(l, dask codes)": lambda: tl.hierarchical_risk(ld, gd, (1.0, -2.0)),
+    }
+    with client.as_current():
+        for name, fn in cases.items():
+            before = counter.n
+            r = fn()
+            at_call = counter.n - before
+            r.compute()
+            print(f"  {name:36s} graphs at call {at_call}, in all {counter.n - before}")
+
+
+def hier(rows: int, n_groups: int, repeats: int, in_process: bool, before_dir: str | None
+         ) -> None:
+    import importlib
+    import sys
+
+    import dask
+    import dask.array as da
+    import distributed
+    from threadpoolctl import threadpool_limits
+
+    import tiltlab as tl
+
+    mods = {"after": tl}
+    if before_dir:
+        sys.path.insert(0, before_dir)
+        mods["before"] = importlib.import_module("tiltlab_before")
+    X, y = _data(rows)
+    g = _zipf_groups(rows, n_groups, np.random.default_rng(2))
+    chunk = 1 << 17
+    print(f"(c) hierarchy: {rows} x {D} float64 logistic, {int(g.max()) + 1} Zipf groups "
+          f"(largest {np.bincount(g).max()} samples), tilts (-1, 2); sample level t=-1; "
+          f"chunks of {chunk} rows; 2 workers x 1 thread, "
+          f"{'threads of this process' if in_process else 'worker processes'}")
+    cluster = distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=not in_process, memory_limit="4GB",
+        dashboard_address=None, silence_logs=40,
+    )
+    client = distributed.Client(cluster, set_as_default=False)
+    counter = _Counter()
+    cluster.scheduler.add_plugin(counter)
+    kw_h = {"groups": g, "tilts": (-1.0, 2.0), "l2": L2}
+    kw_s = {"t": T, "l2": L2}
+    fns, graphs = {}, {}
+    theta = np.full(D, 0.01)
+    with client.as_current():
+        Xd, yd = da.from_array(X, chunks=(chunk, D)), da.from_array(y, chunks=chunk)
+        Xd, yd = client.persist([Xd, yd])
+        distributed.wait([Xd, yd])
+        for label, mod in mods.items():
+            for kind, kw in (("hier", kw_h), ("sample", kw_s)):
+                obj = mod.TiltedObjective("logistic", Xd, yd, **kw)
+                dist = importlib.import_module(f"{mod.__name__}.distributed")
+                dist.distribute(obj, persist=True)
+                cl = dist.ClientObjective(obj)  # NumPy in and out: what the solvers call
+                cl.value_and_gradient(theta)  # warm: the workers import tiltlab
+                fns[f"dask {kind} ({label})"] = lambda c=cl: c.value_and_gradient(theta)
+                if label == "after":  # the Dask-array methods, results fetched at once
+                    fns[f"dask {kind} (Dask arrays)"] = (
+                        lambda o=obj: dask.compute(*o.value_and_gradient(theta)))
+    ref_h = tl.TiltedObjective("logistic", X, y, **kw_h)
+    ref_s = tl.TiltedObjective("logistic", X, y, **kw_s)
+    fns["numpy hier"] = lambda: ref_h.value_and_gradient(theta)
+    fns["numpy sample"] = lambda: ref_s.value_and_gradient(theta)
+    times: dict[str, list] = {k: [] for k in fns}
+    for _ in range(repeats):
+        for k, fn in fns.items():
+            if k.startswith("numpy"):
+                with threadpool_limits(1):
+                    times[k].append(_timed(fn))
+            else:
+                with client.as_current():
+                    n0 = counter.n
+                    times[k].append(_timed(fn))
+                    graphs.setdefault(k, []).append(counter.n - n0)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    print(f"  load average (1, 5, 15 min) at the end: {os.getloadavg()}")
+    for k in fns:
+        base = med["numpy hier" if "hier" in k else "numpy sample"]
+        extra = (f", ratio to numpy {med[k] / base:.2f}, graphs per evaluation "
+                 f"{statistics.median(graphs[k]):.0f}" if k in graphs else "")
+        print(f"  {k:27s} {med[k] * 1e3:8.1f} ms{extra}")
+    with client.as_current():
+        f0, g0 = ref_h.value_and_gradient(theta)
+        f1, g1 = fns["dask hier (after)"]()
+        print(f"  dask hier vs numpy: |df|/|f| {abs(float(f1) - float(f0)) / abs(float(f0)):.1e}, "
+              f"max|dg|/max|g| {np.abs(g1 - g0).max() / np.abs(g0).max():.1e}")
+    _risk_graphs(counter, client)
+    client.close()
+    cluster.close()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("part", choices=["inmem", "ooc"])
-    ap.add_argument("--rows", type=int, default=2_000_000)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("part", choices=["inmem", "ooc", "hier"])
+    ap.add_argument("--rows", type=int, default=None,
+                    help="rows of (a) and (c) (default 2e6 and 1e6)")
+    ap.add_argument("--repeats", type=int, default=None, help="default 3 (a) and 7 (c)")
+    ap.add_argument("--groups", type=int, default=200)
+    ap.add_argument("--in-process", action="store_true")
+    ap.add_argument("--before", default=None, help="folder with a package `tiltlab_before`")
     ap.add_argument("--max-iter", type=int, default=15)
     ap.add_argument("--ooc-rows", type=int, default=100_000_000)
     ap.add_argument("--chunk", type=int, default=1 << 20)
@@ -237,7 +381,9 @@ def main() -> None:
     ap.add_argument("--dir", default="/tmp/tiltlab_ooc")
     a = ap.parse_args()
     if a.part == "inmem":
-        inmem(a.rows, a.repeats, a.max_iter)
+        inmem(a.rows or 2_000_000, a.repeats or 3, a.max_iter)
+    elif a.part == "hier":
+        hier(a.rows or 1_000_000, a.groups, a.repeats or 7, a.in_process, a.before)
     else:
         ooc(a.ooc_rows, a.dir, a.chunk, a.fit_iter)
 

@@ -34,6 +34,7 @@ from ..risk import GroupTree, hierarchy_eval
 from ..segments import Segments, expand, segment_sum
 from ._states import (
     EMPTY,
+    FAN_IN,
     SUB_BLOCK_BYTES,
     _derivs,
     _group_state_or_none,
@@ -42,7 +43,6 @@ from ._states import (
     aligned,
     group_risks,
     merge_states,
-    tree_reduce,
 )
 
 __all__ = [
@@ -141,14 +141,16 @@ def kappa(upper: GroupTree, tilts: tuple, W: np.ndarray, abar: np.ndarray) -> np
     return out
 
 
-def group_root(state: Any, upper: GroupTree, tilts: tuple, mode: str, dtype: str) -> Any:
-    """The merged state turned into the value and one factor per innermost group.
+def group_root(upper: GroupTree, tilts: tuple, mode: str, dtype: str, *states: Any) -> Any:
+    """The chunk states merged and turned into the value and one factor per innermost
+    group.
 
     Returns None for non-finite losses, else a dict: ``value`` (the hierarchical risk),
     ``f`` (``W_g / s_g``: the group's weight over its normaliser, 0 for a group without
     prior mass), ``shift`` and ``huge`` (how the second sweep forms ``exp(t (l - shift))``
     exactly as the first did) and, for ``"hvp"``, ``fk`` (``f`` times :func:`kappa`).
     """
+    state = merge_states(*states)
     if state is None:
         return None
     if isinstance(state, str):  # pragma: no cover - the objective has samples
@@ -176,9 +178,11 @@ def _on_chunk(values: np.ndarray, seg: Segments, like: Any, xp: Any) -> Any:
     return expand(xp.asarray(values, dtype=like.dtype, device=device(like)), seg, xp)
 
 
-def group_products(Xb: Any, pb: Any, kept: Any, root: Any, mode: str) -> Any:
+def group_products(Xb: Any, pb: Any, first: Any, root: Any, mode: str) -> Any:
     """Second sweep over one chunk: ``X_b^T c`` with each sample's final coefficient.
 
+    ``first`` is the chunk's result of :func:`group_sweep` (on the same worker, as the
+    chunk), ``root`` that of :func:`group_root`. The coefficient is
     ``c_i = f_g pe_i l'_i`` for a gradient and ``f_g c_i + fk_g g_i`` for a Hessian
     product (:func:`~tiltlab.objective.blocks.hvp_coefficients`), with
     ``pe_i = p_i exp(t (l_i - shift_g))`` the sample's weight within its group at the
@@ -187,6 +191,7 @@ def group_products(Xb: Any, pb: Any, kept: Any, root: Any, mode: str) -> Any:
     """
     if root is None:
         return None
+    _, kept = first
     if kept is None:
         return EMPTY
     Xb, pb = aligned(Xb), aligned(pb)
@@ -235,8 +240,10 @@ def add_parts(*parts: Any) -> Any:
     return out
 
 
-def finish_products(root: Any, total: Any) -> tuple:
-    """``(value, sum of products)`` or None for non-finite losses (what the client gets)."""
+def finish_products(root: Any, *parts: Any) -> Any:
+    """``(value, sum of the products)``, or None for non-finite losses (what the client
+    receives)."""
+    total = add_parts(*parts) if parts else 0.0
     if root is None or total is None:
         return None
     return root["value"], total
@@ -250,16 +257,28 @@ def group_graph(plan: Any, problem: Any, theta: Any, V: Any, mode: str) -> Any:
     tree = problem.tree
     upper = GroupTree(n_samples=plan.n_groups, levels=tuple(tree.levels[1:]),
                       sample_layouts=())
-    sweep = delayed(group_sweep, pure=False, nout=2)
+    sweep = delayed(group_sweep, pure=False)
     firsts = [sweep(Xb, yb, pb, cb, theta, V, problem.loss, tau, plan.n_groups, mode)
               for Xb, yb, pb, cb in plan.blocks]
-    state = tree_reduce([s for s, _ in firsts], merge_states)
-    root = delayed(group_root, pure=False)(state, upper, tuple(problem.tilts), mode,
-                                           np.dtype(problem.dtype).str)
+    # the states travel (getitem on the worker of each chunk), the kept pieces do not
+    states = _reduce_to([f[0] for f in firsts], merge_states)
+    root = delayed(group_root, pure=False)(upper, tuple(problem.tilts), mode,
+                                           np.dtype(problem.dtype).str, *states)
+    finish = delayed(finish_products, pure=False)
     if mode == "value":
-        return delayed(finish_products, pure=False)(root, 0.0)
+        return finish(root)
     prod = delayed(group_products, pure=False)
-    parts = [prod(Xb, pb, kept, root, mode)
-             for (Xb, _, pb, _), (_, kept) in zip(plan.blocks, firsts, strict=True)]
-    return delayed(finish_products, pure=False)(root, tree_reduce(parts, add_parts))
+    parts = [prod(Xb, pb, first, root, mode)
+             for (Xb, _, pb, _), first in zip(plan.blocks, firsts, strict=True)]
+    return finish(root, *_reduce_to(parts, add_parts))
 
+
+def _reduce_to(parts: list, combine: Any) -> list:
+    """Combine Delayed values in a tree until at most :data:`FAN_IN` are left (the last
+    combination is done by the task that consumes them)."""
+    from dask import delayed
+
+    fn = delayed(combine, pure=False)
+    while len(parts) > FAN_IN:
+        parts = [fn(*parts[i : i + FAN_IN]) for i in range(0, len(parts), FAN_IN)]
+    return parts
