@@ -10,8 +10,14 @@ import numpy as np
 from .._compat import is_array_api_obj, is_dask_namespace, namespace_of, to_numpy
 from ..accumulator import finalize_risk
 from ..risk import GroupTree, build_tree, hierarchy_eval, prepare_tilts
-from ._objective import tree_reduce
-from ._states import GroupState, chunk_loss_group_state, chunk_loss_state, group_risks, merge_states
+from ._states import (
+    chunk_label_state,
+    chunk_loss_state,
+    group_risks,
+    merge_label_states,
+    merge_states,
+    tree_reduce,
+)
 
 __all__ = ["dask_tilted_risk", "dask_hierarchical_risk", "dask_tilted_weights"]
 
@@ -175,59 +181,112 @@ def _check_state(state: Any) -> None:
         raise ValueError("`weights` must not be all zero")
 
 
+def _dask_codes(groups: Any) -> Any:
+    """``groups`` when it is one 1-d Dask array of integer labels (the fully lazy case),
+    else None."""
+    import dask.array as da
+
+    if isinstance(groups, da.Array) and groups.ndim == 1 and np.dtype(groups.dtype).kind in "iu":
+        return groups
+    return None
+
+
+def _paired(codes: Any, losses: Any) -> Any:
+    """Dask labels chunked as ``losses`` (the same number of chunks where sizes are
+    unknown: each chunk's lengths are then checked when it runs)."""
+    if _unknown_sizes(losses) or _unknown_sizes(codes):
+        if codes.numblocks != losses.numblocks:
+            raise ValueError(
+                f"`groups` has {codes.numblocks[0]} chunks and `losses` "
+                f"{losses.numblocks[0]} while their chunk sizes are unknown: give both the "
+                "same chunks (or call compute_chunk_sizes() on them)"
+            )
+        return codes
+    if codes.shape[0] != losses.shape[0]:
+        raise ValueError(
+            f"`groups` must be a 1-d label array of length {losses.shape[0]} (one label per "
+            f"sample), got shape {tuple(codes.shape)}"
+        )
+    return codes.rechunk((losses.chunks[0],))
+
+
 def dask_hierarchical_risk(losses: Any, groups: Any, tilts: Any, *, weights: Any,
                            check_finite: bool) -> Any:
     """Lazy hierarchical risk of 1-d Dask losses (None: use the generic path).
 
-    The group tree is built on the client from the labels (computed once if they are
-    Dask arrays); the graph carries one state per innermost group per chunk.
+    No ``compute`` runs at call time when the labels of the innermost level are integers:
+    a NumPy array (any depth of hierarchy: the group tree is built on the client), or one
+    1-d Dask array of integer labels of any range (a single grouping level: each chunk
+    finds its own labels, the states merge over the union of the labels, and a group is a
+    label that occurs). Dask labels of another dtype, or several levels of Dask labels,
+    are computed once at call time to build the tree on the client (the upper levels need
+    the nesting of the labels). The graph carries one state per group per chunk; the
+    innermost tilt may be +-inf and ``check_finite=False`` gives NaN for non-finite losses.
     """
     import dask.array as da
     from dask import delayed
 
     if (
-        not check_finite
-        or getattr(losses, "ndim", 0) != 1
+        getattr(losses, "ndim", 0) != 1
         or not isinstance(losses, da.Array)
         or np.dtype(losses.dtype).kind not in "fiub"
     ):
         return None
-    _require_sizes(losses=losses)
-    if losses.shape[0] == 0:
+    codes = _dask_codes(groups)
+    if codes is None or weights is not None:
+        _require_sizes(losses=losses)
+    if not _unknown_sizes(losses) and losses.shape[0] == 0:
         return None
-    n = int(losses.shape[0])
-    tree = build_tree(groups, n)
-    ts = prepare_tilts(tilts, tree.depth)
-    if not math.isfinite(ts[-1]):
-        return None
+    n = float(losses.shape[0])
+    if codes is not None:
+        codes = _paired(codes, losses)
+        ts = prepare_tilts(tilts, 1)
+        upper = None  # one grouping level: the groups are known when the graph runs
+    else:
+        tree = build_tree(groups, int(n))
+        ts = prepare_tilts(tilts, tree.depth)
+        codes = da.from_array(tree.levels[0].codes, chunks=(losses.chunks[0],))
+        upper = GroupTree(n_samples=tree.levels[0].n_groups, levels=tuple(tree.levels[1:]),
+                          sample_layouts=())
     w = _weights_like(weights, losses)
     dtype = _result_dtype(losses)
-    codes = da.from_array(tree.levels[0].codes, chunks=(losses.chunks[0],))
-    G = tree.levels[0].n_groups
-    fn = delayed(chunk_loss_group_state, pure=False)
+    tau = float(ts[-1])
+    # at t = 0 unit weights of 1 / n keep the sum of huge losses finite
+    unit = 1.0 / n if w is None and math.isfinite(n) else None
+    fn = delayed(chunk_label_state, pure=False)
     wb = _blocks(w) or [None] * len(losses.chunks[0])
     parts = [
-        fn(lb, pb, cb, ts[-1], G, 1.0 / n if w is None else None)
+        fn(lb, pb, cb, tau if math.isfinite(tau) else 0.0, unit, check_finite)
         for lb, pb, cb in zip(_blocks(losses), wb, _blocks(codes), strict=True)
     ]
-    upper = GroupTree(n_samples=G, levels=tuple(tree.levels[1:]), sample_layouts=())
     root = delayed(_finish_hier, pure=False)(
-        tree_reduce(parts, merge_states), upper, ts[:-1], dtype.str
+        tree_reduce(parts, merge_label_states), upper, list(ts), dtype.str
     )
     return da.from_delayed(root, shape=(), dtype=dtype)
 
 
-def _finish_hier(state: GroupState, upper: GroupTree, ts: list, dtype: str) -> np.ndarray:
+def _finish_hier(part: Any, upper: GroupTree | None, ts: list, dtype: str) -> np.ndarray:
     dt = np.dtype(dtype)
-    _check_state(state)
-    if state is None:
-        raise ValueError("`losses` contains NaN or infinite values")
+    if part is None:  # non-finite losses, check_finite=False
+        return np.asarray(math.nan, dtype=dt)
+    if isinstance(part, str):
+        raise ValueError("`losses` has no samples")
+    _, state, counts = part
+    keep = counts > 0
+    if not np.all(keep):  # pragma: no cover - merged labels always occur
+        raise AssertionError("a merged label without samples")
     if not np.all(state.mass > 0):
         raise ValueError(
             "`weights` give a group zero total weight (an empty group); every group needs "
             "at least one sample with positive weight"
         )
-    R = group_risks(state, dt).astype(np.float64)
+    tau = ts[-1]
+    if math.isinf(tau):
+        R = np.asarray(state.hi if tau > 0 else state.lo, dtype=np.float64)
+    else:
+        R = group_risks(state, dt).astype(np.float64)
     M = state.mass / np.sum(state.mass)
-    risk, _ = hierarchy_eval(R, M, upper, ts, np, weights=False)
+    if upper is None:
+        upper = GroupTree(n_samples=int(R.shape[0]), levels=(), sample_layouts=())
+    risk, _ = hierarchy_eval(R, M, upper, ts[:-1], np, weights=False)
     return np.asarray(risk, dtype=dt)

@@ -296,3 +296,98 @@ def tree_reduce(parts: list, combine: Any, fan_in: int = FAN_IN) -> Any:
     while len(parts) > 1:
         parts = [fn(*parts[i : i + fan_in]) for i in range(0, len(parts), fan_in)]
     return parts[0]
+
+
+# ---------------------------------------------------------------------------------------
+# group states keyed by label (hierarchical_risk with integer group codes of any range)
+
+
+def _chunk_labels(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(labels, inverse)``: the distinct labels of one chunk (ascending) and each sample's
+    index among them (no sort for dense non-negative codes)."""
+    if codes.size and int(codes.min()) >= 0 and int(codes.max()) < 2 * codes.size + 1024:
+        counts = np.bincount(codes)
+        labels = np.flatnonzero(counts)
+        remap = np.zeros(counts.shape[0], dtype=np.int64)
+        remap[labels] = np.arange(labels.shape[0])
+        return labels, remap[codes]
+    labels, inverse = np.unique(codes, return_inverse=True)
+    return labels, inverse.reshape(-1).astype(np.int64)
+
+
+def chunk_label_state(lb: Any, pb: Any, cb: Any, tau: float, unit: float | None,
+                      check: bool) -> Any:
+    """One chunk's group states keyed by the group labels it holds (hierarchical_risk).
+
+    ``cb`` holds integer labels of the chunk's samples (any range). Returns
+    ``(labels, state, counts)`` with the labels ascending, a
+    :class:`~tiltlab.accumulator.GroupState` over them and their sample counts;
+    :data:`EMPTY` for an empty chunk; None for non-finite losses when ``check`` is
+    False (a ``ValueError`` otherwise).
+    """
+    xp = _ns(lb)
+    c = np.asarray(to_numpy(cb))
+    if c.ndim != 1 or int(c.shape[0]) != int(lb.shape[0]):
+        raise ValueError(
+            f"`groups` has a chunk of {c.shape[0]} labels where `losses` has "
+            f"{lb.shape[0]} samples; give both the same chunks"
+        )
+    if c.dtype.kind not in "iu":
+        raise TypeError(f"`groups` must hold integer labels here, got dtype {c.dtype}")
+    if int(lb.shape[0]) == 0:
+        return EMPTY
+    if not xp.isdtype(lb.dtype, "real floating"):
+        lb = xp.astype(lb, xp.float64)
+    elif xp.finfo(lb.dtype).bits == 16:  # accumulate 16-bit losses in float32
+        lb = xp.astype(lb, xp.float32)
+    if pb is not None:
+        pb = xp.astype(pb, lb.dtype)
+    labels, inverse = _chunk_labels(c.astype(np.int64, copy=False))
+    seg = Segments.from_codes(inverse, int(labels.shape[0]))
+    if not check and not bool(xp.all(xp.isfinite(lb))):
+        return None
+    st = _group_state_or_none(lb, pb, seg, tau, xp, None, raise_nonfinite=check, unit=unit)
+    if st is None:
+        return None
+    return labels, st, seg.counts
+
+
+def _spread(st: GroupState, index: np.ndarray, G: int) -> GroupState:
+    """The state of ``st``'s groups placed at ``index`` among ``G`` groups (the others
+    empty: extremes -inf/+inf, zero sums)."""
+    from dataclasses import replace
+
+    def put(a, fill):
+        if a is None:
+            return None
+        a = np.asarray(a)
+        out = np.full((G,) + a.shape[1:], fill, dtype=a.dtype)
+        out[index] = a
+        return out
+
+    return replace(st, hi=put(st.hi, -np.inf), lo=put(st.lo, np.inf), mass=put(st.mass, 0),
+                   s=put(st.s, 0), q=put(st.q, 0), lsum=put(st.lsum, 0),
+                   sums=tuple(put(v, 0) for v in st.sums))
+
+
+def merge_label_states(*parts: Any) -> Any:
+    """Merge the results of :func:`chunk_label_state` over the union of their labels
+    (None absorbs, :data:`EMPTY` is neutral)."""
+    if any(p is None for p in parts):
+        return None
+    parts = tuple(p for p in parts if not isinstance(p, str))
+    if not parts:
+        return EMPTY
+    if len(parts) == 1:
+        return parts[0]
+    labels = parts[0][0]
+    for p in parts[1:]:
+        labels = np.union1d(labels, p[0])
+    G = int(labels.shape[0])
+    counts = np.zeros(G, dtype=np.int64)
+    states = []
+    for lab, st, cnt in parts:
+        index = np.searchsorted(labels, lab)
+        counts[index] += cnt
+        states.append(_spread(st, index, G))
+    return labels, merge_states(*states), counts
