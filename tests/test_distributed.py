@@ -280,7 +280,10 @@ def test_unknown_chunk_sizes_clear_errors():
     y, kept = _masked(np.arange(12.0))
     msg = "unknown chunk sizes: call compute_chunk_sizes()"
     with pytest.raises(ValueError, match=msg.replace("(", r"\(").replace(")", r"\)")):
-        tl.tilted_risk(y, np.array([1.0, 2.0]))
+        tl.tilted_risk(y, da.from_array(np.array(1.0)))  # a Dask tilt: the generic path
+    # a host grid of tilts needs no sizes (one state per tilt and chunk)
+    got = np.asarray(tl.tilted_risk(y, np.array([1.0, 2.0])).compute())
+    np.testing.assert_allclose(got, tl.tilted_risk(kept, np.array([1.0, 2.0])), rtol=1e-14)
     with pytest.raises(ValueError, match="unknown chunk sizes"):
         tl.hierarchical_risk(y, np.arange(11) % 2, (1.0, 2.0))
     with pytest.raises(ValueError, match="unknown chunk sizes"):

@@ -12,10 +12,11 @@ from ..accumulator import finalize_risk
 from ..risk import GroupTree, build_tree, hierarchy_eval, prepare_tilts
 from ._states import (
     chunk_label_state,
-    chunk_loss_state,
+    chunk_loss_states,
+    chunk_row_states,
     group_risks,
     merge_label_states,
-    merge_states,
+    merge_state_lists,
     tree_reduce,
 )
 
@@ -126,44 +127,135 @@ def _blocks(a: Any) -> list:
     return [None] * 0 if a is None else list(a.to_delayed().reshape(-1))
 
 
+def _host_tilts(t: Any) -> tuple[list, bool] | None:
+    """``(tilts, grid)``: one host tilt, or a 1-d host grid of real non-NaN tilts; None
+    for anything else (a Dask tilt, NaN: the generic path validates and raises)."""
+    tv = _host_tilt(t)
+    if tv is not None:
+        return [tv], False
+    if isinstance(t, (bool, str, bytes)) or t is None:
+        return None
+    if is_array_api_obj(t):
+        if is_dask_namespace(namespace_of(t=t)):
+            return None
+        t = to_numpy(t)
+    try:
+        a = np.asarray(t)
+    except (TypeError, ValueError):
+        return None
+    if a.ndim != 1 or a.size == 0 or a.dtype.kind not in "fiu" or np.any(np.isnan(a)):
+        return None
+    return [float(v) for v in a], True
+
+
 def dask_tilted_risk(losses: Any, t: Any, *, axis: int, weights: Any, keepdims: bool,
                      check_finite: bool) -> Any:
-    """Lazy tilted risk of 1-d Dask losses at one host tilt (None: use the generic path).
+    """Lazy tilted risk of Dask losses at host tilts (None: use the generic path).
 
-    The graph: per chunk a :class:`~tiltlab.accumulator.TiltState`, a tree of merges, and a
-    finaliser; computing the result runs it once. NaN or infinite losses raise
-    ``ValueError`` when the result is computed (NaN with ``check_finite=False``).
+    The graph: per chunk a :class:`~tiltlab.accumulator.TiltState` for each tilt (a grid
+    of tilts shares the chunk's read), a tree of merges, and a finaliser; computing the
+    result runs it once, and nothing is computed at call time. Losses of two or more
+    dimensions reduce along ``axis`` with one group state per row of each chunk, merged
+    along the sample axis. NaN or infinite losses raise ``ValueError`` when the result is
+    computed. ``check_finite=False``, Dask tilts and full-shape weights of N-d losses take
+    the generic path (also lazy where it can be).
     """
+    import dask.array as da
+
+    if not isinstance(losses, da.Array):
+        return None
+    tilts = _host_tilts(t)
+    ndim = getattr(losses, "ndim", 0)
+    if _unknown_sizes(losses) and (tilts is None or weights is not None or ndim != 1):
+        _require_sizes(losses=losses)
+    if (
+        tilts is None
+        or not check_finite
+        or ndim == 0
+        or np.dtype(losses.dtype).kind not in "fiub"
+        or not -ndim <= axis < ndim
+        or (ndim > 1 and weights is not None and getattr(weights, "ndim", 1) != 1)
+        or (not _unknown_sizes(losses) and losses.shape[axis] == 0)
+    ):
+        return None
+    ts, grid = tilts
+    ax = axis % ndim
+    if ndim == 1:
+        out = _risk_graph(losses, ts, weights)
+    else:
+        out = _rows_risk_graph(losses, ax, ts, weights)
+    if not grid:
+        out = out[0]
+    if keepdims:
+        out = da.expand_dims(out, axis=ax + (1 if grid else 0))
+    return out
+
+
+def _risk_graph(losses: Any, ts: list, weights: Any) -> Any:
+    """Risks of 1-d Dask losses at the host tilts ``ts``: a 1-d Dask array (one graph)."""
     import dask.array as da
     from dask import delayed
 
-    tv = _host_tilt(t)
-    if _unknown_sizes(losses) and (tv is None or weights is not None or keepdims
-                                   or getattr(losses, "ndim", 0) != 1):
-        _require_sizes(losses=losses)
-    if (
-        tv is None
-        or not check_finite
-        or keepdims
-        or getattr(losses, "ndim", 0) != 1
-        or axis not in (0, -1)
-        or not isinstance(losses, da.Array)
-        or np.dtype(losses.dtype).kind not in "fiub"
-        or losses.shape[0] == 0
-    ):
-        return None
     w = _weights_like(weights, losses)
     dtype = _result_dtype(losses)
     n = float(losses.shape[0])
     # at t = 0 unit weights of 1 / n keep the sum of losses near the float maximum finite
     unit = 1.0 / n if w is None and math.isfinite(n) else None
-    t_state = tv if math.isfinite(tv) else 0.0
-    fn = delayed(chunk_loss_state, pure=False)
+    states_t = [tv if math.isfinite(tv) else 0.0 for tv in ts]
+    fn = delayed(chunk_loss_states, pure=False)
     wb = _blocks(w) or [None] * len(losses.chunks[0])
-    parts = [fn(lb, pb, t_state, unit, check_finite)
+    parts = [fn(lb, pb, states_t, unit, True)
              for lb, pb in zip(_blocks(losses), wb, strict=True)]
-    root = delayed(_finish_risk, pure=False)(tree_reduce(parts, merge_states), tv, dtype.str)
-    return da.from_delayed(root, shape=(), dtype=dtype)
+    root = delayed(_finish_risks, pure=False)(tree_reduce(parts, merge_state_lists), ts,
+                                              dtype.str)
+    return da.from_delayed(root, shape=(len(ts),), dtype=dtype)
+
+
+def _rows_risk_graph(losses: Any, ax: int, ts: list, weights: Any) -> Any:
+    """Risks of N-d Dask losses along ``ax``: shape ``(len(ts),) + batch`` (one graph)."""
+    import dask.array as da
+    from dask import delayed
+
+    l = da.moveaxis(losses, ax, -1) if ax != losses.ndim - 1 else losses
+    batch = tuple(int(b) for b in l.shape[:-1])
+    N = int(l.shape[-1])
+    m = int(np.prod(batch))
+    l2 = l.reshape((m, N)) if len(batch) != 1 else l
+    w = None
+    if weights is not None:
+        w = _weights_like(weights, l2[0])
+    dtype = _result_dtype(losses)
+    unit = 1.0 / N if w is None else None
+    states_t = [tv if math.isfinite(tv) else 0.0 for tv in ts]
+    fn = delayed(chunk_row_states, pure=False)
+    blocks = l2.to_delayed()
+    wb = _blocks(w) or [None] * blocks.shape[1]
+    rows = []
+    for i, mb in enumerate(l2.chunks[0]):
+        parts = [fn(blocks[i, j], wb[j], states_t, unit) for j in range(blocks.shape[1])]
+        root = delayed(_finish_row_risks, pure=False)(
+            tree_reduce(parts, merge_state_lists), ts, dtype.str)
+        rows.append(da.from_delayed(root, shape=(len(ts), mb), dtype=dtype))
+    out = da.concatenate(rows, axis=1)
+    return out.reshape((len(ts),) + batch) if len(batch) != 1 else out
+
+
+def _finish_risks(states: Any, ts: list, dtype: str) -> np.ndarray:
+    return np.stack([_finish_risk(st, t, dtype) for st, t in zip(states, ts, strict=True)])
+
+
+def _finish_row_risks(states: Any, ts: list, dtype: str) -> np.ndarray:
+    dt = np.dtype(dtype)
+    out = []
+    for st, t in zip(states, ts, strict=True):
+        _check_state(st)
+        if not np.all(st.mass > 0):
+            raise ValueError("`weights` must not be all zero")
+        if math.isinf(t):
+            out.append(np.asarray(st.hi if t > 0 else st.lo, dtype=dt))
+        else:
+            out.append(np.asarray(st.risk(np, dt), dtype=dt))
+    return np.stack(out)
 
 
 def _finish_risk(state: Any, t: float, dtype: str) -> np.ndarray:

@@ -391,3 +391,39 @@ def merge_label_states(*parts: Any) -> Any:
         counts[index] += cnt
         states.append(_spread(st, index, G))
     return labels, merge_states(*states), counts
+
+
+# ---------------------------------------------------------------------------------------
+# several tilts at once, and N-d losses (tilted_risk)
+
+
+def chunk_loss_states(lb: Any, pb: Any, ts: list, unit: float | None = None,
+                      check: bool = True) -> list:
+    """:func:`chunk_loss_state` at each tilt of ``ts`` (one list entry per tilt)."""
+    return [chunk_loss_state(lb, pb, t, unit, check) for t in ts]
+
+
+def chunk_row_states(lb: Any, pb: Any, ts: list, unit: float | None) -> list:
+    """Per-row states of one 2-d chunk of losses (rows: the batch, columns: samples), one
+    :class:`~tiltlab.accumulator.GroupState` per tilt with the rows as groups; ``pb`` is
+    the chunk's slice of 1-d prior weights (or None). Non-finite losses raise."""
+    xp = _ns(lb)
+    mb, nb = int(lb.shape[0]), int(lb.shape[1])
+    if mb * nb == 0:
+        return [EMPTY] * len(ts)
+    if not xp.isdtype(lb.dtype, "real floating"):
+        lb = xp.astype(lb, xp.float64)
+    elif xp.finfo(lb.dtype).bits == 16:  # accumulate 16-bit losses in float32
+        lb = xp.astype(lb, xp.float32)
+    flat = xp.reshape(lb, (mb * nb,))
+    p = None
+    if pb is not None:
+        p = xp.reshape(xp.broadcast_to(xp.astype(pb, lb.dtype)[None, :], (mb, nb)), (mb * nb,))
+    seg = Segments.from_codes(np.repeat(np.arange(mb, dtype=np.int64), nb), mb)
+    return [_group_state_or_none(flat, p, seg, t, xp, None, raise_nonfinite=True, unit=unit)
+            for t in ts]
+
+
+def merge_state_lists(*parts: list) -> list:
+    """Merge per-tilt lists of chunk states, tilt by tilt."""
+    return [merge_states(*states) for states in zip(*parts, strict=True)]
