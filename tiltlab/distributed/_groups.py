@@ -218,8 +218,9 @@ def group_products(Xb: Any, pb: Any, first: Any, root: Any, mode: str) -> Any:
             w = pe * f[sl]
             coef = w[:, None] * d1 if multi else w * d1
         else:
-            cc, gc = hvp_coefficients(pe, d1, D["d2"][sl, ...], D["u"][sl, ...], D["a"][sl],
-                                      D["hz"][sl, ...] if multi else None, t)
+            d2, u, a, hz = (None if D.get(k) is None else D[k][sl, ...]
+                            for k in ("d2", "u", "a", "hz"))
+            cc, gc = hvp_coefficients(pe, d1, d2, u, a, hz if multi else None, t)
             f1, k1 = f[sl], fk[sl]
             coef = (f1[:, None] * cc + k1[:, None] * gc) if multi else (f1 * cc + k1 * gc)
         part = Xb[sl, ...].T @ coef

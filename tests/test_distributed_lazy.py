@@ -1,0 +1,378 @@
+"""Dask: the hierarchical objective in one graph, and lazy risks (no compute at call time).
+
+References are independent of the code under test: closed forms evaluated here in float64
+with SciPy's ``logsumexp``, central finite differences of them, and the eager NumPy
+objective and risks (a different evaluation order: one process, no chunk states).
+Laziness is checked by counting the runs of Dask's local schedulers (a callback) and the
+graphs a ``distributed`` scheduler receives (a scheduler plugin).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tiltlab as tl
+
+da = pytest.importorskip("dask.array")
+dask = pytest.importorskip("dask")
+special = pytest.importorskip("scipy.special")
+
+from dask.callbacks import Callback  # noqa: E402
+
+from tiltlab.distributed import ClientObjective, distribute  # noqa: E402
+
+TILTS = [0.0, 1e-8, -1e-8, 2.0, -2.0, 50.0, -50.0]
+
+
+class _Count(Callback):
+    """Counts scheduler runs (one per ``compute``/``persist``) of the local schedulers."""
+
+    def __init__(self):
+        super().__init__()
+        self.n = 0
+
+    def _start(self, dsk):
+        self.n += 1
+
+
+def _tol(dtype):
+    return 1e-11 if dtype == np.float64 else 2e-4
+
+
+def _hier_data(n=900, d=4, G=6, seed=0, dtype=np.float64):
+    rng = np.random.default_rng(seed)
+    X = np.c_[np.ones(n), rng.normal(size=(n, d - 1))].astype(dtype)
+    z = X.astype(np.float64) @ rng.normal(size=d)
+    y = (rng.uniform(size=n) < 1 / (1 + np.exp(-z))).astype(dtype)
+    g = rng.integers(0, G, size=n)  # every chunk holds samples of every group
+    return X, y, g
+
+
+#: uneven chunks with an empty one: groups are split across chunks
+CHUNKS = (200, 0, 350, 350)
+
+
+def _dask_pair(X, y, w=None):
+    Xd = da.from_array(X, chunks=(CHUNKS, X.shape[1]))
+    yd = da.from_array(y, chunks=(CHUNKS,))
+    wd = None if w is None else da.from_array(w, chunks=(CHUNKS,))
+    return Xd, yd, wd
+
+
+# ---------------------------------------------------------------------------------------
+# the hierarchical objective
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("tau", TILTS)
+def test_hierarchical_objective_matches_numpy(tau, dtype):
+    X, y, g = _hier_data(dtype=dtype)
+    w = None
+    if tau in (2.0, -50.0):  # priors with zeros on some cases
+        w = np.random.default_rng(1).uniform(0.0, 2.0, size=len(y)).astype(dtype)
+        w[::7] = 0.0
+    kw = {"groups": g, "tilts": (-1.5, tau), "l2": 1e-3}
+    ref = tl.TiltedObjective("logistic", X, y, weights=w, **kw)
+    Xd, yd, wd = _dask_pair(X, y, w)
+    obj = tl.TiltedObjective("logistic", Xd, yd, weights=wd, **kw)
+    rng = np.random.default_rng(2)
+    th = (0.5 * rng.normal(size=ref.shape)).astype(dtype)
+    v = rng.normal(size=ref.shape).astype(dtype)
+    distribute(obj)
+    with _Count() as c:
+        f, gr = obj.value_and_gradient(da.from_array(th))
+        assert c.n == 1  # one graph: both sweeps and the upper levels
+        hv = obj.hvp(da.from_array(th), da.from_array(v))
+        val = obj.value(da.from_array(th))
+        assert c.n == 3
+    f0, g0 = ref.value_and_gradient(th)
+    h0 = ref.hvp(th, v)
+    tol = _tol(dtype)
+    assert np.asarray(f).dtype == dtype and np.asarray(gr).dtype == dtype
+    assert np.asarray(hv).dtype == dtype
+    assert abs(float(f) - float(f0)) <= tol * abs(float(f0))
+    assert abs(float(val) - float(f0)) <= tol * abs(float(f0))
+    np.testing.assert_allclose(np.asarray(gr), g0, rtol=tol, atol=tol * np.abs(g0).max())
+    np.testing.assert_allclose(np.asarray(hv), h0, rtol=10 * tol, atol=10 * tol * np.abs(h0).max())
+
+
+def _group_risk(lk, tau, m=None):
+    """Tilted risk of one group's losses ``lk`` (prior ``m``) in float64: the definition,
+    or for ``|tau| < 1e-6`` its cumulant series ``mean + tau var / 2`` (the definition loses
+    ``eps / |tau|`` there; the next term is ``O(tau^2)``)."""
+    m = np.ones_like(lk) if m is None else m
+    if np.isinf(tau):
+        return lk[m > 0].max() if tau > 0 else lk[m > 0].min()
+    mean = m @ lk / m.sum()
+    if abs(tau) < 1e-6:
+        return mean + tau * (m @ (lk - mean) ** 2 / m.sum()) / 2
+    return (special.logsumexp(tau * lk, b=m) - np.log(m.sum())) / tau
+
+
+def _closed_form(theta, X, y, g, t, tau):
+    """One-level hierarchical logistic risk in float64 from its definition."""
+    z = X @ theta
+    ell = np.logaddexp(0.0, z) - y * z
+    R, P = [], []
+    for k in np.unique(g):
+        R.append(_group_risk(ell[g == k], tau))
+        P.append(np.mean(g == k))
+    R, P = np.array(R), np.array(P)
+    return float(P @ R) if t == 0 else float(special.logsumexp(t * R, b=P) / t)
+
+
+@pytest.mark.parametrize(("t", "tau"), [(-1.5, 2.0), (3.0, -50.0), (0.0, 0.0), (2.0, 1e-8)])
+def test_hierarchical_objective_closed_form_and_differences(t, tau):
+    X, y, g = _hier_data(n=600, seed=3)
+    Xd = da.from_array(X, chunks=((150, 0, 250, 200), X.shape[1]))
+    yd = da.from_array(y, chunks=((150, 0, 250, 200),))
+    cl = ClientObjective(tl.TiltedObjective("logistic", Xd, yd, groups=g, tilts=(t, tau)))
+    th = np.array([0.3, -0.4, 0.8, 0.1])
+    f, grad = cl.value_and_gradient(th)
+    assert abs(float(f) - _closed_form(th, X, y, g, t, tau)) <= 1e-13 * max(1.0, abs(float(f)))
+    h = 1e-6
+    fd = np.array(
+        [
+            (_closed_form(th + h * e, X, y, g, t, tau) - _closed_form(th - h * e, X, y, g, t, tau))
+            / (2 * h)
+            for e in np.eye(4)
+        ]
+    )
+    np.testing.assert_allclose(grad, fd, rtol=1e-6, atol=1e-8)
+
+
+def test_hierarchical_multinomial_and_two_levels():
+    rng = np.random.default_rng(5)
+    n, d, K = 700, 3, 3
+    X = np.c_[np.ones(n), rng.normal(size=(n, d - 1))]
+    y = rng.integers(0, K, size=n)
+    g = rng.integers(0, 8, size=n)
+    kw = {"groups": [g // 3, g], "tilts": (1.0, -2.0, 3.0), "l2": 1e-2}
+    ref = tl.TiltedObjective("multinomial", X, y, **kw)
+    Xd = da.from_array(X, chunks=((300, 0, 400), d))
+    obj = tl.TiltedObjective("multinomial", Xd, da.from_array(y, chunks=((300, 0, 400),)), **kw)
+    th, v = 0.3 * rng.normal(size=ref.shape), rng.normal(size=ref.shape)
+    f, gr = obj.value_and_gradient(da.from_array(th))
+    f0, g0 = ref.value_and_gradient(th)
+    assert np.asarray(gr).shape == ref.shape
+    np.testing.assert_allclose(float(f), float(f0), rtol=1e-13)
+    np.testing.assert_allclose(np.asarray(gr), g0, rtol=1e-11, atol=1e-13)
+    hv = obj.hvp(da.from_array(th), da.from_array(v))
+    np.testing.assert_allclose(np.asarray(hv), ref.hvp(th, v), rtol=1e-10, atol=1e-12)
+
+
+# ---------------------------------------------------------------------------------------
+# hierarchical_risk: lazy
+
+
+def _risk_data(n=1000, seed=0, dtype=np.float64):
+    rng = np.random.default_rng(seed)
+    return rng.exponential(size=n).astype(dtype), rng.integers(0, 7, size=n)
+
+
+def _hier_closed_form(l, g, t, tau, p=None):
+    l = l.astype(np.float64)
+    p = np.ones_like(l) if p is None else p.astype(np.float64)
+    R, P = [], []
+    for k in np.unique(g):
+        m, lk = p[g == k], l[g == k]
+        R.append(_group_risk(lk, tau, m))
+        P.append(m.sum())
+    R, P = np.array(R), np.array(P) / np.sum(P)
+    return float(P @ R) if t == 0 else float(special.logsumexp(t * R, b=P) / t)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("codes", ["numpy", "dask", "dask-sparse", "dask-sorted"])
+@pytest.mark.parametrize("tau", TILTS + [np.inf, -np.inf])
+def test_hierarchical_risk_lazy(tau, codes, dtype):
+    l, g = _risk_data(dtype=dtype)
+    if codes == "dask-sorted":  # chunks hold different sets of groups, split at their ends
+        order = np.argsort(g, kind="stable")
+        l, g = l[order], g[order]
+    w = np.random.default_rng(9).uniform(0.2, 1.0, size=l.size) if tau in (2.0, np.inf) else None
+    labels = g * 1_000_003 - 5 if codes == "dask-sparse" else g  # any integer labels
+    gd = labels if codes == "numpy" else da.from_array(labels, chunks=170)
+    ld = da.from_array(l, chunks=((100, 0, 250, 650),))
+    wd = None if w is None else da.from_array(w, chunks=300)
+    with _Count() as c:
+        r = tl.hierarchical_risk(ld, gd, (1.5, tau), weights=wd)
+        assert c.n == 0  # nothing computed at call time
+        got = r.compute()
+        assert c.n == 1
+    assert isinstance(r, da.Array) and r.shape == () and got.dtype == dtype
+    want = tl.hierarchical_risk(l, labels, (1.5, tau), weights=w)
+    tol = 1e-13 if dtype == np.float64 else 1e-5
+    assert abs(float(got) - float(want)) <= tol * max(1.0, abs(float(want)))
+    if dtype == np.float64:
+        assert abs(float(got) - _hier_closed_form(l, g, 1.5, tau, w)) <= 1e-12
+
+
+def test_hierarchical_risk_unknown_chunk_sizes_and_errors():
+    l, g = _risk_data(n=300, seed=4)
+    keep = l > 0.2
+    ld, gd = da.from_array(l, chunks=70), da.from_array(g, chunks=70)
+    lm, gm = ld[ld > 0.2], gd[ld > 0.2]  # the same mask: the same unknown chunks
+    assert np.isnan(lm.shape[0])
+    with _Count() as c:
+        r = tl.hierarchical_risk(lm, gm, (-1.0, 2.0))
+        assert c.n == 0
+        got = float(r.compute())
+    want = _hier_closed_form(l[keep], g[keep], -1.0, 2.0)
+    assert abs(got - want) <= 1e-13 * max(1.0, abs(want))
+    with pytest.raises(ValueError, match="same chunks"):
+        tl.hierarchical_risk(lm, gd.rechunk(100), (-1.0, 2.0))
+    r = tl.hierarchical_risk(lm, gd, (-1.0, 2.0))  # as many chunks: checked as they run
+    with pytest.raises(ValueError, match=r"has a chunk of \d+ labels where `losses` has"):
+        r.compute()
+    with pytest.raises(ValueError, match="length 300"):
+        tl.hierarchical_risk(ld, gd[:-1], (-1.0, 2.0))
+    bad = da.from_array(np.r_[l[:-1], np.nan], chunks=70)
+    r = tl.hierarchical_risk(bad, gd, (1.0, 1.0))  # lazy: raises when computed
+    with pytest.raises(ValueError, match="`losses` contains NaN"):
+        r.compute()
+    assert np.isnan(float(tl.hierarchical_risk(bad, gd, (1.0, 1.0), check_finite=False).compute()))
+    w = np.ones(300)
+    w[g == 3] = 0.0
+    with pytest.raises(ValueError, match="zero total weight"):
+        tl.hierarchical_risk(ld, gd, (1.0, 1.0), weights=da.from_array(w, chunks=70)).compute()
+    # float labels are computed at call time (documented), with the same result
+    with _Count() as c:
+        r = tl.hierarchical_risk(ld, gd.astype(np.float64), (-1.0, 2.0))
+        assert c.n == 1
+    assert float(r.compute()) == pytest.approx(_hier_closed_form(l, g, -1.0, 2.0), rel=1e-13)
+
+
+# ---------------------------------------------------------------------------------------
+# tilted_risk: lazy, on every shape
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_tilted_risk_grid_keepdims_nd_lazy(dtype):
+    rng = np.random.default_rng(6)
+    grid = np.array(TILTS + [np.inf, -np.inf])
+    l = rng.exponential(size=500).astype(dtype)
+    p = rng.uniform(0.0, 1.0, size=500)
+    ld = da.from_array(l, chunks=((100, 0, 150, 250),))
+    L = rng.exponential(size=(3, 4, 60)).astype(dtype)
+    Ld = da.from_array(L, chunks=(2, 3, 25))
+    eps = float(np.finfo(dtype).eps)
+    cases = [
+        (lambda: tl.tilted_risk(ld, grid), lambda: tl.tilted_risk(l, grid)),
+        (
+            lambda: tl.tilted_risk(ld, grid, keepdims=True, weights=da.from_array(p, chunks=90)),
+            lambda: tl.tilted_risk(l, grid, keepdims=True, weights=p),
+        ),
+        (
+            lambda: tl.tilted_risk(ld, -2.0, keepdims=True),
+            lambda: tl.tilted_risk(l, -2.0, keepdims=True),
+        ),
+    ]
+    for ax in (0, 1, -1):
+        w = rng.uniform(0.1, 1.0, size=L.shape[ax])
+        cases.append(
+            (
+                lambda ax=ax, w=w: tl.tilted_risk(
+                    Ld, grid, axis=ax, weights=da.from_array(w, chunks=7)
+                ),
+                lambda ax=ax, w=w: tl.tilted_risk(L, grid, axis=ax, weights=w),
+            )
+        )
+        cases.append(
+            (
+                lambda ax=ax: tl.tilted_risk(Ld, 50.0, axis=ax, keepdims=True),
+                lambda ax=ax: tl.tilted_risk(L, 50.0, axis=ax, keepdims=True),
+            )
+        )
+    for lazy, eager in cases:
+        with _Count() as c:
+            r = lazy()
+            assert c.n == 0
+            got = r.compute()
+            assert c.n == 1
+        want = eager()
+        assert got.shape == want.shape and got.dtype == want.dtype
+        np.testing.assert_allclose(got, want, rtol=64 * eps, atol=64 * eps)
+    # independent: the closed form along the last axis at t = 2
+    want = special.logsumexp(2.0 * L.astype(np.float64), axis=-1) / 2.0 - np.log(60) / 2.0
+    got = tl.tilted_risk(Ld, 2.0).compute()
+    np.testing.assert_allclose(got, want, rtol=64 * eps)
+    with pytest.raises(ValueError, match="`losses` contains NaN"):
+        tl.tilted_risk(da.from_array(np.r_[l[:-1], np.nan], chunks=100), grid).compute()
+
+
+# ---------------------------------------------------------------------------------------
+# the distributed scheduler: graphs counted by a scheduler plugin
+
+
+@pytest.fixture(scope="module")
+def threads_cluster():
+    distributed = pytest.importorskip("distributed")
+    from distributed.diagnostics.plugin import SchedulerPlugin
+
+    class GraphCounter(SchedulerPlugin):
+        name = "tiltlab-lazy-graph-counter"
+
+        def __init__(self):
+            self.n = 0
+
+        def update_graph(self, scheduler, **kwargs):
+            self.n += 1
+
+    cluster = distributed.LocalCluster(
+        n_workers=2,
+        processes=False,
+        threads_per_worker=1,
+        dashboard_address=None,
+    )
+    client = distributed.Client(cluster, set_as_default=False)
+    counter = GraphCounter()
+    cluster.scheduler.add_plugin(counter)
+    try:
+        yield client, counter
+    finally:
+        client.close()
+        cluster.close()
+
+
+def test_one_graph_on_the_distributed_scheduler(threads_cluster):
+    distributed = pytest.importorskip("distributed")
+    client, counter = threads_cluster
+    l, g = _risk_data(n=2000, seed=8)
+    ld, gd = da.from_array(l, chunks=300), da.from_array(g, chunks=300)
+    X, y, gg = _hier_data(n=900, seed=8)
+    with client.as_current():
+        for fn, want in [
+            (lambda: tl.tilted_risk(ld, 2.0), tl.tilted_risk(l, 2.0)),
+            (
+                lambda: tl.tilted_risk(ld, np.array([-1.0, 0.0, 1.0])),
+                tl.tilted_risk(l, np.array([-1.0, 0.0, 1.0])),
+            ),
+            (
+                lambda: tl.hierarchical_risk(ld, gd, (1.0, -2.0)),
+                tl.hierarchical_risk(l, g, (1.0, -2.0)),
+            ),
+            (
+                lambda: tl.hierarchical_risk(ld, g, (1.0, -2.0)),
+                tl.hierarchical_risk(l, g, (1.0, -2.0)),
+            ),
+        ]:
+            before = counter.n
+            r = fn()
+            assert counter.n == before  # nothing submitted at call time
+            got = r.compute()
+            assert counter.n == before + 1  # one graph
+            np.testing.assert_allclose(got, want, rtol=1e-13)
+        obj = tl.TiltedObjective("logistic", *_dask_pair(X, y)[:2], groups=gg, tilts=(-1.0, 2.0))
+        cl = ClientObjective(obj)  # persists the data (one graph) before counting
+        distributed.wait([cl.plan.X, cl.plan.y])  # the persist graph reached the scheduler
+        th = np.full(4, 0.1)
+        before = counter.n
+        f, grad = cl.value_and_gradient(th)
+        assert counter.n == before + 1  # both sweeps and the upper levels in one graph
+    f0, g0 = tl.TiltedObjective("logistic", X, y, groups=gg, tilts=(-1.0, 2.0)).value_and_gradient(
+        th
+    )
+    assert abs(float(f) - float(f0)) <= 1e-13 * abs(float(f0))
+    np.testing.assert_allclose(grad, g0, rtol=1e-11, atol=1e-14)
