@@ -10,8 +10,9 @@ engine), the solvers' driver table (:func:`tiltlab.minimize`), and the risk func
   chunk a tilted accumulator state, merged by a tree reduction (for a hierarchy: per-group
   states, then in the same graph one product ``X_b^T c`` per chunk with each sample's final
   weight); only scalars and ``d``-vectors reach the client;
-* ``tilted_risk`` / ``hierarchical_risk`` of 1-d Dask losses return a lazy 0-d Dask array
-  whose graph is the same per-chunk reduction;
+* ``tilted_risk`` / ``hierarchical_risk`` of Dask losses return lazy Dask arrays whose
+  graph is the same per-chunk reduction (nothing is computed at call time; see
+  :func:`dask_tilted_risk` and :func:`dask_hierarchical_risk` for the cases covered);
 * ``minimize`` drives its solvers from the client: the ``d``-dimensional algebra runs in
   NumPy and each evaluation (including every line-search trial) calls the cluster once.
 
