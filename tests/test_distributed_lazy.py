@@ -376,3 +376,26 @@ def test_one_graph_on_the_distributed_scheduler(threads_cluster):
     )
     assert abs(float(f) - float(f0)) <= 1e-13 * abs(float(f0))
     np.testing.assert_allclose(grad, g0, rtol=1e-11, atol=1e-14)
+
+
+def test_second_sweep_forms_the_pieces_again_where_they_are_missing():
+    """A product task that runs away from its chunk's first sweep (or after the kept
+    pieces were dropped) forms them again: the same product either way."""
+    from tiltlab.distributed import _groups
+    from tiltlab.risk import GroupTree
+
+    X, y, g = _hier_data(n=300, seed=11)
+    loss = tl.TiltedObjective("logistic", X, y, t=1.0).loss
+    th, v = np.full(4, 0.2), np.arange(4.0)
+    upper = GroupTree(n_samples=6, levels=(), sample_layouts=())
+    for mode, V in (("grad", None), ("hvp", v)):
+        args = (X, y, None, g, th, V, loss, -2.0, 6, mode, "tok", 0)
+        st = _groups.group_sweep(*args)
+        root = _groups.group_root(upper, (1.0, -2.0), mode, "<f8", st)
+        kept = _groups.group_products(*args, root)  # takes the kept pieces
+        assert ("tok", 0) not in _groups._KEPT
+        again = _groups.group_products(*args, root)  # nothing kept: formed again
+        np.testing.assert_array_equal(kept, again)
+        ref = tl.TiltedObjective("logistic", X, y, groups=g, tilts=(1.0, -2.0))
+        want = ref.gradient(th) if mode == "grad" else ref.hvp(th, v)
+        np.testing.assert_allclose(kept, want, rtol=1e-12, atol=1e-14)

@@ -23,6 +23,8 @@ gradient (or Hessian product) only.
 
 from __future__ import annotations
 
+import threading
+import uuid
 from typing import Any
 
 import numpy as np
@@ -81,16 +83,34 @@ def _chunk_derivs(loss: Any, Xb: Any, yb: Any, th: Any, v: Any, mode: str, xp: A
     return out
 
 
-def group_sweep(Xb: Any, yb: Any, pb: Any, cb: Any, theta: Any, V: Any, loss: Any,
-                tau: float, n_groups: int, mode: str) -> tuple:
-    """First sweep over one chunk: ``(state, kept)``.
+#: the second sweep's pieces per worker process, by (evaluation token, chunk index): they
+#: stay where the chunk was read (a task result would need a task of its own to split it
+#: from the state that travels); entries of the last ``_KEEP_TOKENS`` evaluations are kept
+_KEPT: dict = {}
+_TOKENS: list = []
+_KEEP_TOKENS = 4
+_LOCK = threading.Lock()
 
-    ``state`` is the chunk's :class:`~tiltlab.accumulator.GroupState` over the innermost
-    groups (None for non-finite losses, :data:`~tiltlab.distributed._states.EMPTY` for a
-    chunk without rows); with ``mode="hvp"`` it carries ``sum pe a`` per group
-    (``a = l' . u``). ``kept`` holds what the second sweep needs (the partition, the row
-    ranges and the loss derivatives) and never leaves the worker.
-    """
+
+def _stash(token: str, index: int, kept: Any) -> None:
+    with _LOCK:
+        if token not in _TOKENS:
+            _TOKENS.append(token)
+            while len(_TOKENS) > _KEEP_TOKENS:
+                old = _TOKENS.pop(0)
+                for key in [k for k in _KEPT if k[0] == old]:
+                    del _KEPT[key]
+        _KEPT[(token, index)] = kept
+
+
+def _unstash(token: str, index: int) -> Any:
+    with _LOCK:
+        return _KEPT.pop((token, index), None)
+
+
+def _sweep(Xb: Any, yb: Any, pb: Any, cb: Any, theta: Any, V: Any, loss: Any, tau: float,
+           n_groups: int, mode: str) -> tuple:
+    """``(state, kept)`` of one chunk (see :func:`group_sweep`)."""
     Xb, yb, pb = aligned(Xb), aligned(yb), aligned(pb)
     n = int(Xb.shape[0])
     if n == 0:
@@ -109,6 +129,23 @@ def group_sweep(Xb: Any, yb: Any, pb: Any, cb: Any, theta: Any, V: Any, loss: An
 
     state = _group_state_or_none(D["ell"], pb, seg, tau, xp, sums)
     return state, (seg, rows, D)
+
+
+def group_sweep(Xb: Any, yb: Any, pb: Any, cb: Any, theta: Any, V: Any, loss: Any,
+                tau: float, n_groups: int, mode: str, token: str, index: int) -> Any:
+    """First sweep over one chunk: its group state.
+
+    The chunk's :class:`~tiltlab.accumulator.GroupState` over the innermost groups (None
+    for non-finite losses, :data:`~tiltlab.distributed._states.EMPTY` for a chunk without
+    rows); with ``mode="hvp"`` it carries ``sum pe a`` per group (``a = l' . u``). What
+    the second sweep needs (the partition, the row ranges and the loss derivatives) is
+    kept in the worker process under ``(token, index)``; :func:`group_products` takes it
+    from there, or forms it again where it runs elsewhere.
+    """
+    state, kept = _sweep(Xb, yb, pb, cb, theta, V, loss, tau, n_groups, mode)
+    if kept is not None and state is not None and mode != "value":
+        _stash(token, index, kept)
+    return state
 
 
 def kappa(upper: GroupTree, tilts: tuple, W: np.ndarray, abar: np.ndarray) -> np.ndarray:
@@ -178,22 +215,26 @@ def _on_chunk(values: np.ndarray, seg: Segments, like: Any, xp: Any) -> Any:
     return expand(xp.asarray(values, dtype=like.dtype, device=device(like)), seg, xp)
 
 
-def group_products(Xb: Any, pb: Any, first: Any, root: Any, mode: str) -> Any:
+def group_products(Xb: Any, yb: Any, pb: Any, cb: Any, theta: Any, V: Any, loss: Any,
+                   tau: float, n_groups: int, mode: str, token: str, index: int,
+                   root: Any) -> Any:
     """Second sweep over one chunk: ``X_b^T c`` with each sample's final coefficient.
 
-    ``first`` is the chunk's result of :func:`group_sweep` (on the same worker, as the
-    chunk), ``root`` that of :func:`group_root`. The coefficient is
-    ``c_i = f_g pe_i l'_i`` for a gradient and ``f_g c_i + fk_g g_i`` for a Hessian
-    product (:func:`~tiltlab.objective.blocks.hvp_coefficients`), with
+    ``root`` is the result of :func:`group_root`; the loss pieces come from
+    :func:`group_sweep` on the same worker (formed again if the task runs elsewhere). The
+    coefficient is ``c_i = f_g pe_i l'_i`` for a gradient and ``f_g c_i + fk_g g_i`` for a
+    Hessian product (:func:`~tiltlab.objective.blocks.hvp_coefficients`), with
     ``pe_i = p_i exp(t (l_i - shift_g))`` the sample's weight within its group at the
     merged shift. Returns a NumPy array (None when the losses were not finite,
     :data:`~tiltlab.distributed._states.EMPTY` for a chunk without rows).
     """
     if root is None:
         return None
-    _, kept = first
-    if kept is None:
+    if int(Xb.shape[0]) == 0:
         return EMPTY
+    kept = _unstash(token, index)
+    if kept is None:
+        _, kept = _sweep(Xb, yb, pb, cb, theta, V, loss, tau, n_groups, mode)
     Xb, pb = aligned(Xb), aligned(pb)
     seg, rows, D = kept
     xp = _ns(Xb)
@@ -258,19 +299,18 @@ def group_graph(plan: Any, problem: Any, theta: Any, V: Any, mode: str) -> Any:
     tree = problem.tree
     upper = GroupTree(n_samples=plan.n_groups, levels=tuple(tree.levels[1:]),
                       sample_layouts=())
+    token = uuid.uuid4().hex
+    args = [(Xb, yb, pb, cb, theta, V, problem.loss, tau, plan.n_groups, mode, token, i)
+            for i, (Xb, yb, pb, cb) in enumerate(plan.blocks)]
     sweep = delayed(group_sweep, pure=False)
-    firsts = [sweep(Xb, yb, pb, cb, theta, V, problem.loss, tau, plan.n_groups, mode)
-              for Xb, yb, pb, cb in plan.blocks]
-    # the states travel (getitem on the worker of each chunk), the kept pieces do not
-    states = _reduce_to([f[0] for f in firsts], merge_states)
+    states = _reduce_to([sweep(*a) for a in args], merge_states)
     root = delayed(group_root, pure=False)(upper, tuple(problem.tilts), mode,
                                            np.dtype(problem.dtype).str, *states)
     finish = delayed(finish_products, pure=False)
     if mode == "value":
         return finish(root)
     prod = delayed(group_products, pure=False)
-    parts = [prod(Xb, pb, first, root, mode)
-             for (Xb, _, pb, _), first in zip(plan.blocks, firsts, strict=True)]
+    parts = [prod(*a, root) for a in args]
     return finish(root, *_reduce_to(parts, add_parts))
 
 
