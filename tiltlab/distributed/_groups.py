@@ -8,7 +8,9 @@ neither is known before every chunk has been seen. One evaluation is therefore o
 1. per chunk, ``z = X_b theta`` (and ``X_b v`` for a Hessian product), the losses and their
    derivatives, and the group form of the tilted accumulator state (per innermost group:
    extremes, mass, normaliser; for a product also ``sum pe a``): ``O(G)`` numbers. The
-   losses and derivatives stay on the worker that holds the chunk;
+   losses and derivatives stay in the worker process that read the chunk (a small store
+   keyed by the evaluation: a task result of their own would cost one more task per
+   chunk to split them from the state that travels);
 2. the chunk states merge in a tree; one task finishes the upper levels of the hierarchy on
    the ``G`` group risks (:func:`tiltlab.risk.hierarchy_eval`) and turns them into one
    factor per group (its weight over its normaliser);
