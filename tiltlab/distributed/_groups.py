@@ -32,7 +32,6 @@ from typing import Any
 import numpy as np
 
 from .._compat import device, to_numpy
-from ..accumulator import shifted_exponent
 from ..objective.blocks import block_rows, hvp_coefficients
 from ..risk import GroupTree, hierarchy_eval
 from ..segments import Segments, expand, segment_sum
@@ -122,15 +121,16 @@ def _sweep(Xb: Any, yb: Any, pb: Any, cb: Any, theta: Any, V: Any, loss: Any, ta
     seg = Segments.from_codes(to_numpy(cb), n_groups)
     rows = _row_slices(n, Xb, xp)
     D = _chunk_derivs(loss, Xb, yb, th, v, mode, xp, rows)
-    sums = None
-    if mode == "hvp":
-        a = D["a"]
+    weights: list = []
 
-        def sums(pe):
-            return (segment_sum(pe * a, seg, xp),)
+    def sums(pe):  # keep the unnormalised weights at the chunk's own shifts
+        weights.append(pe)
+        return (segment_sum(pe * D["a"], seg, xp),) if mode == "hvp" else ()
 
-    state = _group_state_or_none(D["ell"], pb, seg, tau, xp, sums)
-    return state, (seg, rows, D)
+    state = _group_state_or_none(D["ell"], pb, seg, tau, xp, None if mode == "value" else sums)
+    if state is None or mode == "value":
+        return state, None
+    return state, (seg, rows, D, weights[0], state.shift, state.present)
 
 
 def group_sweep(Xb: Any, yb: Any, pb: Any, cb: Any, theta: Any, V: Any, loss: Any,
@@ -186,8 +186,9 @@ def group_root(upper: GroupTree, tilts: tuple, mode: str, dtype: str, *states: A
 
     Returns None for non-finite losses, else a dict: ``value`` (the hierarchical risk),
     ``f`` (``W_g / s_g``: the group's weight over its normaliser, 0 for a group without
-    prior mass), ``shift`` and ``huge`` (how the second sweep forms ``exp(t (l - shift))``
-    exactly as the first did) and, for ``"hvp"``, ``fk`` (``f`` times :func:`kappa`).
+    prior mass), ``shift`` (the merged shift of each group, to which the second sweep
+    moves the first sweep's weights) and, for ``"hvp"``, ``fk`` (``f`` times
+    :func:`kappa`).
     """
     state = merge_states(*states)
     if state is None:
@@ -202,10 +203,8 @@ def group_root(upper: GroupTree, tilts: tuple, mode: str, dtype: str, *states: A
     on = state.present
     s = np.where(on, state.s, 1.0)
     f = np.where(on, W / s, 0.0)
-    with np.errstate(over="ignore", invalid="ignore"):
-        huge = bool(np.any(on & np.isinf(state.hi - state.lo)))
     out = {"value": float(risk), "f": f, "shift": np.asarray(state.shift, dtype=np.float64),
-           "huge": huge, "t": float(state.t)}
+           "t": float(state.t)}
     if mode == "hvp":
         abar = np.where(on, state.sums[0] / s, 0.0)
         out["fk"] = f * kappa(upper, tilts, W, abar)
@@ -227,8 +226,10 @@ def group_products(Xb: Any, yb: Any, pb: Any, cb: Any, theta: Any, V: Any, loss:
     coefficient is ``c_i = f_g pe_i l'_i`` for a gradient and ``f_g c_i + fk_g g_i`` for a
     Hessian product (:func:`~tiltlab.objective.blocks.hvp_coefficients`), with
     ``pe_i = p_i exp(t (l_i - shift_g))`` the sample's weight within its group at the
-    merged shift. Returns a NumPy array (None when the losses were not finite,
-    :data:`~tiltlab.distributed._states.EMPTY` for a chunk without rows).
+    merged shift (the first sweep's weights, moved from the chunk's shifts by one factor
+    per group: no exponential of the losses again). Returns a NumPy array (None when the
+    losses were not finite, :data:`~tiltlab.distributed._states.EMPTY` for a chunk
+    without rows).
     """
     if root is None:
         return None
@@ -237,25 +238,21 @@ def group_products(Xb: Any, yb: Any, pb: Any, cb: Any, theta: Any, V: Any, loss:
     kept = _unstash(token, index)
     if kept is None:
         _, kept = _sweep(Xb, yb, pb, cb, theta, V, loss, tau, n_groups, mode)
-    Xb, pb = aligned(Xb), aligned(pb)
-    seg, rows, D = kept
+    seg, rows, D, pe_chunk, shift, present = kept
     xp = _ns(Xb)
     ell = D["ell"]
     t = root["t"]
     multi = D["multi"]
-    p = None if pb is None else xp.astype(pb, ell.dtype)
-    c = None if t == 0.0 else _on_chunk(root["shift"], seg, ell, xp)
-    f = _on_chunk(root["f"], seg, ell, xp)
-    fk = _on_chunk(root["fk"], seg, ell, xp) if mode == "hvp" else None
+    # pe_chunk holds p exp(t (l - shift_chunk)); the chunk's shift moves to the merged one
+    # by a factor per group, exp(t (shift_chunk - shift)) <= 1
+    with np.errstate(over="ignore", invalid="ignore"):
+        move = np.where(present, np.exp(t * (shift - root["shift"])), 0.0) if t else 1.0
+    f = _on_chunk(root["f"] * move, seg, ell, xp)
+    fk = _on_chunk(root["fk"] * move, seg, ell, xp) if mode == "hvp" else None
     out = None
     for r0, r1 in rows:  # cache-sized row ranges: the temporaries stay in cache
         sl = slice(r0, r1)
-        p1 = None if p is None else p[sl]
-        if t == 0.0:
-            pe = xp.ones_like(ell[sl]) if p1 is None else p1
-        else:
-            e = xp.exp(shifted_exponent(ell[sl], c[sl], t, p1, xp, root["huge"]))
-            pe = e if p1 is None else p1 * e
+        pe = pe_chunk[sl]
         d1 = D["d1"][sl, ...]
         if mode == "grad":
             w = pe * f[sl]
