@@ -399,3 +399,42 @@ def test_second_sweep_forms_the_pieces_again_where_they_are_missing():
         ref = tl.TiltedObjective("logistic", X, y, groups=g, tilts=(1.0, -2.0))
         want = ref.gradient(th) if mode == "grad" else ref.hvp(th, v)
         np.testing.assert_allclose(kept, want, rtol=1e-12, atol=1e-14)
+
+
+_LOADS: list = []
+
+
+def _load_rows(a, r0, r1):
+    _LOADS.append((r0, r1))
+    return a[r0:r1].copy()
+
+
+def test_hierarchical_objective_on_data_read_at_each_evaluation():
+    """Not persisted (data beyond the workers' memory): one sweep that reads each chunk once
+    (per-group sums), instead of two sweeps that would hold every loaded chunk until the
+    second one."""
+    X, y, g = _hier_data(n=800, seed=12)
+    bounds = [(0, 300), (300, 300), (300, 800)]  # with an empty chunk
+    load = dask.delayed(_load_rows, pure=True)
+    Xd = da.concatenate(
+        [da.from_delayed(load(X, a, b), shape=(b - a, 4), dtype=X.dtype) for a, b in bounds]
+    )
+    yd = da.concatenate(
+        [da.from_delayed(load(y, a, b), shape=(b - a,), dtype=y.dtype) for a, b in bounds]
+    )
+    kw = {"groups": g, "tilts": (2.0, -1.0)}
+    obj = tl.TiltedObjective("logistic", Xd, yd, **kw)
+    assert not distribute(obj, persist=False).persisted
+    ref = tl.TiltedObjective("logistic", X, y, **kw)
+    th, v = np.full(4, 0.3), np.linspace(-1.0, 1.0, 4)
+    _LOADS.clear()
+    with _Count() as c:
+        f, gr = obj.value_and_gradient(da.from_array(th))
+        assert c.n == 1
+    for a, b in bounds[::2]:  # the non-empty chunks: each read once, X and y
+        assert _LOADS.count((a, b)) == 2
+    f0, g0 = ref.value_and_gradient(th)
+    assert abs(float(f) - float(f0)) <= 1e-13 * abs(float(f0))
+    np.testing.assert_allclose(np.asarray(gr), g0, rtol=1e-12, atol=1e-14)
+    hv = obj.hvp(da.from_array(th), da.from_array(v))
+    np.testing.assert_allclose(np.asarray(hv), ref.hvp(th, v), rtol=1e-11, atol=1e-13)

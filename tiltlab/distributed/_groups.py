@@ -20,7 +20,9 @@ neither is known before every chunk has been seen. One evaluation is therefore o
 
 Each sweep is one BLAS product per chunk, as on NumPy; only the group states (``O(G)``)
 and the ``d``-vectors travel between workers, and the client receives the value and the
-gradient (or Hessian product) only.
+gradient (or Hessian product) only. This is for persisted chunks; data read from their
+source at each evaluation take one sweep (:mod:`tiltlab.distributed._groups_stream`), so
+that no loaded chunk waits for a second one.
 """
 
 from __future__ import annotations
@@ -140,12 +142,12 @@ def group_sweep(Xb: Any, yb: Any, pb: Any, cb: Any, theta: Any, V: Any, loss: An
     The chunk's :class:`~tiltlab.accumulator.GroupState` over the innermost groups (None
     for non-finite losses, :data:`~tiltlab.distributed._states.EMPTY` for a chunk without
     rows); with ``mode="hvp"`` it carries ``sum pe a`` per group (``a = l' . u``). What
-    the second sweep needs (the partition, the row ranges and the loss derivatives) is
-    kept in the worker process under ``(token, index)``; :func:`group_products` takes it
-    from there, or forms it again where it runs elsewhere.
+    the second sweep needs (the partition, the row ranges, the loss derivatives and the
+    weights) is kept in the worker process under ``(token, index)`` (``token=None``:
+    not kept); :func:`group_products` takes it from there, or forms it again.
     """
     state, kept = _sweep(Xb, yb, pb, cb, theta, V, loss, tau, n_groups, mode)
-    if kept is not None and state is not None and mode != "value":
+    if token is not None and kept is not None:
         _stash(token, index, kept)
     return state
 
@@ -235,7 +237,7 @@ def group_products(Xb: Any, yb: Any, pb: Any, cb: Any, theta: Any, V: Any, loss:
         return None
     if int(Xb.shape[0]) == 0:
         return EMPTY
-    kept = _unstash(token, index)
+    kept = None if token is None else _unstash(token, index)
     if kept is None:
         _, kept = _sweep(Xb, yb, pb, cb, theta, V, loss, tau, n_groups, mode)
     seg, rows, D, pe_chunk, shift, present = kept
@@ -298,6 +300,14 @@ def group_graph(plan: Any, problem: Any, theta: Any, V: Any, mode: str) -> Any:
     tree = problem.tree
     upper = GroupTree(n_samples=plan.n_groups, levels=tuple(tree.levels[1:]),
                       sample_layouts=())
+    if not plan.persisted:  # read from the source at each evaluation: one sweep
+        from ._groups_stream import chunk_group_sums, finish_group_sums
+
+        fn = delayed(chunk_group_sums, pure=False)
+        states = _reduce_to([fn(Xb, yb, pb, cb, theta, V, problem.loss, tau, plan.n_groups,
+                                mode) for Xb, yb, pb, cb in plan.blocks], merge_states)
+        return delayed(finish_group_sums, pure=False)(
+            upper, tuple(problem.tilts), mode, np.dtype(problem.dtype).str, *states)
     token = uuid.uuid4().hex
     args = [(Xb, yb, pb, cb, theta, V, problem.loss, tau, plan.n_groups, mode, token, i)
             for i, (Xb, yb, pb, cb) in enumerate(plan.blocks)]

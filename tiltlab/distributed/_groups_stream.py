@@ -1,0 +1,102 @@
+"""Hierarchical objectives on Dask data read from their source at each evaluation.
+
+When the chunks are not persisted (data beyond the workers' memory), the two sweeps of
+:mod:`tiltlab.distributed._groups` would hold every loaded chunk until the second sweep.
+This module evaluates such data in one sweep instead: each chunk's state carries, per
+innermost group, the weighted sums ``sum pe c x`` themselves (``G x d`` numbers per chunk,
+formed by segment sums: slower per row than a BLAS product, but each chunk is read once
+and freed), merged group by group; the upper levels finish in the same graph.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .._compat import to_numpy
+from ..objective.blocks import hvp_coefficients
+from ..risk import GroupTree, hierarchy_eval
+from ..segments import Segments, segment_sum
+from ._states import (
+    _derivs,
+    _group_state_or_none,
+    _ns,
+    _params,
+    _sub_blocks,
+    group_risks,
+    merge_states,
+)
+
+__all__ = ["chunk_group_sums", "finish_group_sums"]
+
+
+def _group_xt(Xb: Any, coef: Any, seg: Segments, xp: Any) -> Any:
+    """Per-group ``sum_{i in g} coef_i x_i``: shape (G, d), or (G, d, K) for 2-d ``coef``."""
+    if coef.ndim == 1:
+        return xp.permute_dims(segment_sum(Xb.T * coef[None, :], seg, xp), (1, 0))
+    vals = Xb.T[:, None, :] * xp.permute_dims(coef, (1, 0))[None, :, :]
+    return xp.permute_dims(segment_sum(vals, seg, xp), (2, 0, 1))
+
+
+def chunk_group_sums(Xb: Any, yb: Any, pb: Any, cb: Any, theta: Any, V: Any, loss: Any,
+                     tau: float, n_groups: int, mode: str) -> Any:
+    """One chunk's :class:`~tiltlab.accumulator.GroupState` with per-group weighted sums
+    (None: non-finite losses), merged over cache-sized sub-blocks.
+
+    Sums per group: ``"grad"``: ``X^T (pe l')``; ``"hvp"``: ``X^T (pe (l'' u + tau l'
+    a))``, ``X^T (pe l')`` and ``sum pe a`` (``a = l' u``); ``"value"``: none.
+    """
+    return merge_states(*[
+        _block_group_sums(X1, y1, p1, c1, theta, V, loss, tau, n_groups, mode)
+        for X1, y1, p1, c1 in _sub_blocks(Xb, yb, pb, cb)
+    ])
+
+
+def _block_group_sums(Xb, yb, pb, cb, theta, V, loss, tau, n_groups, mode):
+    xp = _ns(Xb)
+    th, v = _params(theta, V, Xb, xp)
+    seg = Segments.from_codes(to_numpy(cb), n_groups)
+    D = _derivs(loss, Xb, yb, th, v, mode, xp)
+    multi = D["multi"]
+    sums = None
+    if mode == "grad":
+        d1 = D["d1"]
+
+        def sums(pe):
+            return (_group_xt(Xb, pe[:, None] * d1 if multi else pe * d1, seg, xp),)
+    elif mode == "hvp":
+        d1, d2, u, a = D["d1"], D["d2"], D["u"], D["a"]
+
+        def sums(pe):
+            c, gcoef = hvp_coefficients(pe, d1, d2, u, a, D["hz"] if multi else None, tau)
+            return (_group_xt(Xb, c, seg, xp), _group_xt(Xb, gcoef, seg, xp),
+                    segment_sum(pe * a, seg, xp))
+    return _group_state_or_none(D["ell"], pb, seg, tau, xp, sums)
+
+
+def finish_group_sums(upper: GroupTree, tilts: tuple, mode: str, dtype: str,
+                      *states: Any) -> Any:
+    """``(value, gradient or Hv)`` from the chunk states (None: non-finite losses)."""
+    from ._groups import kappa
+
+    state = merge_states(*states)
+    if state is None:
+        return None
+    dt = np.dtype(dtype)
+    R = group_risks(state, dt).astype(np.float64)
+    M = state.mass / np.sum(state.mass)
+    risk, W = hierarchy_eval(R, M, upper, list(tilts[:-1]), np)
+    W = np.asarray(W, dtype=np.float64)
+    if mode == "value":
+        return float(risk), None
+    on = state.present
+    s = np.where(on, state.s, 1.0)
+    parts = [np.where(np.reshape(on, on.shape + (1,) * (v.ndim - 1)),
+                      v / np.reshape(s, s.shape + (1,) * (v.ndim - 1)), 0.0)
+             for v in state.sums]
+    if mode == "grad":
+        return float(risk), np.tensordot(W, parts[0], axes=1)
+    A, G, abar = parts
+    Wk = W * kappa(upper, tilts, W, abar)
+    return float(risk), np.tensordot(W, A, axes=1) + np.tensordot(Wk, G, axes=1)
