@@ -129,8 +129,6 @@ def distribute(objective: Any, *, persist: bool | str = "auto") -> DaskPlan:
     plan = problem.cache.get("dask_plan")
     if plan is not None:
         return plan
-    import dask
-
     X = problem.X
     X = X.rechunk({1: -1}) if len(X.chunks[1]) > 1 else X
     rows = X.chunks[0]
@@ -143,15 +141,6 @@ def distribute(objective: Any, *, persist: bool | str = "auto") -> DaskPlan:
     parts = [a for a in (X, y, p, codes) if a is not None]
     nbytes = sum(float(a.nbytes) for a in parts)
     do = persist is True or (persist == "auto" and nbytes <= _memory_budget())
-    if do:
-        # chunks arriving in messages may be misaligned: realign once, on the workers
-        parts = list(dask.persist(*[a.map_blocks(aligned, dtype=a.dtype) for a in parts]))
-        X, y = parts[0], parts[1]
-        rest = parts[2:]
-        if p is not None:
-            p = rest.pop(0)
-        if codes is not None:
-            codes = rest.pop(0)
 
     def blocks_of(a: Any) -> list:
         if a is None:
@@ -159,10 +148,55 @@ def distribute(objective: Any, *, persist: bool | str = "auto") -> DaskPlan:
         d = a.to_delayed()
         return [d[i] if d.ndim == 1 else d[i, 0] for i in range(len(rows))]
 
-    blocks = list(zip(blocks_of(X), blocks_of(y), blocks_of(p), blocks_of(codes), strict=True))
+    arrays = [X, y, p, codes]
+    if do:
+        # chunks arriving in messages may be misaligned: realign once, on the workers
+        arrays = [None if a is None else a.map_blocks(aligned, dtype=a.dtype) for a in arrays]
+        blocks, arrays = _persist_together(arrays, [blocks_of(a) for a in arrays], rows)
+    else:
+        blocks = list(zip(*[blocks_of(a) for a in arrays], strict=True))
+    X, y, p, codes = arrays
     plan = DaskPlan(X=X, y=y, p=p, codes=codes, blocks=blocks, persisted=do, n_groups=G)
     problem.cache["dask_plan"] = plan
     return plan
+
+
+def _pack(*pieces: Any) -> tuple:
+    return pieces
+
+
+def _persist_together(arrays: list, columns: list, rows: tuple) -> tuple[list, list]:
+    """Persist the row chunks of ``X``, ``y``, the prior and the codes so that the pieces
+    of one row chunk live on one worker (a task reading chunk ``i`` then fetches nothing).
+
+    Each chunk's pieces are packed by one task (placed where the chunk of ``X`` is) and
+    persisted as items of that pack. Returns the per-chunk Delayed pieces and the arrays
+    rebuilt from them.
+    """
+    import operator
+
+    import dask
+    import dask.array as da
+    from dask import delayed
+
+    pack = delayed(_pack, pure=False)
+    get = delayed(operator.getitem, pure=False)
+    pieces = []
+    for chunk in zip(*columns, strict=True):
+        pk = pack(*chunk)
+        pieces.append([None if b is None else get(pk, k) for k, b in enumerate(chunk)])
+    flat = iter(dask.persist(*[b for row in pieces for b in row if b is not None]))
+    blocks = [tuple(None if b is None else next(flat) for b in row) for row in pieces]
+    out = []
+    for k, a in enumerate(arrays):
+        if a is None:
+            out.append(None)
+            continue
+        out.append(da.concatenate([
+            da.from_delayed(blocks[i][k], shape=(rows[i],) + tuple(a.shape[1:]), dtype=a.dtype)
+            for i in range(len(rows))
+        ], axis=0))
+    return blocks, out
 
 
 def supported(objective: Any) -> bool:
