@@ -354,7 +354,10 @@ def hier(rows: int, n_groups: int, repeats: int, in_process: bool, before_dir: s
         base = med["numpy hier" if "hier" in k else "numpy sample"]
         extra = (f", ratio to numpy {med[k] / base:.2f}, graphs per evaluation "
                  f"{statistics.median(graphs[k]):.0f}" if k in graphs else "")
-        print(f"  {k:27s} {med[k] * 1e3:8.1f} ms{extra}")
+        runs = ", ".join(f"{v * 1e3:.0f}" for v in times[k])
+        print(f"  {k:27s} {med[k] * 1e3:8.1f} ms{extra} (runs {runs})")
+    print(f"  dask hier (after) / numpy sample (a hierarchy as cheap as the sample level on "
+          f"NumPy): {med['dask hier (after)'] / med['numpy sample']:.2f}")
     with client.as_current():
         f0, g0 = ref_h.value_and_gradient(theta)
         f1, g1 = fns["dask hier (after)"]()
