@@ -37,6 +37,7 @@ from .._compat import device, to_numpy
 from ..objective.blocks import block_rows, hvp_coefficients
 from ..risk import GroupTree, hierarchy_eval
 from ..segments import Segments, expand, segment_sum
+from ._groups_stream import chunk_group_sums, finish_group_sums, kappa
 from ._states import (
     EMPTY,
     FAN_IN,
@@ -152,36 +153,6 @@ def group_sweep(Xb: Any, yb: Any, pb: Any, cb: Any, theta: Any, V: Any, loss: An
     return state
 
 
-def kappa(upper: GroupTree, tilts: tuple, W: np.ndarray, abar: np.ndarray) -> np.ndarray:
-    """Per-group coefficient of the group gradient in a hierarchical Hessian product.
-
-    ``upper`` holds the levels above the innermost groups and ``tilts`` all tilts,
-    outermost first. With ``s_1 = abar`` (each innermost group's weighted mean of
-    ``a = l' . u``) and ``s_k`` the ``W``-weighted mean of ``abar`` over each node of
-    level ``k`` (the root last), ``kappa_g = -t_1 s_1(g) + sum_{k >= 2} t_k (s_{k-1} -
-    s_k)(ancestors of g)``.
-    """
-    ts = tuple(tilts)[::-1]  # innermost first: t_1 (samples in groups), ...
-    out = -ts[0] * abar
-    prev = abar  # s_{k-1} per innermost group
-    codes = np.arange(W.shape[0])  # innermost group -> node of the current level
-    for k in range(1, len(ts)):
-        if k <= len(upper.levels):  # a grouping level: node means
-            lev = upper.levels[k - 1]
-            codes = lev.codes[codes]
-            num = np.bincount(codes, weights=W * abar, minlength=lev.n_groups)
-            den = np.bincount(codes, weights=W, minlength=lev.n_groups)
-            with np.errstate(invalid="ignore", divide="ignore"):
-                node = np.where(den > 0, num / np.where(den > 0, den, 1.0), 0.0)
-            cur = node[codes]
-        else:  # the root
-            cur = np.full_like(abar, float(np.sum(W * abar)))
-        if ts[k] != 0.0:
-            out = out + ts[k] * (prev - cur)
-        prev = cur
-    return out
-
-
 def group_root(upper: GroupTree, tilts: tuple, mode: str, dtype: str, *states: Any) -> Any:
     """The chunk states merged and turned into the value and one factor per innermost
     group.
@@ -233,11 +204,11 @@ def group_products(Xb: Any, yb: Any, pb: Any, cb: Any, theta: Any, V: Any, loss:
     losses were not finite, :data:`~tiltlab.distributed._states.EMPTY` for a chunk
     without rows).
     """
+    kept = None if token is None else _unstash(token, index)  # taken in every case
     if root is None:
         return None
     if int(Xb.shape[0]) == 0:
         return EMPTY
-    kept = None if token is None else _unstash(token, index)
     if kept is None:
         _, kept = _sweep(Xb, yb, pb, cb, theta, V, loss, tau, n_groups, mode)
     seg, rows, D, pe_chunk, shift, present = kept
@@ -301,8 +272,6 @@ def group_graph(plan: Any, problem: Any, theta: Any, V: Any, mode: str) -> Any:
     upper = GroupTree(n_samples=plan.n_groups, levels=tuple(tree.levels[1:]),
                       sample_layouts=())
     if not plan.persisted:  # read from the source at each evaluation: one sweep
-        from ._groups_stream import chunk_group_sums, finish_group_sums
-
         fn = delayed(chunk_group_sums, pure=False)
         states = _reduce_to([fn(Xb, yb, pb, cb, theta, V, problem.loss, tau, plan.n_groups,
                                 mode) for Xb, yb, pb, cb in plan.blocks], merge_states)

@@ -28,7 +28,7 @@ from ._states import (
     merge_states,
 )
 
-__all__ = ["chunk_group_sums", "finish_group_sums"]
+__all__ = ["chunk_group_sums", "finish_group_sums", "kappa"]
 
 
 def _group_xt(Xb: Any, coef: Any, seg: Segments, xp: Any) -> Any:
@@ -75,11 +75,39 @@ def _block_group_sums(Xb, yb, pb, cb, theta, V, loss, tau, n_groups, mode):
     return _group_state_or_none(D["ell"], pb, seg, tau, xp, sums)
 
 
+def kappa(upper: GroupTree, tilts: tuple, W: np.ndarray, abar: np.ndarray) -> np.ndarray:
+    """Per-group coefficient of the group gradient in a hierarchical Hessian product.
+
+    ``upper`` holds the levels above the innermost groups and ``tilts`` all tilts,
+    outermost first. With ``s_1 = abar`` (each innermost group's weighted mean of
+    ``a = l' . u``) and ``s_k`` the ``W``-weighted mean of ``abar`` over each node of
+    level ``k`` (the root last), ``kappa_g = -t_1 s_1(g) + sum_{k >= 2} t_k (s_{k-1} -
+    s_k)(ancestors of g)``.
+    """
+    ts = tuple(tilts)[::-1]  # innermost first: t_1 (samples in groups), ...
+    out = -ts[0] * abar
+    prev = abar  # s_{k-1} per innermost group
+    codes = np.arange(W.shape[0])  # innermost group -> node of the current level
+    for k in range(1, len(ts)):
+        if k <= len(upper.levels):  # a grouping level: node means
+            lev = upper.levels[k - 1]
+            codes = lev.codes[codes]
+            num = np.bincount(codes, weights=W * abar, minlength=lev.n_groups)
+            den = np.bincount(codes, weights=W, minlength=lev.n_groups)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                node = np.where(den > 0, num / np.where(den > 0, den, 1.0), 0.0)
+            cur = node[codes]
+        else:  # the root
+            cur = np.full_like(abar, float(np.sum(W * abar)))
+        if ts[k] != 0.0:
+            out = out + ts[k] * (prev - cur)
+        prev = cur
+    return out
+
+
 def finish_group_sums(upper: GroupTree, tilts: tuple, mode: str, dtype: str,
                       *states: Any) -> Any:
     """``(value, gradient or Hv)`` from the chunk states (None: non-finite losses)."""
-    from ._groups import kappa
-
     state = merge_states(*states)
     if state is None:
         return None
