@@ -72,14 +72,14 @@ def _row_slices(n: int, Xb: Any, xp: Any) -> list[tuple[int, int]]:
     return [(r0, min(n, r0 + B)) for r0 in range(0, n, B)]
 
 
-def _chunk_derivs(loss: Any, Xb: Any, yb: Any, th: Any, v: Any, mode: str, xp: Any,
-                  rows: list) -> dict:
+def _chunk_derivs(
+    loss: Any, Xb: Any, yb: Any, th: Any, v: Any, mode: str, xp: Any, rows: list
+) -> dict:
     """The loss pieces of a whole chunk, formed over cache-sized row ranges (the loss's
     temporaries then stay in cache) and joined."""
     if len(rows) == 1:
         return _derivs(loss, Xb, yb, th, v, mode, xp)
-    pieces = [_derivs(loss, Xb[r0:r1, ...], yb[r0:r1, ...], th, v, mode, xp)
-              for r0, r1 in rows]
+    pieces = [_derivs(loss, Xb[r0:r1, ...], yb[r0:r1, ...], th, v, mode, xp) for r0, r1 in rows]
     out = {"multi": pieces[0]["multi"]}
     for key in pieces[0]:
         if key != "multi":
@@ -112,8 +112,18 @@ def _unstash(token: str, index: int) -> Any:
         return _KEPT.pop((token, index), None)
 
 
-def _sweep(Xb: Any, yb: Any, pb: Any, cb: Any, theta: Any, V: Any, loss: Any, tau: float,
-           n_groups: int, mode: str) -> tuple:
+def _sweep(
+    Xb: Any,
+    yb: Any,
+    pb: Any,
+    cb: Any,
+    theta: Any,
+    V: Any,
+    loss: Any,
+    tau: float,
+    n_groups: int,
+    mode: str,
+) -> tuple:
     """``(state, kept)`` of one chunk (see :func:`group_sweep`)."""
     Xb, yb, pb = aligned(Xb), aligned(yb), aligned(pb)
     n = int(Xb.shape[0])
@@ -136,8 +146,20 @@ def _sweep(Xb: Any, yb: Any, pb: Any, cb: Any, theta: Any, V: Any, loss: Any, ta
     return state, (seg, rows, D, weights[0], state.shift, state.present)
 
 
-def group_sweep(Xb: Any, yb: Any, pb: Any, cb: Any, theta: Any, V: Any, loss: Any,
-                tau: float, n_groups: int, mode: str, token: str, index: int) -> Any:
+def group_sweep(
+    Xb: Any,
+    yb: Any,
+    pb: Any,
+    cb: Any,
+    theta: Any,
+    V: Any,
+    loss: Any,
+    tau: float,
+    n_groups: int,
+    mode: str,
+    token: str,
+    index: int,
+) -> Any:
     """First sweep over one chunk: its group state.
 
     The chunk's :class:`~tiltlab.accumulator.GroupState` over the innermost groups (None
@@ -176,8 +198,12 @@ def group_root(upper: GroupTree, tilts: tuple, mode: str, dtype: str, *states: A
     on = state.present
     s = np.where(on, state.s, 1.0)
     f = np.where(on, W / s, 0.0)
-    out = {"value": float(risk), "f": f, "shift": np.asarray(state.shift, dtype=np.float64),
-           "t": float(state.t)}
+    out = {
+        "value": float(risk),
+        "f": f,
+        "shift": np.asarray(state.shift, dtype=np.float64),
+        "t": float(state.t),
+    }
     if mode == "hvp":
         abar = np.where(on, state.sums[0] / s, 0.0)
         out["fk"] = f * kappa(upper, tilts, W, abar)
@@ -189,9 +215,21 @@ def _on_chunk(values: np.ndarray, seg: Segments, like: Any, xp: Any) -> Any:
     return expand(xp.asarray(values, dtype=like.dtype, device=device(like)), seg, xp)
 
 
-def group_products(Xb: Any, yb: Any, pb: Any, cb: Any, theta: Any, V: Any, loss: Any,
-                   tau: float, n_groups: int, mode: str, token: str, index: int,
-                   root: Any) -> Any:
+def group_products(
+    Xb: Any,
+    yb: Any,
+    pb: Any,
+    cb: Any,
+    theta: Any,
+    V: Any,
+    loss: Any,
+    tau: float,
+    n_groups: int,
+    mode: str,
+    token: str,
+    index: int,
+    root: Any,
+) -> Any:
     """Second sweep over one chunk: ``X_b^T c`` with each sample's final coefficient.
 
     ``root`` is the result of :func:`group_root`; the loss pieces come from
@@ -231,8 +269,9 @@ def group_products(Xb: Any, yb: Any, pb: Any, cb: Any, theta: Any, V: Any, loss:
             w = pe * f[sl]
             coef = w[:, None] * d1 if multi else w * d1
         else:
-            d2, u, a, hz = (None if D.get(k) is None else D[k][sl, ...]
-                            for k in ("d2", "u", "a", "hz"))
+            d2, u, a, hz = (
+                None if D.get(k) is None else D[k][sl, ...] for k in ("d2", "u", "a", "hz")
+            )
             cc, gc = hvp_coefficients(pe, d1, d2, u, a, hz if multi else None, t)
             f1, k1 = f[sl], fk[sl]
             coef = (f1[:, None] * cc + k1[:, None] * gc) if multi else (f1 * cc + k1 * gc)
@@ -269,21 +308,29 @@ def group_graph(plan: Any, problem: Any, theta: Any, V: Any, mode: str) -> Any:
 
     tau = float(problem.tilts[-1])
     tree = problem.tree
-    upper = GroupTree(n_samples=plan.n_groups, levels=tuple(tree.levels[1:]),
-                      sample_layouts=())
+    upper = GroupTree(n_samples=plan.n_groups, levels=tuple(tree.levels[1:]), sample_layouts=())
     if not plan.persisted:  # read from the source at each evaluation: one sweep
         fn = delayed(chunk_group_sums, pure=False)
-        states = _reduce_to([fn(Xb, yb, pb, cb, theta, V, problem.loss, tau, plan.n_groups,
-                                mode) for Xb, yb, pb, cb in plan.blocks], merge_states)
+        states = _reduce_to(
+            [
+                fn(Xb, yb, pb, cb, theta, V, problem.loss, tau, plan.n_groups, mode)
+                for Xb, yb, pb, cb in plan.blocks
+            ],
+            merge_states,
+        )
         return delayed(finish_group_sums, pure=False)(
-            upper, tuple(problem.tilts), mode, np.dtype(problem.dtype).str, *states)
+            upper, tuple(problem.tilts), mode, np.dtype(problem.dtype).str, *states
+        )
     token = uuid.uuid4().hex
-    args = [(Xb, yb, pb, cb, theta, V, problem.loss, tau, plan.n_groups, mode, token, i)
-            for i, (Xb, yb, pb, cb) in enumerate(plan.blocks)]
+    args = [
+        (Xb, yb, pb, cb, theta, V, problem.loss, tau, plan.n_groups, mode, token, i)
+        for i, (Xb, yb, pb, cb) in enumerate(plan.blocks)
+    ]
     sweep = delayed(group_sweep, pure=False)
     states = _reduce_to([sweep(*a) for a in args], merge_states)
-    root = delayed(group_root, pure=False)(upper, tuple(problem.tilts), mode,
-                                           np.dtype(problem.dtype).str, *states)
+    root = delayed(group_root, pure=False)(
+        upper, tuple(problem.tilts), mode, np.dtype(problem.dtype).str, *states
+    )
     finish = delayed(finish_products, pure=False)
     if mode == "value":
         return finish(root)

@@ -39,18 +39,30 @@ def _group_xt(Xb: Any, coef: Any, seg: Segments, xp: Any) -> Any:
     return xp.permute_dims(segment_sum(vals, seg, xp), (2, 0, 1))
 
 
-def chunk_group_sums(Xb: Any, yb: Any, pb: Any, cb: Any, theta: Any, V: Any, loss: Any,
-                     tau: float, n_groups: int, mode: str) -> Any:
+def chunk_group_sums(
+    Xb: Any,
+    yb: Any,
+    pb: Any,
+    cb: Any,
+    theta: Any,
+    V: Any,
+    loss: Any,
+    tau: float,
+    n_groups: int,
+    mode: str,
+) -> Any:
     """One chunk's :class:`~tiltlab.accumulator.GroupState` with per-group weighted sums
     (None: non-finite losses), merged over cache-sized sub-blocks.
 
     Sums per group: ``"grad"``: ``X^T (pe l')``; ``"hvp"``: ``X^T (pe (l'' u + tau l'
     a))``, ``X^T (pe l')`` and ``sum pe a`` (``a = l' u``); ``"value"``: none.
     """
-    return merge_states(*[
-        _block_group_sums(X1, y1, p1, c1, theta, V, loss, tau, n_groups, mode)
-        for X1, y1, p1, c1 in _sub_blocks(Xb, yb, pb, cb)
-    ])
+    return merge_states(
+        *[
+            _block_group_sums(X1, y1, p1, c1, theta, V, loss, tau, n_groups, mode)
+            for X1, y1, p1, c1 in _sub_blocks(Xb, yb, pb, cb)
+        ]
+    )
 
 
 def _block_group_sums(Xb, yb, pb, cb, theta, V, loss, tau, n_groups, mode):
@@ -70,8 +82,12 @@ def _block_group_sums(Xb, yb, pb, cb, theta, V, loss, tau, n_groups, mode):
 
         def sums(pe):
             c, gcoef = hvp_coefficients(pe, d1, d2, u, a, D["hz"] if multi else None, tau)
-            return (_group_xt(Xb, c, seg, xp), _group_xt(Xb, gcoef, seg, xp),
-                    segment_sum(pe * a, seg, xp))
+            return (
+                _group_xt(Xb, c, seg, xp),
+                _group_xt(Xb, gcoef, seg, xp),
+                segment_sum(pe * a, seg, xp),
+            )
+
     return _group_state_or_none(D["ell"], pb, seg, tau, xp, sums)
 
 
@@ -105,8 +121,7 @@ def kappa(upper: GroupTree, tilts: tuple, W: np.ndarray, abar: np.ndarray) -> np
     return out
 
 
-def finish_group_sums(upper: GroupTree, tilts: tuple, mode: str, dtype: str,
-                      *states: Any) -> Any:
+def finish_group_sums(upper: GroupTree, tilts: tuple, mode: str, dtype: str, *states: Any) -> Any:
     """``(value, gradient or Hv)`` from the chunk states (None: non-finite losses)."""
     state = merge_states(*states)
     if state is None:
@@ -120,9 +135,14 @@ def finish_group_sums(upper: GroupTree, tilts: tuple, mode: str, dtype: str,
         return float(risk), None
     on = state.present
     s = np.where(on, state.s, 1.0)
-    parts = [np.where(np.reshape(on, on.shape + (1,) * (v.ndim - 1)),
-                      v / np.reshape(s, s.shape + (1,) * (v.ndim - 1)), 0.0)
-             for v in state.sums]
+    parts = [
+        np.where(
+            np.reshape(on, on.shape + (1,) * (v.ndim - 1)),
+            v / np.reshape(s, s.shape + (1,) * (v.ndim - 1)),
+            0.0,
+        )
+        for v in state.sums
+    ]
     if mode == "grad":
         return float(risk), np.tensordot(W, parts[0], axes=1)
     A, G, abar = parts
