@@ -87,9 +87,15 @@ class TiltSpec:
 
 @dataclass
 class FitData:
-    """Validated training data in X's namespace (X with the intercept column appended)."""
+    """Validated training data in X's namespace.
 
-    X: Any
+    ``features`` is ``X`` as validated; :attr:`X` is ``features`` with the intercept's
+    column of ones appended (when ``intercept``), built on first use: a copy of ``X``,
+    which a fit that never builds an objective on these rows (the direct solve of
+    :mod:`._direct`) does not make.
+    """
+
+    features: Any
     xp: Any
     sample_weight: Any
     intercept: bool
@@ -100,10 +106,24 @@ class FitData:
     rows: np.ndarray | None = None
     n_all: int | None = None
     stratify_all: np.ndarray | None = None
+    _X: Any = field(default=None, repr=False)
+
+    @property
+    def X(self) -> Any:
+        """The features with the intercept column appended (built once, on first use)."""
+        if self._X is None:
+            f = self.features
+            self._X = add_intercept_column(f, self.xp) if self.intercept else f
+        return self._X
 
     @property
     def n(self) -> int:
-        return int(self.X.shape[0])
+        return int(self.features.shape[0])
+
+    @property
+    def n_params(self) -> int:
+        """Rows of ``theta``: the features, plus one for the intercept."""
+        return int(self.features.shape[1]) + int(self.intercept)
 
 
 def subset_data(data: FitData, rows: np.ndarray) -> FitData:
@@ -114,7 +134,7 @@ def subset_data(data: FitData, rows: np.ndarray) -> FitData:
         groups = [np.unique(g[rows], return_inverse=True)[1].reshape(-1) for g in spec.groups]
         spec = TiltSpec(tilts=spec.tilts, groups=[g.astype(np.int64) for g in groups])
     return FitData(
-        X=take_rows(data.X, rows, xp),
+        features=take_rows(data.features, rows, xp),
         xp=xp,
         sample_weight=None
         if data.sample_weight is None
@@ -233,9 +253,6 @@ class TiltedLinearBase(BaseEstimator):
         xp = namespace(X)
         return as_float_X(X, xp), xp
 
-    def _augment(self, X: Any, xp: Any) -> Any:
-        return add_intercept_column(X, xp) if self.fit_intercept else X
-
     # ------------------------------------------------------------------------ solving
 
     def _seed(self) -> int:
@@ -285,6 +302,7 @@ class TiltedLinearBase(BaseEstimator):
             weights=sw,
             alpha=float(self.alpha),
             intercept=data.intercept,
+            check_finite=False,  # validate_data has checked X and y (see _prepare)
             **spec.objective_kwargs(rows),
         )
 
@@ -297,6 +315,7 @@ class TiltedLinearBase(BaseEstimator):
             take_rows(problem.y, rows, xp),
             weights=None if sw is None else take_rows(sw, rows, xp),
             alpha=0.0,
+            check_finite=False,
             **spec.objective_kwargs(rows),
         )
 
@@ -372,7 +391,8 @@ class TiltedLinearBase(BaseEstimator):
         if spec.tilts is None and spec.t == 0.0:  # untilted: the weights are the prior
             n = data.n
             if data.sample_weight is None:
-                w = xp.full((n,), 1.0 / n, dtype=data.X.dtype, device=device(data.X))
+                f = data.features
+                w = xp.full((n,), 1.0 / n, dtype=f.dtype, device=device(f))
             else:
                 w = data.sample_weight / xp.sum(data.sample_weight)
             k = len(data.problems)
@@ -380,7 +400,12 @@ class TiltedLinearBase(BaseEstimator):
         cols = []
         for prob, th in zip(data.problems, thetas, strict=True):
             obj = make_objective(
-                prob.loss, data.X, prob.y, weights=data.sample_weight, **spec.objective_kwargs()
+                prob.loss,
+                data.X,
+                prob.y,
+                weights=data.sample_weight,
+                check_finite=False,
+                **spec.objective_kwargs(),
             )
             cols.append(obj.weights(th))
         return self._all_rows(data, cols[0] if len(cols) == 1 else xp.stack(cols, axis=1))
@@ -417,7 +442,7 @@ class TiltedLinearBase(BaseEstimator):
         prev = self._thetas
         if len(prev) != len(data.problems):
             return None
-        want = int(data.X.shape[1])
+        want = data.n_params
         if any(int(th.shape[0]) != want for th in prev):
             return None
         if library_namespace(prev[0]) is not data.xp:

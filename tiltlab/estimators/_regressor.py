@@ -7,6 +7,7 @@ from typing import Any
 from sklearn.base import RegressorMixin
 from sklearn.utils.validation import validate_data
 
+from .._compat import check_finite
 from ..losses import get_loss
 from ._base import FitData, Problem, TiltedLinearBase, drop_zero_weight_rows, split_theta
 from ._checks import as_float_X, check_real, check_sample_weight, is_numpy, namespace
@@ -188,8 +189,10 @@ class TiltedRegressor(RegressorMixin, TiltedLinearBase):
         sw = check_sample_weight(sample_weight, n, X, xp)
         if y.dtype != X.dtype:
             y = xp.astype(y, X.dtype)
+            # validate_data checked y before the cast; float32 X can overflow it
+            check_finite(y, xp, name="y")
         data = FitData(
-            X=self._augment(X, xp),
+            features=X,
             xp=xp,
             sample_weight=sw,
             intercept=bool(self.fit_intercept),
