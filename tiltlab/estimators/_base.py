@@ -38,6 +38,7 @@ from ._checks import (
     namespace,
     take_rows,
 )
+from ._direct import direct_applies, newton_solve
 from ._objective import make_objective
 
 SOLVERS = ("lbfgs", "newton", "agd", "gd", "stochastic")
@@ -363,6 +364,17 @@ class TiltedLinearBase(BaseEstimator):
                 split = self._split(data, seed)
         thetas, results = [], []
         for k, prob in enumerate(data.problems):
+            theta0 = None if theta0s is None else theta0s[k]
+            if split is None and self._direct(data, prob, spec):
+                x, res = newton_solve(
+                    data.features, prob.y, data.sample_weight, alpha=float(self.alpha),
+                    intercept=data.intercept, tol=float(self.tol), xp=data.xp,
+                )  # fmt: skip
+                if res is not None:
+                    thetas.append(res.x)
+                    results.append(res)
+                    continue
+                theta0 = x if x is not None else theta0  # the tolerance was not met: go on
             if cache is not None and k in cache:
                 obj, val = (
                     None if o is None else o.with_tilt(**spec.tilt_kwargs()) for o in cache[k]
@@ -375,7 +387,6 @@ class TiltedLinearBase(BaseEstimator):
                     val = self._validation_objective(data, prob, spec, split[1])
                 if cache is not None:
                     cache[k] = (obj, val)
-            theta0 = None if theta0s is None else theta0s[k]
             if theta0 is not None and tuple(theta0.shape) != tuple(obj.zeros().shape):
                 theta0 = None  # e.g. a warm-start refit that sees another number of classes
             res = self._minimize(obj, theta0, val, seed)
@@ -384,6 +395,15 @@ class TiltedLinearBase(BaseEstimator):
         if cache is not None:
             cache["split"] = split
         return thetas, results
+
+    def _direct(self, data: FitData, problem: Problem, spec: TiltSpec) -> bool:
+        """Whether ``problem`` is the untilted ridge problem that :mod:`._direct` solves
+        exactly (the estimator's docstring says when)."""
+        return direct_applies(
+            loss_name=problem.loss.name, untilted=spec.tilts is None and spec.t == 0.0,
+            solver=self.solver, solver_options=self.solver_options, X=data.features,
+            xp=data.xp,
+        )  # fmt: skip
 
     def _tilted_weights(self, data: FitData, spec: TiltSpec, thetas: list) -> Any:
         """Tilted weights of all rows passed to fit at the solution (one column per problem)."""

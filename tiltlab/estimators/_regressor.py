@@ -63,7 +63,15 @@ class TiltedRegressor(RegressorMixin, TiltedLinearBase):
     fit_intercept : bool, default True
         Fit an unpenalised intercept (the coefficient of an appended column of ones).
     solver : {"lbfgs", "newton", "agd", "gd", "stochastic"}, default "lbfgs"
-        A :func:`tiltlab.minimize` method.
+        A :func:`tiltlab.minimize` method. At ``t = 0`` with the squared loss the
+        objective is quadratic, and ``"lbfgs"`` and ``"newton"`` (without
+        ``solver_options`` or early stopping, on float64 data with at most 512
+        coefficients and more rows than coefficients) take one exact Newton step from
+        zero instead: the normal equations, as :class:`sklearn.linear_model.Ridge`
+        solves them, with the gradient at the solution checked against ``tol``
+        (``result_.method`` is then ``"newton"`` and ``n_iter_`` 1). Where the gradient
+        test fails, the solver goes on from there; where the Hessian is too
+        ill-conditioned (collinear features without a ridge term), it runs from zero.
     tol : float, default 1e-6
         Relative gradient tolerance: stop when ``||grad|| <= tol * ||grad at 0||`` (the
         gradient at zero coefficients; for warm starts the larger of that and the gradient
