@@ -66,9 +66,10 @@ class TiltedRegressor(RegressorMixin, TiltedLinearBase):
         A :func:`tiltlab.minimize` method. At ``t = 0`` with the squared loss the
         objective is quadratic, and ``"lbfgs"`` and ``"newton"`` (without
         ``solver_options`` or early stopping, on float64 data with at most 512
-        coefficients and more rows than coefficients) take one exact Newton step from
-        zero instead: the normal equations, as :class:`sklearn.linear_model.Ridge`
-        solves them, with the gradient at the solution checked against ``tol``
+        coefficients, the intercept included, and at least as many rows) take one exact
+        Newton step from zero instead: the normal equations, as
+        :class:`sklearn.linear_model.Ridge` solves them, with the gradient at the solution
+        checked against ``tol``
         (``result_.method`` is then ``"newton"`` and ``n_iter_`` 1). Where the gradient
         test fails, the solver goes on from there; where the Hessian is too
         ill-conditioned (collinear features without a ridge term), it runs from zero.
