@@ -38,6 +38,7 @@ from ._checks import (
     namespace,
     take_rows,
 )
+from ._direct import direct_applies, newton_solve
 from ._objective import make_objective
 
 SOLVERS = ("lbfgs", "newton", "agd", "gd", "stochastic")
@@ -87,9 +88,15 @@ class TiltSpec:
 
 @dataclass
 class FitData:
-    """Validated training data in X's namespace (X with the intercept column appended)."""
+    """Validated training data in X's namespace.
 
-    X: Any
+    ``features`` is ``X`` as validated; :attr:`X` is ``features`` with the intercept's
+    column of ones appended (when ``intercept``), built on first use: a copy of ``X``,
+    which a fit that never builds an objective on these rows (the direct solve of
+    :mod:`._direct`) does not make.
+    """
+
+    features: Any
     xp: Any
     sample_weight: Any
     intercept: bool
@@ -100,10 +107,24 @@ class FitData:
     rows: np.ndarray | None = None
     n_all: int | None = None
     stratify_all: np.ndarray | None = None
+    _X: Any = field(default=None, repr=False)
+
+    @property
+    def X(self) -> Any:
+        """The features with the intercept column appended (built once, on first use)."""
+        if self._X is None:
+            f = self.features
+            self._X = add_intercept_column(f, self.xp) if self.intercept else f
+        return self._X
 
     @property
     def n(self) -> int:
-        return int(self.X.shape[0])
+        return int(self.features.shape[0])
+
+    @property
+    def n_params(self) -> int:
+        """Rows of ``theta``: the features, plus one for the intercept."""
+        return int(self.features.shape[1]) + int(self.intercept)
 
 
 def subset_data(data: FitData, rows: np.ndarray) -> FitData:
@@ -114,7 +135,7 @@ def subset_data(data: FitData, rows: np.ndarray) -> FitData:
         groups = [np.unique(g[rows], return_inverse=True)[1].reshape(-1) for g in spec.groups]
         spec = TiltSpec(tilts=spec.tilts, groups=[g.astype(np.int64) for g in groups])
     return FitData(
-        X=take_rows(data.X, rows, xp),
+        features=take_rows(data.features, rows, xp),
         xp=xp,
         sample_weight=None
         if data.sample_weight is None
@@ -233,9 +254,6 @@ class TiltedLinearBase(BaseEstimator):
         xp = namespace(X)
         return as_float_X(X, xp), xp
 
-    def _augment(self, X: Any, xp: Any) -> Any:
-        return add_intercept_column(X, xp) if self.fit_intercept else X
-
     # ------------------------------------------------------------------------ solving
 
     def _seed(self) -> int:
@@ -285,6 +303,7 @@ class TiltedLinearBase(BaseEstimator):
             weights=sw,
             alpha=float(self.alpha),
             intercept=data.intercept,
+            check_finite=False,  # validate_data has checked X and y (see _prepare)
             **spec.objective_kwargs(rows),
         )
 
@@ -297,6 +316,7 @@ class TiltedLinearBase(BaseEstimator):
             take_rows(problem.y, rows, xp),
             weights=None if sw is None else take_rows(sw, rows, xp),
             alpha=0.0,
+            check_finite=False,
             **spec.objective_kwargs(rows),
         )
 
@@ -344,6 +364,17 @@ class TiltedLinearBase(BaseEstimator):
                 split = self._split(data, seed)
         thetas, results = [], []
         for k, prob in enumerate(data.problems):
+            theta0 = None if theta0s is None else theta0s[k]
+            if split is None and self._direct(data, prob, spec):
+                x, res = newton_solve(
+                    data.features, prob.y, data.sample_weight, alpha=float(self.alpha),
+                    intercept=data.intercept, tol=float(self.tol), xp=data.xp,
+                )  # fmt: skip
+                if res is not None:
+                    thetas.append(res.x)
+                    results.append(res)
+                    continue
+                theta0 = x if x is not None else theta0  # the tolerance was not met: go on
             if cache is not None and k in cache:
                 obj, val = (
                     None if o is None else o.with_tilt(**spec.tilt_kwargs()) for o in cache[k]
@@ -356,7 +387,6 @@ class TiltedLinearBase(BaseEstimator):
                     val = self._validation_objective(data, prob, spec, split[1])
                 if cache is not None:
                     cache[k] = (obj, val)
-            theta0 = None if theta0s is None else theta0s[k]
             if theta0 is not None and tuple(theta0.shape) != tuple(obj.zeros().shape):
                 theta0 = None  # e.g. a warm-start refit that sees another number of classes
             res = self._minimize(obj, theta0, val, seed)
@@ -366,13 +396,23 @@ class TiltedLinearBase(BaseEstimator):
             cache["split"] = split
         return thetas, results
 
+    def _direct(self, data: FitData, problem: Problem, spec: TiltSpec) -> bool:
+        """Whether ``problem`` is the untilted ridge problem that :mod:`._direct` solves
+        exactly (the estimator's docstring says when)."""
+        return direct_applies(
+            loss_name=problem.loss.name, untilted=spec.tilts is None and spec.t == 0.0,
+            solver=self.solver, solver_options=self.solver_options, X=data.features,
+            xp=data.xp,
+        )  # fmt: skip
+
     def _tilted_weights(self, data: FitData, spec: TiltSpec, thetas: list) -> Any:
         """Tilted weights of all rows passed to fit at the solution (one column per problem)."""
         xp = data.xp
         if spec.tilts is None and spec.t == 0.0:  # untilted: the weights are the prior
             n = data.n
             if data.sample_weight is None:
-                w = xp.full((n,), 1.0 / n, dtype=data.X.dtype, device=device(data.X))
+                f = data.features
+                w = xp.full((n,), 1.0 / n, dtype=f.dtype, device=device(f))
             else:
                 w = data.sample_weight / xp.sum(data.sample_weight)
             k = len(data.problems)
@@ -380,7 +420,12 @@ class TiltedLinearBase(BaseEstimator):
         cols = []
         for prob, th in zip(data.problems, thetas, strict=True):
             obj = make_objective(
-                prob.loss, data.X, prob.y, weights=data.sample_weight, **spec.objective_kwargs()
+                prob.loss,
+                data.X,
+                prob.y,
+                weights=data.sample_weight,
+                check_finite=False,
+                **spec.objective_kwargs(),
             )
             cols.append(obj.weights(th))
         return self._all_rows(data, cols[0] if len(cols) == 1 else xp.stack(cols, axis=1))
@@ -417,7 +462,7 @@ class TiltedLinearBase(BaseEstimator):
         prev = self._thetas
         if len(prev) != len(data.problems):
             return None
-        want = int(data.X.shape[1])
+        want = data.n_params
         if any(int(th.shape[0]) != want for th in prev):
             return None
         if library_namespace(prev[0]) is not data.xp:

@@ -181,7 +181,7 @@ class TiltedClassifier(ClassifierMixin, TiltedLinearBase):
             ]
         data = drop_zero_weight_rows(
             FitData(
-                X=self._augment(X, xp),
+                features=X,
                 xp=xp,
                 sample_weight=sw,
                 intercept=bool(self.fit_intercept),

@@ -125,14 +125,17 @@ def make_objective(
     weights: Any = None,
     alpha: float = 0.0,
     intercept: bool = False,
+    check_finite: bool = True,
 ) -> Any:
     """A tilted objective for ``X`` (whose last column is the intercept's when ``intercept``).
 
-    The ridge term ``alpha/2 ||theta||^2`` skips the intercept row.
+    The ridge term ``alpha/2 ||theta||^2`` skips the intercept row. ``check_finite=False``
+    skips the objective's pass over ``X`` and ``y`` for NaN and infinity (for data that
+    were checked already).
     """
     from ..objective import TiltedObjective
 
-    kw: dict[str, Any] = {"weights": weights}
+    kw: dict[str, Any] = {"weights": weights, "check_finite": check_finite}
     if tilts is not None:
         kw.update(groups=groups, tilts=tilts)
     else:

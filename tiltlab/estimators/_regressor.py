@@ -7,6 +7,7 @@ from typing import Any
 from sklearn.base import RegressorMixin
 from sklearn.utils.validation import validate_data
 
+from .._compat import check_finite
 from ..losses import get_loss
 from ._base import FitData, Problem, TiltedLinearBase, drop_zero_weight_rows, split_theta
 from ._checks import as_float_X, check_real, check_sample_weight, is_numpy, namespace
@@ -62,7 +63,16 @@ class TiltedRegressor(RegressorMixin, TiltedLinearBase):
     fit_intercept : bool, default True
         Fit an unpenalised intercept (the coefficient of an appended column of ones).
     solver : {"lbfgs", "newton", "agd", "gd", "stochastic"}, default "lbfgs"
-        A :func:`tiltlab.minimize` method.
+        A :func:`tiltlab.minimize` method. At ``t = 0`` with the squared loss the
+        objective is quadratic, and ``"lbfgs"`` and ``"newton"`` (without
+        ``solver_options`` or early stopping, on float64 data with at most 512
+        coefficients, the intercept included, and at least as many rows) take one exact
+        Newton step from zero instead: the normal equations, as
+        :class:`sklearn.linear_model.Ridge` solves them, with the gradient at the solution
+        checked against ``tol``
+        (``result_.method`` is then ``"newton"`` and ``n_iter_`` 1). Where the gradient
+        test fails, the solver goes on from there; where the Hessian is too
+        ill-conditioned (collinear features without a ridge term), it runs from zero.
     tol : float, default 1e-6
         Relative gradient tolerance: stop when ``||grad|| <= tol * ||grad at 0||`` (the
         gradient at zero coefficients; for warm starts the larger of that and the gradient
@@ -188,8 +198,10 @@ class TiltedRegressor(RegressorMixin, TiltedLinearBase):
         sw = check_sample_weight(sample_weight, n, X, xp)
         if y.dtype != X.dtype:
             y = xp.astype(y, X.dtype)
+            # validate_data checked y before the cast; float32 X can overflow it
+            check_finite(y, xp, name="y")
         data = FitData(
-            X=self._augment(X, xp),
+            features=X,
             xp=xp,
             sample_weight=sw,
             intercept=bool(self.fit_intercept),

@@ -136,6 +136,9 @@ class _Pairs:
     row of the ``i``-th pair. The buffer is owned by one run and updated in place.
     """
 
+    #: whether the objective's loss is smooth (set by :meth:`LBFGS.start`)
+    smooth = True
+
     def __init__(self, xp: Any, g: Any, memory: int, feps: float):
         self.xp, self.m, self.feps = xp, memory, feps
         self.shape = tuple(g.shape)
@@ -295,6 +298,7 @@ class LBFGS(Solver):
 
     def start(self, objective: Any, state: SolverState, *, max_iter: int, warm: Any) -> _Pairs:
         pairs = _Pairs(objective.xp, state.jac, self.memory, value_rtol(working_eps(state.x)))
+        pairs.smooth = bool(getattr(getattr(objective, "loss", None), "smooth", True))
         pairs.gg = state.grad_norm**2
         given = self.pairs
         if given is None and isinstance(warm, SolverState) and isinstance(warm.memo, _Pairs):
@@ -313,8 +317,13 @@ class LBFGS(Solver):
         if not (slope < 0 and math.isfinite(slope)):  # lost descent: reset the memory
             pairs.reset()
             d, slope = -state.jac, -pairs.gg
-        # first step of a run without pairs: unit length, as SciPy's L-BFGS-B
-        step0 = 1.0 if pairs.slots else min(1.0, 1.0 / max(state.grad_norm, 1e-300))
+        # without pairs: the first step of a run has unit length (1 / ||g|| along -g), as
+        # in SciPy's L-BFGS-B, whose iterates this then follows; after a reset, and on a
+        # loss with kinks (where the weak Wolfe bisection below takes over), the step is
+        # at most that and at most 1
+        inv_g = 1.0 / max(state.grad_norm, 1e-300)
+        unit = state.nit == 0 and pairs.smooth
+        step0 = 1.0 if pairs.slots else (inv_g if unit else min(1.0, inv_g))
         trial: dict[str, Any] = {}
 
         def phi(a: float) -> tuple[float, float]:
