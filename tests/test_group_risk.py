@@ -311,6 +311,7 @@ def test_kernels_match_bincount(G, dtype, skew):
     flags = np.zeros(G, dtype=bool)
     flags[::3] = True
     np.testing.assert_array_equal(kernels.members_of(codes, flags), np.flatnonzero(flags[codes]))
+    assert kernels.int_range(codes) == (int(codes.min()), int(codes.max()))
     size = int(np.bincount(codes, minlength=G)[flags].sum())
     np.testing.assert_array_equal(
         kernels.members_of(codes, flags, size), np.flatnonzero(flags[codes])

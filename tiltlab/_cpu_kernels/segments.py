@@ -22,7 +22,14 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["MIN_ITEMS", "members_of", "segment_counts", "segment_sums", "use_kernels"]
+__all__ = [
+    "MIN_ITEMS",
+    "int_range",
+    "members_of",
+    "segment_counts",
+    "segment_sums",
+    "use_kernels",
+]
 
 #: below this many items ``np.bincount`` is used (no compilation for small inputs)
 MIN_ITEMS = 1 << 16
@@ -86,7 +93,17 @@ def _kernels() -> Any:
             a[codes[i]] += 1
         return a + b
 
-    return sums, sums4, members, counts4
+    @jit
+    def int_range(codes):  # pragma: no cover - compiled
+        lo = codes[0]
+        hi = codes[0]
+        for i in range(1, codes.shape[0]):
+            c = codes[i]
+            lo = min(lo, c)
+            hi = max(hi, c)
+        return lo, hi
+
+    return sums, sums4, members, counts4, int_range
 
 
 def use_kernels(n_items: int) -> bool:
@@ -162,3 +179,19 @@ def members_of(codes: np.ndarray, flags: np.ndarray, size: int | None = None) ->
         size = codes.shape[0] if size is None else int(size)
         return _kernels()[2](_codes(codes), flags, size)
     return np.flatnonzero(flags[codes])
+
+
+def int_range(codes: np.ndarray) -> tuple[int, int]:
+    """``(min, max)`` of a non-empty 1-d integer array, read in one pass.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tiltlab._cpu_kernels.segments import int_range
+    >>> int_range(np.array([3, -1, 7]))
+    (-1, 7)
+    """
+    if use_kernels(codes.shape[0]) and codes.dtype == np.int64 and codes.flags.c_contiguous:
+        lo, hi = _kernels()[4](codes)
+        return int(lo), int(hi)
+    return int(codes.min()), int(codes.max())

@@ -21,7 +21,7 @@ from .._compat import (
     host_labels,
     namespace_of,
 )
-from .._cpu_kernels.segments import segment_counts
+from .._cpu_kernels.segments import int_range, segment_counts
 from ..accumulator import (
     NonFiniteLosses,
     TiltState,
@@ -68,7 +68,7 @@ def _codes_and_counts(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     ones); other labels go through ``np.unique``.
     """
     if labels.dtype.kind in "iu" and labels.size:
-        lo, top = int(labels.min()), int(labels.max())
+        lo, top = int_range(labels)
         if lo >= 0 and top < 2 * labels.size + 1024:
             codes = labels.astype(np.int64, copy=False)
             counts = segment_counts(codes, top + 1)
