@@ -18,6 +18,7 @@ Codes must be int64 in ``[0, n_groups)`` (checked by the callers, not here).
 from __future__ import annotations
 
 import functools
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -81,7 +82,14 @@ def _kernels() -> Any:
         return out[:k]
 
     @jit
-    def counts4(codes, n_groups):  # pragma: no cover - compiled
+    def counts1(codes, n_groups):  # pragma: no cover - compiled
+        out = np.zeros(n_groups, np.int64)
+        for i in range(codes.shape[0]):
+            out[codes[i]] += 1
+        return out
+
+    @jit
+    def counts2(codes, n_groups):  # pragma: no cover - compiled
         a = np.zeros(n_groups, np.int64)
         b = np.zeros(n_groups, np.int64)
         n = codes.shape[0]
@@ -103,7 +111,14 @@ def _kernels() -> Any:
             hi = max(hi, c)
         return lo, hi
 
-    return sums, sums4, members, counts4, int_range
+    return SimpleNamespace(
+        sums1=sums,
+        sums4=sums4,
+        counts1=counts1,
+        counts2=counts2,
+        members=members,
+        int_range=int_range,
+    )
 
 
 def use_kernels(n_items: int) -> bool:
@@ -135,7 +150,9 @@ def segment_counts(codes: np.ndarray, n_groups: int) -> np.ndarray:
     [1, 0, 2, 0]
     """
     if use_kernels(codes.shape[0]):
-        return _kernels()[3](_codes(codes), int(n_groups))
+        k = _kernels()
+        kernel = k.counts2 if n_groups <= MAX_LANED_GROUPS else k.counts1
+        return kernel(_codes(codes), int(n_groups))
     return np.bincount(codes, minlength=n_groups)
 
 
@@ -156,7 +173,8 @@ def segment_sums(
     if use_kernels(codes.shape[0]) and values.dtype in (np.float32, np.float64):
         if weights is not None:
             values = values * weights
-        kernel = _kernels()[1 if n_groups <= MAX_LANED_GROUPS else 0]
+        k = _kernels()
+        kernel = k.sums4 if n_groups <= MAX_LANED_GROUPS else k.sums1
         return kernel(_codes(codes), np.ascontiguousarray(values), int(n_groups))
     if weights is not None:
         values = values * weights
@@ -177,7 +195,7 @@ def members_of(codes: np.ndarray, flags: np.ndarray, size: int | None = None) ->
     if use_kernels(codes.shape[0]):
         flags = np.ascontiguousarray(flags, dtype=np.bool_)
         size = codes.shape[0] if size is None else int(size)
-        return _kernels()[2](_codes(codes), flags, size)
+        return _kernels().members(_codes(codes), flags, size)
     return np.flatnonzero(flags[codes])
 
 
@@ -192,6 +210,6 @@ def int_range(codes: np.ndarray) -> tuple[int, int]:
     (-1, 7)
     """
     if use_kernels(codes.shape[0]) and codes.dtype == np.int64 and codes.flags.c_contiguous:
-        lo, hi = _kernels()[4](codes)
+        lo, hi = _kernels().int_range(codes)
         return int(lo), int(hi)
     return int(codes.min()), int(codes.max())
