@@ -17,8 +17,10 @@ import numpy as np
 
 from .. import segments as _segments
 from .._compat import (
+    check_finite,
     device,
     host_labels,
+    is_numpy_namespace,
     namespace_of,
 )
 from .._cpu_kernels.segments import int_range, segment_counts
@@ -333,10 +335,16 @@ def check_group_mass(p: Any, tree: GroupTree, xp: Any) -> None:
 def _prepare_hierarchy(losses: Any, groups: Any, tilts: Any, weights: Any, xp: Any, check: bool):
     """Validated ``(losses, prior, tree, tilts, dtype)`` for the public hierarchical
     functions (16-bit losses widened to float32; ``dtype`` is their own, else None)."""
-    l, half = widen_half(prepare_losses(losses, xp, check), xp)
+    l, half = widen_half(prepare_losses(losses, xp, False), xp)
     tree = build_tree(groups, l.shape[-1])
     ts = prepare_tilts(tilts, tree.depth)
     p = prepare_prior(weights, l, xp)
+    # NumPy 1-d losses with the uniform prior at a finite innermost tilt: the first level
+    # reads their extremes and rejects NaN and infinity there (no separate pass)
+    checked_later = (is_numpy_namespace(xp) and l.ndim == 1 and p is None
+                     and math.isfinite(ts[-1]))
+    if check and not checked_later:
+        check_finite(l, xp, name="losses", skip="check_finite=False")
     check_group_mass(p, tree, xp)
     return l, p, tree, ts, half
 
