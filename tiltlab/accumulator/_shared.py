@@ -10,7 +10,7 @@ import numpy as np
 
 from .._compat import apply_inplace, is_numpy_namespace, tiny_sqrt
 from .._cpu_kernels import segments as _kernels
-from ..segments import Segments, segment_sum
+from ..segments import Segments
 from ._rule import TiltState
 from ._support import _extremes, _nonfinite
 
@@ -112,7 +112,7 @@ def shared_shift_risk(l: np.ndarray, t: float, p: np.ndarray | None, seg: Segmen
     if p is None:
         mass = seg.counts.astype(np.float64)
     else:
-        mass = segment_sum(p, seg, np).astype(np.float64, copy=False)
+        mass = _kernels.segment_sums(seg.codes, p, seg.n_groups)
     scale = abs(t) * spread
     on = None if p is None else p > 0
     mode = "mean" if t == 0.0 or scale < tiny_sqrt(l.dtype, np) else "q" if scale <= 1.0 else "s"
@@ -128,35 +128,32 @@ def shared_shift_risk(l: np.ndarray, t: float, p: np.ndarray | None, seg: Segmen
             d = apply_inplace(np.expm1 if mode == "q" else np.exp, d, np)
     if on is not None:
         d = np.where(on, d, l.dtype.type(0))
-    z = segment_sum(d, seg, np) if p is None else _weighted(d, p, seg)
-    z = np.asarray(z, dtype=np.float64)
+    # float64 sums (float32 exponentials are added without rounding to float32)
+    z = _kernels.segment_sums(seg.codes, d, seg.n_groups, weights=p)
     del d
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        if mode == "mean":
-            d = z / mass
-        elif mode == "q":
-            d = np.log1p(z / mass) / t
-        else:
-            lz = np.log(z / mass)
-            d = lz / t
-        r = c + d
-        err = np.abs(d)
+        d = np.divide(z, mass, out=z)  # few temporaries: G may be large
+        fine = None
+        if mode == "q":
+            np.log1p(d, out=d)
+        elif mode == "s":
+            np.log(d, out=d)
+            fine = d >= -_underflow_limit(l.dtype)  # (False where z = 0 or NaN)
+        if mode != "mean":
+            d /= t
+        r = d + c
+        err = np.abs(d, out=d)
         if mode == "s":
             err += 1.0 / abs(t)
-        ok = err <= RHO * np.abs(r)  # False where r is NaN (groups without support)
-        if mode == "s":  # (r = +-inf only where z = 0: lz is then -inf)
-            ok &= lz >= -_underflow_limit(l.dtype)
-        else:
-            ok &= np.isfinite(r)
+        bound = np.abs(r)
+        bound *= RHO
+        ok = err <= bound  # False where r is NaN (groups without support)
+        ok &= np.isfinite(r) if fine is None else fine
     bad = np.flatnonzero(~ok)
     repaired = bad[mass[bad] > 0]
     if repaired.size:
         r[repaired] = _own_shift(l, t, p, seg, repaired)
     return r.astype(l.dtype, copy=False), repaired
-
-
-def _weighted(d: np.ndarray, p: np.ndarray, seg: Segments) -> np.ndarray:
-    return _kernels.segment_sums(seg.codes, d, seg.n_groups, weights=p)
 
 
 def _own_shift(l: np.ndarray, t: float, p: Any, seg: Segments, groups: np.ndarray):
