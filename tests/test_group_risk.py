@@ -77,10 +77,11 @@ def _ref_mp(l, t, p, codes, G):
             mass = mpmath.fsum(ps)
             if t == 0.0:
                 out[g] = float(mpmath.fsum(a * b for a, b in zip(ps, ls, strict=True)) / mass)
-            else:
-                tt = mpmath.mpf(t)
-                s = mpmath.fsum(a * mpmath.exp(tt * b) for a, b in zip(ps, ls, strict=True)) / mass
-                out[g] = float(mpmath.log(s) / tt)
+            else:  # relative to the group's smallest loss, with expm1/log1p: every digit
+                # of a risk near that loss survives (1 + 1e-300 would round to 1)
+                tt, c = mpmath.mpf(t), min(ls)
+                q = mpmath.fsum(a * mpmath.expm1(tt * (b - c)) for a, b in zip(ps, ls, strict=True))
+                out[g] = float(c + mpmath.log1p(q / mass) / tt)
     return out
 
 
@@ -381,3 +382,17 @@ def test_tree_counts_are_seeded_and_match():
     seg = tree.levels[0]
     assert seg.counts.tolist() == [1, 2, 3]
     np.testing.assert_array_equal(seg.codes, [1, 1, 2, 0, 2, 2])
+
+
+@pytest.mark.parametrize("t", TILTS)
+def test_extreme_magnitudes_across_groups_match_mpmath(t):
+    # groups near 1e300, near 1e-300, near -1e10 and a single loss: every shift shared by
+    # all of them is far from most groups, so the repair decides the result
+    l = np.array([1e300, 2e300, 1e-300, 3e-300, -1e10, -1e10 + 5.0, 0.5, 1.5e300])
+    codes = np.array([0, 0, 1, 1, 2, 2, 3, 0])
+    seg = Segments.from_codes(codes)
+    r, repaired = shared_shift_risk(l, t, None, seg)
+    ref = _ref_mp(l, t, None, codes, 4)
+    np.testing.assert_allclose(r, ref, rtol=64 * np.finfo(np.float64).eps)
+    if abs(t) >= 1e-8:
+        assert repaired.size > 0

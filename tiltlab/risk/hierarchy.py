@@ -72,7 +72,7 @@ def _codes_and_counts(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if labels.dtype.kind in "iu" and labels.size:
         lo, top = int_range(labels)
         if lo >= 0 and top < 2 * labels.size + 1024:
-            codes = labels.astype(np.int64, copy=False)
+            codes = np.ascontiguousarray(labels, dtype=np.int64)
             counts = segment_counts(codes, top + 1)
             if counts.all():
                 return codes, counts
