@@ -121,6 +121,13 @@ def _kernels() -> Any:
     )
 
 
+@functools.cache
+def _numba_found() -> bool:
+    from . import available
+
+    return available()
+
+
 def use_kernels(n_items: int) -> bool:
     """Whether inputs of ``n_items`` items go through the compiled kernels.
 
@@ -130,9 +137,7 @@ def use_kernels(n_items: int) -> bool:
     >>> use_kernels(10)
     False
     """
-    from . import available
-
-    return n_items >= MIN_ITEMS and available()
+    return n_items >= MIN_ITEMS and _numba_found()
 
 
 def _codes(codes: np.ndarray) -> np.ndarray:
