@@ -116,7 +116,7 @@ def hierarchy_table(n, Gs, repeat, before, rng, dtypes=(np.float64, np.float32))
                     "tilted_risk": lambda l=losses: tl.tilted_risk(l, 1.0),
                     "hier": lambda l=losses, g=g: tl.hierarchical_risk(l, g, (1.0, -2.0)),
                 }
-                if before is not None and (kind == "uniform" or G <= 1000):
+                if before is not None:
                     fns["hier_before"] = lambda l=losses, g=g: before.hierarchical_risk(
                         l, g, (1.0, -2.0))
                 med = _medians(fns, repeat)

@@ -110,7 +110,7 @@ def shared_shift_risk(l: np.ndarray, t: float, p: np.ndarray | None, seg: Segmen
     if math.isinf(spread):
         return None
     if p is None:
-        mass = seg.counts.astype(np.float64)
+        mass = seg.counts
     else:
         mass = _kernels.segment_sums(seg.codes, p, seg.n_groups)
     scale = abs(t) * spread
@@ -141,13 +141,17 @@ def shared_shift_risk(l: np.ndarray, t: float, p: np.ndarray | None, seg: Segmen
             fine = d >= -_underflow_limit(l.dtype)  # (False where z = 0 or NaN)
         if mode != "mean":
             d /= t
-        r = d + c
-        err = np.abs(d, out=d)
-        if mode == "s":
-            err += 1.0 / abs(t)
-        bound = np.abs(r)
-        bound *= RHO
-        ok = err <= bound  # False where r is NaN (groups without support)
+        k = 1.0 / abs(t) if mode == "s" else 0.0
+        if c == 0.0:  # r = d: |d| + k <= RHO |d| reads |d| >= k / (RHO - 1)
+            r = d
+            ok = np.abs(d) >= k / (RHO - 1.0)  # False where r is NaN (no support)
+        else:
+            r = d + c
+            err = np.abs(d, out=d)
+            err += k
+            bound = np.abs(r)
+            bound *= RHO
+            ok = err <= bound
         ok &= np.isfinite(r) if fine is None else fine
     bad = np.flatnonzero(~ok)
     repaired = bad[mass[bad] > 0]
