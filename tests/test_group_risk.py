@@ -396,3 +396,18 @@ def test_extreme_magnitudes_across_groups_match_mpmath(t):
     np.testing.assert_allclose(r, ref, rtol=64 * np.finfo(np.float64).eps)
     if abs(t) >= 1e-8:
         assert repaired.size > 0
+
+
+def test_codes_and_counts_large_labels_with_gaps():
+    rng = np.random.default_rng(4)
+    labels = 3 * rng.integers(0, 5000, kernels.MIN_ITEMS + 5)  # every third label used
+    codes, counts = _codes_and_counts(labels)
+    _, inv, cnt = np.unique(labels, return_inverse=True, return_counts=True)
+    np.testing.assert_array_equal(codes, inv.reshape(-1))
+    np.testing.assert_array_equal(counts, cnt)
+    l = rng.exponential(size=labels.size)
+    np.testing.assert_allclose(
+        tl.hierarchical_risk(l, labels, (1.0, -2.0)),
+        hierarchy_eval(l, None, build_tree(inv, l.size), (1.0, -2.0), np, weights=True)[0],
+        rtol=1e-13,
+    )
