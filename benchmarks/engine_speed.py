@@ -8,7 +8,8 @@ For each shape, dtype and loss this times, interleaved and repeated (medians):
   importable copy of the package named ``tiltlab_before``), for before/after tables,
 * hierarchical ``value_and_gradient`` with Zipf-sized groups, against the sample-level one,
 * ``tilted_risk``/``tilted_weights`` against ``scipy.special.logsumexp``/``softmax`` and
-  ``hierarchical_risk`` with 10, 1000 and 100,000 groups against ``tilted_risk``,
+  ``hierarchical_risk`` with 10, 1000 and 100,000 uniform and Zipf-sized groups against
+  ``tilted_risk`` (float64 and float32; the peak extra memory in losses-sized vectors),
 
 and the extra memory of a gradient (tracemalloc peak over the inputs, NumPy only).
 
@@ -102,31 +103,36 @@ def _zipf_groups(n, G, rng):
     return codes
 
 
-def hierarchy_table(n, Gs, repeat, before, rng):
+def hierarchy_table(n, Gs, repeat, before, rng, dtypes=(np.float64, np.float32)):
     rows = []
-    losses = 3 * rng.exponential(size=n)
+    base = 3 * rng.exponential(size=n)
     for G in Gs:
         for kind in ("uniform", "zipf"):
             g = rng.integers(0, G, n) if kind == "uniform" else _zipf_groups(n, G, rng)
             _, g = np.unique(g, return_inverse=True)
-            fns = {
-                "tilted_risk": lambda: tl.tilted_risk(losses, 1.0),
-                "hier": lambda g=g: tl.hierarchical_risk(losses, g, (1.0, -2.0)),
-            }
-            if before is not None and (kind == "uniform" or G <= 1000):
-                fns["hier_before"] = lambda g=g: before.hierarchical_risk(losses, g, (1.0, -2.0))
-            med = _medians(fns, repeat)
-            tracemalloc.start()
-            tl.hierarchical_risk(losses, g, (1.0, -2.0))
-            peak = tracemalloc.get_traced_memory()[1] / losses.nbytes
-            tracemalloc.stop()
-            row = {"n": n, "groups": int(g.max()) + 1, "sizes": kind,
-                   "hier/tilted_risk": med["hier"] / med["tilted_risk"],
-                   "peak_extra_N_vectors": peak}
-            if "hier_before" in med:
-                row["before/tilted_risk"] = med["hier_before"] / med["tilted_risk"]
-            rows.append(row)
-            print(_fmt(row), flush=True)
+            for dtype in dtypes:
+                losses = base.astype(dtype)
+                fns = {
+                    "tilted_risk": lambda l=losses: tl.tilted_risk(l, 1.0),
+                    "hier": lambda l=losses, g=g: tl.hierarchical_risk(l, g, (1.0, -2.0)),
+                }
+                if before is not None:
+                    fns["hier_before"] = lambda l=losses, g=g: before.hierarchical_risk(
+                        l, g, (1.0, -2.0))
+                med = _medians(fns, repeat)
+                tracemalloc.start()
+                tl.hierarchical_risk(losses, g, (1.0, -2.0))
+                peak = tracemalloc.get_traced_memory()[1] / losses.nbytes
+                tracemalloc.stop()
+                row = {"n": n, "groups": int(g.max()) + 1, "sizes": kind,
+                       "dtype": np.dtype(dtype).name,
+                       "tilted_risk_ms": 1e3 * med["tilted_risk"],
+                       "hier/tilted_risk": med["hier"] / med["tilted_risk"],
+                       "peak_extra_N_vectors": peak}
+                if "hier_before" in med:
+                    row["before/tilted_risk"] = med["hier_before"] / med["tilted_risk"]
+                rows.append(row)
+                print(_fmt(row), flush=True)
     return rows
 
 

@@ -4,7 +4,9 @@ A :class:`Segments` describes a partition of ``n`` items (samples, or the groups
 level of a hierarchy) into ``G`` groups by integer codes in ``[0, G)``. Reductions run in
 O(n) time and O(G) extra memory whatever the group sizes (no padding to the largest group):
 
-* NumPy: ``np.bincount`` with weights (sums) and ``np.maximum.at``/``np.minimum.at``;
+* NumPy: one compiled pass for 1-d sums and counts of long inputs
+  (:mod:`tiltlab._cpu_kernels.segments`, numba), else ``np.bincount`` with weights, and
+  ``np.maximum.at``/``np.minimum.at``;
 * PyTorch: ``index_add`` and ``scatter_reduce``;
 * CuPy: ``cupyx.scatter_add``/``scatter_max``/``scatter_min``;
 * other namespaces (array-api-strict, Dask): a padded ``(G, L)`` gather, correct but with
@@ -28,6 +30,7 @@ from ._compat import (
     is_torch_namespace,
     to_numpy,
 )
+from ._cpu_kernels import segments as _kernels
 
 __all__ = ["Segments", "segment_sum", "segment_max", "segment_min", "expand"]
 
@@ -95,6 +98,14 @@ class Segments:
             )
         return cls(codes=c, n_groups=g)
 
+    @classmethod
+    def _trusted(cls, codes: np.ndarray, counts: np.ndarray) -> Segments:
+        """A partition from int64 codes already known to lie in ``[0, len(counts))``, with
+        their counts (no validation pass: for callers that counted the codes)."""
+        seg = cls(codes=codes, n_groups=int(counts.shape[0]))
+        seg._cache["counts"] = counts
+        return seg
+
     @property
     def n_items(self) -> int:
         return int(self.codes.shape[0])
@@ -102,7 +113,7 @@ class Segments:
     @property
     def counts(self) -> np.ndarray:
         if "counts" not in self._cache:
-            self._cache["counts"] = np.bincount(self.codes, minlength=self.n_groups)
+            self._cache["counts"] = _kernels.segment_counts(self.codes, self.n_groups)
         return self._cache["counts"]
 
     def codes_on(self, xp: Any, dev: Any) -> Any:
@@ -174,7 +185,7 @@ def segment_sum(values: Any, seg: Segments, xp: Any) -> Any:
     G = seg.n_groups
     if is_numpy_namespace(xp):
         if values.ndim == 1:
-            out = np.bincount(seg.codes, weights=values, minlength=G)
+            out = _kernels.segment_sums(seg.codes, values, G)
         else:
             flat, batch, rows = _flat_codes(seg, values, xp)
             out = np.bincount(flat, weights=np.reshape(values, (-1,)), minlength=G * rows)

@@ -145,3 +145,41 @@ class Bandwidth(_Aggregation):
             self.backend.sync(tiltlab.tilted_risk(self.losses, T_SCALAR))
             times.append(time.perf_counter() - t0)
         return nbytes / statistics.median(times) / 1e9
+
+
+class HierarchicalManyGroups:
+    """``hierarchical_risk`` over 1e6 NumPy losses with 1,000 and 100,000 uniform or
+    Zipf-sized groups (tilts (1, -2)), and its time in units of ``tilted_risk`` on the
+    same losses (``track_*``: interleaved, medians of 9; the issue's target is <= 3)."""
+
+    params = ([1000, 100_000], ["uniform", "zipf"], DTYPES)
+    param_names = ["groups", "sizes", "dtype"]
+    n = 10**6
+    tilts = (1.0, -2.0)
+
+    def setup(self, groups, sizes, dtype):
+        rng = np.random.default_rng(0)
+        self.losses = (3 * rng.exponential(size=self.n)).astype(dtype)
+        if sizes == "uniform":
+            g = rng.integers(0, groups, self.n)
+        else:
+            w = 1.0 / np.arange(1, groups + 1) ** 1.1
+            g = rng.choice(groups, size=self.n, p=w / w.sum())
+        self.groups = np.unique(g, return_inverse=True)[1].astype(np.int64)
+        tiltlab.hierarchical_risk(self.losses, self.groups, self.tilts)  # compile / load
+
+    def time_hierarchical_risk(self, groups, sizes, dtype):
+        tiltlab.hierarchical_risk(self.losses, self.groups, self.tilts)
+
+    def track_hierarchical_risk_in_tilted_risks(self, groups, sizes, dtype):
+        times: dict = {"hier": [], "flat": []}
+        for _ in range(9):
+            t0 = time.perf_counter()
+            tiltlab.hierarchical_risk(self.losses, self.groups, self.tilts)
+            times["hier"].append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            tiltlab.tilted_risk(self.losses, self.tilts[0])
+            times["flat"].append(time.perf_counter() - t0)
+        return float(np.median(times["hier"]) / np.median(times["flat"]))
+
+    track_hierarchical_risk_in_tilted_risks.unit = "tilted_risks"

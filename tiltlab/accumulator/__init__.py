@@ -37,6 +37,11 @@ it) are handled by halving before subtracting.
 
 :func:`finish_risk` is the same rule for arrays of states computed without host reads
 (the vectorised kernels of :mod:`tiltlab.risk`, a grid of tilts, autograd through ``t``).
+
+:func:`group_risk` gives the risk of every group of a partition; on NumPy it is
+:func:`shared_shift_risk`: one shift for all groups, so that the exponentials are one
+vectorised pass and the normalisers one segment sum, with the groups for which that
+shift is not exact to rounding recomputed by the group state with their own.
 """
 
 from __future__ import annotations
@@ -54,6 +59,7 @@ from ._rule import (
     series_threshold,
     shifted_exponent,  # noqa: F401  (for drivers that exponentiate themselves)
 )
+from ._shared import group_risk, shared_shift_risk
 from ._support import EXTREMES, NonFiniteLosses, _extremes  # noqa: F401  (for drivers)
 
 __all__ = [
@@ -69,6 +75,8 @@ __all__ = [
     "series_threshold",
     "needed_sums",
     "risk_of_exponents",
+    "group_risk",
+    "shared_shift_risk",
 ]
 
 # pickles name the public module

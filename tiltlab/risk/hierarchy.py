@@ -17,11 +17,21 @@ import numpy as np
 
 from .. import segments as _segments
 from .._compat import (
+    check_finite,
     device,
     host_labels,
+    is_numpy_namespace,
     namespace_of,
 )
-from ..accumulator import NonFiniteLosses, TiltState, block_state, finalize_risk, shifted_exponent
+from .._cpu_kernels.segments import int_range, segment_counts
+from ..accumulator import (
+    NonFiniteLosses,
+    TiltState,
+    block_state,
+    finalize_risk,
+    group_risk,
+    shifted_exponent,
+)
 from ..segments import Segments
 from ._dispatch import HIERARCHICAL_RISK
 from .fast_path import _quiet
@@ -47,14 +57,30 @@ __all__ = [
 
 
 def _codes_of(labels: np.ndarray) -> np.ndarray:
-    """Integer codes in [0, G) for a label array (no sort for dense integer codes)."""
-    if labels.dtype.kind in "iu" and labels.size and int(labels.min()) >= 0:
-        top = int(labels.max())
-        if top < 2 * labels.size + 1024:
-            counts = np.bincount(labels, minlength=top + 1)
-            if np.all(counts > 0):
-                return labels.astype(np.int64, copy=False)
-    return np.unique(labels, return_inverse=True)[1].reshape(-1).astype(np.int64)
+    """Integer codes in [0, G) for a label array (no sort for integer labels)."""
+    return _codes_and_counts(labels)[0]
+
+
+def _codes_and_counts(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Integer codes in [0, G) for a label array (in the order of the sorted labels) and
+    the number of samples with each code.
+
+    Non-negative integer labels below ``2 N + 1024`` are counted in one pass and
+    renumbered without a sort (a cumulative sum over the labels' range drops the unused
+    ones); other labels go through ``np.unique``.
+    """
+    if labels.dtype.kind in "iu" and labels.size:
+        lo, top = int_range(labels)
+        if lo >= 0 and top < 2 * labels.size + 1024:
+            codes = np.ascontiguousarray(labels, dtype=np.int64)
+            counts = segment_counts(codes, top + 1)
+            if counts.all():
+                return codes, counts
+            present = counts > 0
+            rank = np.cumsum(present) - 1
+            return rank[codes], counts[present]
+    _, inverse, counts = np.unique(labels, return_inverse=True, return_counts=True)
+    return inverse.reshape(-1).astype(np.int64), counts
 
 
 def _build_levels(groups: Any, n: int) -> list[Segments]:
@@ -77,7 +103,8 @@ def _build_levels(groups: Any, n: int) -> list[Segments]:
         if a.dtype.kind == "O" and any(v is None for v in a):
             raise TypeError(f"`groups` level {k} contains None labels")
         labels.append(a)
-    codes = [_codes_of(a) for a in labels]
+    coded = [_codes_and_counts(a) for a in labels]
+    codes = [c for c, _ in coded]
     parents = []
     for k in range(1, len(codes)):
         outer, inner = codes[k - 1], codes[k]
@@ -92,7 +119,7 @@ def _build_levels(groups: Any, n: int) -> list[Segments]:
             )
         parents.append(parent)
     # levels from the inside out: samples -> innermost groups -> ... -> outermost groups
-    levels = [Segments.from_codes(codes[-1])]
+    levels = [Segments._trusted(codes[-1], coded[-1][1])]
     for k in range(len(codes) - 2, -1, -1):
         levels.append(Segments.from_codes(parents[k], int(codes[k].max()) + 1))
     return levels
@@ -163,6 +190,8 @@ def _group_level(v: Any, m: Any, M: Any, seg: Segments, tau: float, xp: Any, wan
     prior = None if uniform else m
     if math.isinf(tau):
         return _extreme_level(v, m, seg, tau, xp, want, uniform)
+    if not want:
+        return group_risk(v, tau, prior, seg, xp, unit=m if uniform else None), None
     keep: list = []
 
     def sums(pe):  # keep the unnormalised weights of the children (no extra pass)
@@ -239,16 +268,21 @@ def risk_and_weights(l: Any, p: Any, t: Any, xp: Any) -> tuple[Any, Any]:
 
 
 def _level_masses(p: Any, tree: GroupTree, like: Any, xp: Any) -> list[Any]:
-    """Masses of the children of every level (innermost first) and of the top groups."""
+    """Masses of the children of every level (innermost first) and of the top groups.
+
+    For the uniform prior (``p`` None) the first entry is None: every sample has the
+    mass ``1 / N``, which :func:`hierarchy_eval` passes as one number.
+    """
     if p is None:
         n = tree.n_samples
         key = ("uniform-masses", xp.__name__, str(device(like)), str(like.dtype))
         cache = tree.levels[0]._cache
         if key not in cache:
-            host = [np.full(n, 1.0 / n)]
-            for lev in tree.levels:
+            host = [tree.levels[0].counts / n]
+            for lev in tree.levels[1:]:
                 host.append(np.bincount(lev.codes, weights=host[-1], minlength=lev.n_groups))
-            cache[key] = [xp.asarray(h, dtype=like.dtype, device=device(like)) for h in host]
+            cache[key] = [None] + [xp.asarray(h, dtype=like.dtype, device=device(like))
+                                   for h in host]
         return cache[key]
     masses = [p]
     for lev in tree.levels:
@@ -301,10 +335,16 @@ def check_group_mass(p: Any, tree: GroupTree, xp: Any) -> None:
 def _prepare_hierarchy(losses: Any, groups: Any, tilts: Any, weights: Any, xp: Any, check: bool):
     """Validated ``(losses, prior, tree, tilts, dtype)`` for the public hierarchical
     functions (16-bit losses widened to float32; ``dtype`` is their own, else None)."""
-    l, half = widen_half(prepare_losses(losses, xp, check), xp)
+    l, half = widen_half(prepare_losses(losses, xp, False), xp)
     tree = build_tree(groups, l.shape[-1])
     ts = prepare_tilts(tilts, tree.depth)
     p = prepare_prior(weights, l, xp)
+    # NumPy 1-d losses with the uniform prior at a finite innermost tilt: the first level
+    # reads their extremes and rejects NaN and infinity there (no separate pass)
+    checked_later = (is_numpy_namespace(xp) and l.ndim == 1 and p is None
+                     and math.isfinite(ts[-1]))
+    if check and not checked_later:
+        check_finite(l, xp, name="losses", skip="check_finite=False")
     check_group_mass(p, tree, xp)
     return l, p, tree, ts, half
 

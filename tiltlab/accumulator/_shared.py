@@ -1,0 +1,174 @@
+"""The tilted risk of every group of a partition with one shift for all groups, repaired
+where that shift is not exact (see :func:`group_risk`)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from .._compat import apply_inplace, is_numpy_namespace, tiny_sqrt
+from .._cpu_kernels import segments as _kernels
+from ..segments import Segments
+from ._rule import TiltState
+from ._support import _extremes, _nonfinite
+
+__all__ = ["RHO", "group_risk", "shared_shift_risk"]
+
+#: a group's shared-shift risk is kept when ``|R - c| (+ 1/|t|)`` is at most ``RHO |R|``
+RHO = 8.0
+
+
+def _underflow_limit(dtype: Any) -> float:
+    """Largest ``|t| |R - c|`` for which every exponential that matters to a group (within
+    a rounding of its largest one) is still a normal number of ``dtype``."""
+    fi = np.finfo(dtype)
+    return -math.log(float(fi.tiny)) + math.log(float(fi.eps)) - 8.0
+
+
+def _shift(t: float, hi: float, lo: float, mode: str, dtype: Any) -> float:
+    """The shared shift ``c``: zero (no subtraction, and the least rounding in the
+    exponents) unless the exponents ``t (l - c)`` would then leave their range: half the
+    log of the dtype's largest number for the exponentials, ``[-1, 1]`` for the ``expm1``
+    sums (then the point of ``[lo, hi]`` nearest zero)."""
+    if mode == "mean":
+        return 0.0
+    if mode == "q":
+        c = 0.0 if abs(t) * max(abs(hi), abs(lo)) <= 1.0 else min(max(0.0, lo), hi)
+    else:
+        room = 0.5 * math.log(float(np.finfo(dtype).max)) / abs(t)
+        c = max(0.0, hi - room) if t > 0 else min(0.0, lo + room)
+    return float(np.asarray(c, dtype=dtype))
+
+
+def group_risk(losses: Any, t: float, prior: Any, segments: Segments, xp: Any, *,
+               unit: float | None = None) -> Any:
+    """The tilted risk of every group of ``segments`` (NaN for groups without support).
+
+    The same numbers as ``TiltState.from_block(losses, t, prior, segments=segments,
+    unit=unit).risk()``, computed on NumPy 1-d losses by :func:`shared_shift_risk` (one
+    vectorised exponential per loss and one segment sum) and by the group state elsewhere.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tiltlab.segments import Segments
+    >>> seg = Segments.from_codes([0, 0, 1])
+    >>> r = group_risk(np.array([1.0, 3.0, 5.0]), 2.0, None, seg, np)
+    >>> bool(np.allclose(r, [np.log((np.exp(2) + np.exp(6)) / 2) / 2, 5.0]))
+    True
+    """
+    t = float(t)
+    if is_numpy_namespace(xp) and losses.ndim == 1 and math.isfinite(t):
+        out = shared_shift_risk(losses, t, prior, segments)
+        if out is not None:
+            return out[0]
+    st = TiltState.from_block(losses, t, prior, segments=segments, xp=xp, unit=unit)
+    return st.risk(xp, losses.dtype)
+
+
+def shared_shift_risk(l: np.ndarray, t: float, p: np.ndarray | None, seg: Segments):
+    """``(risk, repaired)``: the tilted risk of every group of ``seg`` (NumPy, 1-d), and
+    the indices of the groups that had to be recomputed with their own shift.
+
+    Every loss is shifted by one number ``c`` for all groups (zero where the exponents
+    allow it, see :func:`_shift`) instead of its group's extreme, so that the
+    exponentials are one vectorised pass with no gather, and one segment sum gives every
+    group's normaliser. The regime (the mean, ``log1p`` of the ``expm1`` sums, or the log
+    of the ``exp`` sums) is the one the rule of :mod:`tiltlab.accumulator` picks for the
+    spread of all losses, which bounds every group's spread. Against the group's own
+    shift this adds a rounding error of about ``eps (|R - c| + 1/|t|)`` to the group's
+    risk ``R`` (the exponents are longer by the distance between the shifts, and in the
+    log regime the rounding of each exponential is no longer relative to the group's
+    largest), so a group is kept only where that is at most ``RHO eps |R|`` and no
+    exponential that matters to it is subnormal (``t (R - c)`` above minus the dtype's
+    underflow limit). The other groups (in practice: risks near zero, or groups whose
+    exponentials underflow at large ``|t|``) are recomputed by the group state with their
+    own shift, from their samples alone (one pass over the codes to find them).
+
+    Returns None when the spread of all losses overflows (the caller uses the group
+    state). Raises :class:`~tiltlab.accumulator.NonFiniteLosses` for NaN or infinite
+    losses on the support of ``p``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tiltlab.segments import Segments
+    >>> seg = Segments.from_codes([0, 0, 1])
+    >>> r, repaired = shared_shift_risk(np.array([1.0, 3.0, 900.0]), 2.0, None, seg)
+    >>> repaired.tolist()  # group 0 lies 720 below the shift: its exponentials underflow
+    [0]
+    >>> bool(np.isclose(r[0], np.log((np.exp(2) + np.exp(6)) / 2) / 2))
+    True
+    """
+    hi, lo = (float(l.max()), float(l.min())) if p is None else _extremes(l, p, np)
+    if not (math.isfinite(hi) and math.isfinite(lo)):
+        raise _nonfinite()
+    with np.errstate(over="ignore"):
+        spread = hi - lo
+    if math.isinf(spread):
+        return None
+    if p is None:
+        mass = seg.counts
+    else:
+        mass = _kernels.segment_sums(seg.codes, p, seg.n_groups)
+    scale = abs(t) * spread
+    on = None if p is None else p > 0
+    mode = "mean" if t == 0.0 or scale < tiny_sqrt(l.dtype, np) else "q" if scale <= 1.0 else "s"
+    c = _shift(t, hi, lo, mode, l.dtype)
+    with np.errstate(over="ignore", invalid="ignore"):  # off the support only
+        if c == 0.0:
+            d = l if mode == "mean" else l * l.dtype.type(t)
+        else:
+            d = l - l.dtype.type(c)
+            if mode != "mean":
+                d *= l.dtype.type(t)
+        if mode != "mean":
+            d = apply_inplace(np.expm1 if mode == "q" else np.exp, d, np)
+    if on is not None:
+        d = np.where(on, d, l.dtype.type(0))
+    # float64 sums (float32 exponentials are added without rounding to float32)
+    z = _kernels.segment_sums(seg.codes, d, seg.n_groups, weights=p)
+    del d
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        d = np.divide(z, mass, out=z)  # few temporaries: G may be large
+        fine = None
+        if mode == "q":
+            np.log1p(d, out=d)
+        elif mode == "s":
+            np.log(d, out=d)
+            fine = d >= -_underflow_limit(l.dtype)  # (False where z = 0 or NaN)
+        if mode != "mean":
+            d /= t
+        k = 1.0 / abs(t) if mode == "s" else 0.0
+        if c == 0.0:  # r = d: |d| + k <= RHO |d| reads |d| >= k / (RHO - 1)
+            r = d
+            ok = np.abs(d) >= k / (RHO - 1.0)  # False where r is NaN (no support)
+        else:
+            r = d + c
+            err = np.abs(d, out=d)
+            err += k
+            bound = np.abs(r)
+            bound *= RHO
+            ok = err <= bound
+        ok &= np.isfinite(r) if fine is None else fine
+    bad = np.flatnonzero(~ok)
+    repaired = bad[mass[bad] > 0]
+    if repaired.size:
+        r[repaired] = _own_shift(l, t, p, seg, repaired)
+    return r.astype(l.dtype, copy=False), repaired
+
+
+def _own_shift(l: np.ndarray, t: float, p: Any, seg: Segments, groups: np.ndarray):
+    """The risks of ``groups`` from their own samples, by the group state (float64)."""
+    flags = np.zeros(seg.n_groups, dtype=bool)
+    flags[groups] = True
+    items = _kernels.members_of(seg.codes, flags, int(seg.counts[groups].sum()))
+    remap = np.zeros(seg.n_groups, dtype=np.int64)
+    remap[groups] = np.arange(groups.size, dtype=np.int64)
+    sub = Segments._trusted(remap[seg.codes[items]], seg.counts[groups])
+    pr = None if p is None else p[items]
+    unit = 1.0 / max(int(items.size), 1) if t == 0.0 and p is None else None
+    st = TiltState.from_block(l[items], t, pr, segments=sub, xp=np, unit=unit)
+    return st.risk(np, l.dtype).astype(np.float64)
