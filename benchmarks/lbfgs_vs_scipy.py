@@ -2,7 +2,7 @@
 
 Same problem as ``hiv1_positive_tilt.py`` (all 6590 rows, 161 columns, logistic loss,
 tilts (50, 0) across/inside the two classes, ``l2 = 1e-4``). Three runs, interleaved,
-medians over ``--repeat`` rounds, one BLAS thread (threadpoolctl):
+medians over ``--repeat`` rounds, one BLAS thread (threadpoolctl) and one numba thread:
 
 * ``scipy``: ``scipy.optimize.minimize(method="L-BFGS-B")`` driving the plain NumPy
   value-and-gradient ``ClassTERM`` of ``hiv1_positive_tilt.py``, stopped (callback) at
@@ -37,7 +37,8 @@ import tiltlab as tl  # noqa: E402
 
 
 class PlainObjective:
-    """The smallest object ``tiltlab.minimize`` accepts, around a NumPy ``fg``."""
+    """The smallest object ``tiltlab.minimize`` accepts (the members of
+    ``tiltlab.objective.Objective``), around a NumPy ``fg``."""
 
     import array_api_compat.numpy as xp
 
@@ -55,8 +56,22 @@ class PlainObjective:
     def zeros(self):
         return np.zeros(self.p)
 
-    def _theta(self, theta, name="theta"):
+    def gradient(self, theta):
+        return self.value_and_gradient(theta)[1]
+
+    def hvp(self, theta, v):
+        raise NotImplementedError("L-BFGS does not call hvp")
+
+    def hessian(self, theta):
+        raise NotImplementedError("L-BFGS does not call hessian")
+
+    def linearize(self, theta):
+        raise NotImplementedError("L-BFGS does not call linearize")
+
+    def check_theta(self, theta, name="theta"):
         return np.asarray(theta, dtype=np.float64)
+
+    _theta = check_theta
 
 
 def run_scipy(ref, p, target):
@@ -92,6 +107,12 @@ def main() -> None:
     g0 = np.linalg.norm(ref(np.zeros(p))[1])
     times: dict[str, list[float]] = {"scipy": [], "tiltlab/plain": [], "tiltlab/objective": []}
     info = {}
+    try:  # tiltlab's fused CPU kernels run in numba's pool, which threadpoolctl leaves alone
+        import numba
+
+        numba.set_num_threads(1)
+    except ImportError:  # pragma: no cover - numba is optional
+        pass
     with threadpool_limits(limits=1):
         for _ in range(args.repeat):
             t0 = time.perf_counter()
