@@ -7,7 +7,10 @@ one NumPy ``X @ theta`` with the same number of threads:
 * ``hvp``: ``FusedProblem.hvp`` (one pass, loss and weights included);
 * ``lin_hvp``: :meth:`Linearization.hvp` (a Newton-CG inner product at a fixed ``theta``);
 * ``generic_vg``/``generic_hvp``: ``TiltedObjective`` (the generic array-API path), for a
-  before/after comparison in the same run.
+  comparison in the same run;
+* optionally the same three kernel calls of an older tiltlab (``--before DIR``, a folder
+  holding an importable copy of the package named ``tiltlab_before``): ``vg_before``,
+  ``hvp_before``, ``lin_hvp_before``, for before/after tables from one run.
 
 ``--threads N`` limits both BLAS (threadpoolctl) and numba (``numba.set_num_threads``).
 ``--compile`` measures instead the first call of every kernel in a fresh process, once
@@ -20,6 +23,8 @@ Usage::
     python benchmarks/cpu_kernel_speed.py --threads 1 --json out.json
     python benchmarks/cpu_kernel_speed.py --quick          # shapes / 10
     python benchmarks/cpu_kernel_speed.py --compile
+    git archive <commit> tiltlab | tar -x -C /tmp/b && mv /tmp/b/tiltlab /tmp/b/tiltlab_before
+    python benchmarks/cpu_kernel_speed.py --threads 1 --before /tmp/b
 
 Nothing here asserts a timing; figures go in benchmarks/README.md.
 """
@@ -27,6 +32,7 @@ Nothing here asserts a timing; figures go in benchmarks/README.md.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import subprocess
@@ -68,11 +74,11 @@ def _problem(n, d, loss, dtype, rng):
     return X, y, theta, v, t
 
 
-def speed_table(shapes, repeat, generic, rng):
+def speed_table(shapes, repeat, generic, rng, before=None, losses=LOSSES, dtypes=DTYPES):
     rows = []
     for n, d in shapes:
-        for dtype in DTYPES:
-            for loss in LOSSES:
+        for dtype in dtypes:
+            for loss in losses:
                 X, y, theta, v, t = _problem(n, d, loss, dtype, rng)
                 fp = ck.FusedProblem(loss, X, y)
                 lin = fp.linearize(theta, t)
@@ -82,6 +88,12 @@ def speed_table(shapes, repeat, generic, rng):
                     "hvp": lambda fp=fp, th=theta, v=v, t=t: fp.hvp(th, v, t),
                     "lin_hvp": lambda lin=lin, v=v: lin.hvp(v),
                 }
+                if before is not None:
+                    old = before.FusedProblem(loss, X, y)
+                    old_lin = old.linearize(theta, t)
+                    fns["vg_before"] = lambda fp=old, th=theta, t=t: fp.value_and_gradient(th, t)
+                    fns["hvp_before"] = lambda fp=old, th=theta, v=v, t=t: fp.hvp(th, v, t)
+                    fns["lin_hvp_before"] = lambda lin=old_lin, v=v: lin.hvp(v)
                 if generic:
                     obj = tl.TiltedObjective(loss, X, y, t=t)
                     fns["generic_vg"] = lambda o=obj, th=theta: o.value_and_gradient(th)
@@ -169,6 +181,10 @@ def main(argv=None):
     ap.add_argument("--no-generic", action="store_true", help="skip TiltedObjective")
     ap.add_argument("--compile", action="store_true", help="first-call (compile) times")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--before", default=None, help="folder with a package `tiltlab_before`")
+    ap.add_argument("--shapes", default=None, help="e.g. 200000x100,1000000x20")
+    ap.add_argument("--losses", default=",".join(LOSSES))
+    ap.add_argument("--dtypes", default="float64,float32")
     args = ap.parse_args(argv)
     if not ck.available():
         sys.exit("numba is not installed (pip install 'tiltlab[cpu]')")
@@ -177,7 +193,15 @@ def main(argv=None):
     else:
         import numba
 
-        shapes = SHAPES if not args.quick else [(n // 10, d) for n, d in SHAPES]
+        shapes = SHAPES
+        if args.shapes:
+            shapes = [tuple(int(v) for v in sh.split("x")) for sh in args.shapes.split(",")]
+        if args.quick:
+            shapes = [(n // 10, d) for n, d in shapes]
+        before = None
+        if args.before:
+            sys.path.insert(0, args.before)
+            before = importlib.import_module("tiltlab_before._cpu_kernels")
         repeat = args.repeat if not args.quick else 3
         ctx = nullcontext()
         if args.threads:
@@ -187,7 +211,15 @@ def main(argv=None):
             numba.set_num_threads(args.threads)
         print(f"threads: numba {numba.get_num_threads()}, BLAS {args.threads or 'default'}")
         with ctx:
-            rows = speed_table(shapes, repeat, not args.no_generic, np.random.default_rng(0))
+            rows = speed_table(
+                shapes,
+                repeat,
+                not args.no_generic,
+                np.random.default_rng(0),
+                before,
+                args.losses.split(","),
+                [np.dtype(s).type for s in args.dtypes.split(",")],
+            )
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(rows, fh, indent=1)
