@@ -1,8 +1,9 @@
 """Block steps of the scalar-predictor kernels (imported lazily: this module imports numba).
 
-The kernels of :mod:`._scalar` walk each chunk of rows in blocks of ``BLOCK`` rows (a
-block of ``X`` stays in the core's L2 cache between its two reads) and split the work on
-a block into loops that LLVM vectorises:
+The kernels of :mod:`._scalar` walk each chunk of rows in blocks of about
+``BLOCK_BYTES`` of ``X`` (:func:`block_rows`: the block stays in the core's cache between
+its two reads, so ``X`` is read from memory once) and split the work on a block into
+loops that LLVM vectorises:
 
 1. the predictors ``z = X_blk theta`` (and ``u = X_blk v``), one vectorised dot product
    per row (:func:`dots`);
@@ -16,23 +17,28 @@ a block into loops that LLVM vectorises:
 
 Only the dot products and the block sums may reassociate their additions
 (``fastmath={"reassoc"}``: no NaN/inf assumptions and no contraction, so IEEE semantics
-otherwise hold); the order is fixed at compile time, so results do not depend on the
-number of threads. Everything else is compiled without fastmath.
+otherwise hold, NaN included); the order is fixed at compile time, so results do not
+depend on the number of threads. The block extremes are taken with ``{"nnan", "ninf"}``
+(so that the max/min reductions vectorise) only after a NaN-propagating sum has shown
+that every loss on the support is finite. Everything else is compiled without fastmath.
+
+Numba's on-disk cache is keyed on each kernel's own source file: after editing this file
+or :mod:`._vmath` (inlined into the kernels), delete ``tiltlab/_cpu_kernels/__pycache__``
+(or touch ``_scalar.py``) so that the kernels are compiled again.
 """
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from ._vmath import vexp, vexpm1, vlog1p
+from ._vmath import vexp, vexpm1, vlog1p_unit
 
 try:  # pragma: no branch - the engine is only chosen when numba imports
     import numba
 
     _INLINE = numba.njit(fastmath=False, error_model="numpy", cache=True, inline="always")
     _REASSOC = numba.njit(fastmath={"reassoc"}, error_model="numpy", cache=True, nogil=True)
+    _FINITE = numba.njit(fastmath={"nnan", "ninf"}, error_model="numpy", cache=True, nogil=True)
     #: the kernels: parallel over chunks; IEEE division (no zero checks that would stop
     #: the vectorisation of the inlined block loops)
     KERNEL = numba.njit(parallel=True, fastmath=False, error_model="numpy", cache=True, nogil=True)
@@ -42,7 +48,7 @@ except ImportError:  # pragma: no cover - exercised where numba is absent
     def _INLINE(f):
         return f
 
-    _REASSOC = _INLINE
+    _REASSOC = _FINITE = _INLINE
     KERNEL = _INLINE
     prange = range
 
@@ -51,17 +57,21 @@ SQUARED, ABSOLUTE, HUBER, LOGISTIC, HINGE, SQUARED_HINGE = 0, 1, 2, 3, 4, 5
 
 #: most rows per block (the vector sums of a block are taken in X's dtype, then added in
 #: float64)
-BLOCK = 256
-#: bytes of X per block (a third of this machine's 48 KiB L1 data cache)
-BLOCK_BYTES = 16384
+BLOCK = 512
+#: bytes of X per block (it stays in the L2 cache between the dot products and the
+#: updates; larger blocks spread the per-block work over more rows: 128 KiB measured best
+#: of 16-128 KiB with benchmarks/cpu_kernel_speed.py)
+BLOCK_BYTES = 131072
+_DBL_MAX = 1.7976931348623157e308
 #: rows whose updates are taken together
 ROWS = 4
 
 
 @_INLINE
 def block_rows(d, itemsize):
-    """Rows per block: a block of ``X`` of about ``BLOCK_BYTES`` (it stays in the L1 cache
-    between its two reads), a multiple of 8 rows in ``[8, BLOCK]``."""
+    """Rows per block: a block of ``X`` of about ``BLOCK_BYTES`` (it stays in cache between
+    its two reads), a multiple of 8 rows in ``[8, BLOCK]``; depends on ``d`` and the dtype
+    only (never on threads)."""
     rows = (BLOCK_BYTES // (d * itemsize)) // 8 * 8
     return max(8, min(BLOCK, rows))
 
@@ -148,16 +158,20 @@ def loss_block(code, z, y, i0, nb, param, l, d1, d2):
     """Value, first and second derivative in ``z`` of a scalar-predictor loss for a block
     (one branch-free loop per loss)."""
     if code == LOGISTIC:
+        for b in range(nb):  # e = exp(-|z|), kept in d2 for the next two loops
+            d2[b] = vexp(-abs(z[b]))
+        for b in range(nb):
+            zb = z[b]
+            l[b] = ((zb if zb >= 0.0 else 0.0) - y[i0 + b] * zb) + vlog1p_unit(d2[b])
         for b in range(nb):
             zb = z[b]
             yb = y[i0 + b]
-            e = vexp(-abs(zb))
+            e = d2[b]
             inv = 1.0 / (1.0 + e)
             small = e * inv
             pos = zb >= 0.0
             s = inv if pos else small
             sc = small if pos else inv
-            l[b] = ((zb if pos else 0.0) - yb * zb) + vlog1p(e)
             d1[b] = (1.0 - yb) * s - yb * sc
             d2[b] = s * sc
     elif code == SQUARED:
@@ -200,21 +214,42 @@ def loss_block(code, z, y, i0, nb, param, l, d1, d2):
 @_INLINE
 def extremes(p, has_p, i0, nb, l, d1):
     """Largest and smallest loss of the block's rows on the prior's support, their prior
-    mass, and how many of them have a non-finite loss or derivative."""
-    hi = -np.inf
-    lo = np.inf
+    mass, and whether any of them has a non-finite loss or derivative (the extremes are
+    only meaningful when not)."""
+    mass, probe = _mass_probe(p, has_p, i0, nb, l, d1)
+    if probe != 0.0:  # NaN: a non-finite value on the support
+        return np.inf, -np.inf, mass, 1
+    hi, lo = _finite_extremes(p, has_p, i0, nb, l)
+    return hi, lo, mass, 0
+
+
+@_REASSOC
+def _mass_probe(p, has_p, i0, nb, l, d1):
+    """The block's prior mass, and ``sum (l - l) + (d1 - d1)`` over the support: 0 when
+    all are finite, NaN otherwise (NaN propagates under reassociation)."""
     mass = 0.0
-    nbad = 0
+    probe = 0.0
     for b in range(nb):
         pb = p[i0 + b] if has_p else 1.0
-        if pb > 0.0:
-            lb = l[b]
-            mass += pb
-            if not (math.isfinite(lb) and math.isfinite(d1[b])):
-                nbad += 1
-            hi = max(hi, lb)
-            lo = min(lo, lb)
-    return hi, lo, mass, nbad
+        mass += pb
+        probe += ((l[b] - l[b]) + (d1[b] - d1[b])) if pb > 0.0 else 0.0
+    return mass, probe
+
+
+@_FINITE
+def _finite_extremes(p, has_p, i0, nb, l):
+    """Largest and smallest ``l`` on the prior's support, all of them finite (checked by
+    the caller: the function is compiled assuming no NaN or infinity, which lets LLVM
+    vectorise the two reductions; rows off the support count as -+DBL_MAX)."""
+    hi = -_DBL_MAX
+    lo = _DBL_MAX
+    for b in range(nb):
+        pb = p[i0 + b] if has_p else 1.0
+        on = pb > 0.0
+        lb = l[b]
+        hi = max(hi, lb if on else -_DBL_MAX)
+        lo = min(lo, lb if on else _DBL_MAX)
+    return hi, lo
 
 
 @_INLINE

@@ -181,3 +181,15 @@ def vlog1p(x):
     out = -_INF if u == 0.0 else out
     out = _NAN if (u < 0.0 or x != x) else out
     return out
+
+
+@_INLINE
+def vlog1p_unit(x):
+    """``log1p(x)`` for ``0 <= x <= 1`` only (the softplus of a non-positive argument):
+    no bit manipulation, and ``1 / (1 + x)`` shared with a caller that computes it too."""
+    u = 1.0 + x
+    big = u > SQRT2
+    f = (0.5 * u if big else u) - 1.0  # exact
+    corr = (x - (u - 1.0)) * (1.0 / u)  # the rounding of 1 + x, relative to it
+    kf = 1.0 if big else 0.0
+    return kf * LN2_HI + (_log1p_series(f) + (kf * LN2_LO + corr))
