@@ -464,7 +464,8 @@ def test_policy_and_fallback_without_numba(monkeypatch):
     assert not ck.use_fused(100, 5)
     assert ck.use_fused(200_000, 100)
     assert ck.use_fused(200_000, 20, 3)  # multinomial: d * K entries per row
-    assert not ck.use_fused(10**6, 20)  # short rows: the generic path
+    assert ck.use_fused(10**6, 20)  # the block kernels serve short rows too
+    assert not ck.use_fused(10**6, 4)  # very short rows: the generic path
     assert ck.default_chunks(10) == 1 and ck.default_chunks(10**9) == ck.MAX_CHUNKS
     real = importlib.util.find_spec
     monkeypatch.setattr(
