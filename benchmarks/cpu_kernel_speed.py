@@ -6,10 +6,16 @@ one NumPy ``X @ theta`` with the same number of threads:
 * ``vg``: ``FusedProblem.value_and_gradient`` (data bound once, as an engine keeps it);
 * ``hvp``: ``FusedProblem.hvp`` (one pass, loss and weights included);
 * ``lin_hvp``: :meth:`Linearization.hvp` (a Newton-CG inner product at a fixed ``theta``);
-* ``generic_vg``/``generic_hvp``: ``TiltedObjective`` (the generic array-API path), for a
-  before/after comparison in the same run.
+* ``generic_vg``/``generic_hvp``: ``TiltedObjective`` with ``fused = False`` (the generic
+  array-API path), for a comparison in the same run;
+* optionally the same three kernel calls of an older tiltlab (``--before DIR``, a folder
+  holding an importable copy of the package named ``tiltlab_before``): ``vg_before``,
+  ``hvp_before``, ``lin_hvp_before``, for before/after tables from one run.
 
 ``--threads N`` limits both BLAS (threadpoolctl) and numba (``numba.set_num_threads``).
+``--cpu-time`` (with ``--threads 1``) times each call by the calling thread's CPU time
+instead of the wall clock: on a shared, loaded machine, time spent preempted by other
+processes then does not count (cache and memory contention still do).
 ``--compile`` measures instead the first call of every kernel in a fresh process, once
 with an empty numba cache (compilation) and once with the cache it filled (a new
 process's first call).
@@ -20,6 +26,8 @@ Usage::
     python benchmarks/cpu_kernel_speed.py --threads 1 --json out.json
     python benchmarks/cpu_kernel_speed.py --quick          # shapes / 10
     python benchmarks/cpu_kernel_speed.py --compile
+    git archive <commit> tiltlab | tar -x -C /tmp/b && mv /tmp/b/tiltlab /tmp/b/tiltlab_before
+    python benchmarks/cpu_kernel_speed.py --threads 1 --before /tmp/b
 
 Nothing here asserts a timing; figures go in benchmarks/README.md.
 """
@@ -27,6 +35,7 @@ Nothing here asserts a timing; figures go in benchmarks/README.md.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import subprocess
@@ -45,13 +54,19 @@ DTYPES = [np.float64, np.float32]
 LOSSES = ["squared", "logistic"]
 
 
+#: the clock: wall time, or (``--cpu-time``, with one thread) the calling thread's CPU time,
+#: which other processes on a loaded machine do not inflate by preempting it
+_CLOCK = {"clock": time.perf_counter}
+
+
 def _medians(fns: dict, repeat: int) -> dict:
+    clock = _CLOCK["clock"]
     times: dict = {k: [] for k in fns}
     for _ in range(repeat):
         for k, f in fns.items():  # interleaved: drift hits every side alike
-            t0 = time.perf_counter()
+            t0 = clock()
             f()
-            times[k].append(time.perf_counter() - t0)
+            times[k].append(clock() - t0)
     return {k: float(np.median(v)) for k, v in times.items()}
 
 
@@ -68,11 +83,11 @@ def _problem(n, d, loss, dtype, rng):
     return X, y, theta, v, t
 
 
-def speed_table(shapes, repeat, generic, rng):
+def speed_table(shapes, repeat, generic, rng, before=None, losses=LOSSES, dtypes=DTYPES):
     rows = []
     for n, d in shapes:
-        for dtype in DTYPES:
-            for loss in LOSSES:
+        for dtype in dtypes:
+            for loss in losses:
                 X, y, theta, v, t = _problem(n, d, loss, dtype, rng)
                 fp = ck.FusedProblem(loss, X, y)
                 lin = fp.linearize(theta, t)
@@ -82,8 +97,15 @@ def speed_table(shapes, repeat, generic, rng):
                     "hvp": lambda fp=fp, th=theta, v=v, t=t: fp.hvp(th, v, t),
                     "lin_hvp": lambda lin=lin, v=v: lin.hvp(v),
                 }
+                if before is not None:
+                    old = before.FusedProblem(loss, X, y)
+                    old_lin = old.linearize(theta, t)
+                    fns["vg_before"] = lambda fp=old, th=theta, t=t: fp.value_and_gradient(th, t)
+                    fns["hvp_before"] = lambda fp=old, th=theta, v=v, t=t: fp.hvp(th, v, t)
+                    fns["lin_hvp_before"] = lambda lin=old_lin, v=v: lin.hvp(v)
                 if generic:
                     obj = tl.TiltedObjective(loss, X, y, t=t)
+                    obj.fused = False  # the NumPy path, not the fused engine
                     fns["generic_vg"] = lambda o=obj, th=theta: o.value_and_gradient(th)
                     fns["generic_hvp"] = lambda o=obj, th=theta, v=v: o.hvp(th, v)
                 for f in fns.values():  # warm: compiled code, caches, allocator
@@ -169,6 +191,15 @@ def main(argv=None):
     ap.add_argument("--no-generic", action="store_true", help="skip TiltedObjective")
     ap.add_argument("--compile", action="store_true", help="first-call (compile) times")
     ap.add_argument("--json", default=None)
+    ap.add_argument(
+        "--cpu-time",
+        action="store_true",
+        help="time with the thread's CPU clock (needs --threads 1)",
+    )
+    ap.add_argument("--before", default=None, help="folder with a package `tiltlab_before`")
+    ap.add_argument("--shapes", default=None, help="e.g. 200000x100,1000000x20")
+    ap.add_argument("--losses", default=",".join(LOSSES))
+    ap.add_argument("--dtypes", default="float64,float32")
     args = ap.parse_args(argv)
     if not ck.available():
         sys.exit("numba is not installed (pip install 'tiltlab[cpu]')")
@@ -177,7 +208,19 @@ def main(argv=None):
     else:
         import numba
 
-        shapes = SHAPES if not args.quick else [(n // 10, d) for n, d in SHAPES]
+        shapes = SHAPES
+        if args.shapes:
+            shapes = [tuple(int(v) for v in sh.split("x")) for sh in args.shapes.split(",")]
+        if args.quick:
+            shapes = [(n // 10, d) for n, d in shapes]
+        if args.cpu_time:
+            if args.threads != 1:
+                sys.exit("--cpu-time needs --threads 1 (the work must run on this thread)")
+            _CLOCK["clock"] = time.thread_time
+        before = None
+        if args.before:
+            sys.path.insert(0, args.before)
+            before = importlib.import_module("tiltlab_before._cpu_kernels")
         repeat = args.repeat if not args.quick else 3
         ctx = nullcontext()
         if args.threads:
@@ -187,7 +230,15 @@ def main(argv=None):
             numba.set_num_threads(args.threads)
         print(f"threads: numba {numba.get_num_threads()}, BLAS {args.threads or 'default'}")
         with ctx:
-            rows = speed_table(shapes, repeat, not args.no_generic, np.random.default_rng(0))
+            rows = speed_table(
+                shapes,
+                repeat,
+                not args.no_generic,
+                np.random.default_rng(0),
+                before,
+                args.losses.split(","),
+                [np.dtype(s).type for s in args.dtypes.split(",")],
+            )
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(rows, fh, indent=1)

@@ -257,7 +257,7 @@ def test_chunk_counts_split_unevenly(loss):
         _close(ck.fused_linearize(loss, X, y, theta, -2.0, p, **kw).hvp(v), Hv, 1e-10)
 
 
-@pytest.mark.parametrize("loss", ["squared", "multinomial"])
+@pytest.mark.parametrize("loss", ["squared", "logistic", "multinomial"])
 def test_threads_do_not_change_results(loss):
     """Chunks depend on the rows only: 1 and 2 threads give identical bits."""
     if numba.config.NUMBA_NUM_THREADS < 2:
@@ -298,6 +298,72 @@ def test_sorted_losses_move_the_shift(order, t):
         _close(value, R, 1e-13, abs(R))
         _close(grad, g, 1e-11, gabs)
         _close(ck.fused_hvp("squared", X, y, theta, v, t, n_chunks=chunks), H @ v, 1e-10, Habs @ v)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("t", [0.0, -2.0, 50.0])
+@pytest.mark.parametrize("loss", SCALAR_LOSSES)
+def test_many_blocks_against_reference(loss, t, dtype):
+    """Chunks of many row blocks (the scalar kernels work a block of rows at a time), a
+    stretch of zero prior weights longer than a block, and a last block that is cut short:
+    value, gradient and both Hessian-vector products against the references."""
+    n, d = 5003, 40  # blocks of 408 (float64) or 512 (float32) rows
+    X, y, theta, v, p = problem(loss, n=n, d=d, dtype=dtype, seed=13)
+    X *= np.asarray(0.3, dtype=dtype)  # moderate losses: t = 50 keeps many rows weighted
+    p[1000:2200] = 0.0
+    R, g, H, gabs, Habs = reference(loss, X, y, theta, t, p)
+    rtol = 1e-9 if dtype == np.float64 else 1e-4
+    for chunks in (1, 3, None):
+        kw = {"loss_params": _params(loss), "n_chunks": chunks}
+        value, grad = ck.fused_value_and_gradient(loss, X, y, theta, t, p, **kw)
+        _close(value, R, rtol, abs(R) + 1.0)
+        _close(grad, g, rtol, gabs)
+        _close(ck.fused_hvp(loss, X, y, theta, v, t, p, **kw), H @ v, rtol, Habs @ np.abs(v))
+        lin = ck.fused_linearize(loss, X, y, theta, t, p, **kw)
+        _close(lin.hvp(v), H @ v, rtol, Habs @ np.abs(v))
+        _close(lin.weights, _weights(lin_losses(loss, X, y, theta), t, p), rtol)
+
+
+@pytest.mark.parametrize("order", ["ascending", "descending"])
+@pytest.mark.parametrize("t", [50.0, -50.0])
+def test_sorted_losses_over_many_blocks(order, t):
+    """Rows sorted by loss over many blocks: the shift moves at every block and the lazy
+    shift of the gradient and Hessian-vector accumulators many times."""
+    rng = np.random.default_rng(5)
+    n, d = 20_000, 4
+    X = rng.standard_normal((n, d))
+    theta = np.array([1.0, -0.5, 0.25, 2.0])
+    y = X @ theta + np.linspace(-3.0, 3.0, n)
+    ell = (X @ theta - y) ** 2
+    idx = np.argsort(ell if order == "ascending" else -ell)
+    X, y = X[idx], y[idx]
+    R, g, H, gabs, Habs = reference("squared", X, y, theta, t, np.ones(n))
+    v = np.ones(d)
+    for chunks in (1, 3):
+        value, grad = ck.fused_value_and_gradient("squared", X, y, theta, t, n_chunks=chunks)
+        _close(value, R, 1e-13, abs(R))
+        _close(grad, g, 1e-11, gabs)
+        _close(ck.fused_hvp("squared", X, y, theta, v, t, n_chunks=chunks), H @ v, 1e-10, Habs @ v)
+
+
+def test_non_finite_loss_in_a_later_block():
+    """A non-finite loss far into a chunk (a later block) is found; off the support it is
+    ignored."""
+    rng = np.random.default_rng(6)
+    X = rng.standard_normal((3000, 5))
+    X[2500, 0] = 1e200
+    y = np.zeros(3000)
+    theta = np.ones(5)
+    assert ck.fused_value_and_gradient("squared", X, y, theta, 1.0, n_chunks=1) is None
+    assert ck.fused_hvp("squared", X, y, theta, theta, 1.0, n_chunks=1) is None
+    p = np.ones(3000)
+    p[2500] = 0.0
+    X[2500, 0] = 1.0  # zero weight and a finite row: the same as dropping the row
+    keep = np.arange(3000) != 2500
+    value, grad = ck.fused_value_and_gradient("squared", X, y, theta, 1.0, p, n_chunks=1)
+    R, g, _, _, _ = reference("squared", X[keep], y[keep], theta, 1.0, np.ones(2999))
+    _close(value, R, 1e-13, abs(R))
+    _close(grad, g, 1e-12)
 
 
 def test_large_losses_do_not_overflow():
@@ -398,7 +464,8 @@ def test_policy_and_fallback_without_numba(monkeypatch):
     assert not ck.use_fused(100, 5)
     assert ck.use_fused(200_000, 100)
     assert ck.use_fused(200_000, 20, 3)  # multinomial: d * K entries per row
-    assert not ck.use_fused(10**6, 20)  # short rows: the generic path
+    assert ck.use_fused(10**6, 20)  # the block kernels serve short rows too
+    assert not ck.use_fused(10**6, 4)  # very short rows: the generic path
     assert ck.default_chunks(10) == 1 and ck.default_chunks(10**9) == ck.MAX_CHUNKS
     real = importlib.util.find_spec
     monkeypatch.setattr(

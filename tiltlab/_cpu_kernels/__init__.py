@@ -5,11 +5,15 @@ finite tilt ``t``, the data term is the tilted risk
 ``R = (1/t) log(sum_i p_i exp(t l_i) / sum_i p_i)`` (the weighted mean at ``t = 0``), with
 gradient ``X^T (w * l')`` and Hessian-vector product
 ``X^T (w (l'' u + t l' (l' u - g . v)))``, ``u = X v``, for the tilted weights ``w``.
-The kernels read every row of ``X`` once per call: the predictor, the loss and its
-derivatives, the row's fold into the tilted accumulator (an online shift, exactly
+The kernels read every row of ``X`` from memory once per call: the predictor, the loss
+and its derivatives, the row's fold into the tilted accumulator (an online shift, exactly
 merged over chunks as in :mod:`tiltlab.accumulator`) and the rank-one update of the
-gradient all happen while the row is in cache. The ridge term is not included (the
-objective adds it).
+gradient all happen while the row is in cache. The scalar-loss kernels do this a block of
+rows at a time (:mod:`._blocks`): dot products, then the loss, the weights and the state
+for the whole block in vectorised loops (``exp``, ``expm1`` and ``log1p`` written so that
+LLVM vectorises them, :mod:`._vmath`: numba has no SIMD math library here), then the
+updates while the block is still in cache. The ridge term is not included (the objective
+adds it).
 
 Entry points
 ------------
@@ -20,9 +24,9 @@ arrays (``X`` float32 or float64) and return NumPy results in ``X``'s dtype.
 :class:`FusedProblem` binds the data once (what an engine keeps between calls: the
 O(N) input checks are not repeated). :func:`available` says whether numba imports;
 :func:`use_fused` is the size policy under which the generic array-API path is used
-instead. Numba compiles each kernel on its first call (10-30 s per kernel and dtype on a
-loaded 2-core machine) and caches it on disk (``cache=True``): a new process then loads
-it in about 0.1 s.
+instead. Numba compiles each kernel on its first call (about 10 s per kernel and dtype
+on a loaded 2-core machine) and caches it on disk (``cache=True``): a new process then
+loads it in about 0.01 s.
 
 Determinism
 -----------
@@ -79,11 +83,12 @@ __all__ = [
 MIN_ELEMENTS = 1 << 18
 #: ... and below this many rows (too few chunks to share between threads)
 MIN_ROWS = 2048
-#: ... and below this many entries per row (features times classes): the kernels' scalar
-#: per-row work (libm ``exp``/``log1p``, not vectorised) then outweighs the row's dot product
-#: and update, and NumPy's vectorised transcendentals win (measured at d = 20 with one
-#: thread, benchmarks/cpu_kernel_speed.py)
-MIN_ROW_ENTRIES = 32
+#: ... and below this many entries per row (features times classes): the per-row work of
+#: the kernels then outweighs the short dot product and update. With the vectorised block
+#: kernels the fused path wins from d = 8 on (benchmarks/cpu_kernel_speed.py, one thread),
+#: except ``value_and_gradient`` of float32 data with a loss without transcendentals
+#: (squared: 1.2-1.5x NumPy's time at d = 8-20)
+MIN_ROW_ENTRIES = 8
 
 
 def available() -> bool:
@@ -104,12 +109,12 @@ def use_fused(n: int, d: int, k: int = 1) -> bool:
     True when numba is available, the problem is large enough that the kernel's fixed
     costs (thread launch, first-call cache load) are small against a pass over ``X``, and
     rows are long enough (``d * k >= MIN_ROW_ENTRIES``) that the row's dot product and
-    update, not the per-row scalar work, set the cost.
+    update, not the per-row work, set the cost.
 
     Examples
     --------
     >>> from tiltlab._cpu_kernels import available, use_fused
-    >>> use_fused(100, 3), use_fused(10**6, 20)
+    >>> use_fused(100, 3), use_fused(10**6, 4)
     (False, False)
     >>> use_fused(200_000, 100) == available()
     True

@@ -8,18 +8,21 @@ whatever the number of threads.
 
 Per chunk, the tilted state follows :mod:`tiltlab.accumulator`: an exact running shift
 ``c`` (the largest loss for ``t > 0``, the smallest for ``t <= 0``) with ``s``, ``q`` and
-``lsum`` rescaled each time it moves (scalars: cheap). The vector accumulators (gradient,
-Hessian-vector product) are kept relative to a second, lazy shift ``cg`` that follows
-``c`` only when the weights would otherwise exceed ``exp(LAZY_LIMIT)``: rows sorted by
-loss then cost one rescale of a ``d``-vector per ``LAZY_LIMIT / |t|`` of loss range, not
-one per row. Vector sums are taken in ``X``'s dtype over sub-blocks of ``SUB_BLOCK`` rows
-and added into float64 accumulators (float32 input stays accurate over long chunks).
-Dot products are taken in ``X``'s dtype (vectorised, see ``_DOT``); every scalar after
-them (the predictor, the loss, its derivatives, the state) is float64.
+``lsum`` rescaled each time it moves (scalars: cheap; the scalar-loss kernels move it at
+most once per block of rows, to the block's extreme, see :mod:`._blocks`). The vector
+accumulators (gradient, Hessian-vector product) are kept relative to a second, lazy shift
+``cg`` that follows ``c`` only when the weights would otherwise exceed
+``exp(LAZY_LIMIT)``: rows sorted by loss then cost one rescale of a ``d``-vector per
+``LAZY_LIMIT / |t|`` of loss range, not one per row. Vector sums are taken in ``X``'s
+dtype over sub-blocks of ``SUB_BLOCK`` rows (or one block of :mod:`._blocks`) and added
+into float64 accumulators (float32 input stays accurate over long chunks). Dot products
+are taken in ``X``'s dtype (vectorised, see ``_DOT``); every scalar after them (the
+predictor, the loss, its derivatives, the state) is float64.
 
-The kernels themselves live in :mod:`._scalar` (scalar-predictor losses) and
-:mod:`._multinomial`. Without numba the same functions run as plain Python (slow; for tiny
-examples only).
+The kernels themselves live in :mod:`._scalar` (scalar-predictor losses, in blocks of
+rows with the vectorised steps of :mod:`._blocks`) and :mod:`._multinomial` (row by
+row). Without numba the same functions run as plain Python (slow; for tiny examples
+only).
 
 Numba's on-disk cache is keyed on each kernel's own source file: after editing this file
 (whose helpers are inlined into the kernels), delete ``tiltlab/_cpu_kernels/__pycache__``
@@ -51,9 +54,6 @@ except ImportError:  # pragma: no cover - exercised where numba is absent
     _DOT = _INLINE
     prange = range
 
-#: loss codes (the order of :data:`LOSS_CODES` in the package)
-SQUARED, ABSOLUTE, HUBER, LOGISTIC, HINGE, SQUARED_HINGE = 0, 1, 2, 3, 4, 5
-
 #: rows per sub-block of the vector sums (taken in X's dtype, then added in float64)
 SUB_BLOCK = 128
 #: the vector accumulators' shift follows the exact one when weights pass exp(LAZY_LIMIT)
@@ -70,57 +70,6 @@ def _dot(X, i, v, zero):
     for j in range(X.shape[1]):
         s += X[i, j] * v[j]
     return s
-
-
-@_DOT
-def _dot2(X, i, v, w, zero):
-    """``(X[i] . v, X[i] . w)`` in one sweep over the row."""
-    a = zero
-    b = zero
-    for j in range(X.shape[1]):
-        xj = X[i, j]
-        a += xj * v[j]
-        b += xj * w[j]
-    return a, b
-
-
-@_INLINE
-def _loss(code, z, y, param):
-    """Value and first and second derivatives in ``z`` of a scalar-predictor loss."""
-    if code == SQUARED:
-        r = z - y
-        return r * r, 2.0 * r, 2.0
-    if code == LOGISTIC:
-        e = math.exp(-abs(z))
-        inv = 1.0 / (1.0 + e)
-        small = e * inv
-        if z >= 0.0:
-            s, sc = inv, small
-        else:
-            s, sc = small, inv
-        value = (max(z, 0.0) - y * z) + math.log1p(e)
-        return value, (1.0 - y) * s - y * sc, s * sc
-    if code == ABSOLUTE:
-        r = z - y
-        sg = 1.0 if r > 0.0 else (-1.0 if r < 0.0 else 0.0)
-        return abs(r), sg, 0.0
-    if code == HUBER:
-        r = z - y
-        a = abs(r)
-        if a <= param:
-            return 0.5 * r * r, r, 1.0
-        sg = 1.0 if r > 0.0 else -1.0
-        return param * (a - 0.5 * param), param * sg, 0.0
-    # hinge and squared hinge: margin m = 1 - (2y - 1) z
-    sgn = 2.0 * y - 1.0
-    m = 1.0 - sgn * z
-    if code == HINGE:
-        if m > 0.0:
-            return m, -sgn, 0.0
-        return 0.0, 0.0, 0.0
-    if m > 0.0:
-        return m * m, -2.0 * sgn * m, 2.0
-    return 0.0, 0.0, 0.0
 
 
 @_INLINE

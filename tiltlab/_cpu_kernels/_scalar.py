@@ -1,6 +1,7 @@
 """Fused kernels for the scalar-predictor losses (squared, absolute, Huber, logistic,
 hinge, squared hinge): value and gradient, one-pass Hessian-vector products and the
-linearised product. See :mod:`._rows` for the chunk state and its conventions."""
+linearised product. See :mod:`._rows` for the chunk state and its conventions and
+:mod:`._blocks` for the vectorised steps on a block of rows."""
 
 from __future__ import annotations
 
@@ -8,32 +9,43 @@ import math
 
 import numpy as np
 
-from ._rows import (
-    _JIT,
-    LAZY_LIMIT,
-    SUB_BLOCK,
-    _chunk,
-    _dot,
-    _dot2,
-    _flush,
-    _loss,
-    _weight_parts,
+from ._blocks import (
+    BLOCK,
+    KERNEL,
+    axpy2_rows,
+    axpy_rows,
+    block_rows,
+    dots,
+    dots2,
+    extremes,
+    loss_block,
     prange,
+    sums,
+    weights_block,
+    wsum,
 )
+from ._rows import LAZY_LIMIT, SUB_BLOCK, _chunk, _dot, _flush
 
 
-@_JIT
+@KERNEL
 def vg_scalar(X, y, p, theta, t, code, param, n_chunks, want_grad, per_sample, state, G, out):
     """Chunk states and unnormalised gradients; ``out`` (n, 3) receives the per-sample
     loss, first and second derivative when ``per_sample`` (the linearised state)."""
     n, d = X.shape
     has_p = p.shape[0] > 0
     zero = np.zeros(1, dtype=X.dtype)[0]
+    step = block_rows(d, X.itemsize)
     for k in prange(n_chunks):
         r0, r1 = _chunk(n, n_chunks, k)
         acc = G[k]
         blk = np.zeros(d, dtype=X.dtype)
-        cbuf = np.zeros(2, dtype=X.dtype)  # casts a float64 coefficient to X's dtype
+        z = np.empty(BLOCK)
+        lv = np.empty(BLOCK)
+        d1 = np.empty(BLOCK)
+        d2 = np.empty(BLOCK)
+        e = np.empty(BLOCK)
+        e1 = np.empty(BLOCK)
+        coef = np.empty(BLOCK, dtype=X.dtype)
         c = 0.0
         cg = 0.0
         rg = 1.0
@@ -45,40 +57,38 @@ def vg_scalar(X, y, p, theta, t, code, param, n_chunks, want_grad, per_sample, s
         lsum = 0.0
         bad = 0.0
         qlive = True
-        inblk = 0
-        for i in range(r0, r1):
-            pi = p[i] if has_p else 1.0
-            if pi == 0.0:
-                if per_sample:
-                    out[i, 0] = 0.0
-                    out[i, 1] = 0.0
-                    out[i, 2] = 0.0
-                continue
-            z = np.float64(_dot(X, i, theta, zero))
-            l, d1, d2 = _loss(code, z, y[i], param)
+        for i0 in range(r0, r1, step):
+            nb = min(step, r1 - i0)
+            dots(X, i0, nb, theta, z, zero)
+            loss_block(code, z, y, i0, nb, param, lv, d1, d2)
+            bhi, blo, bmass, nbad = extremes(p, has_p, i0, nb, lv, d1)
             if per_sample:
-                out[i, 0] = l
-                out[i, 1] = d1
-                out[i, 2] = d2
-            if not (math.isfinite(l) and math.isfinite(d1)):
+                for b in range(nb):
+                    on = (p[i0 + b] if has_p else 1.0) > 0.0
+                    out[i0 + b, 0] = lv[b] if on else 0.0
+                    out[i0 + b, 1] = d1[b] if on else 0.0
+                    out[i0 + b, 2] = d2[b] if on else 0.0
+            if nbad > 0:
                 bad = 1.0
+                break
+            if bmass == 0.0:
                 continue
-            hi = max(hi, l)
-            lo = min(lo, l)
+            hi = max(hi, bhi)
+            lo = min(lo, blo)
+            new = bhi if t > 0.0 else blo
             if mass == 0.0:
-                c = l
-                cg = l
+                c = new
+                cg = new
                 rg = 1.0
-            elif (t > 0.0 and l > c) or (t <= 0.0 and l < c):
-                du = t * (c - l)
+            elif (t > 0.0 and new > c) or (t <= 0.0 and new < c):
+                du = t * (c - new)
                 r = math.exp(du)
                 q = mass * math.expm1(du) + q * r
                 s = s * r
-                lsum += mass * (c - l)
-                c = l
+                lsum += mass * (c - new)
+                c = new
                 if t * (c - cg) > LAZY_LIMIT:
                     if want_grad:
-                        _flush(blk, acc)
                         f = math.exp(t * (cg - c))
                         for j in range(d):
                             acc[j] *= f
@@ -88,26 +98,22 @@ def vg_scalar(X, y, p, theta, t, code, param, n_chunks, want_grad, per_sample, s
                     rg = math.exp(t * (c - cg))
             if qlive and abs(t) * (hi - lo) > 1.0:
                 qlive = False
-            e, e1 = _weight_parts(t, l, c, qlive)
-            mass += pi
-            s += pi * e
-            q += pi * e1
-            lsum += pi * (l - c)
+            weights_block(p, has_p, i0, nb, t, c, qlive, lv, e, e1)
+            bs, bq, bl = sums(p, has_p, i0, nb, lv, c, e, e1)
+            mass += bmass
+            s += bs
+            q += bq
+            lsum += bl
             if want_grad:
-                cbuf[0] = pi * e * rg * d1
-                coef = cbuf[0]
-                for j in range(d):
-                    blk[j] += coef * X[i, j]
-                inblk += 1
-                if inblk == SUB_BLOCK:
-                    _flush(blk, acc)
-                    inblk = 0
-        if want_grad:
-            _flush(blk, acc)
-            if mass > 0.0 and cg != c:
-                f = math.exp(t * (cg - c))
-                for j in range(d):
-                    acc[j] *= f
+                for b in range(nb):
+                    pb = p[i0 + b] if has_p else 1.0
+                    coef[b] = (pb * e[b]) * rg * d1[b] if e[b] != 0.0 else 0.0
+                axpy_rows(X, i0, nb, coef, blk)
+                _flush(blk, acc)
+        if want_grad and mass > 0.0 and cg != c:
+            f = math.exp(t * (cg - c))
+            for j in range(d):
+                acc[j] *= f
         st = state[k]
         st[0] = c
         st[1] = hi
@@ -120,7 +126,7 @@ def vg_scalar(X, y, p, theta, t, code, param, n_chunks, want_grad, per_sample, s
         st[8] = 0.0
 
 
-@_JIT
+@KERNEL
 def hvp_scalar(X, y, p, theta, v, t, code, param, n_chunks, state, A, G):
     """One pass for a Hessian-vector product: chunk states, ``A = sum pe (l'' u + t l' a) x``
     and ``G = sum pe l' x`` (vectors), ``av = sum pe a`` (state column 8), with
@@ -129,13 +135,23 @@ def hvp_scalar(X, y, p, theta, v, t, code, param, n_chunks, state, A, G):
     has_p = p.shape[0] > 0
     zero = np.zeros(1, dtype=X.dtype)[0]
     tilted = t != 0.0
+    step = block_rows(d, X.itemsize)
     for k in prange(n_chunks):
         r0, r1 = _chunk(n, n_chunks, k)
         accA = A[k]
         accG = G[k]
         blkA = np.zeros(d, dtype=X.dtype)
         blkG = np.zeros(d, dtype=X.dtype)
-        cbuf = np.zeros(2, dtype=X.dtype)
+        z = np.empty(BLOCK)
+        u = np.empty(BLOCK)
+        a = np.empty(BLOCK)
+        lv = np.empty(BLOCK)
+        d1 = np.empty(BLOCK)
+        d2 = np.empty(BLOCK)
+        e = np.empty(BLOCK)
+        e1 = np.empty(BLOCK)
+        ca = np.empty(BLOCK, dtype=X.dtype)
+        cb = np.empty(BLOCK, dtype=X.dtype)
         c = 0.0
         cg = 0.0
         rg = 1.0
@@ -148,35 +164,32 @@ def hvp_scalar(X, y, p, theta, v, t, code, param, n_chunks, state, A, G):
         av = 0.0
         bad = 0.0
         qlive = True
-        inblk = 0
-        for i in range(r0, r1):
-            pi = p[i] if has_p else 1.0
-            if pi == 0.0:
-                continue
-            zz, uu = _dot2(X, i, theta, v, zero)
-            z = np.float64(zz)
-            u = np.float64(uu)
-            l, d1, d2 = _loss(code, z, y[i], param)
-            if not (math.isfinite(l) and math.isfinite(d1)):
+        for i0 in range(r0, r1, step):
+            nb = min(step, r1 - i0)
+            dots2(X, i0, nb, theta, v, z, u, zero)
+            loss_block(code, z, y, i0, nb, param, lv, d1, d2)
+            bhi, blo, bmass, nbad = extremes(p, has_p, i0, nb, lv, d1)
+            if nbad > 0:
                 bad = 1.0
+                break
+            if bmass == 0.0:
                 continue
-            hi = max(hi, l)
-            lo = min(lo, l)
+            hi = max(hi, bhi)
+            lo = min(lo, blo)
+            new = bhi if t > 0.0 else blo
             if mass == 0.0:
-                c = l
-                cg = l
+                c = new
+                cg = new
                 rg = 1.0
-            elif (t > 0.0 and l > c) or (t <= 0.0 and l < c):
-                du = t * (c - l)
+            elif (t > 0.0 and new > c) or (t <= 0.0 and new < c):
+                du = t * (c - new)
                 r = math.exp(du)
                 q = mass * math.expm1(du) + q * r
                 s = s * r
                 av = av * r
-                lsum += mass * (c - l)
-                c = l
+                lsum += mass * (c - new)
+                c = new
                 if t * (c - cg) > LAZY_LIMIT:
-                    _flush(blkA, accA)
-                    _flush(blkG, accG)
                     f = math.exp(t * (cg - c))
                     for j in range(d):
                         accA[j] *= f
@@ -187,37 +200,27 @@ def hvp_scalar(X, y, p, theta, v, t, code, param, n_chunks, state, A, G):
                     rg = math.exp(t * (c - cg))
             if qlive and abs(t) * (hi - lo) > 1.0:
                 qlive = False
-            e, e1 = _weight_parts(t, l, c, qlive)
-            pe = pi * e
-            mass += pi
-            s += pe
-            q += pi * e1
-            lsum += pi * (l - c)
-            a = d1 * u
-            av += pe * a
-            pg = pe * rg
+            weights_block(p, has_p, i0, nb, t, c, qlive, lv, e, e1)
+            bs, bq, bl = sums(p, has_p, i0, nb, lv, c, e, e1)
+            for b in range(nb):
+                a[b] = d1[b] * u[b]
+            av += wsum(p, has_p, i0, nb, e, a)
+            mass += bmass
+            s += bs
+            q += bq
+            lsum += bl
+            for b in range(nb):
+                pb = p[i0 + b] if has_p else 1.0
+                on = e[b] != 0.0
+                pg = (pb * e[b]) * rg
+                ca[b] = pg * (d2[b] * u[b] + t * d1[b] * a[b]) if on else 0.0
+                cb[b] = pg * d1[b] if on else 0.0
             if tilted:
-                cbuf[0] = pg * (d2 * u + t * d1 * a)
-                cbuf[1] = pg * d1
-                ca = cbuf[0]
-                cgr = cbuf[1]
-                for j in range(d):
-                    xj = X[i, j]
-                    blkA[j] += ca * xj
-                    blkG[j] += cgr * xj
+                axpy2_rows(X, i0, nb, ca, cb, blkA, blkG)
+                _flush(blkG, accG)
             else:
-                cbuf[0] = pg * d2 * u
-                ca = cbuf[0]
-                for j in range(d):
-                    blkA[j] += ca * X[i, j]
-            inblk += 1
-            if inblk == SUB_BLOCK:
-                _flush(blkA, accA)
-                if tilted:
-                    _flush(blkG, accG)
-                inblk = 0
-        _flush(blkA, accA)
-        _flush(blkG, accG)
+                axpy_rows(X, i0, nb, ca, blkA)
+            _flush(blkA, accA)
         if mass > 0.0 and cg != c:
             f = math.exp(t * (cg - c))
             for j in range(d):
@@ -235,9 +238,10 @@ def hvp_scalar(X, y, p, theta, v, t, code, param, n_chunks, state, A, G):
         st[8] = av
 
 
-@_JIT
+@KERNEL
 def linear_hvp_scalar(X, alpha, beta, v, gv, n_chunks, A):
-    """``sum_i (alpha_i u_i - beta_i gv) x_i`` with ``u = x . v``: one pass over ``X``."""
+    """``sum_i (alpha_i u_i - beta_i gv) x_i`` with ``u = x . v``: one pass over ``X``, row
+    by row (no transcendentals: each row's dot product and update while it is in cache)."""
     n, d = X.shape
     zero = np.zeros(1, dtype=X.dtype)[0]
     for k in prange(n_chunks):

@@ -1,0 +1,300 @@
+"""Block steps of the scalar-predictor kernels (imported lazily: this module imports numba).
+
+The kernels of :mod:`._scalar` walk each chunk of rows in blocks of about
+``BLOCK_BYTES`` of ``X`` (:func:`block_rows`: the block stays in the core's cache between
+its two reads, so ``X`` is read from memory once) and split the work on a block into
+loops that LLVM vectorises:
+
+1. the predictors ``z = X_blk theta`` (and ``u = X_blk v``), one vectorised dot product
+   per row (:func:`dots`);
+2. the loss and its derivatives for the whole block, branch-free, with the vectorisable
+   ``exp``/``log1p`` of :mod:`._vmath` (:func:`loss_block`);
+3. the block's extremes and non-finite check (:func:`extremes`), after which the chunk's
+   shift moves at most once per block, and the weights ``exp(t (l - c))`` (or their
+   ``expm1``) for the whole block (:func:`weights_block`);
+4. the block sums of the tilted state (:func:`sums`) and the rank-one updates
+   ``acc += X_blk^T coef`` (:func:`axpy_rows`), again ``ROWS`` rows at a time.
+
+Only the dot products and the block sums may reassociate their additions
+(``fastmath={"reassoc"}``: no NaN/inf assumptions and no contraction, so IEEE semantics
+otherwise hold, NaN included); the order is fixed at compile time, so results do not
+depend on the number of threads. The block extremes are taken with ``{"nnan", "ninf"}``
+(so that the max/min reductions vectorise) only after a NaN-propagating sum has shown
+that every loss on the support is finite. Everything else is compiled without fastmath.
+
+Numba's on-disk cache is keyed on each kernel's own source file: after editing this file
+or :mod:`._vmath` (inlined into the kernels), delete ``tiltlab/_cpu_kernels/__pycache__``
+(or touch ``_scalar.py``) so that the kernels are compiled again.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._vmath import vexp, vexpm1, vlog1p_unit
+
+try:  # pragma: no branch - the engine is only chosen when numba imports
+    import numba
+
+    _INLINE = numba.njit(fastmath=False, error_model="numpy", cache=True, inline="always")
+    _REASSOC = numba.njit(fastmath={"reassoc"}, error_model="numpy", cache=True, nogil=True)
+    _FINITE = numba.njit(fastmath={"nnan", "ninf"}, error_model="numpy", cache=True, nogil=True)
+    #: the kernels: parallel over chunks; IEEE division (no zero checks that would stop
+    #: the vectorisation of the inlined block loops)
+    KERNEL = numba.njit(parallel=True, fastmath=False, error_model="numpy", cache=True, nogil=True)
+    prange = numba.prange
+except ImportError:  # pragma: no cover - exercised where numba is absent
+
+    def _INLINE(f):
+        return f
+
+    _REASSOC = _FINITE = _INLINE
+    KERNEL = _INLINE
+    prange = range
+
+#: loss codes (the order of :data:`LOSS_CODES` in the package)
+SQUARED, ABSOLUTE, HUBER, LOGISTIC, HINGE, SQUARED_HINGE = 0, 1, 2, 3, 4, 5
+
+#: most rows per block (the vector sums of a block are taken in X's dtype, then added in
+#: float64)
+BLOCK = 512
+#: bytes of X per block (it stays in the L2 cache between the dot products and the
+#: updates; larger blocks spread the per-block work over more rows: 128 KiB measured best
+#: of 16-128 KiB with benchmarks/cpu_kernel_speed.py)
+BLOCK_BYTES = 131072
+_DBL_MAX = 1.7976931348623157e308
+#: rows whose updates are taken together
+ROWS = 4
+
+
+@_INLINE
+def block_rows(d, itemsize):
+    """Rows per block: a block of ``X`` of about ``BLOCK_BYTES`` (it stays in cache between
+    its two reads), a multiple of 8 rows in ``[8, BLOCK]``; depends on ``d`` and the dtype
+    only (never on threads)."""
+    rows = (BLOCK_BYTES // (d * itemsize)) // 8 * 8
+    return max(8, min(BLOCK, rows))
+
+
+@_REASSOC
+def dots(X, i0, nb, v, out, zero):
+    """``out[b] = X[i0 + b] . v`` for ``b < nb`` (in ``X``'s dtype, stored as float64)."""
+    d = X.shape[1]
+    for b in range(nb):
+        i = i0 + b
+        a = zero
+        for j in range(d):
+            a += X[i, j] * v[j]
+        out[b] = a
+
+
+@_REASSOC
+def dots2(X, i0, nb, v, w, out_v, out_w, zero):
+    """:func:`dots` along two vectors in one sweep over the block."""
+    d = X.shape[1]
+    for b in range(nb):
+        i = i0 + b
+        a = zero
+        c = zero
+        for j in range(d):
+            x = X[i, j]
+            a += x * v[j]
+            c += x * w[j]
+        out_v[b] = a
+        out_w[b] = c
+
+
+@_INLINE
+def axpy_rows(X, i0, nb, coef, acc):
+    """``acc += sum_b coef[b] X[i0 + b]`` (elementwise over the columns: vectorised)."""
+    d = X.shape[1]
+    b = 0
+    while b + ROWS <= nb:
+        i = i0 + b
+        c0 = coef[b]
+        c1 = coef[b + 1]
+        c2 = coef[b + 2]
+        c3 = coef[b + 3]
+        for j in range(d):
+            acc[j] += (c0 * X[i, j] + c1 * X[i + 1, j]) + (c2 * X[i + 2, j] + c3 * X[i + 3, j])
+        b += ROWS
+    while b < nb:
+        i = i0 + b
+        c0 = coef[b]
+        for j in range(d):
+            acc[j] += c0 * X[i, j]
+        b += 1
+
+
+@_INLINE
+def axpy2_rows(X, i0, nb, ca, cb, acc_a, acc_b):
+    """:func:`axpy_rows` with two coefficient vectors in one sweep over the block."""
+    d = X.shape[1]
+    b = 0
+    while b + 2 <= nb:
+        i = i0 + b
+        a0 = ca[b]
+        a1 = ca[b + 1]
+        b0 = cb[b]
+        b1 = cb[b + 1]
+        for j in range(d):
+            x0 = X[i, j]
+            x1 = X[i + 1, j]
+            acc_a[j] += a0 * x0 + a1 * x1
+            acc_b[j] += b0 * x0 + b1 * x1
+        b += 2
+    while b < nb:
+        i = i0 + b
+        a0 = ca[b]
+        b0 = cb[b]
+        for j in range(d):
+            acc_a[j] += a0 * X[i, j]
+            acc_b[j] += b0 * X[i, j]
+        b += 1
+
+
+@_INLINE
+def loss_block(code, z, y, i0, nb, param, l, d1, d2):
+    """Value, first and second derivative in ``z`` of a scalar-predictor loss for a block
+    (one branch-free loop per loss)."""
+    if code == LOGISTIC:
+        for b in range(nb):  # e = exp(-|z|), kept in d2 for the next two loops
+            d2[b] = vexp(-abs(z[b]))
+        for b in range(nb):
+            zb = z[b]
+            l[b] = ((zb if zb >= 0.0 else 0.0) - y[i0 + b] * zb) + vlog1p_unit(d2[b])
+        for b in range(nb):
+            zb = z[b]
+            yb = y[i0 + b]
+            e = d2[b]
+            inv = 1.0 / (1.0 + e)
+            small = e * inv
+            pos = zb >= 0.0
+            s = inv if pos else small
+            sc = small if pos else inv
+            d1[b] = (1.0 - yb) * s - yb * sc
+            d2[b] = s * sc
+    elif code == SQUARED:
+        for b in range(nb):
+            r = z[b] - y[i0 + b]
+            l[b] = r * r
+            d1[b] = 2.0 * r
+            d2[b] = 2.0
+    elif code == ABSOLUTE:
+        for b in range(nb):
+            r = z[b] - y[i0 + b]
+            l[b] = abs(r)
+            d1[b] = 1.0 if r > 0.0 else (-1.0 if r < 0.0 else 0.0)
+            d2[b] = 0.0
+    elif code == HUBER:
+        for b in range(nb):
+            r = z[b] - y[i0 + b]
+            a = abs(r)
+            inside = a <= param
+            sg = 1.0 if r > 0.0 else -1.0
+            l[b] = 0.5 * r * r if inside else param * (a - 0.5 * param)
+            d1[b] = r if inside else param * sg
+            d2[b] = 1.0 if inside else 0.0
+    else:  # hinge and squared hinge: margin m = 1 - (2y - 1) z
+        sq = code == SQUARED_HINGE
+        for b in range(nb):
+            sgn = 2.0 * y[i0 + b] - 1.0
+            m = 1.0 - sgn * z[b]
+            on = m > 0.0
+            if sq:
+                l[b] = m * m if on else 0.0
+                d1[b] = -2.0 * sgn * m if on else 0.0
+                d2[b] = 2.0 if on else 0.0
+            else:
+                l[b] = m if on else 0.0
+                d1[b] = -sgn if on else 0.0
+                d2[b] = 0.0
+
+
+@_INLINE
+def extremes(p, has_p, i0, nb, l, d1):
+    """Largest and smallest loss of the block's rows on the prior's support, their prior
+    mass, and whether any of them has a non-finite loss or derivative (the extremes are
+    only meaningful when not)."""
+    mass, probe = _mass_probe(p, has_p, i0, nb, l, d1)
+    if probe != 0.0:  # NaN: a non-finite value on the support
+        return np.inf, -np.inf, mass, 1
+    hi, lo = _finite_extremes(p, has_p, i0, nb, l)
+    return hi, lo, mass, 0
+
+
+@_REASSOC
+def _mass_probe(p, has_p, i0, nb, l, d1):
+    """The block's prior mass, and ``sum (l - l) + (d1 - d1)`` over the support: 0 when
+    all are finite, NaN otherwise (NaN propagates under reassociation)."""
+    mass = 0.0
+    probe = 0.0
+    for b in range(nb):
+        pb = p[i0 + b] if has_p else 1.0
+        mass += pb
+        probe += ((l[b] - l[b]) + (d1[b] - d1[b])) if pb > 0.0 else 0.0
+    return mass, probe
+
+
+@_FINITE
+def _finite_extremes(p, has_p, i0, nb, l):
+    """Largest and smallest ``l`` on the prior's support, all of them finite (checked by
+    the caller: the function is compiled assuming no NaN or infinity, which lets LLVM
+    vectorise the two reductions; rows off the support count as -+DBL_MAX)."""
+    hi = -_DBL_MAX
+    lo = _DBL_MAX
+    for b in range(nb):
+        pb = p[i0 + b] if has_p else 1.0
+        on = pb > 0.0
+        lb = l[b]
+        hi = max(hi, lb if on else -_DBL_MAX)
+        lo = min(lo, lb if on else _DBL_MAX)
+    return hi, lo
+
+
+@_INLINE
+def weights_block(p, has_p, i0, nb, t, c, qlive, l, e, e1):
+    """``e = exp(t (l - c))`` and, in the small-tilt regime, ``e1 = expm1(t (l - c))``
+    (0 off the prior's support)."""
+    if t == 0.0:
+        for b in range(nb):
+            pb = p[i0 + b] if has_p else 1.0
+            e[b] = 1.0 if pb > 0.0 else 0.0
+            e1[b] = 0.0
+    elif qlive:
+        for b in range(nb):
+            pb = p[i0 + b] if has_p else 1.0
+            m1 = vexpm1(t * (l[b] - c))
+            on = pb > 0.0
+            e[b] = m1 + 1.0 if on else 0.0
+            e1[b] = m1 if on else 0.0
+    else:
+        for b in range(nb):
+            pb = p[i0 + b] if has_p else 1.0
+            eb = vexp(t * (l[b] - c))
+            e[b] = eb if pb > 0.0 else 0.0
+            e1[b] = 0.0
+
+
+@_REASSOC
+def sums(p, has_p, i0, nb, l, c, e, e1):
+    """Block sums ``sum p e``, ``sum p e1`` and ``sum p (l - c)`` over the support."""
+    s = 0.0
+    q = 0.0
+    lsum = 0.0
+    for b in range(nb):
+        pb = p[i0 + b] if has_p else 1.0
+        s += pb * e[b]
+        q += pb * e1[b]
+        lsum += (pb * (l[b] - c)) if pb > 0.0 else 0.0
+    return s, q, lsum
+
+
+@_REASSOC
+def wsum(p, has_p, i0, nb, e, a):
+    """``sum p e a`` over the block (``e`` is 0 off the support)."""
+    out = 0.0
+    for b in range(nb):
+        pb = p[i0 + b] if has_p else 1.0
+        out += (pb * e[b]) * a[b] if e[b] != 0.0 else 0.0
+    return out
