@@ -26,7 +26,9 @@ O(N) input checks are not repeated). :func:`available` says whether numba import
 :func:`use_fused` is the size policy under which the generic array-API path is used
 instead. Numba compiles each kernel on its first call (about 10 s per kernel and dtype
 on a loaded 2-core machine) and caches it on disk (``cache=True``): a new process then
-loads it in about 0.01 s.
+loads it in about 0.01 s. Numba checks only a kernel's own file for changes, so
+:mod:`._cache` removes the cached kernels whenever any source file of this package (or
+the numba version) differs from the one they were compiled from.
 
 Determinism
 -----------
@@ -127,6 +129,9 @@ def _kernels():
     """The compiled kernels (imports numba on first use)."""
     if not available():
         raise ImportError("the fused CPU kernels need numba (pip install 'tiltlab[cpu]')")
+    from ._cache import refresh_cache
+
+    refresh_cache()  # before numba loads a kernel compiled from older helpers
     from . import _multinomial, _rows, _scalar
 
     return SimpleNamespace(

@@ -22,9 +22,9 @@ depend on the number of threads. The block extremes are taken with ``{"nnan", "n
 (so that the max/min reductions vectorise) only after a NaN-propagating sum has shown
 that every loss on the support is finite. Everything else is compiled without fastmath.
 
-Numba's on-disk cache is keyed on each kernel's own source file: after editing this file
-or :mod:`._vmath` (inlined into the kernels), delete ``tiltlab/_cpu_kernels/__pycache__``
-(or touch ``_scalar.py``) so that the kernels are compiled again.
+Numba checks only a kernel's own file when it reuses cached machine code; the helpers here
+are inlined into kernels of other files, so :mod:`._cache` clears the cached kernels when
+any source file of the package changes.
 """
 
 from __future__ import annotations

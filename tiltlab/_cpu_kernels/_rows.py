@@ -24,9 +24,9 @@ rows with the vectorised steps of :mod:`._blocks`) and :mod:`._multinomial` (row
 row). Without numba the same functions run as plain Python (slow; for tiny examples
 only).
 
-Numba's on-disk cache is keyed on each kernel's own source file: after editing this file
-(whose helpers are inlined into the kernels), delete ``tiltlab/_cpu_kernels/__pycache__``
-(or touch ``_scalar.py`` and ``_multinomial.py``) so that the kernels are compiled again.
+Numba checks only a kernel's own file when it reuses cached machine code; the helpers here
+are inlined into kernels of other files, so :mod:`._cache` clears the cached kernels when
+any source file of the package changes.
 """
 
 from __future__ import annotations
