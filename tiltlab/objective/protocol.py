@@ -73,7 +73,7 @@ def check_objective(obj: Any, name: str = "objective", *, tilted: bool = False) 
     >>> check_objective(3.0, "x0")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    TypeError: `x0` must be a tiltlab.TiltedObjective, got float (no value_and_gradient, ...)
+    TypeError: `x0` must be a tiltlab.TiltedObjective or follow the ... (no value_and_gradient, ...)
     """
     if tilted:
         from ._facade import TiltedObjective
@@ -84,7 +84,8 @@ def check_objective(obj: Any, name: str = "objective", *, tilted: bool = False) 
     missing = [m for m in MEMBERS if not hasattr(obj, m)]
     if missing:
         raise TypeError(
-            f"`{name}` must be a tiltlab.TiltedObjective, got {type(obj).__name__} "
+            f"`{name}` must be a tiltlab.TiltedObjective or follow the "
+            f"tiltlab.objective.Objective protocol, got {type(obj).__name__} "
             f"(no {', '.join(missing)})"
         )
     return obj
