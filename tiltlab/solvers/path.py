@@ -114,9 +114,12 @@ def tilt_path(
     cubic Hermite extrapolation through the last two points and their tangents; with
     ``"secant"``, by linear extrapolation through the last two solutions. Of the
     prediction and the last solution, the one with the smaller gradient norm is used.
-    Objectives without a tangent (hierarchical, non-linear models, a point of
-    non-positive curvature) fall back to the secant. The predictions' cost is counted in
-    :attr:`TiltPath.n_passes`.
+    Each solve also inherits the previous solver state (``warm_state`` of
+    :func:`tiltlab.minimize`), except L-BFGS's correction pairs under the tangent
+    predictor: the pairs of the end of a run describe curvature at the rounding level of
+    the previous tilt and slowed the next run down. Objectives without a tangent
+    (non-linear models, a point of non-positive curvature) fall back to the secant. The
+    predictions' cost is counted in :attr:`TiltPath.n_passes`.
 
     Parameters
     ----------
