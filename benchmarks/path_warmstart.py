@@ -4,11 +4,20 @@ For each method and problem, a 20-tilt path is solved twice on the same objectiv
 tolerance:
 
 * cold: 20 independent ``tiltlab.minimize(obj.with_tilt(t), method=m)`` from zero;
-* warm: ``tiltlab.tilt_path(obj, ts, method=m)`` (continuation from ``t = 0``; its extra
-  anchor solve at ``t = 0`` is counted too).
+* secant: ``tiltlab.tilt_path(obj, ts, method=m, predictor="secant")`` (continuation from
+  ``t = 0``, each start extrapolated through the last two solutions, each solve warm
+  started with the previous solver state);
+* tangent: ``tiltlab.tilt_path(obj, ts, method=m)`` (the default: each start predicted
+  by cubic Hermite extrapolation through the last two solutions and their tangents).
 
-Iterations are counted by a callback over every solver call, and passes over the data
-by the objectives' counters. Problems: the README's example (squared loss, 50 rows, five
+A path's extra anchor solve at ``t = 0`` is counted too. Iterations are counted by a
+callback over every solver call; passes over the data by the objectives' counters: the
+solves' for cold runs, ``TiltPath.n_passes`` for paths (which includes the predictions
+and the tangent solves, one pass per product with ``X`` or ``X^T``). Seconds are wall
+time of the whole path (or of the 20 cold solves), the median of ``--repeat`` runs
+interleaved in one process. The ratios compare the tangent path with the cold solves.
+
+Problems: the README's example (squared loss, 50 rows, five
 gross outliers) and a logistic regression (400 rows, 5 features, ``l2=1e-3``), both on
 ``t`` in ``linspace(-2, 2, 20)``, and HIV-1 (all 6590 rows, 161 one-hot columns, logistic
 loss, sample-level tilt, ``l2=1e-4``) on ``t`` in ``linspace(0, 50, 20)``.
@@ -16,14 +25,16 @@ loss, sample-level tilt, ``l2=1e-4``) on ``t`` in ``linspace(0, 50, 20)``.
 Run:
     python benchmarks/path_warmstart.py
     python benchmarks/path_warmstart.py --methods lbfgs newton --dtype float32
-    python benchmarks/path_warmstart.py --problems hiv1
+    python benchmarks/path_warmstart.py --problems hiv1 --methods newton lbfgs --repeat 3
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
+import time
 
 import numpy as np
 
@@ -64,8 +75,24 @@ def count(fn):
         n[0] += 1
         return False
 
+    t0 = time.perf_counter()
     out = fn(cb)
-    return n[0], out
+    return n[0], out, time.perf_counter() - t0
+
+
+def run_once(obj, ts, m, kw):
+    """(iterations, passes, seconds, all ok) of the cold solves and of both paths."""
+    objs = [obj.with_tilt(float(t)) for t in ts]
+    it, cold, sec = count(
+        lambda cb: [tl.minimize(o, method=m, callback=cb, **kw) for o in objs]
+    )
+    out = {"cold": (it, sum(r.n_passes for r in cold), sec, all(r.success for r in cold))}
+    for pred in ("secant", "tangent"):
+        it, path, sec = count(
+            lambda cb, pred=pred: tl.tilt_path(obj, ts, method=m, callback=cb, predictor=pred, **kw)
+        )
+        out[pred] = (it, path.n_passes, sec, path.success)
+    return out
 
 
 def main() -> None:
@@ -74,32 +101,32 @@ def main() -> None:
     ap.add_argument("--dtype", default="float64", choices=["float64", "float32"])
     ap.add_argument("--problems", nargs="+", default=list(PROBLEMS), choices=PROBLEMS)
     ap.add_argument("--n-tilts", type=int, default=20)
+    ap.add_argument("--repeat", type=int, default=1, help="runs per cell (median time)")
     args = ap.parse_args()
     dtype = np.dtype(args.dtype)
-    print(f"{args.n_tilts} tilts per path, {args.dtype}, default tolerances")
-    print(f"{'problem':16s} {'method':10s} {'cold it':>8s} {'warm it':>8s} {'ratio':>6s} "
-          f"{'cold pass':>9s} {'warm pass':>9s} {'all ok':>6s}")
+    print(f"{args.n_tilts} tilts per path, {args.dtype}, default tolerances; "
+          f"iterations / passes over the data / seconds (median of {args.repeat})")
+    head = f"{'problem':14s} {'method':10s}"
+    for side in ("cold", "secant", "tangent"):
+        head += f" {side + ' it':>10s} {'pass':>7s} {'s':>6s}"
+    print(head + f" {'it ratio':>8s} {'pass ratio':>10s} {'s ratio':>7s} {'all ok':>6s}")
     for name, obj, ts in problems(dtype, args.problems, args.n_tilts):
         for m in args.methods:
             kw = {"seed": 0, "max_iter": 4000} if m == "stochastic" else {}
             if m == "stochastic":
                 kw["tol"] = 1e-2  # the stochastic method stops on a full-gradient check
-            objs = [obj.with_tilt(float(t)) for t in ts]
-            it_cold, cold = count(
-                lambda cb, objs=objs, m=m, kw=kw: [
-                    tl.minimize(o, method=m, callback=cb, **kw) for o in objs
-                ]
-            )
-            p_cold = sum(r.n_passes for r in cold)
-            ok_cold = all(r.success for r in cold)
-            it_warm, path = count(
-                lambda cb, m=m, kw=kw, obj=obj, ts=ts: tl.tilt_path(
-                    obj, ts, method=m, callback=cb, **kw
-                )
-            )
-            p_warm = sum(r.n_passes for r in path.results)
-            print(f"{name:16s} {m:10s} {it_cold:8d} {it_warm:8d} {it_warm / it_cold:6.2f} "
-                  f"{p_cold:9.0f} {p_warm:9.0f} {str(ok_cold and path.success):>6s}")
+            runs = [run_once(obj, ts, m, kw) for _ in range(args.repeat)]
+            row = f"{name:14s} {m:10s}"
+            med = {}
+            for side in ("cold", "secant", "tangent"):
+                it, passes = runs[0][side][0], runs[0][side][1]
+                sec = statistics.median(r[side][2] for r in runs)
+                med[side] = (it, passes, sec)
+                row += f" {it:10d} {passes:7.0f} {sec:6.2f}"
+            ok = all(r[s][3] for r in runs for s in r)
+            c, w = med["cold"], med["tangent"]
+            print(row + f" {w[0] / c[0]:8.2f} {w[1] / c[1]:10.2f} {w[2] / c[2]:7.2f} "
+                  f"{str(ok):>6s}", flush=True)
 
 
 if __name__ == "__main__":

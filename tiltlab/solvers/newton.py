@@ -62,6 +62,7 @@ class _Memo(NamedTuple):
     feps: float
     dense: bool
     lin: Any  # the linearisation at the current iterate (Newton-CG), or None
+    hessian: Any = None  # the dense Hessian of the last step (at the previous iterate)
 
 
 @dataclass(frozen=True)
@@ -136,6 +137,7 @@ class Newton(Solver):
     def step(self, objective: Any, state: SolverState) -> SolverState:
         xp = objective.xp
         memo = state.memo
+        H = None
         if memo.dense:
             H = objective.hessian(state.x)
             d = host_solve(H, xp.reshape(-state.jac, (-1,)), xp)
@@ -154,7 +156,8 @@ class Newton(Solver):
             if step == 0.0:
                 return failed_state(state, Status.LINE_SEARCH_FAILED)
         lin = None if memo.dense else evaluator.last  # the accepted point's linearisation
-        return make_state(x, f, g, xp, nit=state.nit + 1, step=step, memo=memo._replace(lin=lin))
+        memo = memo._replace(lin=lin, hessian=H)
+        return make_state(x, f, g, xp, nit=state.nit + 1, step=step, memo=memo)
 
     def finish(
         self, objective: Any, state: SolverState, status: Status, detail: str

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from .._compat import to_numpy
+from ._continuation import Continuation
 from ._minimize import minimize
 from ._result import OptimizeResult
 
@@ -34,6 +35,9 @@ class TiltPath:
         tilted weights.
     objective : TiltedObjective
         The objective (its tilt is the last one solved).
+    n_passes : float
+        Passes over the data made by the whole path: every solve, and the predictions
+        and tangents between them.
     """
 
     ts: np.ndarray
@@ -41,6 +45,7 @@ class TiltPath:
     results: list[OptimizeResult]
     stats: dict[str, np.ndarray]
     objective: Any = field(repr=False)
+    n_passes: float = 0.0
 
     def __len__(self) -> int:
         return len(self.ts)
@@ -92,6 +97,7 @@ def tilt_path(
     warm_start: bool = True,
     theta0: Any = None,
     progress: bool = False,
+    predictor: str = "tangent",
     **kwargs: Any,
 ) -> TiltPath:
     """Solve ``objective`` along the tilts ``ts`` with warm starts.
@@ -100,6 +106,20 @@ def tilt_path(
     downwards from ``t = 0`` (continuation), so the path of solutions stays on one
     continuous branch even where the objective is non-convex (``t < 0``). The solution
     at ``t = 0`` is computed first when ``0`` is not in ``ts``.
+
+    Each solve starts from a prediction of its solution. With ``predictor="tangent"``
+    the path's tangent ``d theta/dt = -H^{-1} d(grad F)/dt`` is computed at every solved
+    point (conjugate gradients on Hessian-vector products, or one dense Hessian for
+    ``method="newton"`` with a dense Hessian) and the next solution is predicted by
+    cubic Hermite extrapolation through the last two points and their tangents; with
+    ``"secant"``, by linear extrapolation through the last two solutions. Of the
+    prediction and the last solution, the one with the smaller gradient norm is used.
+    Each solve also inherits the previous solver state (``warm_state`` of
+    :func:`tiltlab.minimize`), except L-BFGS's correction pairs under the tangent
+    predictor: the pairs of the end of a run describe curvature at the rounding level of
+    the previous tilt and slowed the next run down. Objectives without a tangent
+    (non-linear models, a point of non-positive curvature) fall back to the secant. The
+    predictions' cost is counted in :attr:`TiltPath.n_passes`.
 
     Parameters
     ----------
@@ -110,10 +130,13 @@ def tilt_path(
     method : str, default "lbfgs"
         Passed to :func:`tiltlab.minimize`, with the other keyword arguments.
     warm_start : bool, default True
+        Start each solve from a prediction (``False``: from ``theta0`` or zero).
     theta0 : array, optional
         Start of the ``t = 0`` solve.
     progress : bool, default False
         Show a progress bar over the tilts.
+    predictor : {"tangent", "secant"}, default "tangent"
+        How the next solution is predicted (see above).
 
     Returns
     -------
@@ -130,6 +153,8 @@ def tilt_path(
     True
     """
     ts_arr = _check_ts(ts)
+    if predictor not in ("tangent", "secant"):
+        raise ValueError(f"`predictor` must be 'tangent' or 'secant', got {predictor!r}")
     if objective.is_hierarchical:
         raise NotImplementedError(
             "tilt_path varies the sample-level tilt; build one "
@@ -146,27 +171,30 @@ def tilt_path(
     start = base.zeros() if theta0 is None else base.check_theta(theta0, name="theta0")
     # anchor at t = 0, then continue outwards in both directions
     anchor = minimize(base, start, method=method, **kwargs)
+    cont = Continuation(method, kwargs, warm_start and predictor == "tangent")
+    origin = cont.point(base, 0.0, anchor, more=bool(np.any(ts_arr != 0.0)))
+    passes = float(base.n_passes)
     for direction in ("pos", "neg"):
-        # the solved points of this branch, nearest to 0 first: (t, x)
-        branch = [(0.0, anchor.x)]
-        warm = anchor.solver_state
-        for i in _order(ts_arr):
-            if (ts_arr[i] >= 0) != (direction == "pos"):
-                continue
-            t = float(ts_arr[i])
-            if t == 0.0:
+        todo = [i for i in _order(ts_arr) if (ts_arr[i] >= 0) == (direction == "pos")]
+        todo = [i for i in todo if ts_arr[i] != 0.0]
+        for i in range(ts_arr.size):
+            if ts_arr[i] == 0.0:
                 results[i] = anchor
-                continue
+        branch = [origin]  # the solved points of this branch, nearest to 0 first
+        warm = anchor.solver_state
+        for n, i in enumerate(todo):
+            t = float(ts_arr[i])
             obj = objective.with_tilt(t)
-            x = _predict(obj, branch, t) if warm_start else start
-            # the solver's state at the previous tilt (L-BFGS pairs, step sizes)
+            x = cont.predict(obj, branch, t) if warm_start else start
             kw = dict(kwargs)
-            if warm_start and "warm_state" not in kwargs:
-                kw["warm_state"] = warm
+            if warm_start:
+                kw.update(cont.solver_options(warm))
             res = minimize(obj, x, method=method, **kw)
             results[i] = res
-            branch.append((t, res.x))
+            more = warm_start and n + 1 < len(todo)
+            branch.append(cont.point(obj, t, res, more=more, branch=branch))
             warm = res.solver_state
+            passes += float(obj.n_passes)
             if bar is not None:
                 bar.update(1)
     if bar is not None:
@@ -174,27 +202,9 @@ def tilt_path(
     ordered = [results[i] for i in range(ts_arr.size)]
     X = xp.stack([r.x for r in ordered], axis=0)
     stats = _path_stats(objective, ts_arr, ordered)
-    return TiltPath(ts=ts_arr, x=X, results=ordered, stats=stats, objective=objective)
-
-
-def _predict(obj: Any, branch: list, t: float) -> Any:
-    """Warm start at tilt ``t``: the last solution, or its secant extrapolation.
-
-    With two solved points ``(t1, x1), (t2, x2)`` before ``t`` on the branch, the secant
-    predictor ``x2 + (t - t2)/(t2 - t1) (x2 - x1)`` has an error of second order in the
-    step instead of first; it is used when its gradient norm at ``t`` is the smaller.
-    """
-    t2, x2 = branch[-1]
-    if len(branch) < 2:
-        return x2
-    t1, x1 = branch[-2]
-    if t2 == t1:
-        return x2
-    xs = x2 + ((t - t2) / (t2 - t1)) * (x2 - x1)
-    xp = obj.xp
-    g2 = float(to_numpy(xp.sum(obj.gradient(x2) ** 2)))
-    gs = float(to_numpy(xp.sum(obj.gradient(xs) ** 2)))
-    return xs if gs < g2 else x2
+    return TiltPath(
+        ts=ts_arr, x=X, results=ordered, stats=stats, objective=objective, n_passes=passes
+    )
 
 
 def _path_stats(objective: Any, ts: np.ndarray, results: list[OptimizeResult]):
