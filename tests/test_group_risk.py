@@ -18,7 +18,8 @@ from scipy.special import logsumexp
 import tiltlab as tl
 from tiltlab._cpu_kernels import available
 from tiltlab._cpu_kernels import segments as kernels
-from tiltlab.accumulator import TiltState, group_risk, shared_shift_risk
+from tiltlab.accumulator import TiltState, group_risk, labelled_risk, shared_shift_risk
+from tiltlab.risk import hierarchy as _hierarchy
 from tiltlab.risk.hierarchy import _codes_and_counts, build_tree, hierarchy_eval
 from tiltlab.segments import Segments
 
@@ -284,6 +285,141 @@ def test_hierarchical_risk_large_uses_kernels_and_agrees(dtype):
 
 
 # ---------------------------------------------------------------------------------------
+# integer labels straight to group risks (no tree): labelled_risk and its route
+
+
+def _gappy_labels(n, G, rng):
+    """Zipf-sized groups under labels with gaps (every third label unused), shuffled."""
+    codes = np.concatenate([_zipf_codes(n - G, G, rng), np.arange(G)])
+    return rng.permutation(codes * 3 // 2 + (codes % 2))  # 0, 2, 3, 5, 6, 8, ...
+
+
+@needs_numba
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("t", [-50.0, -2.0, 0.0, 1e-8, 2.0])
+@pytest.mark.parametrize("spread", ["moderate", "across"])
+def test_labelled_risk_matches_logsumexp_loop(monkeypatch, dtype, t, spread):
+    # few groups, with the side-by-side kernel forced (it serves more than
+    # MAX_LANED_GROUPS groups), so that the reference loop stays short
+    monkeypatch.setattr(kernels, "MAX_LANED_GROUPS", 16)
+    rng = np.random.default_rng(17)
+    n, G = kernels.MIN_ITEMS + 500, 300
+    codes, l = _data(n, G, rng, dtype, spread)
+    labels = codes * 3 // 2 + (codes % 2)  # gaps
+    r, counts = labelled_risk(l, t, labels)
+    present = np.unique(labels)
+    assert r.dtype == np.dtype(dtype) and r.shape == counts.shape == present.shape
+    np.testing.assert_array_equal(counts, np.bincount(labels)[present])
+    _, dense = np.unique(labels, return_inverse=True)
+    ref = _ref_lse(l, t, None, dense, present.size)
+    tol = _tol(l, dense, ref, dtype)
+    err = np.abs(r.astype(np.float64) - ref)
+    assert np.all(err <= tol), np.max(err / tol)
+    # the partition route gives the same numbers
+    want, _ = shared_shift_risk(l, t, None, Segments.from_codes(dense))
+    np.testing.assert_array_equal(r, want)
+
+
+@needs_numba
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_labelled_risk_many_groups_against_the_group_state(dtype):
+    rng = np.random.default_rng(4)
+    n, G = 4 * kernels.MIN_ITEMS, kernels.MAX_LANED_GROUPS + 3000
+    labels = _gappy_labels(n, G, rng)
+    l = (3 * rng.exponential(size=n)).astype(dtype)
+    l[labels % 7 == 0] *= 1e-4  # risks near zero: repaired
+    r, counts = labelled_risk(l, -2.0, labels)
+    present, dense = np.unique(labels, return_inverse=True)
+    assert r.shape == (present.size,) and present.size > kernels.MAX_LANED_GROUPS
+    np.testing.assert_array_equal(counts, np.bincount(dense))
+    seg = Segments.from_codes(dense)
+    own = TiltState.from_block(l, -2.0, None, segments=seg).risk(np, l.dtype)
+    tol = _tol(l, dense, own.astype(np.float64), dtype)
+    assert np.all(np.abs(r.astype(np.float64) - own) <= 2 * tol)
+    # a sample of groups against the reference loop, one by one
+    order = np.argsort(dense, kind="stable")
+    starts = np.concatenate([[0], np.cumsum(counts.astype(np.int64))])
+    for g in rng.choice(present.size, 50, replace=False):
+        lg = l[order[starts[g]:starts[g + 1]]].astype(np.float64)
+        ref = _ref_lse(lg, -2.0, None, np.zeros(lg.size, np.int64), 1)[0]
+        assert abs(float(r[g]) - ref) <= tol[g], (g, r[g], ref)
+
+
+@needs_numba
+def test_labelled_risk_declines_what_it_cannot_take():
+    n = kernels.MIN_ITEMS
+    l = np.linspace(0.0, 1.0, n)
+    ok = np.arange(n) % 5
+    assert labelled_risk(l, 1.0, ok) is not None
+    assert labelled_risk(l, 1.0, ok - 1) is None  # a negative label
+    assert labelled_risk(l, 1.0, np.where(ok == 0, 2 * n + 1024, ok)) is None  # too wide
+    assert labelled_risk(l, 1.0, ok.astype(np.float64)) is None  # not integers
+    assert labelled_risk(l[:100], 1.0, ok[:100]) is None  # too short for the kernels
+    wide = l.copy()
+    wide[:2] = [-1e308, 1e308]
+    assert labelled_risk(wide, 1.0, ok) is None  # the spread overflows
+    bad = l.copy()
+    bad[7] = np.nan
+    with pytest.raises(ValueError, match="`losses` contains NaN"):
+        labelled_risk(bad, 1.0, ok)
+
+
+@needs_numba
+@pytest.mark.parametrize(
+    "labels_of",
+    [
+        lambda d: d,  # dense
+        lambda d: d * 3 // 2 + (d % 2),  # gaps
+        lambda d: (d * 3 // 2).astype(np.uint32),  # unsigned
+        lambda d: d - 1,  # a negative label: the tree route
+        lambda d: np.where(d == 2, 10**12, d),  # too wide: the tree route
+        lambda d: d.astype(np.float64),  # float labels: the tree route
+        lambda d: d.tolist(),  # a list
+    ],
+)
+@pytest.mark.parametrize("tilts", [(1.0, -2.0), (-np.inf, 2.0), (0.0, 0.0), (np.inf, -50.0)])
+def test_hierarchical_risk_labelled_route_matches_the_tree(labels_of, tilts):
+    rng = np.random.default_rng(9)
+    n = kernels.MIN_ITEMS + 333
+    dense = np.concatenate([_zipf_codes(n - 2000, 2000, rng), np.arange(2000)])
+    labels = labels_of(dense)
+    l = 3 * rng.exponential(size=n)
+    got = tl.hierarchical_risk(l, labels, tilts)
+    want, _ = hierarchy_eval(l, None, build_tree(dense, n), tilts, np, weights=True)
+    assert got.shape == () and got.dtype == np.float64
+    np.testing.assert_allclose(got, want, rtol=1e-13)
+
+
+@needs_numba
+def test_hierarchical_risk_labelled_route_builds_no_tree(monkeypatch):
+    rng = np.random.default_rng(1)
+    n = kernels.MIN_ITEMS + 1
+    labels = rng.integers(0, 50_000, n)
+    l = rng.exponential(size=n).astype(np.float32)
+    want = tl.hierarchical_risk(l, labels, (1.0, -2.0), weights=np.ones(n, np.float32))
+
+    def no_tree(*args, **kwargs):
+        raise AssertionError("the labelled route built a tree")
+
+    monkeypatch.setattr(_hierarchy, "build_tree", no_tree)
+    got = tl.hierarchical_risk(l, labels, (1.0, -2.0))
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=2e-6)
+    half = tl.hierarchical_risk(l.astype(np.float16), labels, (1.0, -2.0))
+    assert half.dtype == np.float16
+    np.testing.assert_allclose(half, want, rtol=2e-3)
+    bad = l.copy()
+    bad[3] = np.inf
+    with pytest.raises(ValueError, match="`losses` contains"):
+        tl.hierarchical_risk(bad, labels, (1.0, -2.0))
+    with pytest.raises(ValueError, match="`tilts` must have 2 entries"):
+        tl.hierarchical_risk(l, labels, (1.0, -2.0, 3.0))
+    monkeypatch.undo()
+    nan = tl.hierarchical_risk(bad, labels, (1.0, -2.0), check_finite=False)
+    assert np.isnan(nan)
+
+
+# ---------------------------------------------------------------------------------------
 # the compiled kernels and their fallback
 
 
@@ -313,6 +449,10 @@ def test_kernels_match_bincount(G, dtype, skew):
     flags[::3] = True
     np.testing.assert_array_equal(kernels.members_of(codes, flags), np.flatnonzero(flags[codes]))
     assert kernels.int_range(codes) == (int(codes.min()), int(codes.max()))
+    cnt, sums = kernels.segment_counts_sums(codes, v, G)
+    assert cnt.dtype == sums.dtype == np.float64
+    np.testing.assert_array_equal(cnt, np.bincount(codes, minlength=G))
+    np.testing.assert_allclose(sums, ref, rtol=1e-12, atol=1e-9)
     size = int(np.bincount(codes, minlength=G)[flags].sum())
     np.testing.assert_array_equal(
         kernels.members_of(codes, flags, size), np.flatnonzero(flags[codes])
@@ -328,6 +468,9 @@ def test_kernels_fall_back_on_bincount(monkeypatch):
         kernels.segment_counts(codes, 50), np.bincount(codes, minlength=50)
     )
     np.testing.assert_allclose(kernels.segment_sums(codes, v, 50), want_s, rtol=1e-12)
+    cnt, sums = kernels.segment_counts_sums(codes, v, 50)
+    np.testing.assert_array_equal(cnt, np.bincount(codes, minlength=50))
+    np.testing.assert_allclose(sums, want_s, rtol=1e-12)
     flags = np.arange(50) % 2 == 0
     np.testing.assert_array_equal(kernels.members_of(codes, flags), np.flatnonzero(flags[codes]))
     l = np.abs(v) * 3
