@@ -18,7 +18,13 @@ from scipy.special import logsumexp
 import tiltlab as tl
 from tiltlab._cpu_kernels import available
 from tiltlab._cpu_kernels import segments as kernels
-from tiltlab.accumulator import TiltState, group_risk, labelled_risk, shared_shift_risk
+from tiltlab.accumulator import (
+    TiltState,
+    group_risk,
+    labelled_risk,
+    pooled_risk,
+    shared_shift_risk,
+)
 from tiltlab.risk import hierarchy as _hierarchy
 from tiltlab.risk.hierarchy import _codes_and_counts, build_tree, hierarchy_eval
 from tiltlab.segments import Segments
@@ -364,6 +370,32 @@ def test_labelled_risk_declines_what_it_cannot_take():
         labelled_risk(bad, 1.0, ok)
 
 
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("t", [-50.0, -2.0, -1e-8, 0.0, 1e-8, 1.0, 50.0])
+def test_pooled_risk_matches_mpmath_or_declines(dtype, t):
+    rng = np.random.default_rng(23)
+    v = (rng.normal(size=3000) * 2 + 3).astype(dtype)
+    mass = rng.integers(1, 40, v.size).astype(np.float64)
+    r = pooled_risk(v, t, mass)
+    with mpmath.workdps(50):
+        ms = [mpmath.mpf(float(a)) for a in mass]
+        vs = [mpmath.mpf(float(b)) for b in v]
+        M = mpmath.fsum(ms)
+        if t == 0.0:
+            want = mpmath.fsum(a * b for a, b in zip(ms, vs, strict=True)) / M
+        else:
+            tt = mpmath.mpf(t)
+            z = mpmath.fsum(a * mpmath.exp(tt * b) for a, b in zip(ms, vs, strict=True))
+            want = mpmath.log(z / M) / tt
+    eps = float(np.finfo(dtype).eps)
+    assert r is not None and r.dtype == np.dtype(dtype) and r.shape == ()
+    assert abs(float(r) - float(want)) <= 16 * eps * abs(float(want)), (float(r), float(want))
+    # a risk near zero is not given to that bar by a shared shift of zero: declined
+    near_zero = np.array([0.0] * 9 + [0.05])  # R = 0.0019 < 1 / (50 (RHO - 1))
+    assert pooled_risk(near_zero, -50.0, np.ones(10)) is None
+    assert pooled_risk(np.array([-1e308, 1e308]), 1.0, np.ones(2)) is None
+
+
 @needs_numba
 @pytest.mark.parametrize(
     "labels_of",
@@ -477,6 +509,32 @@ def test_kernels_fall_back_on_bincount(monkeypatch):
     seg = Segments.from_codes(codes, 50)
     r, _ = shared_shift_risk(l, -2.0, None, seg)
     np.testing.assert_allclose(r, _ref_lse(l, -2.0, None, codes, 50), rtol=1e-13)
+
+
+@needs_numba
+@pytest.mark.parametrize("c", [0.0, 3.0])
+@pytest.mark.parametrize("mode", ["mean", "q", "s"])
+def test_finish_kernels_match_their_numpy_fallback(monkeypatch, c, mode):
+    rng = np.random.default_rng(8)
+    counts = rng.integers(0, 4, 5000).astype(np.float64)  # empty groups included
+    sums = rng.exponential(size=5000) * counts
+    d = rng.normal(size=5000) * 3
+    d[::97] = np.nan
+    d[::89] = -800.0  # below the floor
+    d[::83] = 1e-7  # near zero
+    t = None if mode == "mean" else -2.0
+    k = 0.5 if mode == "s" else 0.0
+    floor = -700.0 if mode == "s" else None
+    got = [kernels.present_means(counts, sums), d.copy()]
+    got.append(kernels.accept_shared_shift(got[1], t, c, k, 8.0, floor))
+    monkeypatch.setattr(kernels, "_numba_found", lambda: False)
+    want = [kernels.present_means(counts, sums), d.copy()]
+    want.append(kernels.accept_shared_shift(want[1], t, c, k, 8.0, floor))
+    for a, b in zip(got[0], want[0], strict=True):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(got[1], want[1])  # the risks, NaN where NaN
+    np.testing.assert_array_equal(got[2], want[2])
+    assert 0 < got[2].size < d.size
 
 
 @needs_numba

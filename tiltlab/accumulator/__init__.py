@@ -43,7 +43,8 @@ it) are handled by halving before subtracting.
 vectorised pass and the normalisers one segment sum, with the groups for which that
 shift is not exact to rounding recomputed by the group state with their own;
 :func:`labelled_risk` is the same for groups given by integer labels, without building a
-partition first (one compiled pass counts and sums every group).
+partition first (one compiled pass counts and sums every group), and
+:func:`pooled_risk` the tilted risk of values with masses under the same rule.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ from ._rule import (
     series_threshold,
     shifted_exponent,  # noqa: F401  (for drivers that exponentiate themselves)
 )
-from ._shared import group_risk, labelled_risk, shared_shift_risk
+from ._shared import group_risk, labelled_risk, pooled_risk, shared_shift_risk
 from ._support import EXTREMES, NonFiniteLosses, _extremes  # noqa: F401  (for drivers)
 
 __all__ = [
@@ -79,6 +80,7 @@ __all__ = [
     "risk_of_exponents",
     "group_risk",
     "labelled_risk",
+    "pooled_risk",
     "shared_shift_risk",
 ]
 

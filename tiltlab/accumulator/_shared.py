@@ -14,7 +14,7 @@ from ..segments import Segments
 from ._rule import TiltState
 from ._support import _extremes, _nonfinite
 
-__all__ = ["RHO", "group_risk", "labelled_risk", "shared_shift_risk"]
+__all__ = ["RHO", "group_risk", "labelled_risk", "pooled_risk", "shared_shift_risk"]
 
 #: a group's shared-shift risk is kept when ``|R - c| (+ 1/|t|)`` is at most ``RHO |R|``
 RHO = 8.0
@@ -149,16 +149,58 @@ def labelled_risk(l: np.ndarray, t: float, labels: np.ndarray):
     plan = _plan(l, t, None)
     if plan is None:
         return None
-    d = _exponentials(l, t, None, *plan)
+    mode, c = plan
+    d = _exponentials(l, t, None, mode, c)
     counts, z = _kernels.segment_counts_sums(codes, d, top + 1)
     del d
-    r, repaired = _finish(z, counts, t, *plan, l.dtype)
-    if repaired.size:
-        r[repaired] = _own_shift(l, t, None, codes, counts, repaired)
-    present = counts > 0
-    if not present.all():
-        r, counts = r[present], counts[present]
-    return r.astype(l.dtype, copy=False), counts
+    # the present groups' means, their logs (NumPy's vectorised log), then the risks and
+    # the acceptance test in one compiled pass over the groups
+    r, mass, where = _kernels.present_means(counts, z)
+    if mode == "q":
+        np.log1p(r, out=r)
+    elif mode == "s":
+        with np.errstate(divide="ignore"):
+            np.log(r, out=r)
+    floor = -_underflow_limit(l.dtype) if mode == "s" else None
+    k = 1.0 / abs(t) if mode == "s" else 0.0
+    bad = _kernels.accept_shared_shift(r, None if mode == "mean" else t, c, k, RHO, floor)
+    if bad.size:
+        r[bad] = _own_shift(l, t, None, codes, counts, where[bad])
+    return r.astype(l.dtype, copy=False), mass
+
+
+def pooled_risk(v: np.ndarray, t: float, mass: np.ndarray):
+    """The tilted risk of the values ``v`` (NumPy, 1-d) with positive float64 masses
+    ``mass`` under one shared shift, as a 0-d array of ``v``'s dtype; None where that
+    shift does not give it to the accuracy bar of :func:`shared_shift_risk` (or the
+    spread of ``v`` overflows): the caller then uses the tilted accumulator.
+
+    The top level of a hierarchy whose group risks :func:`labelled_risk` gave: one
+    exponential per value and one float64 dot product with the masses.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> r = pooled_risk(np.array([1.0, 3.0]), 2.0, np.array([1.0, 3.0]))
+    >>> bool(np.isclose(r, np.log((np.exp(2) + 3 * np.exp(6)) / 4) / 2))
+    True
+    """
+    plan = _plan(v, t, None)
+    if plan is None:
+        return None
+    mode, c = plan
+    d = _exponentials(v, t, None, mode, c)
+    q = np.array([np.dot(d.astype(np.float64, copy=False), mass) / mass.sum()])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if mode == "q":
+            np.log1p(q, out=q)
+        elif mode == "s":
+            np.log(q, out=q)
+    floor = -_underflow_limit(v.dtype) if mode == "s" else None
+    k = 1.0 / abs(t) if mode == "s" else 0.0
+    if _kernels.accept_shared_shift(q, None if mode == "mean" else t, c, k, RHO, floor).size:
+        return None
+    return np.asarray(q[0], dtype=v.dtype)
 
 
 def _plan(l: np.ndarray, t: float, p: np.ndarray | None):

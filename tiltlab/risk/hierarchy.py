@@ -32,6 +32,7 @@ from ..accumulator import (
     finalize_risk,
     group_risk,
     labelled_risk,
+    pooled_risk,
     shifted_exponent,
 )
 from ..segments import Segments
@@ -438,8 +439,11 @@ def _labelled_two_levels(losses: Any, groups: Any, tilts: Any, xp: Any) -> Any:
         if out is None:
             return None
         R, counts = out
-        counts /= l.shape[0]
-        risk = _scalar_risk_weights(R, counts.astype(l.dtype, copy=False), ts[0], xp, False)[0]
+        risk = pooled_risk(R, ts[0], counts) if math.isfinite(ts[0]) else None
+        if risk is None:
+            counts /= l.shape[0]
+            top = counts.astype(l.dtype, copy=False)
+            risk = _scalar_risk_weights(R, top, ts[0], xp, False)[0]
     return narrow(risk, half, xp)
 
 
