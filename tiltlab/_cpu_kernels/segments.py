@@ -78,12 +78,16 @@ def _kernels() -> Any:
 
     @jit
     def members(codes, flags, size):  # pragma: no cover - compiled
-        out = np.empty(size, np.int64)
+        out = np.empty(max(size, 0), np.int64)
         k = 0
+        if size <= 0:
+            return out
         for i in range(codes.shape[0]):
-            if flags[codes[i]] and k < size:
+            if flags[codes[i]]:
                 out[k] = i
                 k += 1
+                if k == size:  # all found: the rest of the codes is not read
+                    break
         return out[:k]
 
     @jit
@@ -339,7 +343,8 @@ def accept_shared_shift(
 
 def members_of(codes: np.ndarray, flags: np.ndarray, size: int | None = None) -> np.ndarray:
     """Indices (ascending, int64) of the items whose code is flagged (``flags``: bool, one
-    per group); ``size``, if given, is their number (the flagged groups' counts).
+    per group); ``size``, if given, is their number (the flagged groups' counts): the scan
+    stops at the last of them.
 
     Examples
     --------

@@ -421,15 +421,14 @@ def _labelled_two_levels(losses: Any, groups: Any, tilts: Any, xp: Any) -> Any:
     """The risk of one grouping level of large NumPy 1-d losses with integer labels and
     the uniform prior, without building the group tree: the labels serve as group codes
     and one compiled pass counts and sums every group
-    (:func:`~tiltlab.accumulator.labelled_risk`). None where that route does not apply
-    (the general route then validates and evaluates)."""
-    if seq_of_arrays(groups):
+    (:func:`~tiltlab.accumulator.labelled_risk`) and the top level by
+    :func:`~tiltlab.accumulator.pooled_risk`. None where that route does not apply (the
+    general route then validates and evaluates)."""
+    labels = groups  # NumPy integer labels only: other labels are validated once, later
+    if not isinstance(labels, np.ndarray) or labels.dtype.kind not in "iu":
         return None
     l, half = widen_half(prepare_losses(losses, xp, False), xp)
-    if l.ndim != 1 or not use_kernels(l.shape[0]):
-        return None
-    labels = host_labels(groups, name="groups")
-    if labels.ndim != 1 or labels.shape[0] != l.shape[0] or labels.dtype.kind not in "iu":
+    if l.ndim != 1 or labels.shape != l.shape or not use_kernels(l.shape[0]):
         return None
     ts = prepare_tilts(tilts, 1)
     if not math.isfinite(ts[1]):
