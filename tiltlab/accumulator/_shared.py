@@ -267,16 +267,14 @@ def _finish(z: np.ndarray, mass: np.ndarray, t: float, mode: str, c: float, dtyp
 
 def _own_shift(l: np.ndarray, t: float, p: Any, codes: np.ndarray, counts: np.ndarray,
                groups: np.ndarray):
-    """The risks of ``groups`` (of the partition given by ``codes`` and the ``counts`` of
-    every code) from their own samples, by the group state (float64)."""
-    n_groups = int(counts.shape[0])
-    flags = np.zeros(n_groups, dtype=bool)
+    """The risks of ``groups`` (ascending, of the partition given by ``codes`` and the
+    ``counts`` of every code) from their own samples, by the group state (float64)."""
+    flags = np.zeros(counts.shape[0], dtype=bool)
     flags[groups] = True
     sizes = counts[groups].astype(np.int64)
     items = _kernels.members_of(codes, flags, int(sizes.sum()))
-    remap = np.zeros(n_groups, dtype=np.int64)
-    remap[groups] = np.arange(groups.size, dtype=np.int64)
-    sub = Segments._trusted(remap[codes[items]], sizes)
+    # the members' positions among the (ascending) groups: no array of every group's size
+    sub = Segments._trusted(np.searchsorted(groups, codes[items]), sizes)
     pr = None if p is None else p[items]
     unit = 1.0 / max(int(items.size), 1) if t == 0.0 and p is None else None
     st = TiltState.from_block(l[items], t, pr, segments=sub, xp=np, unit=unit)
