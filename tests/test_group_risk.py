@@ -451,6 +451,27 @@ def test_hierarchical_risk_labelled_route_builds_no_tree(monkeypatch):
     assert np.isnan(nan)
 
 
+@needs_numba
+def test_hierarchical_risk_labelled_route_does_not_depend_on_threads():
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    import numba
+
+    rng = np.random.default_rng(12)
+    n = 4 * kernels.MIN_ITEMS
+    labels = rng.integers(0, kernels.MAX_LANED_GROUPS + 999, n)
+    l = 3 * rng.exponential(size=n)
+    for tilts in [(1.0, -2.0), (-3.0, 0.5)]:
+        many = tl.hierarchical_risk(l, labels, tilts)
+        before = numba.get_num_threads()
+        try:
+            numba.set_num_threads(1)
+            with threadpoolctl.threadpool_limits(1):
+                one = tl.hierarchical_risk(l, labels, tilts)
+        finally:
+            numba.set_num_threads(before)
+        assert one.tobytes() == many.tobytes()
+
+
 # ---------------------------------------------------------------------------------------
 # the compiled kernels and their fallback
 

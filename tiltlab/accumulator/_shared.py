@@ -176,7 +176,7 @@ def pooled_risk(v: np.ndarray, t: float, mass: np.ndarray):
     spread of ``v`` overflows): the caller then uses the tilted accumulator.
 
     The top level of a hierarchy whose group risks :func:`labelled_risk` gave: one
-    exponential per value and one float64 dot product with the masses.
+    exponential per value and one float64 sum of its products with the masses.
 
     Examples
     --------
@@ -190,7 +190,9 @@ def pooled_risk(v: np.ndarray, t: float, mass: np.ndarray):
         return None
     mode, c = plan
     d = _exponentials(v, t, None, mode, c)
-    q = np.array([np.dot(d.astype(np.float64, copy=False), mass) / mass.sum()])
+    # float64 products (``mass`` is float64) and NumPy's pairwise sum, not a BLAS dot
+    # product: the same rounding on any number of threads
+    q = np.array([np.sum(d * mass) / mass.sum()])
     with np.errstate(divide="ignore", invalid="ignore"):
         if mode == "q":
             np.log1p(q, out=q)
