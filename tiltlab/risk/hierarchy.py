@@ -419,11 +419,11 @@ def hierarchical_risk(
 
 def _labelled_two_levels(losses: Any, groups: Any, tilts: Any, xp: Any) -> Any:
     """The risk of one grouping level of large NumPy 1-d losses with integer labels and
-    the uniform prior, without building the group tree: the labels serve as group codes
-    and one compiled pass counts and sums every group
-    (:func:`~tiltlab.accumulator.labelled_risk`) and the top level by
-    :func:`~tiltlab.accumulator.pooled_risk`. None where that route does not apply (the
-    general route then validates and evaluates)."""
+    the uniform prior, without building the group tree: the labels serve as group codes,
+    one compiled pass counts and sums every group
+    (:func:`~tiltlab.accumulator.labelled_risk`), and
+    :func:`~tiltlab.accumulator.pooled_risk` gives the top level. None where that route
+    does not apply (the general route then validates and evaluates)."""
     labels = groups  # NumPy integer labels only: other labels are validated once, later
     if not isinstance(labels, np.ndarray) or labels.dtype.kind not in "iu":
         return None
