@@ -18,7 +18,14 @@ from scipy.special import logsumexp
 import tiltlab as tl
 from tiltlab._cpu_kernels import available
 from tiltlab._cpu_kernels import segments as kernels
-from tiltlab.accumulator import TiltState, group_risk, shared_shift_risk
+from tiltlab.accumulator import (
+    TiltState,
+    group_risk,
+    labelled_risk,
+    pooled_risk,
+    shared_shift_risk,
+)
+from tiltlab.risk import hierarchy as _hierarchy
 from tiltlab.risk.hierarchy import _codes_and_counts, build_tree, hierarchy_eval
 from tiltlab.segments import Segments
 
@@ -284,6 +291,188 @@ def test_hierarchical_risk_large_uses_kernels_and_agrees(dtype):
 
 
 # ---------------------------------------------------------------------------------------
+# integer labels straight to group risks (no tree): labelled_risk and its route
+
+
+def _gappy_labels(n, G, rng):
+    """Zipf-sized groups under labels with gaps (every third label unused), shuffled."""
+    codes = np.concatenate([_zipf_codes(n - G, G, rng), np.arange(G)])
+    return rng.permutation(codes * 3 // 2 + (codes % 2))  # 0, 2, 3, 5, 6, 8, ...
+
+
+@needs_numba
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("t", [-50.0, -2.0, 0.0, 1e-8, 2.0])
+@pytest.mark.parametrize("spread", ["moderate", "across"])
+def test_labelled_risk_matches_logsumexp_loop(monkeypatch, dtype, t, spread):
+    # few groups, with the side-by-side kernel forced (it serves more than
+    # MAX_LANED_GROUPS groups), so that the reference loop stays short
+    monkeypatch.setattr(kernels, "MAX_LANED_GROUPS", 16)
+    rng = np.random.default_rng(17)
+    n, G = kernels.MIN_ITEMS + 500, 300
+    codes, l = _data(n, G, rng, dtype, spread)
+    labels = codes * 3 // 2 + (codes % 2)  # gaps
+    r, counts = labelled_risk(l, t, labels)
+    present = np.unique(labels)
+    assert r.dtype == np.dtype(dtype) and r.shape == counts.shape == present.shape
+    np.testing.assert_array_equal(counts, np.bincount(labels)[present])
+    _, dense = np.unique(labels, return_inverse=True)
+    ref = _ref_lse(l, t, None, dense, present.size)
+    tol = _tol(l, dense, ref, dtype)
+    err = np.abs(r.astype(np.float64) - ref)
+    assert np.all(err <= tol), np.max(err / tol)
+    # the partition route gives the same numbers
+    want, _ = shared_shift_risk(l, t, None, Segments.from_codes(dense))
+    np.testing.assert_array_equal(r, want)
+
+
+@needs_numba
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_labelled_risk_many_groups_against_the_group_state(dtype):
+    rng = np.random.default_rng(4)
+    n, G = 4 * kernels.MIN_ITEMS, kernels.MAX_LANED_GROUPS + 3000
+    labels = _gappy_labels(n, G, rng)
+    l = (3 * rng.exponential(size=n)).astype(dtype)
+    l[labels % 7 == 0] *= 1e-4  # risks near zero: repaired
+    r, counts = labelled_risk(l, -2.0, labels)
+    present, dense = np.unique(labels, return_inverse=True)
+    assert r.shape == (present.size,) and present.size > kernels.MAX_LANED_GROUPS
+    np.testing.assert_array_equal(counts, np.bincount(dense))
+    seg = Segments.from_codes(dense)
+    own = TiltState.from_block(l, -2.0, None, segments=seg).risk(np, l.dtype)
+    tol = _tol(l, dense, own.astype(np.float64), dtype)
+    assert np.all(np.abs(r.astype(np.float64) - own) <= 2 * tol)
+    # a sample of groups against the reference loop, one by one
+    order = np.argsort(dense, kind="stable")
+    starts = np.concatenate([[0], np.cumsum(counts.astype(np.int64))])
+    for g in rng.choice(present.size, 50, replace=False):
+        lg = l[order[starts[g]:starts[g + 1]]].astype(np.float64)
+        ref = _ref_lse(lg, -2.0, None, np.zeros(lg.size, np.int64), 1)[0]
+        assert abs(float(r[g]) - ref) <= tol[g], (g, r[g], ref)
+
+
+@needs_numba
+def test_labelled_risk_declines_what_it_cannot_take():
+    n = kernels.MIN_ITEMS
+    l = np.linspace(0.0, 1.0, n)
+    ok = np.arange(n) % 5
+    assert labelled_risk(l, 1.0, ok) is not None
+    assert labelled_risk(l, 1.0, ok - 1) is None  # a negative label
+    assert labelled_risk(l, 1.0, np.where(ok == 0, 2 * n + 1024, ok)) is None  # too wide
+    assert labelled_risk(l, 1.0, ok.astype(np.float64)) is None  # not integers
+    assert labelled_risk(l[:100], 1.0, ok[:100]) is None  # too short for the kernels
+    wide = l.copy()
+    wide[:2] = [-1e308, 1e308]
+    assert labelled_risk(wide, 1.0, ok) is None  # the spread overflows
+    bad = l.copy()
+    bad[7] = np.nan
+    with pytest.raises(ValueError, match="`losses` contains NaN"):
+        labelled_risk(bad, 1.0, ok)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("t", [-50.0, -2.0, -1e-8, 0.0, 1e-8, 1.0, 50.0])
+def test_pooled_risk_matches_mpmath_or_declines(dtype, t):
+    rng = np.random.default_rng(23)
+    v = (rng.normal(size=3000) * 2 + 3).astype(dtype)
+    mass = rng.integers(1, 40, v.size).astype(np.float64)
+    r = pooled_risk(v, t, mass)
+    with mpmath.workdps(50):
+        ms = [mpmath.mpf(float(a)) for a in mass]
+        vs = [mpmath.mpf(float(b)) for b in v]
+        M = mpmath.fsum(ms)
+        if t == 0.0:
+            want = mpmath.fsum(a * b for a, b in zip(ms, vs, strict=True)) / M
+        else:
+            tt = mpmath.mpf(t)
+            z = mpmath.fsum(a * mpmath.exp(tt * b) for a, b in zip(ms, vs, strict=True))
+            want = mpmath.log(z / M) / tt
+    eps = float(np.finfo(dtype).eps)
+    assert r is not None and r.dtype == np.dtype(dtype) and r.shape == ()
+    assert abs(float(r) - float(want)) <= 16 * eps * abs(float(want)), (float(r), float(want))
+    # a risk near zero is not given to that bar by a shared shift of zero: declined
+    near_zero = np.array([0.0] * 9 + [0.05])  # R = 0.0019 < 1 / (50 (RHO - 1))
+    assert pooled_risk(near_zero, -50.0, np.ones(10)) is None
+    assert pooled_risk(np.array([-1e308, 1e308]), 1.0, np.ones(2)) is None
+
+
+@needs_numba
+@pytest.mark.parametrize(
+    "labels_of",
+    [
+        lambda d: d,  # dense
+        lambda d: d * 3 // 2 + (d % 2),  # gaps
+        lambda d: (d * 3 // 2).astype(np.uint32),  # unsigned
+        lambda d: d - 1,  # a negative label: the tree route
+        lambda d: np.where(d == 2, 10**12, d),  # too wide: the tree route
+        lambda d: d.astype(np.float64),  # float labels: the tree route
+        lambda d: d.tolist(),  # a list
+    ],
+)
+@pytest.mark.parametrize("tilts", [(1.0, -2.0), (-np.inf, 2.0), (0.0, 0.0), (np.inf, -50.0)])
+def test_hierarchical_risk_labelled_route_matches_the_tree(labels_of, tilts):
+    rng = np.random.default_rng(9)
+    n = kernels.MIN_ITEMS + 333
+    dense = np.concatenate([_zipf_codes(n - 2000, 2000, rng), np.arange(2000)])
+    labels = labels_of(dense)
+    l = 3 * rng.exponential(size=n)
+    got = tl.hierarchical_risk(l, labels, tilts)
+    want, _ = hierarchy_eval(l, None, build_tree(dense, n), tilts, np, weights=True)
+    assert got.shape == () and got.dtype == np.float64
+    np.testing.assert_allclose(got, want, rtol=1e-13)
+
+
+@needs_numba
+def test_hierarchical_risk_labelled_route_builds_no_tree(monkeypatch):
+    rng = np.random.default_rng(1)
+    n = kernels.MIN_ITEMS + 1
+    labels = rng.integers(0, 50_000, n)
+    l = rng.exponential(size=n).astype(np.float32)
+    want = tl.hierarchical_risk(l, labels, (1.0, -2.0), weights=np.ones(n, np.float32))
+
+    def no_tree(*args, **kwargs):
+        raise AssertionError("the labelled route built a tree")
+
+    monkeypatch.setattr(_hierarchy, "build_tree", no_tree)
+    got = tl.hierarchical_risk(l, labels, (1.0, -2.0))
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=2e-6)
+    half = tl.hierarchical_risk(l.astype(np.float16), labels, (1.0, -2.0))
+    assert half.dtype == np.float16
+    np.testing.assert_allclose(half, want, rtol=2e-3)
+    bad = l.copy()
+    bad[3] = np.inf
+    with pytest.raises(ValueError, match="`losses` contains"):
+        tl.hierarchical_risk(bad, labels, (1.0, -2.0))
+    with pytest.raises(ValueError, match="`tilts` must have 2 entries"):
+        tl.hierarchical_risk(l, labels, (1.0, -2.0, 3.0))
+    monkeypatch.undo()
+    nan = tl.hierarchical_risk(bad, labels, (1.0, -2.0), check_finite=False)
+    assert np.isnan(nan)
+
+
+@needs_numba
+def test_hierarchical_risk_labelled_route_does_not_depend_on_threads():
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    import numba
+
+    rng = np.random.default_rng(12)
+    n = 4 * kernels.MIN_ITEMS
+    labels = rng.integers(0, kernels.MAX_LANED_GROUPS + 999, n)
+    l = 3 * rng.exponential(size=n)
+    for tilts in [(1.0, -2.0), (-3.0, 0.5)]:
+        many = tl.hierarchical_risk(l, labels, tilts)
+        before = numba.get_num_threads()
+        try:
+            numba.set_num_threads(1)
+            with threadpoolctl.threadpool_limits(1):
+                one = tl.hierarchical_risk(l, labels, tilts)
+        finally:
+            numba.set_num_threads(before)
+        assert one.tobytes() == many.tobytes()
+
+
+# ---------------------------------------------------------------------------------------
 # the compiled kernels and their fallback
 
 
@@ -313,6 +502,10 @@ def test_kernels_match_bincount(G, dtype, skew):
     flags[::3] = True
     np.testing.assert_array_equal(kernels.members_of(codes, flags), np.flatnonzero(flags[codes]))
     assert kernels.int_range(codes) == (int(codes.min()), int(codes.max()))
+    cnt, sums = kernels.segment_counts_sums(codes, v, G)
+    assert cnt.dtype == sums.dtype == np.float64
+    np.testing.assert_array_equal(cnt, np.bincount(codes, minlength=G))
+    np.testing.assert_allclose(sums, ref, rtol=1e-12, atol=1e-9)
     size = int(np.bincount(codes, minlength=G)[flags].sum())
     np.testing.assert_array_equal(
         kernels.members_of(codes, flags, size), np.flatnonzero(flags[codes])
@@ -328,12 +521,41 @@ def test_kernels_fall_back_on_bincount(monkeypatch):
         kernels.segment_counts(codes, 50), np.bincount(codes, minlength=50)
     )
     np.testing.assert_allclose(kernels.segment_sums(codes, v, 50), want_s, rtol=1e-12)
+    cnt, sums = kernels.segment_counts_sums(codes, v, 50)
+    np.testing.assert_array_equal(cnt, np.bincount(codes, minlength=50))
+    np.testing.assert_allclose(sums, want_s, rtol=1e-12)
     flags = np.arange(50) % 2 == 0
     np.testing.assert_array_equal(kernels.members_of(codes, flags), np.flatnonzero(flags[codes]))
     l = np.abs(v) * 3
     seg = Segments.from_codes(codes, 50)
     r, _ = shared_shift_risk(l, -2.0, None, seg)
     np.testing.assert_allclose(r, _ref_lse(l, -2.0, None, codes, 50), rtol=1e-13)
+
+
+@needs_numba
+@pytest.mark.parametrize("c", [0.0, 3.0])
+@pytest.mark.parametrize("mode", ["mean", "q", "s"])
+def test_finish_kernels_match_their_numpy_fallback(monkeypatch, c, mode):
+    rng = np.random.default_rng(8)
+    counts = rng.integers(0, 4, 5000).astype(np.float64)  # empty groups included
+    sums = rng.exponential(size=5000) * counts
+    d = rng.normal(size=5000) * 3
+    d[::97] = np.nan
+    d[::89] = -800.0  # below the floor
+    d[::83] = 1e-7  # near zero
+    t = None if mode == "mean" else -2.0
+    k = 0.5 if mode == "s" else 0.0
+    floor = -700.0 if mode == "s" else None
+    got = [kernels.present_means(counts, sums), d.copy()]
+    got.append(kernels.accept_shared_shift(got[1], t, c, k, 8.0, floor))
+    monkeypatch.setattr(kernels, "_numba_found", lambda: False)
+    want = [kernels.present_means(counts, sums), d.copy()]
+    want.append(kernels.accept_shared_shift(want[1], t, c, k, 8.0, floor))
+    for a, b in zip(got[0], want[0], strict=True):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(got[1], want[1])  # the risks, NaN where NaN
+    np.testing.assert_array_equal(got[2], want[2])
+    assert 0 < got[2].size < d.size
 
 
 @needs_numba

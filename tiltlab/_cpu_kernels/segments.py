@@ -7,7 +7,8 @@ here walk the items once, serially, in their order, with float64 accumulators: t
 result is the same for any number of threads, and a float32 input is summed as
 accurately as ``np.bincount`` sums it.
 
-:func:`segment_counts`, :func:`segment_sums` and :func:`members_of` use the kernels when
+:func:`segment_counts`, :func:`segment_sums`, :func:`segment_counts_sums` and
+:func:`members_of` use the kernels when
 numba imports and the input is long enough (:data:`MIN_ITEMS`) that the first call's
 compilation or cache load does not dominate; otherwise they fall back on ``np.bincount``
 (same results up to rounding: up to :data:`MAX_LANED_GROUPS` groups the kernels add in
@@ -18,6 +19,7 @@ Codes must be int64 in ``[0, n_groups)`` (checked by the callers, not here).
 from __future__ import annotations
 
 import functools
+import math
 from types import SimpleNamespace
 from typing import Any
 
@@ -25,9 +27,12 @@ import numpy as np
 
 __all__ = [
     "MIN_ITEMS",
+    "accept_shared_shift",
+    "present_means",
     "int_range",
     "members_of",
     "segment_counts",
+    "segment_counts_sums",
     "segment_sums",
     "use_kernels",
 ]
@@ -73,12 +78,16 @@ def _kernels() -> Any:
 
     @jit
     def members(codes, flags, size):  # pragma: no cover - compiled
-        out = np.empty(size, np.int64)
+        out = np.empty(max(size, 0), np.int64)
         k = 0
+        if size <= 0:
+            return out
         for i in range(codes.shape[0]):
-            if flags[codes[i]] and k < size:
+            if flags[codes[i]]:
                 out[k] = i
                 k += 1
+                if k == size:  # all found: the rest of the codes is not read
+                    break
         return out[:k]
 
     @jit
@@ -102,6 +111,59 @@ def _kernels() -> Any:
         return a + b
 
     @jit
+    def counts_sums(codes, values, n_groups):  # pragma: no cover - compiled
+        # count and sum side by side: one cache line per item when the groups are many
+        acc = np.zeros((n_groups, 2), np.float64)
+        for i in range(codes.shape[0]):
+            c = codes[i]
+            acc[c, 0] += 1.0
+            acc[c, 1] += values[i]
+        return acc
+
+    @jit
+    def present_means(counts, sums):  # pragma: no cover - compiled
+        n = counts.shape[0]
+        q = np.empty(n, np.float64)
+        mass = np.empty(n, np.float64)
+        where = np.empty(n, np.int64)
+        k = 0
+        for g in range(n):
+            m = counts[g]
+            if m > 0:
+                q[k] = sums[g] / m
+                mass[k] = m
+                where[k] = g
+                k += 1
+        return q[:k], mass[:k], where[:k]
+
+    @jit
+    def accept(d, t, c, k, rho, floor, by_t, use_floor):  # pragma: no cover - compiled
+        n = d.shape[0]
+        bad = np.empty(n, np.int64)
+        nb = 0
+        least = k / (rho - 1.0)
+        for i in range(n):
+            x = d[i]
+            fine = x >= floor  # False for NaN
+            if by_t:
+                x = x / t
+            if c == 0.0:
+                r = x
+                ok = abs(x) >= least
+            else:
+                r = x + c
+                ok = abs(x) + k <= rho * abs(r)
+            if use_floor:
+                ok = ok and fine
+            else:
+                ok = ok and np.isfinite(r)
+            d[i] = r
+            if not ok:
+                bad[nb] = i
+                nb += 1
+        return bad[:nb]
+
+    @jit
     def int_range(codes):  # pragma: no cover - compiled
         lo = codes[0]
         hi = codes[0]
@@ -117,6 +179,9 @@ def _kernels() -> Any:
         counts1=counts1,
         counts2=counts2,
         members=members,
+        counts_sums=counts_sums,
+        present_means=present_means,
+        accept=accept,
         int_range=int_range,
     )
 
@@ -186,9 +251,100 @@ def segment_sums(
     return np.bincount(codes, weights=values, minlength=n_groups)
 
 
+def segment_counts_sums(
+    codes: np.ndarray, values: np.ndarray, n_groups: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The number of items with each code and the float64 sums of ``values`` over each
+    code, ``(counts, sums)`` (both float64, length ``n_groups``), from one pass.
+
+    Above :data:`MAX_LANED_GROUPS` groups the counts and the sums are accumulated side by
+    side, so that each item updates one cache line instead of two; below, the laned
+    kernels of :func:`segment_counts` and :func:`segment_sums` are faster.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tiltlab._cpu_kernels.segments import segment_counts_sums
+    >>> n, s = segment_counts_sums(np.array([1, 0, 1]), np.array([1.0, 2.0, 3.0]), 3)
+    >>> n.tolist(), s.tolist()
+    ([1.0, 2.0, 0.0], [2.0, 4.0, 0.0])
+    """
+    if (
+        n_groups > MAX_LANED_GROUPS
+        and use_kernels(codes.shape[0])
+        and values.dtype in (np.float32, np.float64)
+    ):
+        acc = _kernels().counts_sums(_codes(codes), np.ascontiguousarray(values), int(n_groups))
+        return acc[:, 0], acc[:, 1]
+    counts = segment_counts(codes, n_groups).astype(np.float64)
+    return counts, segment_sums(codes, values, n_groups)
+
+
+def present_means(
+    counts: np.ndarray, sums: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(sums / counts, counts, index)`` over the groups with a positive count, in
+    order (float64, float64, int64), in one compiled pass.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tiltlab._cpu_kernels.segments import present_means
+    >>> q, m, where = present_means(np.array([2.0, 0.0, 1.0]), np.array([3.0, 0.0, 5.0]))
+    >>> q.tolist(), m.tolist(), where.tolist()
+    ([1.5, 5.0], [2.0, 1.0], [0, 2])
+    """
+    if not _numba_found():
+        where = np.flatnonzero(counts > 0)
+        mass = counts[where].astype(np.float64)
+        return sums[where] / mass, mass, where
+    return _kernels().present_means(counts, sums)
+
+
+def accept_shared_shift(
+    d: np.ndarray, t: float, c: float, k: float, rho: float, floor: float | None
+) -> np.ndarray:
+    """The last step of a shared-shift group risk, in one compiled pass over the groups.
+
+    ``d`` (float64, overwritten with the risks) holds each group's log-normaliser (or its
+    mean where ``t`` is None: no division); the risk is ``d / t + c``. A group is kept
+    where ``|d / t| + k <= rho |r|`` (``|d / t| >= k / (rho - 1)`` when ``c`` is zero),
+    ``r`` is finite and, when ``floor`` is given, ``d >= floor``. Returns the indices of
+    the others (ascending, int64).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tiltlab._cpu_kernels.segments import accept_shared_shift
+    >>> d = np.array([2.0, 1e-9, np.nan])
+    >>> accept_shared_shift(d, 2.0, 0.0, 0.5, 8.0, -700.0).tolist()
+    [1, 2]
+    >>> d.tolist()[:2]
+    [1.0, 5e-10]
+    """
+    by_t = t is not None
+    tt = float(t) if by_t else 1.0
+    lim = -math.inf if floor is None else float(floor)
+    if not _numba_found():
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            fine = d >= lim
+            if by_t:
+                d /= tt
+            if c == 0.0:
+                ok = np.abs(d) >= k / (rho - 1.0)
+            else:
+                err = np.abs(d) + k
+                d += c
+                ok = err <= rho * np.abs(d)
+            ok &= fine if floor is not None else np.isfinite(d)
+        return np.flatnonzero(~ok)
+    return _kernels().accept(d, tt, float(c), float(k), float(rho), lim, by_t, floor is not None)
+
+
 def members_of(codes: np.ndarray, flags: np.ndarray, size: int | None = None) -> np.ndarray:
     """Indices (ascending, int64) of the items whose code is flagged (``flags``: bool, one
-    per group); ``size``, if given, is their number (the flagged groups' counts).
+    per group); ``size``, if given, is their number (the flagged groups' counts): the scan
+    stops at the last of them.
 
     Examples
     --------

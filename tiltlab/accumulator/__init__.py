@@ -41,7 +41,10 @@ it) are handled by halving before subtracting.
 :func:`group_risk` gives the risk of every group of a partition; on NumPy it is
 :func:`shared_shift_risk`: one shift for all groups, so that the exponentials are one
 vectorised pass and the normalisers one segment sum, with the groups for which that
-shift is not exact to rounding recomputed by the group state with their own.
+shift is not exact to rounding recomputed by the group state with their own;
+:func:`labelled_risk` is the same for groups given by integer labels, without building a
+partition first (one compiled pass counts and sums every group), and
+:func:`pooled_risk` the tilted risk of values with masses under the same rule.
 """
 
 from __future__ import annotations
@@ -59,7 +62,7 @@ from ._rule import (
     series_threshold,
     shifted_exponent,  # noqa: F401  (for drivers that exponentiate themselves)
 )
-from ._shared import group_risk, shared_shift_risk
+from ._shared import group_risk, labelled_risk, pooled_risk, shared_shift_risk
 from ._support import EXTREMES, NonFiniteLosses, _extremes  # noqa: F401  (for drivers)
 
 __all__ = [
@@ -76,6 +79,8 @@ __all__ = [
     "needed_sums",
     "risk_of_exponents",
     "group_risk",
+    "labelled_risk",
+    "pooled_risk",
     "shared_shift_risk",
 ]
 

@@ -14,7 +14,7 @@ from ..segments import Segments
 from ._rule import TiltState
 from ._support import _extremes, _nonfinite
 
-__all__ = ["RHO", "group_risk", "shared_shift_risk"]
+__all__ = ["RHO", "group_risk", "labelled_risk", "pooled_risk", "shared_shift_risk"]
 
 #: a group's shared-shift risk is kept when ``|R - c| (+ 1/|t|)`` is at most ``RHO |R|``
 RHO = 8.0
@@ -102,6 +102,112 @@ def shared_shift_risk(l: np.ndarray, t: float, p: np.ndarray | None, seg: Segmen
     >>> bool(np.isclose(r[0], np.log((np.exp(2) + np.exp(6)) / 2) / 2))
     True
     """
+    plan = _plan(l, t, p)
+    if plan is None:
+        return None
+    mass = seg.counts if p is None else _kernels.segment_sums(seg.codes, p, seg.n_groups)
+    d = _exponentials(l, t, p, *plan)
+    # float64 sums (float32 exponentials are added without rounding to float32)
+    z = _kernels.segment_sums(seg.codes, d, seg.n_groups, weights=p)
+    del d
+    r, repaired = _finish(z, mass, t, *plan, l.dtype)
+    if repaired.size:
+        r[repaired] = _own_shift(l, t, p, seg.codes, seg.counts, repaired)
+    return r.astype(l.dtype, copy=False), repaired
+
+
+def labelled_risk(l: np.ndarray, t: float, labels: np.ndarray):
+    """``(risk, counts)`` of the groups of integer ``labels`` under the uniform prior
+    (NumPy, 1-d), in the order of their labels, or None where this route does not apply.
+
+    The risks of :func:`shared_shift_risk` without building a partition first: the labels
+    serve as codes (groups whose label is unused are empty and dropped at the end), and
+    each group's count and normaliser come from one compiled pass over the labels and the
+    exponentials. None when the compiled kernels are not used for ``l``'s length, when a
+    label is negative or not below ``2 N + 1024``, or when the spread of the losses
+    overflows (the callers build the partition then). Raises
+    :class:`~tiltlab.accumulator.NonFiniteLosses` for NaN or infinite losses.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> l = np.linspace(0.0, 1.0, 1 << 16)
+    >>> r, counts = labelled_risk(l, 2.0, np.arange(l.size) % 3 * 5)
+    >>> counts.tolist()
+    [21846.0, 21845.0, 21845.0]
+    >>> from scipy.special import logsumexp
+    >>> bool(np.isclose(r[1], (logsumexp(2 * l[1::3]) - np.log(21845)) / 2))
+    True
+    """
+    n = int(l.shape[0])
+    if labels.dtype.kind not in "iu" or not _kernels.use_kernels(n):
+        return None
+    codes = np.ascontiguousarray(labels, dtype=np.int64)
+    lo, top = _kernels.int_range(codes)
+    if lo < 0 or top >= 2 * n + 1024:
+        return None
+    plan = _plan(l, t, None)
+    if plan is None:
+        return None
+    mode, c = plan
+    d = _exponentials(l, t, None, mode, c)
+    counts, z = _kernels.segment_counts_sums(codes, d, top + 1)
+    del d
+    # the present groups' means, their logs (NumPy's vectorised log), then the risks and
+    # the acceptance test in one compiled pass over the groups
+    r, mass, where = _kernels.present_means(counts, z)
+    if mode == "q":
+        np.log1p(r, out=r)
+    elif mode == "s":
+        with np.errstate(divide="ignore"):
+            np.log(r, out=r)
+    floor = -_underflow_limit(l.dtype) if mode == "s" else None
+    k = 1.0 / abs(t) if mode == "s" else 0.0
+    bad = _kernels.accept_shared_shift(r, None if mode == "mean" else t, c, k, RHO, floor)
+    if bad.size:
+        r[bad] = _own_shift(l, t, None, codes, counts, where[bad])
+    return r.astype(l.dtype, copy=False), mass
+
+
+def pooled_risk(v: np.ndarray, t: float, mass: np.ndarray):
+    """The tilted risk of the values ``v`` (NumPy, 1-d) with positive float64 masses
+    ``mass`` under one shared shift, as a 0-d array of ``v``'s dtype; None where that
+    shift does not give it to the accuracy bar of :func:`shared_shift_risk` (or the
+    spread of ``v`` overflows): the caller then uses the tilted accumulator.
+
+    The top level of a hierarchy whose group risks :func:`labelled_risk` gave: one
+    exponential per value and one float64 sum of its products with the masses.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> r = pooled_risk(np.array([1.0, 3.0]), 2.0, np.array([1.0, 3.0]))
+    >>> bool(np.isclose(r, np.log((np.exp(2) + 3 * np.exp(6)) / 4) / 2))
+    True
+    """
+    plan = _plan(v, t, None)
+    if plan is None:
+        return None
+    mode, c = plan
+    d = _exponentials(v, t, None, mode, c)
+    # float64 products (``mass`` is float64) and NumPy's pairwise sum, not a BLAS dot
+    # product: the same rounding on any number of threads
+    q = np.array([np.sum(d * mass) / mass.sum()])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if mode == "q":
+            np.log1p(q, out=q)
+        elif mode == "s":
+            np.log(q, out=q)
+    floor = -_underflow_limit(v.dtype) if mode == "s" else None
+    k = 1.0 / abs(t) if mode == "s" else 0.0
+    if _kernels.accept_shared_shift(q, None if mode == "mean" else t, c, k, RHO, floor).size:
+        return None
+    return np.asarray(q[0], dtype=v.dtype)
+
+
+def _plan(l: np.ndarray, t: float, p: np.ndarray | None):
+    """``(mode, c)``: the regime and the shared shift of :func:`shared_shift_risk`, or
+    None when the spread of the losses on the support of ``p`` overflows."""
     hi, lo = (float(l.max()), float(l.min())) if p is None else _extremes(l, p, np)
     if not (math.isfinite(hi) and math.isfinite(lo)):
         raise _nonfinite()
@@ -109,14 +215,14 @@ def shared_shift_risk(l: np.ndarray, t: float, p: np.ndarray | None, seg: Segmen
         spread = hi - lo
     if math.isinf(spread):
         return None
-    if p is None:
-        mass = seg.counts
-    else:
-        mass = _kernels.segment_sums(seg.codes, p, seg.n_groups)
     scale = abs(t) * spread
-    on = None if p is None else p > 0
     mode = "mean" if t == 0.0 or scale < tiny_sqrt(l.dtype, np) else "q" if scale <= 1.0 else "s"
-    c = _shift(t, hi, lo, mode, l.dtype)
+    return mode, _shift(t, hi, lo, mode, l.dtype)
+
+
+def _exponentials(l: np.ndarray, t: float, p: np.ndarray | None, mode: str, c: float):
+    """The terms of every loss under the shared shift ``c``: ``exp(t (l - c))``,
+    ``expm1(t (l - c))`` or ``l`` by ``mode`` (zero off the support of ``p``)."""
     with np.errstate(over="ignore", invalid="ignore"):  # off the support only
         if c == 0.0:
             d = l if mode == "mean" else l * l.dtype.type(t)
@@ -126,11 +232,15 @@ def shared_shift_risk(l: np.ndarray, t: float, p: np.ndarray | None, seg: Segmen
                 d *= l.dtype.type(t)
         if mode != "mean":
             d = apply_inplace(np.expm1 if mode == "q" else np.exp, d, np)
-    if on is not None:
-        d = np.where(on, d, l.dtype.type(0))
-    # float64 sums (float32 exponentials are added without rounding to float32)
-    z = _kernels.segment_sums(seg.codes, d, seg.n_groups, weights=p)
-    del d
+    if p is not None:
+        d = np.where(p > 0, d, l.dtype.type(0))
+    return d
+
+
+def _finish(z: np.ndarray, mass: np.ndarray, t: float, mode: str, c: float, dtype: Any):
+    """``(risk, repaired)`` from the groups' float64 sums ``z`` (overwritten) and masses:
+    the risks under the shared shift, and the groups with mass whose risk it does not
+    give to the accuracy bar of :func:`shared_shift_risk`."""
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         d = np.divide(z, mass, out=z)  # few temporaries: G may be large
         fine = None
@@ -138,7 +248,7 @@ def shared_shift_risk(l: np.ndarray, t: float, p: np.ndarray | None, seg: Segmen
             np.log1p(d, out=d)
         elif mode == "s":
             np.log(d, out=d)
-            fine = d >= -_underflow_limit(l.dtype)  # (False where z = 0 or NaN)
+            fine = d >= -_underflow_limit(dtype)  # (False where z = 0 or NaN)
         if mode != "mean":
             d /= t
         k = 1.0 / abs(t) if mode == "s" else 0.0
@@ -154,20 +264,19 @@ def shared_shift_risk(l: np.ndarray, t: float, p: np.ndarray | None, seg: Segmen
             ok = err <= bound
         ok &= np.isfinite(r) if fine is None else fine
     bad = np.flatnonzero(~ok)
-    repaired = bad[mass[bad] > 0]
-    if repaired.size:
-        r[repaired] = _own_shift(l, t, p, seg, repaired)
-    return r.astype(l.dtype, copy=False), repaired
+    return r, bad[mass[bad] > 0]
 
 
-def _own_shift(l: np.ndarray, t: float, p: Any, seg: Segments, groups: np.ndarray):
-    """The risks of ``groups`` from their own samples, by the group state (float64)."""
-    flags = np.zeros(seg.n_groups, dtype=bool)
+def _own_shift(l: np.ndarray, t: float, p: Any, codes: np.ndarray, counts: np.ndarray,
+               groups: np.ndarray):
+    """The risks of ``groups`` (ascending, of the partition given by ``codes`` and the
+    ``counts`` of every code) from their own samples, by the group state (float64)."""
+    flags = np.zeros(counts.shape[0], dtype=bool)
     flags[groups] = True
-    items = _kernels.members_of(seg.codes, flags, int(seg.counts[groups].sum()))
-    remap = np.zeros(seg.n_groups, dtype=np.int64)
-    remap[groups] = np.arange(groups.size, dtype=np.int64)
-    sub = Segments._trusted(remap[seg.codes[items]], seg.counts[groups])
+    sizes = counts[groups].astype(np.int64)
+    items = _kernels.members_of(codes, flags, int(sizes.sum()))
+    # the members' positions among the (ascending) groups: no array of every group's size
+    sub = Segments._trusted(np.searchsorted(groups, codes[items]), sizes)
     pr = None if p is None else p[items]
     unit = 1.0 / max(int(items.size), 1) if t == 0.0 and p is None else None
     st = TiltState.from_block(l[items], t, pr, segments=sub, xp=np, unit=unit)

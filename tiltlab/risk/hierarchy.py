@@ -22,14 +22,17 @@ from .._compat import (
     host_labels,
     is_numpy_namespace,
     namespace_of,
+    seq_of_arrays,
 )
-from .._cpu_kernels.segments import int_range, segment_counts
+from .._cpu_kernels.segments import int_range, segment_counts, use_kernels
 from ..accumulator import (
     NonFiniteLosses,
     TiltState,
     block_state,
     finalize_risk,
     group_risk,
+    labelled_risk,
+    pooled_risk,
     shifted_exponent,
 )
 from ..segments import Segments
@@ -85,8 +88,6 @@ def _codes_and_counts(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _build_levels(groups: Any, n: int) -> list[Segments]:
     """Levels innermost first (children -> groups) from label arrays given outermost first."""
-    from .._compat import seq_of_arrays
-
     if groups is None:
         raise TypeError("`groups` is required")
     label_arrays = list(groups) if seq_of_arrays(groups) else [groups]
@@ -408,8 +409,41 @@ def hierarchical_risk(
         out = impl(losses, groups, tilts, weights=weights, check_finite=check_finite)
         if out is not None:
             return out
+    if weights is None and check_finite and is_numpy_namespace(xp):
+        out = _labelled_two_levels(losses, groups, tilts, xp)
+        if out is not None:
+            return out
     l, p, tree, ts, half = _prepare_hierarchy(losses, groups, tilts, weights, xp, check_finite)
     return narrow(_eval_or_nan(l, p, tree, ts, xp, False, check_finite), half, xp)
+
+
+def _labelled_two_levels(losses: Any, groups: Any, tilts: Any, xp: Any) -> Any:
+    """The risk of one grouping level of large NumPy 1-d losses with integer labels and
+    the uniform prior, without building the group tree: the labels serve as group codes,
+    one compiled pass counts and sums every group
+    (:func:`~tiltlab.accumulator.labelled_risk`), and
+    :func:`~tiltlab.accumulator.pooled_risk` gives the top level. None where that route
+    does not apply (the general route then validates and evaluates)."""
+    labels = groups  # NumPy integer labels only: other labels are validated once, later
+    if not isinstance(labels, np.ndarray) or labels.dtype.kind not in "iu":
+        return None
+    l, half = widen_half(prepare_losses(losses, xp, False), xp)
+    if l.ndim != 1 or labels.shape != l.shape or not use_kernels(l.shape[0]):
+        return None
+    ts = prepare_tilts(tilts, 1)
+    if not math.isfinite(ts[1]):
+        return None
+    with _quiet(xp):
+        out = labelled_risk(l, ts[1], labels)
+        if out is None:
+            return None
+        R, counts = out
+        risk = pooled_risk(R, ts[0], counts) if math.isfinite(ts[0]) else None
+        if risk is None:
+            counts /= l.shape[0]
+            top = counts.astype(l.dtype, copy=False)
+            risk = _scalar_risk_weights(R, top, ts[0], xp, False)[0]
+    return narrow(risk, half, xp)
 
 
 def hierarchical_weights(
