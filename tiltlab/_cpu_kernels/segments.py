@@ -50,6 +50,9 @@ def _kernels() -> Any:
     """The compiled kernels (numba is imported on the first call)."""
     import numba
 
+    from ._cache import refresh_cache
+
+    refresh_cache()  # one fingerprint for every cached kernel of the package
     jit = numba.njit(fastmath=False, cache=True, nogil=True)
 
     @jit
