@@ -73,7 +73,7 @@ def shared_shift_risk(l: np.ndarray, t: float, p: np.ndarray | None, seg: Segmen
     the indices of the groups that had to be recomputed with their own shift.
 
     Every loss is shifted by one number ``c`` for all groups (zero where the exponents
-    allow it, see :func:`_shift`) instead of its group's extreme, so that the
+    allow it, see ``_shift``) instead of its group's extreme, so that the
     exponentials are one vectorised pass with no gather, and one segment sum gives every
     group's normaliser. The regime (the mean, ``log1p`` of the ``expm1`` sums, or the log
     of the ``exp`` sums) is the one the rule of :mod:`tiltlab.accumulator` picks for the

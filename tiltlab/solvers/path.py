@@ -119,7 +119,7 @@ def tilt_path(
     predictor: the pairs of the end of a run describe curvature at the rounding level of
     the previous tilt and slowed the next run down. Objectives without a tangent
     (non-linear models, a point of non-positive curvature) fall back to the secant. The
-    predictions' cost is counted in :attr:`TiltPath.n_passes`.
+    predictions' cost is counted in ``TiltPath.n_passes``.
 
     Parameters
     ----------
