@@ -204,8 +204,9 @@ class _Pairs:
         cY = -gamma * p1
         slope = -float(gamma * self.gg + cS @ self.Sg + cY @ self.Yg)
         w = np.zeros(2 * self.m, dtype=self.np_dtype)
-        w[self.slots] = cS
-        w[[self.m + i for i in self.slots]] = cY
+        idx = np.asarray(self.slots, dtype=np.intp)
+        w[idx] = cS
+        w[idx + self.m] = cY
         wd = xp.asarray(w, device=device(g))
         hg = gamma * xp.reshape(g, (-1,)) + wd @ self.rows[: 2 * self.m, :]
         return xp.reshape(-hg, self.shape), slope

@@ -124,7 +124,11 @@ class GenericEngine(Engine):
         return r + penalty(problem, theta) if problem.l2 else r
 
     def value_and_gradient(self, problem: Any, theta: Any, ctx: Context) -> Any:
-        _, ell, d1, _ = self._parts(problem, theta, ctx)
+        xp = problem.xp
+        z = problem.X @ xp.reshape(theta, problem.shape)
+        ctx.count(1)
+        # the value and first derivative only: the second is not needed here
+        ell, d1 = problem.loss.value_and_d1(z, problem.y, validate=False, xp=xp)
         r, w = aggregate(problem, ell, theta)
         coef = w[:, None] * d1 if d1.ndim == 2 else w * d1
         g = problem.X.T @ coef
