@@ -22,7 +22,14 @@ from typing import Any
 
 import numpy as np
 
-from .._compat import array_namespace, device, materialize, to_numpy
+from .._compat import (
+    array_namespace,
+    device,
+    is_lazy,
+    is_numpy_namespace,
+    materialize,
+    to_numpy,
+)
 from ._base import Solver, failed_state
 from ._checks import check_int
 from ._linalg import approx_wolfe, to_floats, to_numpy_dtype, value_rtol, vdot, working_eps
@@ -132,8 +139,13 @@ def _bisection(phi: Any, f0: float, slope: float, step: float, feps: float) -> L
 class _Pairs:
     """The correction pairs of a run: the row buffer (device) and small matrices (host).
 
-    Host arrays are in chronological order (oldest first); ``slots[i]`` is the buffer
-    row of the ``i``-th pair. The buffer is owned by one run and updated in place.
+    ``order[i]`` is the buffer row of the ``i``-th pair, oldest first. The host matrices
+    (``Rinv``, ``YY`` and the diagonal ``D`` of ``S Y^T``) are the window
+    ``[lo, lo + k)`` of ``2m x 2m`` buffers: a new pair is written as the next row and
+    column, the oldest is dropped by moving the window, and the window goes back to the
+    start of the buffers once in ``m`` updates; so an update allocates no matrices and
+    the direction reads them as views. The row buffer is owned by one run and updated
+    in place.
     """
 
     #: whether the objective's loss is smooth (set by :meth:`LBFGS.start`)
@@ -145,25 +157,68 @@ class _Pairs:
         self.np_dtype = to_numpy_dtype(g)
         p = math.prod(self.shape)
         self.rows = xp.zeros((2 * memory + 3, p), dtype=g.dtype, device=device(g))
-        self.slots: list[int] = []
+        self._init_host()
         self.gg = 0.0
         self.reset()
 
+    def _init_host(self) -> None:
+        """Host buffers and the flags of the backend's fast paths."""
+        xp, m = self.xp, self.m
+        #: NumPy: flat views, ``out=`` and host floats without a transfer
+        self.host_arrays = is_numpy_namespace(xp)
+        self.flat = len(self.shape) == 1
+        self.lazy = is_lazy(xp)
+        self._Ri = np.zeros((2 * m, 2 * m))  # inverse of the upper triangle of S Y^T
+        self._YY = np.zeros((2 * m, 2 * m))
+        self._D = np.zeros(2 * m)  # s_i . y_i
+        self.w = np.zeros(2 * m, dtype=self.np_dtype)
+        self._index: dict[tuple[int, int], tuple] = {}
+
     def __getstate__(self) -> dict:
         # a namespace module does not pickle: it is found again from the buffer
-        return {k: v for k, v in self.__dict__.items() if k != "xp"}
+        return {k: v for k, v in self.__dict__.items() if k not in ("xp", "_index")}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self.xp = array_namespace(self.rows)
+        self._index = {}
 
     def reset(self) -> None:
-        self.slots: list[int] = []
-        self.SY = np.zeros((0, 0))  # s_i . y_j (upper triangle used)
-        self.Rinv = np.zeros((0, 0))  # inverse of the upper triangle of SY
-        self.YY = np.zeros((0, 0))
+        self.k = 0  # pairs stored
+        self.head = 0  # buffer row of the oldest pair
+        self.lo = 0  # first row and column of the host window
+        self.sy = self.yy = 1.0  # s . y and y . y of the newest pair (gamma = sy / yy)
         self.Sg = np.zeros(0)  # s_i . g, y_i . g at the current point
         self.Yg = np.zeros(0)
+        self.w[:] = 0
+
+    def _indices(self) -> tuple:
+        """``(order, yorder, take)`` for the current ``head`` and ``k``: the buffer rows
+        of the pairs (of ``s`` and of ``y``, oldest first) and the columns of the update's
+        product that give, in order, ``S.``, ``s.``, ``Y.`` and ``y.`` (cached)."""
+        key = (self.head, self.k)
+        out = self._index.get(key)
+        if out is None:
+            m, k = self.m, self.k
+            order = np.array([(self.head + i) % m for i in range(k)], dtype=np.intp)
+            take = np.concatenate([order, [2 * m], order + m, [2 * m + 1]]).astype(np.intp)
+            out = self._index[key] = (order, order + m, take)
+        return out
+
+    @property
+    def slots(self) -> list[int]:
+        """The buffer rows of the pairs, oldest first."""
+        return self._indices()[0].tolist()
+
+    @property
+    def Rinv(self) -> np.ndarray:
+        w = slice(self.lo, self.lo + self.k)
+        return self._Ri[w, w]
+
+    @property
+    def YY(self) -> np.ndarray:
+        w = slice(self.lo, self.lo + self.k)
+        return self._YY[w, w]
 
     def seed(self, S: list, Y: list, g: Any) -> None:
         """Start from given pairs (flattened, oldest first), e.g. of a neighbouring tilt."""
@@ -180,9 +235,12 @@ class _Pairs:
         SY, YY = P[:k, :k], P[self.m : self.m + k, :k]
         if not (np.all(np.isfinite(P)) and np.all(np.diag(SY) > 0)):
             return
-        self.slots = list(range(k))
-        self.SY, self.YY = np.triu(SY), YY
-        self.Rinv = np.linalg.inv(self.SY)
+        self.reset()
+        self.k = k
+        self._Ri[:k, :k] = np.linalg.inv(np.triu(SY))
+        self._YY[:k, :k] = YY
+        self._D[:k] = np.diag(SY)
+        self.sy, self.yy = float(SY[-1, -1]), float(YY[-1, -1])
         self.Sg, self.Yg = P[:k, k], P[self.m : self.m + k, k]
 
     def export(self) -> tuple[list, list]:
@@ -192,75 +250,109 @@ class _Pairs:
         Y = [xp.asarray(self.rows[self.m + i, :], copy=True) for i in self.slots]
         return S, Y
 
+    def floats(self, f: Any, slope: Any) -> tuple[float, float]:
+        """Host floats of a value and a slope (one transfer off NumPy)."""
+        if self.host_arrays:
+            return float(f), float(slope)
+        fa, da = to_floats(f, slope, xp=self.xp)
+        return fa, da
+
     def direction(self, g: Any) -> tuple[Any, float]:
         """``(d, g . d)`` with ``d = -H g`` (the slope computed on the host)."""
-        xp, k = self.xp, len(self.slots)
+        k = self.k
         if k == 0:
             return -g, -self.gg
-        Rinv, D = self.Rinv, np.diag(self.SY)
-        gamma = float(self.SY[-1, -1] / self.YY[-1, -1])
-        p1 = Rinv @ self.Sg
-        cS = Rinv.T @ (D * p1 + gamma * (self.YY @ p1) - gamma * self.Yg)
+        w = slice(self.lo, self.lo + k)
+        Rinv, YY, D = self._Ri[w, w], self._YY[w, w], self._D[w]
+        gamma = self.sy / self.yy
+        Sg, Yg = self.Sg, self.Yg
+        p1 = Rinv @ Sg
+        cS = Rinv.T @ (D * p1 + gamma * (YY @ p1) - gamma * Yg)
         cY = -gamma * p1
-        slope = -float(gamma * self.gg + cS @ self.Sg + cY @ self.Yg)
-        w = np.zeros(2 * self.m, dtype=self.np_dtype)
-        idx = np.asarray(self.slots, dtype=np.intp)
-        w[idx] = cS
-        w[idx + self.m] = cY
-        wd = xp.asarray(w, device=device(g))
-        hg = gamma * xp.reshape(g, (-1,)) + wd @ self.rows[: 2 * self.m, :]
+        slope = -float(gamma * self.gg + cS @ Sg + cY @ Yg)
+        order, yorder, _ = self._indices()
+        self.w[order] = cS
+        self.w[yorder] = cY
+        R = self.rows[: 2 * self.m, :]
+        if self.host_arrays:
+            gf = g if self.flat else g.reshape(-1)
+            hg = gamma * gf + self.w @ R
+            return (-hg if self.flat else (-hg).reshape(self.shape)), slope
+        xp = self.xp
+        wd = xp.asarray(self.w, device=device(g))
+        hg = gamma * xp.reshape(g, (-1,)) + wd @ R
         return xp.reshape(-hg, self.shape), slope
 
-    def update(self, s: Any, yv: Any, g: Any, f: Any) -> tuple[float, float]:
-        """Store the new pair if its curvature is positive; returns ``(f, ||g||)``.
-
-        One product gives every inner product needed, one transfer brings them (and
-        the value) to the host.
-        """
-        xp, m, k = self.xp, self.m, len(self.slots)
-        rows = self.rows
-        rows[2 * m, :] = xp.reshape(s, (-1,))
-        rows[2 * m + 1, :] = xp.reshape(yv, (-1,))
+    def _products(self, x: Any, x_old: Any, g: Any, g_old: Any, f: Any):
+        """Store ``s``, ``y`` and ``g`` in the last three rows and return, on the host,
+        their products with every row (``y.`` in row 0, ``g.`` in row 1) and ``f``."""
+        xp, m, rows = self.xp, self.m, self.rows
+        if self.host_arrays:
+            flat = self.flat
+            np.subtract(x if flat else x.reshape(-1), x_old if flat else x_old.reshape(-1),
+                        out=rows[2 * m])  # fmt: skip
+            np.subtract(g if flat else g.reshape(-1), g_old if flat else g_old.reshape(-1),
+                        out=rows[2 * m + 1])  # fmt: skip
+            rows[2 * m + 2] = g if flat else g.reshape(-1)
+            prod = rows[2 * m + 1 :] @ rows.T
+            return prod.astype(np.float64, copy=False), float(f)
+        rows[2 * m, :] = xp.reshape(x - x_old, (-1,))
+        rows[2 * m + 1, :] = xp.reshape(g - g_old, (-1,))
         rows[2 * m + 2, :] = xp.reshape(g, (-1,))
         prod = rows @ xp.stack([rows[2 * m + 1, :], rows[2 * m + 2, :]], axis=1)
         host = to_numpy(xp.concat([xp.reshape(prod, (-1,)), xp.reshape(f, (1,))]))
         host = host.astype(np.float64)
-        P = host[:-1].reshape(-1, 2)
-        order = self.slots
-        Sy, Yy = P[order, 0], P[[m + i for i in order], 0]
-        Sg, Yg = P[order, 1], P[[m + i for i in order], 1]
-        sy, yy = float(P[2 * m, 0]), float(P[2 * m + 1, 0])
-        sg, yg, gg = float(P[2 * m, 1]), float(P[2 * m + 1, 1]), float(P[2 * m + 2, 1])
+        return host[:-1].reshape(-1, 2).T, float(host[-1])
+
+    def update(self, x: Any, x_old: Any, g: Any, g_old: Any, f: Any) -> tuple[float, float]:
+        """Store the pair ``(x - x_old, g - g_old)`` if its curvature is positive;
+        returns ``(f, ||g||)``.
+
+        One product gives every inner product needed, one transfer brings them (and
+        the value) to the host.
+        """
+        m, k = self.m, self.k
+        P, fh = self._products(x, x_old, g, g_old, f)
+        order, yorder, take = self._indices()
+        Q = np.take(P, take, axis=1)  # [S., s., Y., y.] against y (row 0) and g (row 1)
+        sy, yy = float(Q[0, k]), float(Q[0, 2 * k + 1])
+        gg = float(P[1, 2 * m + 2])
         self.gg = gg
+        gn = math.sqrt(max(gg, 0.0))
         if not (sy > 1e-12 * yy and sy > 0 and math.isfinite(sy) and math.isfinite(yy)):
-            self.Sg, self.Yg = Sg, Yg
-            return float(host[-1]), math.sqrt(max(gg, 0.0))
-        SY = np.zeros((k + 1, k + 1))
-        SY[:k, :k] = self.SY
-        SY[:k, k] = Sy
-        SY[k, k] = sy  # s_k . y_i (i < k) is not needed: only the upper triangle is used
-        YY = np.zeros((k + 1, k + 1))
-        YY[:k, :k] = self.YY
-        YY[:k, k] = YY[k, :k] = Yy
-        YY[k, k] = yy
-        Sg, Yg = np.append(Sg, sg), np.append(Yg, yg)
+            self.Sg, self.Yg = Q[1, :k], Q[1, k + 1 : 2 * k + 1]
+            return fh, gn
+        lo = self.lo
+        if lo + k == 2 * m:  # the window reached the end of the buffers: back to the start
+            w = slice(lo, lo + k)
+            self._Ri[:k, :k] = self._Ri[w, w]
+            self._YY[:k, :k] = self._YY[w, w]
+            self._D[:k] = self._D[w]
+            lo = self.lo = 0
+        j = lo + k  # the new pair's row and column
+        Sy, Yy = Q[0, :k], Q[0, k + 1 : 2 * k + 1]
         # the inverse of the bordered triangle [[R, c], [0, sy]]: [[Ri, -Ri c / sy], [0, 1/sy]]
-        Rinv = np.zeros((k + 1, k + 1))
-        Rinv[:k, :k] = self.Rinv
-        Rinv[:k, k] = -(self.Rinv @ Sy) / sy
-        Rinv[k, k] = 1.0 / sy
+        self._Ri[lo:j, j] = -(self._Ri[lo:j, lo:j] @ Sy) / sy
+        self._Ri[j, lo:j] = 0.0
+        self._Ri[j, j] = 1.0 / sy
+        self._YY[lo:j, j] = Yy
+        self._YY[j, lo:j] = Yy
+        self._YY[j, j] = yy
+        self._D[j] = sy  # s_k . y_i (i < k) is not needed: only the upper triangle is used
+        self.sy, self.yy = sy, yy
+        rows = self.rows
         if k == m:  # full: the oldest pair's slot takes the new one
-            slot = order[0]
-            order = order[1:]
-            # a trailing block of a triangular inverse is the inverse of the trailing block
-            SY, YY, Sg, Yg, Rinv = SY[1:, 1:], YY[1:, 1:], Sg[1:], Yg[1:], Rinv[1:, 1:]
+            slot = self.head
+            self.head = (self.head + 1) % m
+            self.lo = lo + 1  # a trailing block of a triangular inverse is its inverse
+            self.Sg, self.Yg = Q[1, 1 : k + 1], Q[1, k + 2 :]
         else:
             slot = k
+            self.k = k + 1
+            self.Sg, self.Yg = Q[1, : k + 1], Q[1, k + 1 :]
         rows[slot, :] = rows[2 * m, :]
         rows[m + slot, :] = rows[2 * m + 1, :]
-        self.slots = [*order, slot]
-        self.SY, self.YY, self.Sg, self.Yg, self.Rinv = SY, YY, Sg, Yg, Rinv
-        return float(host[-1]), math.sqrt(max(gg, 0.0))
+        return fh, gn
 
 
 @dataclass(frozen=True)
@@ -314,7 +406,8 @@ class LBFGS(Solver):
     def step(self, objective: Any, state: SolverState) -> SolverState:
         xp, pairs = objective.xp, state.memo
         d, slope = pairs.direction(state.jac)
-        (d,) = materialize(d)
+        if pairs.lazy:
+            (d,) = materialize(d)
         if not (slope < 0 and math.isfinite(slope)):  # lost descent: reset the memory
             pairs.reset()
             d, slope = -state.jac, -pairs.gg
@@ -324,15 +417,15 @@ class LBFGS(Solver):
         # at most that and at most 1
         inv_g = 1.0 / max(state.grad_norm, 1e-300)
         unit = state.nit == 0 and pairs.smooth
-        step0 = 1.0 if pairs.slots else (inv_g if unit else min(1.0, inv_g))
-        trial: dict[str, Any] = {}
+        step0 = 1.0 if pairs.k else (inv_g if unit else min(1.0, inv_g))
+        x0, evaluate, floats = state.x, objective.value_and_gradient, pairs.floats
+        trial: list[Any] = [None, None, None]
 
         def phi(a: float) -> tuple[float, float]:
-            x = state.x + a * d
-            f, g = objective.value_and_gradient(x)
-            trial.update(x=x, f=f, g=g)
-            fa, da = to_floats(f, vdot(g, d, xp), xp=xp)
-            return fa, da
+            x = x0 + a * d
+            f, g = evaluate(x)
+            trial[:] = x, f, g
+            return floats(f, vdot(g, d, xp))
 
         f0, feps = state.fun_float, pairs.feps
         res = strong_wolfe(
@@ -344,13 +437,14 @@ class LBFGS(Solver):
             # Overton's weak Wolfe bisection, the search for non-smooth functions
             res = _bisection(phi, f0, slope, step0, feps)
         if not (res.converged or (math.isfinite(res.value) and res.value < f0)):
-            if pairs.slots:  # retry once along the steepest descent direction
+            if pairs.k:  # retry once along the steepest descent direction
                 pairs.reset()
                 return self.step(objective, state)
             return failed_state(state, Status.LINE_SEARCH_FAILED)
-        # keep the iterate concrete: lazy (Dask) arrays would chain every past direction
-        x, f, g = materialize(trial["x"], trial["f"], trial["g"])
-        fn, gn = pairs.update(x - state.x, g - state.jac, g, f)
+        x, f, g = trial
+        if pairs.lazy:  # keep the iterate concrete: a lazy graph would chain every direction
+            x, f, g = materialize(x, f, g)
+        fn, gn = pairs.update(x, x0, g, state.jac, f)
         out = SolverState(x=x, fun=f, jac=g, fun_float=fn, grad_norm=gn, nit=state.nit + 1)
         out.step, out.memo = res.step, pairs
         if not (math.isfinite(fn) and math.isfinite(gn)):
