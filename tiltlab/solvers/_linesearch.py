@@ -23,16 +23,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 __all__ = ["LineSearchResult", "strong_wolfe"]
 
 _XTRAPL, _XTRAPU = 1.1, 4.0  # extrapolation bounds before a minimiser is bracketed
 
 
-@dataclass(frozen=True)
-class LineSearchResult:
-    """Outcome of :func:`strong_wolfe`.
+class LineSearchResult(NamedTuple):
+    """Outcome of :func:`strong_wolfe` (an immutable named tuple: cheap to build once
+    per iteration).
 
     ``step`` is the last step evaluated and ``value``/``slope`` its ``phi`` and
     ``phi'``; ``converged`` says whether it meets both Wolfe conditions. Otherwise

@@ -152,11 +152,19 @@ def _run(solver: Solver, objective: Any, x0: Any, warm_x: bool, args: dict) -> O
     tol = default_tol(eps) if args["tol"] is None else args["tol"]
     rule = StopRule.make(tol, args["atol"], _gradient_scale(objective, state, warm_x), eps)
     history: dict[str, list] = {k: [] for k in _HISTORY}
+    add_f, add_g, add_step, add_passes, add_time = (history[k].append for k in _HISTORY)
+    clock = time.perf_counter
+    extra = type(solver).record is not Solver.record  # the solver records more (validation)
 
     def record(st: SolverState) -> None:
-        row = (st.fun_float, st.grad_norm, st.step, passes(), time.perf_counter() - t_start)
-        for key, value in (*zip(_HISTORY, row, strict=True), *solver.record(st).items()):
-            history.setdefault(key, []).append(value)
+        add_f(st.fun_float)
+        add_g(st.grad_norm)
+        add_step(st.step)
+        add_passes(passes())
+        add_time(clock() - t_start)
+        if extra:
+            for key, value in solver.record(st).items():
+                history.setdefault(key, []).append(value)
 
     record(state)
     progress = Progress(state.fun_float, state.grad_norm)
@@ -177,7 +185,8 @@ def _run(solver: Solver, objective: Any, x0: Any, warm_x: bool, args: dict) -> O
             state = new
             progress = track(progress, state, eps)
             record(state)
-            _update_bar(bar, state)
+            if bar is not None:
+                _update_bar(bar, state)
             if callback is not None and callback(state):
                 status = Status.CONVERGED if rule.converged(state) else Status.CALLBACK
             elif max_passes is not None and passes() >= max_passes:

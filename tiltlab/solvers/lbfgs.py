@@ -420,12 +420,21 @@ class LBFGS(Solver):
         step0 = 1.0 if pairs.k else (inv_g if unit else min(1.0, inv_g))
         x0, evaluate, floats = state.x, objective.value_and_gradient, pairs.floats
         trial: list[Any] = [None, None, None]
+        if pairs.host_arrays and pairs.flat:  # NumPy vectors: host floats as they are
 
-        def phi(a: float) -> tuple[float, float]:
-            x = x0 + a * d
-            f, g = evaluate(x)
-            trial[:] = x, f, g
-            return floats(f, vdot(g, d, xp))
+            def phi(a: float) -> tuple[float, float]:
+                x = x0 + a * d
+                f, g = evaluate(x)
+                trial[:] = x, f, g
+                return float(f), float(g @ d)
+
+        else:
+
+            def phi(a: float) -> tuple[float, float]:
+                x = x0 + a * d
+                f, g = evaluate(x)
+                trial[:] = x, f, g
+                return floats(f, vdot(g, d, xp))
 
         f0, feps = state.fun_float, pairs.feps
         res = strong_wolfe(
