@@ -267,24 +267,27 @@ class _Pairs:
         Rinv, YY, D = self._Ri[w, w], self._YY[w, w], self._D[w]
         gamma = self.sy / self.yy
         Sg, Yg = self.Sg, self.Yg
-        # ``.dot`` is ``@`` with less call overhead (the same BLAS calls); the product
-        # with the transposed triangle stays ``@`` (it evaluates that view differently)
+        # H g = gamma g + S^T cS + Y^T cY with cS = Rinv^T (D p + gamma YY p - gamma Yg),
+        # cY = -gamma p and p = Rinv Sg; the negated coefficients are formed directly
+        # (negation is exact, so d = -H g is the same to the last bit). ``.dot`` is ``@``
+        # with less call overhead (the same BLAS calls); the product with the
+        # transposed triangle stays ``@`` (it evaluates that view differently)
         p1 = Rinv.dot(Sg)
-        cS = Rinv.T @ (D * p1 + gamma * YY.dot(p1) - gamma * Yg)
-        cY = -gamma * p1
-        slope = -float(gamma * self.gg + cS.dot(Sg) + cY.dot(Yg))
+        cS = Rinv.T @ (gamma * Yg - (D * p1 + gamma * YY.dot(p1)))  # -cS
+        cY = gamma * p1  # -cY
+        slope = float(-gamma * self.gg + cS.dot(Sg) + cY.dot(Yg))
         order, yorder, _ = self._indices()
         self.w[order] = cS
         self.w[yorder] = cY
         R = self.rows[: 2 * self.m, :]
         if self.host_arrays:
             gf = g if self.flat else g.reshape(-1)
-            hg = gamma * gf + self.w.dot(R)
-            return (-hg if self.flat else (-hg).reshape(self.shape)), slope
+            d = -gamma * gf + self.w.dot(R)
+            return (d if self.flat else d.reshape(self.shape)), slope
         xp = self.xp
         wd = xp.asarray(self.w, device=device(g))
-        hg = gamma * xp.reshape(g, (-1,)) + wd @ R
-        return xp.reshape(-hg, self.shape), slope
+        d = -gamma * xp.reshape(g, (-1,)) + wd @ R
+        return xp.reshape(d, self.shape), slope
 
     def _products(self, x: Any, x_old: Any, g: Any, g_old: Any, f: Any):
         """Store ``s``, ``y`` and ``g`` in the last three rows and return, on the host,
@@ -339,8 +342,7 @@ class _Pairs:
         self._Ri[j, lo:j] = 0.0
         self._Ri[j, j] = 1.0 / sy
         self._YY[lo:j, j] = Yy
-        self._YY[j, lo:j] = Yy
-        self._YY[j, j] = yy
+        self._YY[j, lo : j + 1] = Q[0, k + 1 : 2 * k + 2]  # Y . y and y . y
         self._D[j] = sy  # s_k . y_i (i < k) is not needed: only the upper triangle is used
         self.sy, self.yy = sy, yy
         rows = self.rows
