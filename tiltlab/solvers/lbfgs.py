@@ -351,7 +351,7 @@ class _Pairs:
         self._Ri[j, j] = 1.0 / sy
         self._YY[lo:j, j] = Yy
         self._YY[j, lo : j + 1] = Q[0, k + 1 : 2 * k + 2]  # Y . y and y . y
-        self._D[j] = sy  # s_k . y_i (i < k) is not needed: only the upper triangle is used
+        self._D[j] = sy  # the diagonal of S Y^T (its strict upper triangle enters through Rinv)
         self.sy, self.yy = sy, yy
         rows = self.rows
         if k == m:  # full: the oldest pair's slot takes the new one
