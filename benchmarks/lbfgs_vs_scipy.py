@@ -16,7 +16,8 @@ medians over ``--repeat`` rounds, one BLAS thread (threadpoolctl) and one numba 
 A second table times the solvers alone: each run's evaluations are recorded once and then
 replayed in call order (the function returns the recorded value and gradient, so every
 rerun follows the same path at no evaluation cost; the final iterate is checked against
-the recorded run's). ``--before DIR`` adds the rows of an older copy of the package,
+the recorded run's). ``paired`` is the median over rounds of each run's time over SciPy's
+in the same round. ``--before DIR`` adds the rows of an older copy of the package,
 importable as ``tiltlab_before`` from ``DIR`` (``git archive REV tiltlab | tar -x -C DIR
 && mv DIR/tiltlab DIR/tiltlab_before``), in the same alternating rounds. ``--perturb N``
 also solves ``N`` neighbouring problems (``l2`` times ``1 + 0.01 k``, k = 1..N) once each
@@ -175,6 +176,12 @@ def neighbours(X, y, mod, n, tol):
     return tot
 
 
+def _paired(times, base):
+    """Median over rounds of the ratio to SciPy's time in the same round (robust to a
+    load that drifts between rounds)."""
+    return statistics.median(a / b for a, b in zip(times, base, strict=True))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=5)
@@ -228,24 +235,24 @@ def main() -> None:
     print(f"HIV-1 t=50, {X.shape[0]}x{p}, one BLAS thread, medians of {args.repeat}, "
           f"tol={args.tol:g} (relative to ||grad(0)|| = {g0:.3g})")
     base = statistics.median(times["scipy"])
-    print(f"{'run':20s} {'median s':>9s} {'vs scipy':>9s} {'nit':>5s} {'fg evals':>8s} "
-          f"{'final ||g||/||g0||':>18s}")
+    print(f"{'run':20s} {'median s':>9s} {'vs scipy':>9s} {'paired':>7s} {'nit':>5s} "
+          f"{'fg evals':>8s} {'final ||g||/||g0||':>18s}")
     for k, v in times.items():
         nit, nfev, gn = info[k]
         med = statistics.median(v)
-        print(f"{k:20s} {med:9.4f} {med / base:9.2f} {nit:5d} "
-              f"{'' if nfev is None else int(nfev):>8} {gn / g0:18.2e}")
+        print(f"{k:20s} {med:9.4f} {med / base:9.2f} {_paired(v, times['scipy']):7.2f} "
+              f"{nit:5d} {'' if nfev is None else int(nfev):>8} {gn / g0:18.2e}")
     solvers = {"tiltlab": tl} | ({"before": before} if before is not None else {})
     with threadpool_limits(limits=1):
         t_only, nits, evals = solver_only(solvers, ref, p, args.tol, args.repeat)
     base = statistics.median(t_only["scipy"])
     print(f"\nthe solvers alone (evaluations replayed), medians of {args.repeat}")
-    print(f"{'run':20s} {'median ms':>9s} {'vs scipy':>9s} {'us / it':>8s} {'nit':>5s} "
-          f"{'fg evals':>8s}")
+    print(f"{'run':20s} {'median ms':>9s} {'vs scipy':>9s} {'paired':>7s} {'us / it':>8s} "
+          f"{'nit':>5s} {'fg evals':>8s}")
     for k, v in t_only.items():
         med = statistics.median(v)
-        print(f"{k:20s} {med * 1e3:9.2f} {med / base:9.2f} {med / nits[k] * 1e6:8.1f} "
-              f"{nits[k]:5d} {evals[k]:8d}")
+        print(f"{k:20s} {med * 1e3:9.2f} {med / base:9.2f} {_paired(v, t_only['scipy']):7.2f} "
+              f"{med / nits[k] * 1e6:8.1f} {nits[k]:5d} {evals[k]:8d}")
     if args.perturb:
         with threadpool_limits(limits=1):
             tot = neighbours(X, y, tl, args.perturb, args.tol)
