@@ -147,8 +147,9 @@ def _bisection(phi: Any, f0: float, slope: float, step: float, feps: float) -> L
 class _Pairs:
     """The correction pairs of a run: the row buffer (device) and small matrices (host).
 
-    ``order[i]`` is the buffer row of the ``i``-th pair, oldest first. The host matrices
-    (``Rinv``, ``YY`` and the diagonal ``D`` of ``S Y^T``) are the window
+    ``slots[i]`` is the buffer row of the ``i``-th pair, oldest first. The host matrices
+    (the inverse ``Rinv`` of the upper triangle of ``S Y^T``, its diagonal ``D`` and
+    ``Y Y^T``) are the window
     ``[lo, lo + k)`` of ``2m x 2m`` buffers: a new pair is written as the next row and
     column, the oldest is dropped by moving the window, and the window goes back to the
     start of the buffers once in ``m`` updates; so an update allocates no matrices and
@@ -218,16 +219,6 @@ class _Pairs:
     def slots(self) -> list[int]:
         """The buffer rows of the pairs, oldest first."""
         return self._indices()[0].tolist()
-
-    @property
-    def Rinv(self) -> np.ndarray:
-        w = slice(self.lo, self.lo + self.k)
-        return self._Ri[w, w]
-
-    @property
-    def YY(self) -> np.ndarray:
-        w = slice(self.lo, self.lo + self.k)
-        return self._YY[w, w]
 
     def seed(self, S: list, Y: list, g: Any) -> None:
         """Start from given pairs (flattened, oldest first), e.g. of a neighbouring tilt."""
