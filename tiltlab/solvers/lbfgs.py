@@ -149,12 +149,11 @@ class _Pairs:
 
     ``slots[i]`` is the buffer row of the ``i``-th pair, oldest first. The host matrices
     (the inverse ``Rinv`` of the upper triangle of ``S Y^T``, its diagonal ``D`` and
-    ``Y Y^T``) are the window
-    ``[lo, lo + k)`` of ``2m x 2m`` buffers: a new pair is written as the next row and
-    column, the oldest is dropped by moving the window, and the window goes back to the
-    start of the buffers once in ``m`` updates; so an update allocates no matrices and
-    the direction reads them as views. The row buffer is owned by one run and updated
-    in place.
+    ``Y Y^T``) are the window ``[lo, lo + k)`` of ``2m x 2m`` buffers: a new pair is
+    written as the next row and column, the oldest is dropped by moving the window, and
+    the window goes back to the start of the buffers once in ``m`` updates; so an update
+    allocates no matrices and the direction reads them as views. The row buffer is owned
+    by one run and updated in place.
     """
 
     #: whether the objective's loss is smooth (set by :meth:`LBFGS.start`)
