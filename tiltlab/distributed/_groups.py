@@ -40,7 +40,6 @@ from ..segments import Segments, expand, segment_sum
 from ._groups_stream import chunk_group_sums, finish_group_sums, kappa
 from ._states import (
     EMPTY,
-    FAN_IN,
     SUB_BLOCK_BYTES,
     _derivs,
     _group_state_or_none,
@@ -49,6 +48,7 @@ from ._states import (
     aligned,
     group_risks,
     merge_states,
+    reduce_to,
 )
 
 __all__ = [
@@ -311,7 +311,7 @@ def group_graph(plan: Any, problem: Any, theta: Any, V: Any, mode: str) -> Any:
     upper = GroupTree(n_samples=plan.n_groups, levels=tuple(tree.levels[1:]), sample_layouts=())
     if not plan.persisted:  # read from the source at each evaluation: one sweep
         fn = delayed(chunk_group_sums, pure=False)
-        states = _reduce_to(
+        states = reduce_to(
             [
                 fn(Xb, yb, pb, cb, theta, V, problem.loss, tau, plan.n_groups, mode)
                 for Xb, yb, pb, cb in plan.blocks
@@ -327,7 +327,7 @@ def group_graph(plan: Any, problem: Any, theta: Any, V: Any, mode: str) -> Any:
         for i, (Xb, yb, pb, cb) in enumerate(plan.blocks)
     ]
     sweep = delayed(group_sweep, pure=False)
-    states = _reduce_to([sweep(*a) for a in args], merge_states)
+    states = reduce_to([sweep(*a) for a in args], merge_states)
     root = delayed(group_root, pure=False)(
         upper, tuple(problem.tilts), mode, np.dtype(problem.dtype).str, *states
     )
@@ -336,15 +336,4 @@ def group_graph(plan: Any, problem: Any, theta: Any, V: Any, mode: str) -> Any:
         return finish(root)
     prod = delayed(group_products, pure=False)
     parts = [prod(*a, root) for a in args]
-    return finish(root, *_reduce_to(parts, add_parts))
-
-
-def _reduce_to(parts: list, combine: Any) -> list:
-    """Combine Delayed values in a tree until at most :data:`FAN_IN` are left (the last
-    combination is done by the task that consumes them)."""
-    from dask import delayed
-
-    fn = delayed(combine, pure=False)
-    while len(parts) > FAN_IN:
-        parts = [fn(*parts[i : i + FAN_IN]) for i in range(0, len(parts), FAN_IN)]
-    return parts
+    return finish(root, *reduce_to(parts, add_parts))
