@@ -303,3 +303,43 @@ def test_objective_call_matches_the_methods():
         objective_call(obj, "laplacian", th)
     with pytest.raises(ValueError, match="`theta` must have shape"):
         objective_call(obj, "grad", np.zeros(5))
+
+
+def test_lazy_parameters_chain_in_one_graph(cluster):
+    """A parameter that is itself lazy (a gradient step on a lazy gradient) is computed in
+    the graph of the evaluation that uses it: two chained evaluations, one graph."""
+    client, counter = cluster
+    ref, obj = _pair("hier", -2.0, np.float64, client, seed=3)
+    th = np.full(ref.shape, 0.1)
+    with client.as_current():
+        _, g = obj.value_and_gradient(th)
+        th1 = da.from_array(th) - 0.5 * g  # a computation, not data: stays in the graph
+        v = da.ones(ref.shape, dtype=np.float64) * 2.0
+        before = counter.n
+        f1, g1 = obj.value_and_gradient(th1)
+        hv = obj.hvp(th1, v)
+        assert counter.n == before
+        f1, g1, hv, step = dask.compute(f1, g1, hv, th1)
+        assert counter.n == before + 1
+    want_step = th - 0.5 * ref.gradient(th)
+    _close(step, want_step, 1e-12)
+    f0, g0 = ref.value_and_gradient(want_step)
+    assert abs(float(f1) - float(f0)) <= 1e-12 * abs(float(f0))
+    _close(g1, g0, 1e-10)
+    _close(hv, ref.hvp(want_step, np.full(ref.shape, 2.0)), 1e-10)
+
+
+def test_in_memory_parameters_are_read_without_computing():
+    from tiltlab.distributed._objective import in_memory
+
+    a = np.arange(12.0).reshape(4, 3)
+    with _Count() as c:
+        got = in_memory(da.from_array(a, chunks=(3, 2)))  # four blocks of data
+        lazy = da.from_array(a, chunks=2) * 2.0
+        assert in_memory(lazy) is lazy
+        assert in_memory(a) is a and in_memory(None) is None
+        masked = da.from_array(a[:, 0], chunks=2)
+        masked = masked[masked > 1.0]  # unknown chunk sizes
+        assert in_memory(masked) is masked
+    assert c.n == 0
+    np.testing.assert_array_equal(got, a)

@@ -51,6 +51,7 @@ __all__ = [
     "evaluate",
     "evaluation",
     "finish",
+    "in_memory",
     "lazy_hessian",
     "lazy_results",
     "problem_of",
@@ -222,6 +223,54 @@ def supported(objective: Any) -> bool:
     return bool(np.isfinite(problem.tilts[-1]))
 
 
+def in_memory(a: Any) -> Any:
+    """The NumPy value of a Dask array whose graph is only data held in memory (what
+    ``dask.array.from_array`` of a NumPy array builds: one literal block per key), else
+    ``a`` unchanged. Nothing is computed.
+
+    A parameter given that way travels inside the tasks of an evaluation; as a key of its
+    own it would be one more dependency, fetched by every worker before its chunks can
+    start (a round trip between workers per evaluation).
+
+    Examples
+    --------
+    >>> import dask.array as da, numpy as np
+    >>> from tiltlab.distributed._objective import in_memory
+    >>> in_memory(da.from_array(np.arange(5.0), chunks=2))
+    array([0., 1., 2., 3., 4.])
+    >>> type(in_memory(da.ones(3) + 1)).__name__  # a computation: left to the graph
+    'Array'
+    """
+    import dask.array as da
+
+    if not isinstance(a, da.Array) or any(math.isnan(c) for c in a.shape):
+        return a
+    graph = a.__dask_graph__()
+    if len(getattr(graph, "layers", ())) != 1:
+        return a
+
+    def block(key: Any) -> Any:
+        v = graph.get(key)
+        v = getattr(v, "value", v) if type(v).__name__ == "DataNode" else v
+        if not isinstance(v, np.ndarray):
+            raise LookupError
+        return v
+
+    def nested(keys: Any) -> Any:
+        return [nested(k) for k in keys] if isinstance(keys, list) else block(keys)
+
+    try:
+        keys = a.__dask_keys__()
+        if len(graph) != a.npartitions:
+            return a
+        from dask.array.core import concatenate3
+
+        out = np.asarray(concatenate3(nested(keys)), dtype=a.dtype)
+    except LookupError:
+        return a
+    return out if out.shape == a.shape else a
+
+
 def evaluation(objective: Any, theta: Any, V: Any, mode: str) -> Any:
     """The whole of one evaluation as one Delayed value (nothing is computed here).
 
@@ -236,6 +285,7 @@ def evaluation(objective: Any, theta: Any, V: Any, mode: str) -> Any:
 
     problem = problem_of(objective)
     plan = distribute(problem)
+    theta, V = in_memory(theta), in_memory(V)
     if plan.codes is None:
         tau = float(problem.tilts[-1])
         fn = delayed(chunk_sample_state, pure=False)
