@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import os
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +52,7 @@ __all__ = [
     "evaluate",
     "evaluation",
     "finish",
+    "finish_item",
     "in_memory",
     "lazy_hessian",
     "lazy_results",
@@ -283,6 +285,16 @@ def evaluation(objective: Any, theta: Any, V: Any, mode: str) -> Any:
     """
     from dask import delayed
 
+    spec, theta, V, parts = _evaluation_parts(objective, theta, V, mode)
+    return delayed(finish, pure=False)(spec, theta, V, *parts)
+
+
+def _evaluation_parts(objective: Any, theta: Any, V: Any, mode: str) -> tuple:
+    """What the finishing task of an evaluation takes: ``(spec, theta, V, parts)``, the
+    parts Delayed (per-chunk states reduced to at most :data:`FAN_IN`, or the result of
+    a hierarchy's graph); counts the pass."""
+    from dask import delayed
+
     problem = problem_of(objective)
     plan = distribute(problem)
     theta, V = in_memory(theta), in_memory(V)
@@ -295,10 +307,9 @@ def evaluation(objective: Any, theta: Any, V: Any, mode: str) -> Any:
     else:
         parts = [group_graph(plan, problem, theta, V, mode)]
     spec = (mode, problem.tree is not None, float(problem.l2), np.dtype(problem.dtype).str)
-    out = delayed(finish, pure=False)(spec, theta, V, *parts)
     if not isinstance(objective, TiltedProblem):
         objective.n_passes += 1
-    return out
+    return spec, theta, V, parts
 
 
 def finish(spec: tuple, theta: Any, V: Any, *parts: Any) -> tuple:
@@ -380,19 +391,37 @@ def _finish_sample(state: Any, mode: str, dtype: Any) -> tuple:
     return value, 0.5 * (H + H.T)
 
 
+def finish_item(index: int, spec: tuple, theta: Any, V: Any, *parts: Any) -> Any:
+    """Item ``index`` of :func:`finish` (the value, or the gradient / product / Hessian):
+    the task that makes one block of a lazy result."""
+    return finish(spec, theta, V, *parts)[index]
+
+
 def lazy_results(objective: Any, theta: Any, V: Any, mode: str, shape: tuple) -> tuple:
     """Lazy Dask arrays of one evaluation: ``(value,)`` or ``(value, out)`` with ``out`` of
     ``shape``. Computed together (``dask.compute(value, out)``) they are one graph; each
-    computed on its own runs the evaluation again."""
+    computed on its own runs the evaluation again.
+
+    The block of each array is made by its own finishing task (:func:`finish_item`),
+    straight from the reduced chunk results: no task in between to split a pair.
+    """
     import dask.array as da
+    from dask import delayed
 
     problem = problem_of(objective)
     dtype = np.dtype(problem.dtype)
-    node = evaluation(objective, theta, V, mode)
-    value = da.from_delayed(node[0], shape=(), dtype=dtype)
-    if mode == "value":
-        return (value,)
-    return value, da.from_delayed(node[1], shape=tuple(shape), dtype=dtype)
+    spec, theta, V, parts = _evaluation_parts(objective, theta, V, mode)
+    token = uuid.uuid4().hex
+    shapes = [()] if mode == "value" else [(), tuple(shape)]
+    fn = delayed(finish_item, pure=False)
+    keys = [(f"tilted-{i}-{token}",) + (0,) * len(sh) for i, sh in enumerate(shapes)]
+    graph: dict = {}
+    for i, key in enumerate(keys):
+        graph.update(fn(i, spec, theta, V, *parts, dask_key_name=key).__dask_graph__())
+    return tuple(
+        da.Array(graph, key[0], chunks=tuple((n,) for n in sh), dtype=dtype)
+        for key, sh in zip(keys, shapes, strict=True)
+    )
 
 
 def lazy_hessian(objective: Any, theta: Any) -> tuple:
