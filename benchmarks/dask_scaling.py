@@ -19,12 +19,13 @@
     Zipf-sized groups, tilts (-1, 2), ``--rows`` x 32 float64, default 1e6) and of the
     sample-level one (t = -1) on NumPy (one BLAS thread, in this process) and on a
     ``LocalCluster`` of 2 workers with one thread each (worker processes; ``--in-process``:
-    threads of this process), interleaved, ``--repeats`` rounds, medians. Reported: the
-    Dask / NumPy ratios and the graphs per evaluation (scheduler plugin) of the NumPy face
-    the solvers use (``ClientObjective``) and of the objective's own methods on Dask
-    arrays (their results fetched by one ``dask.compute``), and with
-    ``--before DIR`` the same two calls of an older tiltlab in the same run (DIR holds a
-    copy of the package renamed ``tiltlab_before``, see below). Also counted: the graphs that
+    threads of this process), interleaved, ``--repeats`` rounds, medians (and the ratio of
+    the fastest runs, less sensitive to other processes). Reported: the Dask / NumPy
+    ratios and the graphs per evaluation (scheduler plugin) of the NumPy face the solvers
+    use (``ClientObjective``) and of the objective's own methods on Dask arrays (lazy
+    results, both fetched by one ``dask.compute``), and with ``--before DIR`` the same two
+    calls of an older tiltlab in the same run (DIR holds a copy of the package renamed
+    ``tiltlab_before``, see below). Also counted: the graphs that
     ``tilted_risk`` and ``hierarchical_risk`` of Dask losses submit when called and when
     computed.
 
@@ -349,10 +350,12 @@ def hier(rows: int, n_groups: int, repeats: int, in_process: bool, before_dir: s
                     times[k].append(_timed(fn))
                     graphs.setdefault(k, []).append(counter.n - n0)
     med = {k: statistics.median(v) for k, v in times.items()}
+    best = {k: min(v) for k, v in times.items()}
     print(f"  load average (1, 5, 15 min) at the end: {os.getloadavg()}")
     for k in fns:
-        base = med["numpy hier" if "hier" in k else "numpy sample"]
-        extra = (f", ratio to numpy {med[k] / base:.2f}, graphs per evaluation "
+        np_key = "numpy hier" if "hier" in k else "numpy sample"
+        extra = (f", ratio to numpy {med[k] / med[np_key]:.2f} (fastest runs: "
+                 f"{best[k] / best[np_key]:.2f}), graphs per evaluation "
                  f"{statistics.median(graphs[k]):.0f}" if k in graphs else "")
         runs = ", ".join(f"{v * 1e3:.0f}" for v in times[k])
         print(f"  {k:36s} {med[k] * 1e3:8.1f} ms{extra} (runs {runs})")
