@@ -250,6 +250,12 @@ def test_sample_level_dense_hessian_and_multinomial_shapes():
         assert abs(float(f) - float(f0)) <= 1e-12 * abs(float(f0))
         _close(g, g0, 1e-11)
         _close(hv, ref.hvp(th, v), 1e-10)
+        gc = objective_call(obj, "grad", th)[1]
+        hc = objective_call(obj, "hvp", th.reshape(d, K), da.from_array(v.reshape(d, K)))
+        assert gc.shape == (d * K,) and hc.shape == (d, K)
+        gc, hc = dask.compute(gc, hc)
+        _close(gc, g0, 1e-11)
+        _close(hc.reshape(-1), ref.hvp(th, v), 1e-10)
     X2 = X[:, :2]
     ref = tl.TiltedObjective("squared", X2, X[:, 2], t=-1.0, l2=0.5)
     obj = tl.TiltedObjective("squared", Xd[:, :2], Xd[:, 2], t=-1.0, l2=0.5)

@@ -5,9 +5,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._objective import lazy_hessian, lazy_results, problem_of, supported
+import numpy as np
+
+from ._objective import in_memory, lazy_hessian, lazy_results, problem_of, supported
 
 __all__ = ["objective_call"]
+
+
+def _reshaped(a: Any, shape: tuple, xp: Any) -> Any:
+    """``a`` in the parameter shape: its NumPy value where it is data in memory (it then
+    travels inside the tasks), else a lazy reshape."""
+    host = in_memory(a)
+    return np.reshape(host, shape) if isinstance(host, np.ndarray) else xp.reshape(a, shape)
 
 
 def objective_call(objective: Any, kind: str, theta: Any, v: Any = None) -> Any:
@@ -16,11 +25,11 @@ def objective_call(objective: Any, kind: str, theta: Any, v: Any = None) -> Any:
 
     ``kind`` is ``"value"``, ``"grad"``, ``"hvp"`` or ``"hess"`` (the dense Hessian: one
     evaluation for a sample-level scalar-predictor objective, else one Hessian-vector
-    product per column, all in one graph). Results are lazy Dask
-    arrays in the shapes the objective's methods give (the gradient and ``Hv`` in the
-    shape of ``theta``, resp. ``v``): nothing runs at call time, and computing the
-    results of one call together (``dask.compute(value, grad)``) runs one graph, the whole
-    evaluation. Each result computed on its own runs the evaluation again.
+    product per column, all in one graph). Results are lazy Dask arrays in the shapes the
+    objective's methods give (the gradient and ``Hv`` in the shape of ``theta``, resp.
+    ``v``): nothing runs at call time, and computing the results of one call together
+    (``dask.compute(value, grad)``) runs one graph, the whole evaluation. Each result
+    computed on its own runs the evaluation again.
 
     Examples
     --------
@@ -40,7 +49,7 @@ def objective_call(objective: Any, kind: str, theta: Any, v: Any = None) -> Any:
     xp = problem.xp
     th = problem.check_theta(theta)
     shape = problem.shape
-    T = xp.reshape(th, shape)
+    T = _reshaped(th, shape, xp)
     if kind == "value":
         return lazy_results(objective, T, None, "value", ())[0]
     if kind == "grad":
@@ -48,7 +57,7 @@ def objective_call(objective: Any, kind: str, theta: Any, v: Any = None) -> Any:
         return value, xp.reshape(g, tuple(th.shape))
     if kind == "hvp":
         vv = problem.check_theta(v, name="v")
-        V = xp.reshape(vv, shape)
+        V = _reshaped(vv, shape, xp)
         hv = lazy_results(objective, T, V, "hvp", tuple(V.shape))[1]
         return xp.reshape(hv, tuple(vv.shape))
     if kind == "hess":

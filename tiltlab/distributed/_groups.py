@@ -55,6 +55,7 @@ __all__ = [
     "add_parts",
     "finish_products",
     "group_graph",
+    "group_pieces",
     "group_products",
     "group_root",
     "group_sweep",
@@ -303,12 +304,24 @@ def finish_products(root: Any, *parts: Any) -> Any:
 
 
 def group_graph(plan: Any, problem: Any, theta: Any, V: Any, mode: str) -> Any:
-    """The Delayed result of one hierarchical evaluation (see the module docstring)."""
+    """The Delayed result of one hierarchical evaluation (see the module docstring):
+    ``(value, sum of products)``, or None for non-finite losses."""
+    from dask import delayed
+
+    combine, pieces = group_pieces(plan, problem, theta, V, mode)
+    return delayed(combine, pure=False)(*pieces)
+
+
+def group_pieces(plan: Any, problem: Any, theta: Any, V: Any, mode: str) -> tuple:
+    """``(combine, pieces)``: the graph of one hierarchical evaluation but its last task,
+    which is ``combine(*pieces)`` (left to the task that consumes the result, so that the
+    evaluation's finishing takes no step of its own)."""
     from dask import delayed
 
     tau = float(problem.tilts[-1])
     tree = problem.tree
     upper = GroupTree(n_samples=plan.n_groups, levels=tuple(tree.levels[1:]), sample_layouts=())
+    dtype = np.dtype(problem.dtype).str
     if not plan.persisted:  # read from the source at each evaluation: one sweep
         fn = delayed(chunk_group_sums, pure=False)
         states = reduce_to(
@@ -318,9 +331,7 @@ def group_graph(plan: Any, problem: Any, theta: Any, V: Any, mode: str) -> Any:
             ],
             merge_states,
         )
-        return delayed(finish_group_sums, pure=False)(
-            upper, tuple(problem.tilts), mode, np.dtype(problem.dtype).str, *states
-        )
+        return finish_group_sums, [upper, tuple(problem.tilts), mode, dtype, *states]
     token = uuid.uuid4().hex
     args = [
         (Xb, yb, pb, cb, theta, V, problem.loss, tau, plan.n_groups, mode, token, i)
@@ -328,12 +339,9 @@ def group_graph(plan: Any, problem: Any, theta: Any, V: Any, mode: str) -> Any:
     ]
     sweep = delayed(group_sweep, pure=False)
     states = reduce_to([sweep(*a) for a in args], merge_states)
-    root = delayed(group_root, pure=False)(
-        upper, tuple(problem.tilts), mode, np.dtype(problem.dtype).str, *states
-    )
-    finish = delayed(finish_products, pure=False)
+    root = delayed(group_root, pure=False)(upper, tuple(problem.tilts), mode, dtype, *states)
     if mode == "value":
-        return finish(root)
+        return finish_products, [root]
     prod = delayed(group_products, pure=False)
     parts = [prod(*a, root) for a in args]
-    return finish(root, *reduce_to(parts, add_parts))
+    return finish_products, [root, *reduce_to(parts, add_parts)]

@@ -33,7 +33,7 @@ from .._compat import is_dask_namespace, to_numpy
 from ..accumulator import finalize_risk, normalized_sums
 from ..objective.engines import ENGINES, Context, Engine
 from ..objective.problem import TiltedProblem
-from ._groups import group_graph
+from ._groups import group_pieces
 from ._states import (
     FAN_IN,
     aligned,
@@ -304,24 +304,28 @@ def _evaluation_parts(objective: Any, theta: Any, V: Any, mode: str) -> tuple:
         parts = [fn(Xb, yb, pb, theta, V, problem.loss, tau, mode)
                  for Xb, yb, pb, _ in plan.blocks]
         parts = reduce_to(parts, merge_states)  # the last merge is the finishing task's
+        combine = None
     else:
-        parts = [group_graph(plan, problem, theta, V, mode)]
-    spec = (mode, problem.tree is not None, float(problem.l2), np.dtype(problem.dtype).str)
+        combine, parts = group_pieces(plan, problem, theta, V, mode)
+    spec = (mode, combine, float(problem.l2), np.dtype(problem.dtype).str)
     if not isinstance(objective, TiltedProblem):
         objective.n_passes += 1
     return spec, theta, V, parts
 
 
 def finish(spec: tuple, theta: Any, V: Any, *parts: Any) -> tuple:
-    """The last task of an evaluation: the merged result of the chunks turned into NumPy
-    ``(value,)`` or ``(value, out)`` with the ridge term (``spec``: mode, whether the
-    objective is hierarchical, ``l2``, dtype). Non-finite losses (at a trial point) give
-    ``value = inf`` and a NaN ``out``."""
-    mode, hierarchical, l2, dtype = spec
+    """The last task of an evaluation: the results of the chunks turned into NumPy
+    ``(value,)`` or ``(value, out)`` with the ridge term. ``spec`` is ``(mode, combine,
+    l2, dtype)``: ``combine`` None for a sample-level objective (``parts`` are chunk
+    states, merged here), else the last step of a hierarchy's graph, which gives ``(value,
+    sum of products)`` from ``parts``. Non-finite losses (at a trial point) give ``value =
+    inf`` and a NaN ``out``."""
+    mode, combine, l2, dtype = spec
     dtype = np.dtype(dtype)
     theta = np.asarray(to_numpy(theta))
     V = None if V is None else np.asarray(to_numpy(V))
-    state = parts[0] if hierarchical else merge_states(*parts)
+    hierarchical = combine is not None
+    state = combine(*parts) if hierarchical else merge_states(*parts)
     if state is None:
         value, out = np.asarray(math.inf, dtype=dtype), np.full(theta.shape, np.nan, dtype=dtype)
         if mode == "hess":
