@@ -349,3 +349,33 @@ def test_in_memory_parameters_are_read_without_computing():
         assert in_memory(masked) is masked
     assert c.n == 0
     np.testing.assert_array_equal(got, a)
+
+
+def test_data_filtered_to_unknown_chunk_sizes_after_compute_chunk_sizes(cluster):
+    """Rows kept by a mask (chunks of unknown, then uneven sizes that split the groups):
+    the objective takes the data once their chunk sizes are known."""
+    client, counter = cluster
+    X, y, g = _data(seed=10)
+    keep = X[:, 1] > -0.5
+    Xd = da.from_array(X, chunks=(150, 4))
+    yd = da.from_array(y, chunks=150)
+    mask = Xd[:, 1] > -0.5
+    Xm, ym = Xd[mask], yd[mask]
+    assert np.isnan(Xm.shape[0])
+    with client.as_current():
+        Xm.compute_chunk_sizes()
+        ym.compute_chunk_sizes()
+        assert len(set(Xm.chunks[0])) > 1  # uneven chunks
+        kw = {"groups": g[keep], "tilts": (2.0, -50.0), "l2": 1e-2}
+        obj = tl.TiltedObjective("logistic", Xm, ym, **kw)
+        plan = distribute(obj)
+        distributed.wait([plan.X, plan.y, plan.codes])
+        th = np.array([0.2, -0.1, 0.4, 0.3])
+        before = counter.n
+        f, grad = obj.value_and_gradient(th)
+        f, grad = dask.compute(f, grad)
+        assert counter.n == before + 1
+    ref = tl.TiltedObjective("logistic", X[keep], y[keep], **kw)
+    f0, g0 = ref.value_and_gradient(th)
+    assert abs(float(f) - float(f0)) <= 1e-12 * abs(float(f0))
+    _close(grad, g0, 1e-11)
