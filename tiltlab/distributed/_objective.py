@@ -291,8 +291,9 @@ def evaluation(objective: Any, theta: Any, V: Any, mode: str) -> Any:
 
 def _evaluation_parts(objective: Any, theta: Any, V: Any, mode: str) -> tuple:
     """What the finishing task of an evaluation takes: ``(spec, theta, V, parts)``, the
-    parts Delayed (per-chunk states reduced to at most :data:`FAN_IN`, or the result of
-    a hierarchy's graph); counts the pass."""
+    parts Delayed (per-chunk states reduced to at most :data:`FAN_IN`, or the pieces of a
+    hierarchy's graph that its last step combines, see
+    :func:`~tiltlab.distributed._groups.group_pieces`); counts the pass."""
     from dask import delayed
 
     problem = problem_of(objective)
