@@ -6,10 +6,13 @@ engine), the solvers' driver table (:func:`tiltlab.minimize`), and the risk func
 (:func:`tiltlab.tilted_risk`, :func:`tiltlab.hierarchical_risk`):
 
 * every evaluation of a linear-predictor objective (value, value and gradient,
-  Hessian-vector product, dense Hessian) is **one task graph** (one ``compute``): per row
-  chunk a tilted accumulator state, merged by a tree reduction (for a hierarchy: per-group
-  states, then in the same graph one product ``X_b^T c`` per chunk with each sample's final
-  weight); only scalars and ``d``-vectors reach the client;
+  Hessian-vector product, dense Hessian) is **one task graph**: per row chunk a tilted
+  accumulator state, merged by a tree reduction (for a hierarchy: per-group states, then
+  in the same graph one product ``X_b^T c`` per chunk with each sample's final weight);
+  only scalars and ``d``-vectors reach the client. The objective's methods return lazy
+  Dask arrays whose graph is the whole evaluation: nothing runs at call time, and
+  ``dask.compute(*obj.value_and_gradient(theta))`` runs one graph (each result computed
+  on its own runs the evaluation again);
 * ``tilted_risk`` / ``hierarchical_risk`` of Dask losses return lazy Dask arrays whose
   graph is the same per-chunk reduction (nothing is computed at call time; see
   :func:`dask_tilted_risk` and :func:`dask_hierarchical_risk` for the cases covered);

@@ -40,7 +40,6 @@ from ..segments import Segments, expand, segment_sum
 from ._groups_stream import chunk_group_sums, finish_group_sums, kappa
 from ._states import (
     EMPTY,
-    FAN_IN,
     SUB_BLOCK_BYTES,
     _derivs,
     _group_state_or_none,
@@ -49,12 +48,14 @@ from ._states import (
     aligned,
     group_risks,
     merge_states,
+    reduce_to,
 )
 
 __all__ = [
     "add_parts",
     "finish_products",
     "group_graph",
+    "group_pieces",
     "group_products",
     "group_root",
     "group_sweep",
@@ -303,48 +304,44 @@ def finish_products(root: Any, *parts: Any) -> Any:
 
 
 def group_graph(plan: Any, problem: Any, theta: Any, V: Any, mode: str) -> Any:
-    """The Delayed result of one hierarchical evaluation (see the module docstring)."""
+    """The Delayed result of one hierarchical evaluation (see the module docstring):
+    ``(value, sum of products)``, or None for non-finite losses."""
+    from dask import delayed
+
+    combine, pieces = group_pieces(plan, problem, theta, V, mode)
+    return delayed(combine, pure=False)(*pieces)
+
+
+def group_pieces(plan: Any, problem: Any, theta: Any, V: Any, mode: str) -> tuple:
+    """``(combine, pieces)``: the graph of one hierarchical evaluation but its last task,
+    which is ``combine(*pieces)`` (left to the task that consumes the result, so that the
+    evaluation's finishing takes no step of its own)."""
     from dask import delayed
 
     tau = float(problem.tilts[-1])
     tree = problem.tree
     upper = GroupTree(n_samples=plan.n_groups, levels=tuple(tree.levels[1:]), sample_layouts=())
+    dtype = np.dtype(problem.dtype).str
     if not plan.persisted:  # read from the source at each evaluation: one sweep
         fn = delayed(chunk_group_sums, pure=False)
-        states = _reduce_to(
+        states = reduce_to(
             [
                 fn(Xb, yb, pb, cb, theta, V, problem.loss, tau, plan.n_groups, mode)
                 for Xb, yb, pb, cb in plan.blocks
             ],
             merge_states,
         )
-        return delayed(finish_group_sums, pure=False)(
-            upper, tuple(problem.tilts), mode, np.dtype(problem.dtype).str, *states
-        )
+        return finish_group_sums, [upper, tuple(problem.tilts), mode, dtype, *states]
     token = uuid.uuid4().hex
     args = [
         (Xb, yb, pb, cb, theta, V, problem.loss, tau, plan.n_groups, mode, token, i)
         for i, (Xb, yb, pb, cb) in enumerate(plan.blocks)
     ]
     sweep = delayed(group_sweep, pure=False)
-    states = _reduce_to([sweep(*a) for a in args], merge_states)
-    root = delayed(group_root, pure=False)(
-        upper, tuple(problem.tilts), mode, np.dtype(problem.dtype).str, *states
-    )
-    finish = delayed(finish_products, pure=False)
+    states = reduce_to([sweep(*a) for a in args], merge_states)
+    root = delayed(group_root, pure=False)(upper, tuple(problem.tilts), mode, dtype, *states)
     if mode == "value":
-        return finish(root)
+        return finish_products, [root]
     prod = delayed(group_products, pure=False)
     parts = [prod(*a, root) for a in args]
-    return finish(root, *_reduce_to(parts, add_parts))
-
-
-def _reduce_to(parts: list, combine: Any) -> list:
-    """Combine Delayed values in a tree until at most :data:`FAN_IN` are left (the last
-    combination is done by the task that consumes them)."""
-    from dask import delayed
-
-    fn = delayed(combine, pure=False)
-    while len(parts) > FAN_IN:
-        parts = [fn(*parts[i : i + FAN_IN]) for i in range(0, len(parts), FAN_IN)]
-    return parts
+    return finish_products, [root, *reduce_to(parts, add_parts)]

@@ -1,14 +1,19 @@
 """Tilted objectives on Dask arrays: one task graph per evaluation.
 
 For a linear-predictor loss on Dask data, each evaluation (value, value and gradient,
-Hessian-vector product, dense Hessian) builds one graph and runs it with one ``compute``.
+Hessian-vector product, dense Hessian) is one graph (:func:`evaluation`).
 Sample-level tilt: a task per row chunk computes the chunk's tilted accumulator state
 (:mod:`tiltlab.accumulator`, with the chunk's weighted sums ``X_b^T c``), the states merge
-in a tree, and the client receives the merged state only (scalars and ``d``-vectors) and
-finishes in NumPy. Hierarchy: the graph sweeps the chunks twice, group states first and
-the products ``X_b^T c`` second, with the upper levels finished in between inside the
-graph (:mod:`tiltlab.distributed._groups`); the client receives the value and the
-``d``-vector.
+in a tree, and one last task finishes them (:func:`finish`: the value, the gradient or
+product, the ridge term). Hierarchy: the graph sweeps the chunks twice, group states first
+and the products ``X_b^T c`` second, with the upper levels finished in between inside the
+graph (:mod:`tiltlab.distributed._groups`). Only the value and the ``d``-vector reach the
+client.
+
+Two faces run the same graph: the objective's own methods (the Dask engine) return lazy
+Dask arrays whose graph is the whole evaluation (:func:`lazy_results`: nothing runs at call
+time; ``dask.compute(value, gradient)`` is one graph), and :func:`evaluate` (what the
+client-driven solvers call) computes it at once and returns NumPy arrays.
 
 The data are rechunked once to whole rows and, when they fit in the workers' memory,
 persisted once (:func:`distribute`); every later graph refers to the persisted chunks.
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import math
 import os
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,8 +33,15 @@ from .._compat import is_dask_namespace, to_numpy
 from ..accumulator import finalize_risk, normalized_sums
 from ..objective.engines import ENGINES, Context, Engine
 from ..objective.problem import TiltedProblem
-from ._groups import group_graph
-from ._states import FAN_IN, aligned, chunk_sample_state, merge_states, tree_reduce
+from ._groups import group_pieces
+from ._states import (
+    FAN_IN,
+    aligned,
+    chunk_sample_state,
+    merge_states,
+    reduce_to,
+    tree_reduce,
+)
 
 __all__ = [
     "DASK_ENGINE",
@@ -37,7 +50,12 @@ __all__ = [
     "FAN_IN",
     "distribute",
     "evaluate",
-    "merged_state",
+    "evaluation",
+    "finish",
+    "finish_item",
+    "in_memory",
+    "lazy_hessian",
+    "lazy_results",
     "problem_of",
     "supported",
     "tree_reduce",
@@ -207,58 +225,118 @@ def supported(objective: Any) -> bool:
     return bool(np.isfinite(problem.tilts[-1]))
 
 
-def merged_state(objective: Any, theta: Any, V: Any, mode: str) -> tuple:
-    """The result of one evaluation's graph: exactly one ``dask.compute``.
+def in_memory(a: Any) -> Any:
+    """The NumPy value of a Dask array whose graph is only data held in memory (what
+    ``dask.array.from_array`` of a NumPy array builds: one literal block per key), else
+    ``a`` unchanged. Nothing is computed.
+
+    A parameter given that way travels inside the tasks of an evaluation; as a key of its
+    own it would be one more dependency, fetched by every worker before its chunks can
+    start (a round trip between workers per evaluation).
+
+    Examples
+    --------
+    >>> import dask.array as da, numpy as np
+    >>> from tiltlab.distributed._objective import in_memory
+    >>> in_memory(da.from_array(np.arange(5.0), chunks=2))
+    array([0., 1., 2., 3., 4.])
+    >>> type(in_memory(da.ones(3) + 1)).__name__  # a computation: left to the graph
+    'Array'
+    """
+    import dask.array as da
+
+    if not isinstance(a, da.Array) or any(math.isnan(c) for c in a.shape):
+        return a
+    graph = a.__dask_graph__()
+    if len(getattr(graph, "layers", ())) != 1:
+        return a
+
+    def block(key: Any) -> Any:
+        v = graph.get(key)
+        v = getattr(v, "value", v) if type(v).__name__ == "DataNode" else v
+        if not isinstance(v, np.ndarray):
+            raise LookupError
+        return v
+
+    def nested(keys: Any) -> Any:
+        return [nested(k) for k in keys] if isinstance(keys, list) else block(keys)
+
+    try:
+        keys = a.__dask_keys__()
+        if len(graph) != a.npartitions:
+            return a
+        from dask.array.core import concatenate3
+
+        out = np.asarray(concatenate3(nested(keys)), dtype=a.dtype)
+    except LookupError:
+        return a
+    return out if out.shape == a.shape else a
+
+
+def evaluation(objective: Any, theta: Any, V: Any, mode: str) -> Any:
+    """The whole of one evaluation as one Delayed value (nothing is computed here).
 
     ``theta`` and ``V`` (None outside ``"hvp"``) are NumPy or Dask arrays of the
-    objective's ``shape``; they are computed in the same graph and returned as NumPy:
-    ``(result, theta, V)``. For a sample-level objective ``result`` is the merged
-    :class:`~tiltlab.accumulator.TiltState` of all chunks; for a hierarchy it is
-    ``(value, sum of products)`` from :func:`tiltlab.distributed._groups.group_graph`
-    (None for non-finite losses).
+    objective's ``shape``. The graph holds the per-chunk tasks, their tree reduction and
+    the finishing on the host (:func:`finish`, ridge term included), so that computing it
+    is one graph: its value is NumPy ``(value,)`` for ``"value"`` and ``(value, out)``
+    otherwise (see :func:`evaluate`). A pass over the data is counted on ``objective``
+    (when it is an objective, not a bare problem) when the graph is built.
     """
-    import dask
+    from dask import delayed
+
+    spec, theta, V, parts = _evaluation_parts(objective, theta, V, mode)
+    return delayed(finish, pure=False)(spec, theta, V, *parts)
+
+
+def _evaluation_parts(objective: Any, theta: Any, V: Any, mode: str) -> tuple:
+    """What the finishing task of an evaluation takes: ``(spec, theta, V, parts)``, the
+    parts Delayed (per-chunk states reduced to at most :data:`FAN_IN`, or the pieces of a
+    hierarchy's graph that its last step combines, see
+    :func:`~tiltlab.distributed._groups.group_pieces`); counts the pass."""
     from dask import delayed
 
     problem = problem_of(objective)
     plan = distribute(problem)
+    theta, V = in_memory(theta), in_memory(V)
     if plan.codes is None:
         tau = float(problem.tilts[-1])
         fn = delayed(chunk_sample_state, pure=False)
         parts = [fn(Xb, yb, pb, theta, V, problem.loss, tau, mode)
                  for Xb, yb, pb, _ in plan.blocks]
-        root = tree_reduce(parts, merge_states)
+        parts = reduce_to(parts, merge_states)  # the last merge is the finishing task's
+        combine = None
     else:
-        root = group_graph(plan, problem, theta, V, mode)
-    result, theta, V = dask.compute(root, theta, V)
+        combine, parts = group_pieces(plan, problem, theta, V, mode)
+    spec = (mode, combine, float(problem.l2), np.dtype(problem.dtype).str)
     if not isinstance(objective, TiltedProblem):
         objective.n_passes += 1
-    return result, np.asarray(theta), (None if V is None else np.asarray(V))
+    return spec, theta, V, parts
 
 
-def _nonfinite(objective: Any, shape: tuple, dtype: Any) -> tuple:
-    return np.asarray(math.inf, dtype=dtype), np.full(shape, np.nan, dtype=dtype)
-
-
-def evaluate(objective: Any, theta: np.ndarray, V: np.ndarray | None, mode: str) -> tuple:
-    """One evaluation on the cluster, finished on the client in NumPy.
-
-    ``theta`` (and ``V``) are NumPy arrays of the objective's ``shape``. Returns NumPy
-    ``(value,)`` for ``"value"``, ``(value, gradient)`` for ``"grad"``, ``(value, Hv)``
-    for ``"hvp"`` and ``(value, H)`` for ``"hess"`` (flat ``p x p``); the ridge term is
-    included. A trial point with overflowing losses gives ``value = inf``.
-    """
-    problem = problem_of(objective)
-    dtype = np.dtype(problem.dtype)
-    state, theta, V = merged_state(objective, theta, V, mode)
-    l2 = problem.l2
+def finish(spec: tuple, theta: Any, V: Any, *parts: Any) -> tuple:
+    """The last task of an evaluation: the results of the chunks turned into NumPy
+    ``(value,)`` or ``(value, out)`` with the ridge term. ``spec`` is ``(mode, combine,
+    l2, dtype)``: ``combine`` None for a sample-level objective (``parts`` are chunk
+    states, merged here), else the last step of a hierarchy's graph, which gives ``(value,
+    sum of products)`` from ``parts``. Non-finite losses (at a trial point) give ``value =
+    inf`` and a NaN ``out``."""
+    mode, combine, l2, dtype = spec
+    dtype = np.dtype(dtype)
+    theta = np.asarray(to_numpy(theta))
+    V = None if V is None else np.asarray(to_numpy(V))
+    hierarchical = combine is not None
+    state = combine(*parts) if hierarchical else merge_states(*parts)
     if state is None:
-        return _nonfinite(problem, theta.shape, dtype)
-    if problem.tree is not None:
+        value, out = np.asarray(math.inf, dtype=dtype), np.full(theta.shape, np.nan, dtype=dtype)
+        if mode == "hess":
+            out = np.full((theta.size, theta.size), np.nan, dtype=dtype)
+        return (value,) if mode == "value" else (value, out)
+    if hierarchical:
         value, out = state  # the hierarchy's value and sum of products
         out = None if mode == "value" else np.reshape(out, theta.shape)
     else:
-        value, out = _finish_sample(problem, state, mode, dtype)
+        value, out = _finish_sample(state, mode, dtype)
     if l2:
         value = value + 0.5 * l2 * float(np.sum(theta.astype(np.float64) ** 2))
     value = np.asarray(value, dtype=dtype)
@@ -274,7 +352,32 @@ def evaluate(objective: Any, theta: np.ndarray, V: np.ndarray | None, mode: str)
     return value, np.asarray(out, dtype=dtype)
 
 
-def _finish_sample(objective: Any, state: Any, mode: str, dtype: Any) -> tuple:
+def evaluate(objective: Any, theta: Any, V: Any, mode: str) -> tuple:
+    """One evaluation on the cluster: one graph (one ``dask.compute``), NumPy results.
+
+    ``theta`` (and ``V``) are NumPy (or Dask) arrays of the objective's ``shape``. Returns
+    NumPy ``(value,)`` for ``"value"``, ``(value, gradient)`` for ``"grad"``, ``(value,
+    Hv)`` for ``"hvp"`` and ``(value, H)`` for ``"hess"`` (flat ``p x p``); the ridge term
+    is included. A trial point with overflowing losses gives ``value = inf``.
+
+    Examples
+    --------
+    >>> import dask.array as da, numpy as np
+    >>> import tiltlab as tl
+    >>> from tiltlab.distributed import evaluate
+    >>> X = da.from_array(np.eye(4), chunks=2)
+    >>> obj = tl.TiltedObjective("squared", X, da.ones(4, chunks=2), t=1.0)
+    >>> value, grad = evaluate(obj, np.zeros(4), None, "grad")
+    >>> type(grad).__name__, grad.shape
+    ('ndarray', (4,))
+    """
+    import dask
+
+    (out,) = dask.compute(evaluation(objective, theta, V, mode))
+    return out
+
+
+def _finish_sample(state: Any, mode: str, dtype: Any) -> tuple:
     t = state.t
     if t == 0.0:
         value = float(state.shift + state.lsum / state.mass)  # lsum is relative to the shift
@@ -293,36 +396,92 @@ def _finish_sample(objective: Any, state: Any, mode: str, dtype: Any) -> tuple:
     return value, 0.5 * (H + H.T)
 
 
+def finish_item(index: int, spec: tuple, theta: Any, V: Any, *parts: Any) -> Any:
+    """Item ``index`` of :func:`finish` (the value, or the gradient / product / Hessian):
+    the task that makes one block of a lazy result."""
+    return finish(spec, theta, V, *parts)[index]
+
+
+def lazy_results(objective: Any, theta: Any, V: Any, mode: str, shape: tuple) -> tuple:
+    """Lazy Dask arrays of one evaluation: ``(value,)`` or ``(value, out)`` with ``out`` of
+    ``shape``. Computed together (``dask.compute(value, out)``) they are one graph; each
+    computed on its own runs the evaluation again.
+
+    The block of each array is made by its own finishing task (:func:`finish_item`),
+    straight from the reduced chunk results: no task in between to split a pair.
+    """
+    import dask.array as da
+    from dask import delayed
+
+    problem = problem_of(objective)
+    dtype = np.dtype(problem.dtype)
+    spec, theta, V, parts = _evaluation_parts(objective, theta, V, mode)
+    token = uuid.uuid4().hex
+    shapes = [()] if mode == "value" else [(), tuple(shape)]
+    fn = delayed(finish_item, pure=False)
+    keys = [(f"tilted-{i}-{token}",) + (0,) * len(sh) for i, sh in enumerate(shapes)]
+    graph: dict = {}
+    for i, key in enumerate(keys):
+        graph.update(fn(i, spec, theta, V, *parts, dask_key_name=key).__dask_graph__())
+    return tuple(
+        da.Array(graph, key[0], chunks=tuple((n,) for n in sh), dtype=dtype)
+        for key, sh in zip(keys, shapes, strict=True)
+    )
+
+
+def lazy_hessian(objective: Any, theta: Any) -> tuple:
+    """The dense Hessian as a lazy ``(p, p)`` Dask array, and the evaluations in its graph.
+
+    One evaluation for a sample-level scalar-predictor objective; otherwise one
+    Hessian-vector product per column, all in the one graph of the result.
+    """
+    import dask.array as da
+
+    problem = problem_of(objective)
+    shape = tuple(problem.shape)
+    p = math.prod(shape)
+    if len(shape) == 1 and not problem.is_hierarchical:
+        return lazy_results(objective, theta, None, "hess", (p, p))[1], 1
+    eye = np.eye(p, dtype=np.dtype(problem.dtype))
+    cols = [
+        da.reshape(lazy_results(objective, theta, np.reshape(e, shape), "hvp", shape)[1], (p,))
+        for e in eye
+    ]
+    H = da.stack(cols, axis=1)
+    return 0.5 * (H + H.T), p
+
+
 class DaskEngine(Engine):
-    """One task graph per evaluation of a predictor-loss problem on Dask data."""
+    """One task graph per evaluation of a predictor-loss problem on Dask data.
+
+    Results are lazy Dask arrays whose graph is the whole evaluation (see
+    :func:`lazy_results`): nothing runs at call time, and computing a value and its
+    gradient together is one graph.
+    """
 
     name = "Dask one-graph"
 
     def applies(self, problem: Any) -> bool:
         return supported(problem)
 
-    def _run(self, problem: Any, theta: Any, V: Any, mode: str, ctx: Context) -> tuple:
-        out = evaluate(problem, theta, V, mode)
+    def _run(self, problem: Any, theta: Any, V: Any, mode: str, shape: Any, ctx: Context):
+        out = lazy_results(problem, theta, V, mode, shape)
         ctx.count(1)
         return out
 
     def value(self, problem: Any, theta: Any, ctx: Context) -> Any:
-        (val,) = self._run(problem, theta, None, "value", ctx)
-        return problem.xp.asarray(val)
+        return self._run(problem, theta, None, "value", None, ctx)[0]
 
     def value_and_gradient(self, problem: Any, theta: Any, ctx: Context) -> Any:
-        val, g = self._run(problem, theta, None, "grad", ctx)
-        return problem.xp.asarray(val), problem.xp.asarray(g)
+        return self._run(problem, theta, None, "grad", theta.shape, ctx)
 
     def hvp(self, problem: Any, theta: Any, v: Any, ctx: Context) -> Any:
-        _, hv = self._run(problem, theta, v, "hvp", ctx)
-        return problem.xp.asarray(hv)
+        return self._run(problem, theta, v, "hvp", v.shape, ctx)[1]
 
     def hessian(self, problem: Any, theta: Any, ctx: Context) -> Any:
-        if len(problem.shape) != 1 or problem.is_hierarchical:
-            return None  # columns of Hessian-vector products (each one graph)
-        _, H = self._run(problem, theta, None, "hess", ctx)
-        return problem.xp.asarray(H)
+        H, evaluations = lazy_hessian(problem, theta)
+        ctx.count(evaluations)
+        return H
 
 
 DASK_ENGINE = DaskEngine()

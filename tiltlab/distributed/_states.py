@@ -30,6 +30,7 @@ __all__ = [
     "merge_states",
     "EMPTY",
     "FAN_IN",
+    "reduce_to",
     "tree_reduce",
 ]
 
@@ -296,6 +297,17 @@ def tree_reduce(parts: list, combine: Any, fan_in: int = FAN_IN) -> Any:
     while len(parts) > 1:
         parts = [fn(*parts[i : i + fan_in]) for i in range(0, len(parts), fan_in)]
     return parts[0]
+
+
+def reduce_to(parts: list, combine: Any, fan_in: int = FAN_IN) -> list:
+    """Combine Delayed values in a tree until at most ``fan_in`` are left (the last
+    combination is left to the task that consumes them)."""
+    from dask import delayed
+
+    fn = delayed(combine, pure=False)
+    while len(parts) > fan_in:
+        parts = [fn(*parts[i : i + fan_in]) for i in range(0, len(parts), fan_in)]
+    return parts
 
 
 # ---------------------------------------------------------------------------------------
