@@ -284,10 +284,11 @@ def segment_counts_sums(
 
 
 def present_means(
-    counts: np.ndarray, sums: np.ndarray
+    counts: np.ndarray, sums: np.ndarray, *, compiled: bool | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(sums / counts, counts, index)`` over the groups with a positive count, in
-    order (float64, float64, int64), in one compiled pass.
+    order (float64, float64, int64), in one compiled pass (NumPy where numba is absent
+    or ``compiled`` is False: short inputs need not load the kernels).
 
     Examples
     --------
@@ -297,7 +298,7 @@ def present_means(
     >>> q.tolist(), m.tolist(), where.tolist()
     ([1.5, 5.0], [2.0, 1.0], [0, 2])
     """
-    if not _numba_found():
+    if not (_numba_found() if compiled is None else compiled and _numba_found()):
         where = np.flatnonzero(counts > 0)
         mass = counts[where].astype(np.float64)
         return sums[where] / mass, mass, where
@@ -305,9 +306,11 @@ def present_means(
 
 
 def accept_shared_shift(
-    d: np.ndarray, t: float, c: float, k: float, rho: float, floor: float | None
+    d: np.ndarray, t: float, c: float, k: float, rho: float, floor: float | None, *,
+    compiled: bool | None = None
 ) -> np.ndarray:
-    """The last step of a shared-shift group risk, in one compiled pass over the groups.
+    """The last step of a shared-shift group risk, in one compiled pass over the groups
+    (NumPy where numba is absent or ``compiled`` is False).
 
     ``d`` (float64, overwritten with the risks) holds each group's log-normaliser (or its
     mean where ``t`` is None: no division); the risk is ``d / t + c``. A group is kept
@@ -328,7 +331,7 @@ def accept_shared_shift(
     by_t = t is not None
     tt = float(t) if by_t else 1.0
     lim = -math.inf if floor is None else float(floor)
-    if not _numba_found():
+    if not (_numba_found() if compiled is None else compiled and _numba_found()):
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
             fine = d >= lim
             if by_t:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..._compat import device, is_lazy
+from ..._compat import device, is_lazy, is_numpy_namespace
 from ...accumulator import NonFiniteLosses
 from ...risk import (
     broadcast_groups,
@@ -49,6 +49,15 @@ def aggregate(problem: Any, ell: Any, theta: Any = None) -> tuple[Any, Any]:
                     problem.check_finite_theta(theta)
         tt = xp.asarray(tilts[0], dtype=ell.dtype, device=device(ell))
         return risk_and_weights(ell, problem.prior, tt, xp)
+    if is_numpy_namespace(xp) and problem.finite_tilts:
+        # every level at a finite tilt reads its losses' extremes and rejects NaN and
+        # infinity there: the check of theta waits for that (no separate pass)
+        try:
+            return hierarchy_eval(ell, problem.prior, problem.tree, tilts, xp)
+        except NonFiniteLosses:
+            if theta is not None:
+                problem.check_finite_theta(theta)
+            raise
     if theta is not None and not is_lazy(xp) and not bool(xp.all(xp.isfinite(ell))):
         problem.check_finite_theta(theta)
     return hierarchy_eval(ell, problem.prior, problem.tree, list(tilts), xp)
