@@ -205,14 +205,26 @@ class LabelledLevel:
             f = top64 / zs  # each group's weight per unit of its terms
         if bad.size:
             f[bad] = 0.0  # their members are set from their own shift below
+        # a factor below the smallest normal number while the group's exponentials are
+        # large (a heavily down-weighted group, t large): scale by the normaliser first,
+        # then by the group's weight, so that no weight that is a normal number is lost
+        split = mode == "s" and bool(np.any((f < np.finfo(dtype).tiny) & (top64 > 0)))
+        if split:
+            with np.errstate(divide="ignore"):
+                inv = 1.0 / zs
+            f_top = top64.copy()
+            if bad.size:
+                inv[bad] = 0.0
+                f_top[bad] = 0.0
+            if where is not None:
+                inv = _scatter(inv, where, z.shape[0])
+                f_top = _scatter(f_top, where, z.shape[0])
         if where is not None:
-            full = np.zeros(z.shape[0])
-            full[where] = f
-            f = full
+            f = _scatter(f, where, z.shape[0])
         if onehot is not None:
-            per = (onehot @ f).astype(dtype, copy=False)
+            per = (onehot @ (inv if split else f)).astype(dtype, copy=False)
         else:
-            per = np.take(f.astype(dtype, copy=False), codes)
+            per = np.take((inv if split else f).astype(dtype, copy=False), codes)
         if mode == "mean":
             w = per
         else:
@@ -220,10 +232,22 @@ class LabelledLevel:
                 d += 1.0  # exp(u) = 1 + expm1(u), |u| <= 1: no cancellation
             d *= per
             w = d
+        if split:
+            if onehot is not None:
+                w *= (onehot @ f_top).astype(dtype, copy=False)
+            else:
+                w *= np.take(f_top.astype(dtype, copy=False), codes)
         if bad.size:
             items, sub_codes, cond = repaired
             w[items] = cond * top64[bad][sub_codes].astype(dtype, copy=False)
         return w
+
+
+def _scatter(values: np.ndarray, where: np.ndarray, size: int) -> np.ndarray:
+    """``values`` placed at ``where`` in a zero array of length ``size``."""
+    out = np.zeros(size)
+    out[where] = values
+    return out
 
 
 def labelled_level(l: np.ndarray, t: float, codes: np.ndarray, n_groups: int,

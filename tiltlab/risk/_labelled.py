@@ -43,9 +43,15 @@ def _scalar_risk_weights(l: Any, p: Any, t: float, xp: Any, want_weights: bool):
     return r, (_weights_kernel(l, p, tt, xp) if want_weights else None)
 
 
-
-def risk_weights_scalar(l: Any, p: Any, t: float, xp: Any, *, weights: bool = True,
-                        extremes: tuple[float, float] | None = None):
+def risk_weights_scalar(
+    l: Any,
+    p: Any,
+    t: float,
+    xp: Any,
+    *,
+    weights: bool = True,
+    extremes: tuple[float, float] | None = None,
+):
     """Risk (and weights) along the last axis for one host-side tilt ``t``.
 
     One-dimensional losses at a finite non-zero tilt go through the tilted accumulator
@@ -124,8 +130,9 @@ def labelled_eval(l: Any, tree: Any, ts: Sequence[float], xp: Any, want: bool):
     if not (math.isfinite(t_top) and math.isfinite(tau)):
         return None
     codes, G, counts, onehot = _labelled_plan(tree)
-    level = labelled_level(l, tau, codes, G, counts, weights=want, onehot=onehot,
-                           members=_sorted_members(tree))
+    level = labelled_level(
+        l, tau, codes, G, counts, weights=want, onehot=onehot, members=_sorted_members(tree)
+    )
     if level is None:
         return None
     return _top_of_level(level, t_top, tree.n_samples, xp, want)
