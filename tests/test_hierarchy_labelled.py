@@ -273,6 +273,14 @@ def test_large_tree_repeated_evaluations_with_repaired_groups(dtype):
         np.testing.assert_allclose(w.astype(np.float64), ref, rtol=rtol, atol=atol)
         np.testing.assert_allclose(w, tree_w, rtol=rtol, atol=atol)
     assert "members-sorted" in tree.levels[0]._cache
+    # weights alone need fewer groups recomputed, and are as accurate
+    only = labelled_level(
+        l, tilts[1], codes, int(codes.max()) + 1, weights=True, weights_only=tilts[0]
+    )
+    assert only._parts[5].size < level._parts[5].size
+    top = only.mass / n * np.exp(tilts[0] * only.risk.astype(np.float64))
+    w = only.weights(top / top.sum())
+    np.testing.assert_allclose(w.astype(np.float64), ref, rtol=rtol, atol=atol)
 
 
 # ---------------------------------------------------------------------------------------

@@ -37,6 +37,12 @@ def _underflow_limit(dtype: Any) -> float:
     return -math.log(float(fi.tiny)) + math.log(float(fi.eps)) - 8.0
 
 
+def _normal_floor(dtype: Any) -> float:
+    """The least exponent ``u`` whose ``exp(u)`` is a normal number of ``dtype`` (with a
+    margin of one): below it a weight would lose its relative accuracy."""
+    return math.log(float(np.finfo(dtype).tiny)) + 1.0
+
+
 def _shift(t: float, hi: float, lo: float, mode: str, dtype: Any) -> float:
     """The shared shift ``c``: zero (no subtraction, and the least rounding in the
     exponents) unless the exponents ``t (l - c)`` would then leave their range: half the
@@ -149,25 +155,25 @@ def labelled_risk(l: np.ndarray, t: float, labels: np.ndarray):
     >>> bool(np.isclose(r[1], (logsumexp(2 * l[1::3]) - np.log(21845)) / 2))
     True
     """
-    codes = label_codes(labels, int(l.shape[0]))
-    if codes is None:
+    coded = label_codes(labels, int(l.shape[0]))
+    if coded is None:
         return None
-    level = labelled_level(l, t, codes, int(_kernels.int_range(codes)[1]) + 1)
+    level = labelled_level(l, t, *coded)
     return None if level is None else (level.risk, level.mass)
 
 
-def label_codes(labels: np.ndarray, n: int) -> np.ndarray | None:
-    """Integer ``labels`` as int64 group codes for the compiled labelled route, or None
-    where that route does not take them: not integers, ``n`` below the kernels' size,
-    a negative label or one not below ``2 n + 1024`` (a table that large is not worth
-    it)."""
+def label_codes(labels: np.ndarray, n: int) -> tuple[np.ndarray, int] | None:
+    """``(codes, n_codes)``: integer ``labels`` as int64 group codes in ``[0, n_codes)``
+    for the compiled labelled route, or None where that route does not take them: not
+    integers, ``n`` below the kernels' size, a negative label or one not below
+    ``2 n + 1024`` (a table that large is not worth it)."""
     if labels.dtype.kind not in "iu" or labels.ndim != 1 or not _kernels.use_kernels(n):
         return None
     codes = np.ascontiguousarray(labels, dtype=np.int64)
     lo, top = _kernels.int_range(codes)
     if lo < 0 or top >= 2 * n + 1024:
         return None
-    return codes
+    return codes, int(top) + 1
 
 
 class LabelledLevel:
@@ -253,7 +259,8 @@ def _scatter(values: np.ndarray, where: np.ndarray, size: int) -> np.ndarray:
 def labelled_level(l: np.ndarray, t: float, codes: np.ndarray, n_groups: int,
                    counts: np.ndarray | None = None, *, weights: bool = False,
                    onehot: np.ndarray | None = None,
-                   members: Callable[[], tuple] | None = None) -> LabelledLevel | None:
+                   members: Callable[[], tuple] | None = None,
+                   weights_only: float | None = None) -> LabelledLevel | None:
     """The tilted risk of every group given by int64 ``codes`` in ``[0, n_groups)``
     under the uniform prior (NumPy, 1-d losses ``l``), with one shared shift
     (:func:`shared_shift_risk`'s rule, its acceptance test and its repair), and, with
@@ -266,13 +273,17 @@ def labelled_level(l: np.ndarray, t: float, codes: np.ndarray, n_groups: int,
     the gather by two matrix-vector products (few groups, short inputs); ``members``, if
     given, returns ``(order, starts)``: the samples sorted by code (a stable sort) and
     the position where each code starts, so that the groups the shared shift does not
-    serve are recomputed from their samples without a scan over the codes. Groups without
+    serve are recomputed from their samples without a scan over the codes.
+    ``weights_only`` (the tilt of the level above) says the risks serve only to weigh
+    the groups at that tilt: a group is then recomputed only where its weight would be
+    off by more than ``RHO`` roundings (the risks returned keep that accuracy only).
+    Groups without
     samples are left out of the result. The compiled kernels run when ``l`` is long
     enough (:func:`~tiltlab._cpu_kernels.segments.use_kernels`), NumPy otherwise.
 
     Returns None where the route does not apply: the spread of the losses overflows,
-    or ``weights`` are asked for and some exponential under the shared shift would leave
-    the normal range (the weights of such samples would lose their relative accuracy);
+    or ``weights`` are asked for and some exponential under the shared shift would not
+    be a normal number (the weights of such samples would lose their relative accuracy);
     the callers use the group state then. Raises
     :class:`~tiltlab.accumulator.NonFiniteLosses` for NaN or infinite losses.
 
@@ -293,9 +304,7 @@ def labelled_level(l: np.ndarray, t: float, codes: np.ndarray, n_groups: int,
     if plan is None:
         return None
     mode, c, hi, lo = plan
-    if weights and mode == "s" and min(t * (hi - c), t * (lo - c)) < -_underflow_limit(
-        l.dtype
-    ):
+    if weights and mode == "s" and min(t * (hi - c), t * (lo - c)) < _normal_floor(l.dtype):
         return None
     d = _exponentials(l, t, None, mode, c)
     if onehot is not None:
@@ -323,6 +332,12 @@ def labelled_level(l: np.ndarray, t: float, codes: np.ndarray, n_groups: int,
     k = 1.0 / abs(t) if mode == "s" else 0.0
     bad = _kernels.accept_shared_shift(r, None if mode == "mean" else t, c, k, RHO, floor,
                                        compiled=compiled)
+    if weights_only is not None and bad.size:
+        # the risks only weigh the groups at the top tilt: a group's weight is off by
+        # |top tilt| times its risk's error, eps (|R - c| + k), which the bar bounds
+        with np.errstate(invalid="ignore"):
+            err = abs(weights_only) * (np.abs(r[bad] - c) + k)
+            bad = bad[~(err <= RHO)]  # (NaN: a sum that under- or overflowed)
     repaired = None
     if bad.size:
         groups = bad if where is None else where[bad]

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from .._compat import device
-from .._cpu_kernels.segments import int_range, use_kernels
+from .._cpu_kernels.segments import use_kernels
 from ..accumulator import (
     TiltState,
     block_state,
@@ -196,14 +196,14 @@ def labelled_two_levels_weights(losses: Any, groups: Any, tilts: Any, xp: Any) -
     l, half = widen_half(prepare_losses(losses, xp, False), xp)
     if l.ndim != 1 or labels.shape != l.shape:
         return None
-    codes = label_codes(labels, int(l.shape[0]))
-    if codes is None:
+    coded = label_codes(labels, int(l.shape[0]))
+    if coded is None:
         return None
     ts = prepare_tilts(tilts, 1)
     if not (math.isfinite(ts[0]) and math.isfinite(ts[1])):
         return None
     with _quiet(xp):
-        level = labelled_level(l, ts[1], codes, int_range(codes)[1] + 1, weights=True)
+        level = labelled_level(l, ts[1], *coded, weights=True, weights_only=ts[0])
         if level is None:
             return None
         _, w = _top_of_level(level, ts[0], int(l.shape[0]), xp, True)
