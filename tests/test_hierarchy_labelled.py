@@ -283,6 +283,20 @@ def test_large_tree_repeated_evaluations_with_repaired_groups(dtype):
     np.testing.assert_allclose(w.astype(np.float64), ref, rtol=rtol, atol=atol)
 
 
+@needs_numba
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_scale_by_group_kernel_rounds_each_product_once(dtype):
+    rng = np.random.default_rng(13)
+    n = kernels.MIN_ITEMS + 3
+    codes = rng.integers(0, 5000, n)
+    values = rng.random(n).astype(dtype)
+    factors = rng.random(5000) * 1e-3
+    want = (values.astype(np.float64) * factors[codes]).astype(dtype)  # one rounding
+    got = kernels.scale_by_group(values.copy(), codes, factors)
+    assert got.dtype == dtype
+    np.testing.assert_array_equal(got, want)
+
+
 # ---------------------------------------------------------------------------------------
 # where the route declines, and bad input
 

@@ -30,6 +30,7 @@ __all__ = [
     "accept_shared_shift",
     "present_means",
     "int_range",
+    "scale_by_group",
     "members_of",
     "segment_counts",
     "segment_counts_sums",
@@ -167,6 +168,11 @@ def _kernels() -> Any:
         return bad[:nb]
 
     @jit
+    def scale_by_group(values, codes, factors):  # pragma: no cover - compiled
+        for i in range(codes.shape[0]):
+            values[i] = values[i] * factors[codes[i]]
+
+    @jit
     def int_range(codes):  # pragma: no cover - compiled
         lo = codes[0]
         hi = codes[0]
@@ -186,6 +192,7 @@ def _kernels() -> Any:
         present_means=present_means,
         accept=accept,
         int_range=int_range,
+        scale_by_group=scale_by_group,
     )
 
 
@@ -345,6 +352,25 @@ def accept_shared_shift(
             ok &= fine if floor is not None else np.isfinite(d)
         return np.flatnonzero(~ok)
     return _kernels().accept(d, tt, float(c), float(k), float(rho), lim, by_t, floor is not None)
+
+
+def scale_by_group(values: np.ndarray, codes: np.ndarray, factors: np.ndarray) -> np.ndarray:
+    """``values * factors[codes]``, written over ``values`` (a float array of the codes'
+    length that the caller owns) in one compiled pass for long inputs (each product
+    rounded once to ``values``' dtype); returns ``values``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tiltlab._cpu_kernels.segments import scale_by_group
+    >>> scale_by_group(np.array([1.0, 2.0, 3.0]), np.array([1, 0, 1]), np.array([10.0, 0.5]))
+    array([ 0.5, 20. ,  1.5])
+    """
+    if use_kernels(codes.shape[0]) and values.flags.c_contiguous:
+        _kernels().scale_by_group(values, _codes(codes), np.ascontiguousarray(factors))
+        return values
+    values *= np.take(factors.astype(values.dtype, copy=False), codes)
+    return values
 
 
 def members_of(codes: np.ndarray, flags: np.ndarray, size: int | None = None) -> np.ndarray:

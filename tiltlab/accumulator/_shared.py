@@ -209,12 +209,16 @@ class LabelledLevel:
             zs = self.mass
         with np.errstate(divide="ignore", invalid="ignore"):
             f = top64 / zs  # each group's weight per unit of its terms
-        if bad.size:
-            f[bad] = 0.0  # their members are set from their own shift below
         # a factor below the smallest normal number while the group's exponentials are
         # large (a heavily down-weighted group, t large): scale by the normaliser first,
         # then by the group's weight, so that no weight that is a normal number is lost
-        split = mode == "s" and bool(np.any((f < np.finfo(dtype).tiny) & (top64 > 0)))
+        split = False
+        if mode == "s":
+            low = (f < np.finfo(dtype).tiny) & (top64 > 0)
+            low[bad] = False
+            split = bool(np.any(low))
+        if bad.size:
+            f[bad] = 0.0  # their members are set from their own shift below
         if split:
             with np.errstate(divide="ignore"):
                 inv = 1.0 / zs
@@ -227,26 +231,28 @@ class LabelledLevel:
                 f_top = _scatter(f_top, where, z.shape[0])
         if where is not None:
             f = _scatter(f, where, z.shape[0])
-        if onehot is not None:
-            per = (onehot @ (inv if split else f)).astype(dtype, copy=False)
-        else:
-            per = np.take((inv if split else f).astype(dtype, copy=False), codes)
+        g = inv if split else f
         if mode == "mean":
-            w = per
+            w = (onehot @ g if onehot is not None else np.take(g, codes)).astype(dtype)
         else:
             if mode == "q":
                 d += 1.0  # exp(u) = 1 + expm1(u), |u| <= 1: no cancellation
-            d *= per
-            w = d
+            w = _scale(d, codes, g, onehot)
         if split:
-            if onehot is not None:
-                w *= (onehot @ f_top).astype(dtype, copy=False)
-            else:
-                w *= np.take(f_top.astype(dtype, copy=False), codes)
+            w = _scale(w, codes, f_top, onehot)
         if bad.size:
             items, sub_codes, cond = repaired
             w[items] = cond * top64[bad][sub_codes].astype(dtype, copy=False)
         return w
+
+
+def _scale(values: np.ndarray, codes: np.ndarray, factors: np.ndarray, onehot: Any):
+    """``values * factors[codes]`` written over ``values`` (the one-hot indicator, when
+    given, gathers by a matrix-vector product)."""
+    if onehot is not None:
+        values *= (onehot @ factors).astype(values.dtype, copy=False)
+        return values
+    return _kernels.scale_by_group(values, codes, factors)
 
 
 def _scatter(values: np.ndarray, where: np.ndarray, size: int) -> np.ndarray:
