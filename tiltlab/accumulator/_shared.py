@@ -274,7 +274,8 @@ def labelled_level(l: np.ndarray, t: float, codes: np.ndarray, n_groups: int,
     exponentials and the groups' normalisers, so that each sample's weight is one
     gather and one product.
 
-    ``counts`` (float64, per code) are counted in the same pass as the sums when None;
+    ``counts`` (float64, per code, all positive: every code has samples, as in a group
+    tree) are counted in the same pass as the sums when None (codes may then be unused);
     ``onehot`` (an ``N x G`` float64 indicator of the codes) replaces the scatter sums and
     the gather by two matrix-vector products (few groups, short inputs); ``members``, if
     given, returns ``(order, starts)``: the samples sorted by code (a stable sort) and
@@ -313,6 +314,7 @@ def labelled_level(l: np.ndarray, t: float, codes: np.ndarray, n_groups: int,
     if weights and mode == "s" and min(t * (hi - c), t * (lo - c)) < _normal_floor(l.dtype):
         return None
     d = _exponentials(l, t, None, mode, c)
+    given_counts = counts is not None
     if onehot is not None:
         z = d @ onehot if d.dtype == np.float64 else d.astype(np.float64) @ onehot
         if counts is None:
@@ -326,9 +328,12 @@ def labelled_level(l: np.ndarray, t: float, codes: np.ndarray, n_groups: int,
         d = None
     # the present groups' means, their logs (NumPy's vectorised log), then the risks and
     # the acceptance test in one pass over the groups
-    r, mass, where = _kernels.present_means(counts, z, compiled=compiled)
-    if where.shape[0] == n_groups:
-        where = None  # every group has samples (a group tree's codes)
+    if given_counts:  # every code has samples: no compaction
+        r, mass, where = z / counts, counts, None
+    else:
+        r, mass, where = _kernels.present_means(counts, z, compiled=compiled)
+        if where.shape[0] == n_groups:
+            where = None  # every group has samples
     if mode == "q":
         np.log1p(r, out=r)
     elif mode == "s":

@@ -32,8 +32,10 @@ from .base import Context, Engine
 __all__ = ["GENERIC", "GenericEngine", "aggregate", "penalty", "tilt_term_coef"]
 
 
-def aggregate(problem: Any, ell: Any, theta: Any = None) -> tuple[Any, Any]:
-    """Risk and per-sample weights of the losses ``ell`` under the problem's tilts.
+def aggregate(problem: Any, ell: Any, theta: Any = None, *,
+              weights: bool = True) -> tuple[Any, Any]:
+    """Risk and per-sample weights of the losses ``ell`` under the problem's tilts
+    (``weights=False``: the weights may be None, where that saves work).
 
     Non-finite losses give IEEE results (inf for an overflowing trial step), unless they
     come from a non-finite ``theta``: that raises a ``ValueError`` naming it.
@@ -43,7 +45,7 @@ def aggregate(problem: Any, ell: Any, theta: Any = None) -> tuple[Any, Any]:
     if problem.tree is None:
         if not is_lazy(xp):
             try:
-                return risk_weights_scalar(ell, problem.prior, tilts[0], xp)
+                return risk_weights_scalar(ell, problem.prior, tilts[0], xp, weights=weights)
             except NonFiniteLosses:
                 if theta is not None:
                     problem.check_finite_theta(theta)
@@ -53,14 +55,14 @@ def aggregate(problem: Any, ell: Any, theta: Any = None) -> tuple[Any, Any]:
         # every level at a finite tilt reads its losses' extremes and rejects NaN and
         # infinity there: the check of theta waits for that (no separate pass)
         try:
-            return hierarchy_eval(ell, problem.prior, problem.tree, tilts, xp)
+            return hierarchy_eval(ell, problem.prior, problem.tree, tilts, xp, weights=weights)
         except NonFiniteLosses:
             if theta is not None:
                 problem.check_finite_theta(theta)
             raise
     if theta is not None and not is_lazy(xp) and not bool(xp.all(xp.isfinite(ell))):
         problem.check_finite_theta(theta)
-    return hierarchy_eval(ell, problem.prior, problem.tree, list(tilts), xp)
+    return hierarchy_eval(ell, problem.prior, problem.tree, list(tilts), xp, weights=weights)
 
 
 def penalty(problem: Any, th: Any) -> Any:
@@ -129,7 +131,7 @@ class GenericEngine(Engine):
         return (z,) + tuple(problem.loss.derivatives(z, problem.y, validate=False, xp=xp))
 
     def value(self, problem: Any, theta: Any, ctx: Context) -> Any:
-        r, _ = aggregate(problem, self.losses(problem, theta, ctx), theta)
+        r, _ = aggregate(problem, self.losses(problem, theta, ctx), theta, weights=False)
         return r + penalty(problem, theta) if problem.l2 else r
 
     def value_and_gradient(self, problem: Any, theta: Any, ctx: Context) -> Any:
