@@ -301,6 +301,28 @@ def test_scale_by_group_kernel_rounds_each_product_once(dtype):
 # where the route declines, and bad input
 
 
+@pytest.mark.parametrize(
+    "dtype, tau, top",
+    [(np.float64, -50.0, 18.0), (np.float32, -2.0, 60.0), (np.float32, 2.0, 60.0)],
+)
+def test_weights_take_the_other_end_of_the_exponent_range(monkeypatch, dtype, tau, top):
+    # under the risks' shift (zero) the smallest exponents would not be normal numbers;
+    # shifted so that the largest is at half the log of the largest number, all are
+    rng = np.random.default_rng(14)
+    l, codes = _small_problem(dtype, rng, n=60)
+    l = (rng.uniform(0.0, top, l.size)).astype(dtype)
+    l[0], l[1] = dtype(0.0), dtype(top)
+    tree = build_tree(codes, l.size)
+    spy = _TreeSpy(monkeypatch)
+    for tilts in [(1.0, tau), (-2.0, tau), (0.0, tau)]:
+        risk, w = hierarchy_eval(l, None, tree, tilts, np)
+        assert spy.calls == 0
+        J, ref = _mp_reference(l, codes, tilts)
+        np.testing.assert_allclose(float(risk), J, rtol=1e-12 if dtype == np.float64 else 2e-5)
+        _check_weights(w, ref, dtype)
+        _check_weights(tl.hierarchical_weights(l, codes, tilts), ref, dtype)
+
+
 def test_labelled_level_declines_weights_out_of_the_normal_range():
     rng = np.random.default_rng(2)
     l = rng.uniform(0.0, 100.0, 400)

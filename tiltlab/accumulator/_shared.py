@@ -28,6 +28,9 @@ __all__ = [
 
 #: a group's shared-shift risk is kept when ``|R - c| (+ 1/|t|)`` is at most ``RHO |R|``
 RHO = 8.0
+#: for weights alone: a group is kept when its weight at the top tilt ``t'`` is off by at
+#: most this many roundings, ``|t'| (|R - c| + 1/|t|) <= RHO_WEIGHTS``
+RHO_WEIGHTS = 32.0
 
 
 def _underflow_limit(dtype: Any) -> float:
@@ -283,7 +286,8 @@ def labelled_level(l: np.ndarray, t: float, codes: np.ndarray, n_groups: int,
     serve are recomputed from their samples without a scan over the codes.
     ``weights_only`` (the tilt of the level above) says the risks serve only to weigh
     the groups at that tilt: a group is then recomputed only where its weight would be
-    off by more than ``RHO`` roundings (the risks returned keep that accuracy only).
+    off by more than ``RHO_WEIGHTS`` roundings (the risks returned keep that accuracy
+    only).
     Groups without
     samples are left out of the result. The compiled kernels run when ``l`` is long
     enough (:func:`~tiltlab._cpu_kernels.segments.use_kernels`), NumPy otherwise.
@@ -312,7 +316,13 @@ def labelled_level(l: np.ndarray, t: float, codes: np.ndarray, n_groups: int,
         return None
     mode, c, hi, lo = plan
     if weights and mode == "s" and min(t * (hi - c), t * (lo - c)) < _normal_floor(l.dtype):
-        return None
+        # the risks' shift leaves exponentials below the normal range: the other end of
+        # the range (the largest exponent at half the log of the largest number) may keep
+        # them all normal
+        room = 0.5 * math.log(float(np.finfo(l.dtype).max)) / abs(t)
+        c = float(np.asarray(hi - room if t > 0 else lo + room, dtype=l.dtype))
+        if min(t * (hi - c), t * (lo - c)) < _normal_floor(l.dtype):
+            return None
     d = _exponentials(l, t, None, mode, c)
     given_counts = counts is not None
     if onehot is not None:
@@ -348,7 +358,7 @@ def labelled_level(l: np.ndarray, t: float, codes: np.ndarray, n_groups: int,
         # |top tilt| times its risk's error, eps (|R - c| + k), which the bar bounds
         with np.errstate(invalid="ignore"):
             err = abs(weights_only) * (np.abs(r[bad] - c) + k)
-            bad = bad[~(err <= RHO)]  # (NaN: a sum that under- or overflowed)
+            bad = bad[~(err <= RHO_WEIGHTS)]  # (NaN: a sum that under- or overflowed)
     repaired = None
     if bad.size:
         groups = bad if where is None else where[bad]
