@@ -506,6 +506,8 @@ def test_kernels_match_bincount(G, dtype, skew):
     assert cnt.dtype == sums.dtype == np.float64
     np.testing.assert_array_equal(cnt, np.bincount(codes, minlength=G))
     np.testing.assert_allclose(sums, ref, rtol=1e-12, atol=1e-9)
+    # the same additions in the same order as the sums alone
+    np.testing.assert_array_equal(sums, kernels.segment_sums(codes, v, G))
     size = int(np.bincount(codes, minlength=G)[flags].sum())
     np.testing.assert_array_equal(
         kernels.members_of(codes, flags, size), np.flatnonzero(flags[codes])
