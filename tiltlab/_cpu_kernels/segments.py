@@ -44,6 +44,10 @@ MIN_ITEMS = 1 << 16
 #: added in a fixed order at the end: a run of items of one group then updates four
 #: memory locations in turn instead of one (no chain of dependent additions)
 MAX_LANED_GROUPS = 1 << 15
+#: up to this many groups the counts go beside the sums in those four lanes (a table of
+#: 16 KiB, in the core's first-level cache); between this and :data:`MAX_LANED_GROUPS`
+#: two laned passes, each over a smaller table, are faster
+MAX_SIDE_LANED_GROUPS = 1 << 9
 
 
 @functools.cache
@@ -305,8 +309,10 @@ def segment_counts_sums(
     code, ``(counts, sums)`` (both float64, length ``n_groups``), from one pass.
 
     The counts and the sums are accumulated side by side, so that each item updates one
-    cache line instead of two; up to :data:`MAX_LANED_GROUPS` groups in the four lanes of
-    :func:`segment_sums` (the same sums, bit for bit).
+    cache line instead of two: above :data:`MAX_LANED_GROUPS` groups, and up to
+    :data:`MAX_SIDE_LANED_GROUPS` in the four lanes of :func:`segment_sums` (the same sums,
+    bit for bit); in between, the laned kernels of :func:`segment_counts` and
+    :func:`segment_sums` are faster.
 
     Examples
     --------
@@ -316,10 +322,12 @@ def segment_counts_sums(
     >>> n.tolist(), s.tolist()
     ([1.0, 2.0, 0.0], [2.0, 4.0, 0.0])
     """
-    if use_kernels(codes.shape[0]) and values.dtype in (np.float32, np.float64):
+    compiled = use_kernels(codes.shape[0]) and values.dtype in (np.float32, np.float64)
+    side_laned = n_groups <= min(MAX_SIDE_LANED_GROUPS, MAX_LANED_GROUPS)
+    if compiled and (side_laned or n_groups > MAX_LANED_GROUPS):
         k = _kernels()
         args = (_codes(codes), np.ascontiguousarray(values), int(n_groups))
-        if n_groups <= MAX_LANED_GROUPS:
+        if side_laned:  # the lanes of segment_sums: the same sums
             return k.counts_sums4(*args)
         acc = k.counts_sums(*args)
         return acc[:, 0], acc[:, 1]
