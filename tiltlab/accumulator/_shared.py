@@ -1,5 +1,6 @@
 """The tilted risk of every group of a partition with one shift for all groups, repaired
-where that shift is not exact (see :func:`group_risk`)."""
+where that shift is not exact (see :func:`group_risk`), and the same for groups given by
+integer codes, with each sample's weight (see :func:`labelled_level`)."""
 
 from __future__ import annotations
 
@@ -186,6 +187,16 @@ class LabelledLevel:
     ``risk`` (``l``'s dtype) and ``mass`` (float64 sample counts) list the groups with
     samples in the order of their codes; :meth:`weights` spreads weights given to those
     groups over their samples.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> level = labelled_level(np.array([1.0, 1.0, 4.0]), 0.0, np.array([0, 0, 2]), 3,
+    ...                        weights=True)
+    >>> level.risk.tolist(), level.mass.tolist()  # code 1 has no samples
+    ([1.0, 4.0], [2.0, 1.0])
+    >>> level.weights(np.array([0.5, 0.5])).tolist()
+    [0.25, 0.25, 0.5]
     """
 
     __slots__ = ("risk", "mass", "_parts")

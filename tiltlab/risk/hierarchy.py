@@ -3,7 +3,9 @@
 :class:`GroupTree` and :func:`build_tree` (the group structure, built once on the host
 from label arrays), :func:`hierarchy_eval` (risk and weights without validation, reused by
 :class:`~tiltlab.TiltedObjective`) and the public :func:`hierarchical_risk` and
-:func:`hierarchical_weights`.
+:func:`hierarchical_weights`. One grouping level of NumPy 1-d losses under the uniform
+prior takes the labelled route of :mod:`tiltlab.risk._labelled` (group codes straight to
+group risks and weights); everything else the tree of group states here.
 """
 
 from __future__ import annotations
