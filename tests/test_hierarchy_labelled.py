@@ -349,6 +349,12 @@ def test_infinite_tilts_and_priors_take_the_tree(monkeypatch):
     assert spy.calls == 2
 
 
+def test_unknown_route_is_rejected():
+    l, codes = _small_problem(np.float64, np.random.default_rng(0))
+    with pytest.raises(ValueError, match="`route`"):
+        hierarchy_eval(l, None, build_tree(codes, l.size), (1.0, 1.0), np, route="fast")
+
+
 def test_non_finite_losses_and_parameters_are_rejected():
     rng = np.random.default_rng(0)
     l, codes = _small_problem(np.float64, rng)

@@ -272,6 +272,8 @@ def hierarchy_eval(l: Any, p: Any, tree: GroupTree, ts: Sequence[float], xp: Any
     group states otherwise; ``route="tree"`` always takes the tree (what the fast
     route is tested against).
     """
+    if route not in ("auto", "tree"):
+        raise ValueError(f"`route` must be 'auto' or 'tree', got {route!r}")
     if route == "auto" and p is None and tree.depth == 1 and l.ndim == 1 and is_numpy_namespace(xp):
         out = labelled_eval(l, tree, ts, xp, weights)
         if out is not None:
