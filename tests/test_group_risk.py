@@ -234,7 +234,7 @@ def test_hierarchical_risk_matches_weights_path_and_mpmath(dtype, tilts):
     l[codes == 5] += 300.0
     got = tl.hierarchical_risk(l, codes, tilts)
     tree = build_tree(codes, l.size)
-    general, _ = hierarchy_eval(l, None, tree, tilts, np, weights=True)  # group states
+    general, _ = hierarchy_eval(l, None, tree, tilts, np, route="tree")  # group states
     rtol = 1e-12 if dtype == "float64" else 2e-5
     np.testing.assert_allclose(got, general, rtol=rtol)
     R = _ref_mp(l, tilts[1], None, codes, G)
@@ -267,7 +267,7 @@ def test_hierarchical_risk_with_prior_zeros_and_three_levels(dtype):
         got = tl.hierarchical_risk(l, [outer, inner], tilts, weights=w.astype(dtype))
         tree = build_tree([outer, inner], n)
         p = (w / w.sum()).astype(dtype)
-        general, _ = hierarchy_eval(l, p, tree, tilts, np, weights=True)
+        general, _ = hierarchy_eval(l, p, tree, tilts, np, route="tree")
         np.testing.assert_allclose(got, general, rtol=1e-12 if dtype == "float64" else 3e-5)
 
 
@@ -282,7 +282,7 @@ def test_hierarchical_risk_large_uses_kernels_and_agrees(dtype):
     l = (3 * rng.exponential(size=n)).astype(dtype)
     for tilts in [(1.0, -2.0), (-1.0, 2.0), (0.0, 1e-8)]:
         got = tl.hierarchical_risk(l, codes, tilts)
-        general, _ = hierarchy_eval(l, None, build_tree(codes, n), tilts, np, weights=True)
+        general, _ = hierarchy_eval(l, None, build_tree(codes, n), tilts, np, route="tree")
         np.testing.assert_allclose(got, general, rtol=1e-12 if dtype == "float64" else 2e-5)
         G_ = int(codes.max()) + 1
         R = _ref_lse(l, tilts[1], None, codes, G_)
@@ -417,7 +417,7 @@ def test_hierarchical_risk_labelled_route_matches_the_tree(labels_of, tilts):
     labels = labels_of(dense)
     l = 3 * rng.exponential(size=n)
     got = tl.hierarchical_risk(l, labels, tilts)
-    want, _ = hierarchy_eval(l, None, build_tree(dense, n), tilts, np, weights=True)
+    want, _ = hierarchy_eval(l, None, build_tree(dense, n), tilts, np, route="tree")
     assert got.shape == () and got.dtype == np.float64
     np.testing.assert_allclose(got, want, rtol=1e-13)
 
@@ -506,6 +506,8 @@ def test_kernels_match_bincount(G, dtype, skew):
     assert cnt.dtype == sums.dtype == np.float64
     np.testing.assert_array_equal(cnt, np.bincount(codes, minlength=G))
     np.testing.assert_allclose(sums, ref, rtol=1e-12, atol=1e-9)
+    # the same additions in the same order as the sums alone
+    np.testing.assert_array_equal(sums, kernels.segment_sums(codes, v, G))
     size = int(np.bincount(codes, minlength=G)[flags].sum())
     np.testing.assert_array_equal(
         kernels.members_of(codes, flags, size), np.flatnonzero(flags[codes])
@@ -630,6 +632,6 @@ def test_codes_and_counts_large_labels_with_gaps():
     l = rng.exponential(size=labels.size)
     np.testing.assert_allclose(
         tl.hierarchical_risk(l, labels, (1.0, -2.0)),
-        hierarchy_eval(l, None, build_tree(inv, l.size), (1.0, -2.0), np, weights=True)[0],
+        hierarchy_eval(l, None, build_tree(inv, l.size), (1.0, -2.0), np, route="tree")[0],
         rtol=1e-13,
     )

@@ -30,6 +30,7 @@ __all__ = [
     "accept_shared_shift",
     "present_means",
     "int_range",
+    "scale_by_group",
     "members_of",
     "segment_counts",
     "segment_counts_sums",
@@ -43,6 +44,10 @@ MIN_ITEMS = 1 << 16
 #: added in a fixed order at the end: a run of items of one group then updates four
 #: memory locations in turn instead of one (no chain of dependent additions)
 MAX_LANED_GROUPS = 1 << 15
+#: up to this many groups the counts go beside the sums in those four lanes (a table of
+#: 16 KiB, in the core's first-level cache); between this and :data:`MAX_LANED_GROUPS`
+#: two laned passes, each over a smaller table, are faster
+MAX_SIDE_LANED_GROUPS = 1 << 9
 
 
 @functools.cache
@@ -124,6 +129,49 @@ def _kernels() -> Any:
         return acc
 
     @jit
+    def counts_sums4(codes, values, n_groups):  # pragma: no cover - compiled
+        # the lanes of sums4, each with its count beside its sum: the same additions in
+        # the same order as sums4, and the counts in the same pass
+        acc = np.zeros((4, n_groups, 2), np.float64)
+        n = codes.shape[0]
+        m = n - n % 4
+        for i in range(0, m, 4):
+            c = codes[i]
+            acc[0, c, 0] += 1.0
+            acc[0, c, 1] += values[i]
+            c = codes[i + 1]
+            acc[1, c, 0] += 1.0
+            acc[1, c, 1] += values[i + 1]
+            c = codes[i + 2]
+            acc[2, c, 0] += 1.0
+            acc[2, c, 1] += values[i + 2]
+            c = codes[i + 3]
+            acc[3, c, 0] += 1.0
+            acc[3, c, 1] += values[i + 3]
+        for i in range(m, n):
+            c = codes[i]
+            acc[0, c, 0] += 1.0
+            acc[0, c, 1] += values[i]
+        counts = (acc[0, :, 0] + acc[1, :, 0]) + (acc[2, :, 0] + acc[3, :, 0])
+        sums = (acc[0, :, 1] + acc[1, :, 1]) + (acc[2, :, 1] + acc[3, :, 1])
+        return counts, sums
+
+    return SimpleNamespace(
+        sums1=sums,
+        sums4=sums4,
+        counts1=counts1,
+        counts2=counts2,
+        members=members,
+        counts_sums=counts_sums,
+        counts_sums4=counts_sums4,
+        **vars(_group_kernels(jit)),
+    )
+
+
+def _group_kernels(jit: Any) -> Any:
+    """The kernels over the groups (means, acceptance) and the gathers by code."""
+
+    @jit
     def present_means(counts, sums):  # pragma: no cover - compiled
         n = counts.shape[0]
         q = np.empty(n, np.float64)
@@ -167,6 +215,11 @@ def _kernels() -> Any:
         return bad[:nb]
 
     @jit
+    def scale_by_group(values, codes, factors):  # pragma: no cover - compiled
+        for i in range(codes.shape[0]):
+            values[i] = values[i] * factors[codes[i]]
+
+    @jit
     def int_range(codes):  # pragma: no cover - compiled
         lo = codes[0]
         hi = codes[0]
@@ -177,15 +230,10 @@ def _kernels() -> Any:
         return lo, hi
 
     return SimpleNamespace(
-        sums1=sums,
-        sums4=sums4,
-        counts1=counts1,
-        counts2=counts2,
-        members=members,
-        counts_sums=counts_sums,
         present_means=present_means,
         accept=accept,
         int_range=int_range,
+        scale_by_group=scale_by_group,
     )
 
 
@@ -260,9 +308,11 @@ def segment_counts_sums(
     """The number of items with each code and the float64 sums of ``values`` over each
     code, ``(counts, sums)`` (both float64, length ``n_groups``), from one pass.
 
-    Above :data:`MAX_LANED_GROUPS` groups the counts and the sums are accumulated side by
-    side, so that each item updates one cache line instead of two; below, the laned
-    kernels of :func:`segment_counts` and :func:`segment_sums` are faster.
+    The counts and the sums are accumulated side by side, so that each item updates one
+    cache line instead of two: above :data:`MAX_LANED_GROUPS` groups, and up to
+    :data:`MAX_SIDE_LANED_GROUPS` in the four lanes of :func:`segment_sums` (the same sums,
+    bit for bit); in between, the laned kernels of :func:`segment_counts` and
+    :func:`segment_sums` are faster.
 
     Examples
     --------
@@ -272,22 +322,25 @@ def segment_counts_sums(
     >>> n.tolist(), s.tolist()
     ([1.0, 2.0, 0.0], [2.0, 4.0, 0.0])
     """
-    if (
-        n_groups > MAX_LANED_GROUPS
-        and use_kernels(codes.shape[0])
-        and values.dtype in (np.float32, np.float64)
-    ):
-        acc = _kernels().counts_sums(_codes(codes), np.ascontiguousarray(values), int(n_groups))
+    compiled = use_kernels(codes.shape[0]) and values.dtype in (np.float32, np.float64)
+    side_laned = n_groups <= min(MAX_SIDE_LANED_GROUPS, MAX_LANED_GROUPS)
+    if compiled and (side_laned or n_groups > MAX_LANED_GROUPS):
+        k = _kernels()
+        args = (_codes(codes), np.ascontiguousarray(values), int(n_groups))
+        if side_laned:  # the lanes of segment_sums: the same sums
+            return k.counts_sums4(*args)
+        acc = k.counts_sums(*args)
         return acc[:, 0], acc[:, 1]
     counts = segment_counts(codes, n_groups).astype(np.float64)
     return counts, segment_sums(codes, values, n_groups)
 
 
 def present_means(
-    counts: np.ndarray, sums: np.ndarray
+    counts: np.ndarray, sums: np.ndarray, *, compiled: bool | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(sums / counts, counts, index)`` over the groups with a positive count, in
-    order (float64, float64, int64), in one compiled pass.
+    order (float64, float64, int64), in one compiled pass (NumPy where numba is absent
+    or ``compiled`` is False: short inputs need not load the kernels).
 
     Examples
     --------
@@ -297,7 +350,7 @@ def present_means(
     >>> q.tolist(), m.tolist(), where.tolist()
     ([1.5, 5.0], [2.0, 1.0], [0, 2])
     """
-    if not _numba_found():
+    if not (_numba_found() if compiled is None else compiled and _numba_found()):
         where = np.flatnonzero(counts > 0)
         mass = counts[where].astype(np.float64)
         return sums[where] / mass, mass, where
@@ -305,9 +358,11 @@ def present_means(
 
 
 def accept_shared_shift(
-    d: np.ndarray, t: float, c: float, k: float, rho: float, floor: float | None
+    d: np.ndarray, t: float, c: float, k: float, rho: float, floor: float | None, *,
+    compiled: bool | None = None
 ) -> np.ndarray:
-    """The last step of a shared-shift group risk, in one compiled pass over the groups.
+    """The last step of a shared-shift group risk, in one compiled pass over the groups
+    (NumPy where numba is absent or ``compiled`` is False).
 
     ``d`` (float64, overwritten with the risks) holds each group's log-normaliser (or its
     mean where ``t`` is None: no division); the risk is ``d / t + c``. A group is kept
@@ -328,7 +383,7 @@ def accept_shared_shift(
     by_t = t is not None
     tt = float(t) if by_t else 1.0
     lim = -math.inf if floor is None else float(floor)
-    if not _numba_found():
+    if not (_numba_found() if compiled is None else compiled and _numba_found()):
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
             fine = d >= lim
             if by_t:
@@ -342,6 +397,25 @@ def accept_shared_shift(
             ok &= fine if floor is not None else np.isfinite(d)
         return np.flatnonzero(~ok)
     return _kernels().accept(d, tt, float(c), float(k), float(rho), lim, by_t, floor is not None)
+
+
+def scale_by_group(values: np.ndarray, codes: np.ndarray, factors: np.ndarray) -> np.ndarray:
+    """``values * factors[codes]``, written over ``values`` (a float array of the codes'
+    length that the caller owns) in one compiled pass for long inputs (each product
+    rounded once to ``values``' dtype); returns ``values``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tiltlab._cpu_kernels.segments import scale_by_group
+    >>> scale_by_group(np.array([1.0, 2.0, 3.0]), np.array([1, 0, 1]), np.array([10.0, 0.5]))
+    array([ 0.5, 20. ,  1.5])
+    """
+    if use_kernels(codes.shape[0]) and values.flags.c_contiguous:
+        _kernels().scale_by_group(values, _codes(codes), np.ascontiguousarray(factors))
+        return values
+    values *= np.take(factors.astype(values.dtype, copy=False), codes)
+    return values
 
 
 def members_of(codes: np.ndarray, flags: np.ndarray, size: int | None = None) -> np.ndarray:

@@ -44,7 +44,9 @@ vectorised pass and the normalisers one segment sum, with the groups for which t
 shift is not exact to rounding recomputed by the group state with their own;
 :func:`labelled_risk` is the same for groups given by integer labels, without building a
 partition first (one compiled pass counts and sums every group), and
-:func:`pooled_risk` the tilted risk of values with masses under the same rule.
+:func:`pooled_risk` the tilted risk of values with masses under the same rule;
+:func:`labelled_level` gives the group risks of codes with what it takes to spread
+group weights over the samples (one gather), for hierarchical weights and objectives.
 """
 
 from __future__ import annotations
@@ -62,7 +64,15 @@ from ._rule import (
     series_threshold,
     shifted_exponent,  # noqa: F401  (for drivers that exponentiate themselves)
 )
-from ._shared import group_risk, labelled_risk, pooled_risk, shared_shift_risk
+from ._shared import (
+    LabelledLevel,
+    group_risk,
+    label_codes,
+    labelled_level,
+    labelled_risk,
+    pooled_risk,
+    shared_shift_risk,
+)
 from ._support import EXTREMES, NonFiniteLosses, _extremes  # noqa: F401  (for drivers)
 
 __all__ = [
@@ -79,13 +89,16 @@ __all__ = [
     "needed_sums",
     "risk_of_exponents",
     "group_risk",
+    "LabelledLevel",
+    "label_codes",
+    "labelled_level",
     "labelled_risk",
     "pooled_risk",
     "shared_shift_risk",
 ]
 
 # pickles name the public module
-for _cls in (TiltState, GroupState, NonFiniteLosses):
+for _cls in (TiltState, GroupState, NonFiniteLosses, LabelledLevel):
     _cls.__module__ = __name__
 del _cls
 

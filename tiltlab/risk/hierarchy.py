@@ -3,7 +3,9 @@
 :class:`GroupTree` and :func:`build_tree` (the group structure, built once on the host
 from label arrays), :func:`hierarchy_eval` (risk and weights without validation, reused by
 :class:`~tiltlab.TiltedObjective`) and the public :func:`hierarchical_risk` and
-:func:`hierarchical_weights`.
+:func:`hierarchical_weights`. One grouping level of NumPy 1-d losses under the uniform
+prior takes the labelled route of :mod:`tiltlab.risk._labelled` (group codes straight to
+group risks and weights); everything else the tree of group states here.
 """
 
 from __future__ import annotations
@@ -24,22 +26,25 @@ from .._compat import (
     namespace_of,
     seq_of_arrays,
 )
-from .._cpu_kernels.segments import int_range, segment_counts, use_kernels
+from .._cpu_kernels.segments import int_range, segment_counts
 from ..accumulator import (
     NonFiniteLosses,
     TiltState,
-    block_state,
-    finalize_risk,
     group_risk,
-    labelled_risk,
-    pooled_risk,
-    shifted_exponent,
 )
 from ..segments import Segments
 from ._dispatch import HIERARCHICAL_RISK
+from ._labelled import (  # _weights_from_state: re-exported by the package
+    _scalar_risk_weights,
+    _weights_from_state,  # noqa: F401
+    labelled_eval,
+    labelled_two_levels_risk,
+    labelled_two_levels_weights,
+    risk_weights_scalar,
+)
 from .fast_path import _quiet
 from .inputs import narrow, prepare_losses, prepare_prior, prepare_tilts, widen_half
-from .kernels import _inplace_exp, _risk_kernel, _weights_kernel
+from .kernels import _risk_kernel, _weights_kernel
 
 __all__ = [
     "GroupTree",
@@ -168,15 +173,6 @@ def broadcast_groups(values: Any, layout: Segments, xp: Any) -> Any:
     return _segments.expand(values, layout, xp)
 
 
-def _scalar_risk_weights(l: Any, p: Any, t: float, xp: Any, want_weights: bool):
-    """Risk and weights for a host tilt over the last axis (any batch shape)."""
-    if l.ndim == 1 and math.isfinite(t) and t != 0.0:
-        return risk_weights_scalar(l, p, t, xp, weights=want_weights)
-    tt = xp.asarray(t, dtype=l.dtype, device=device(l))
-    r = _risk_kernel(l, p, tt, xp)
-    return r, (_weights_kernel(l, p, tt, xp) if want_weights else None)
-
-
 def _group_level(v: Any, m: Any, M: Any, seg: Segments, tau: float, xp: Any, want: bool):
     """Tilted risk of each group of ``seg`` at tilt ``tau``, and the conditional weights.
 
@@ -231,34 +227,6 @@ def _extreme_level(v: Any, m: Any, seg: Segments, tau: float, xp: Any, want: boo
     return R, mm / _segments.expand(_segments.segment_sum(mm, seg, xp), seg, xp)
 
 
-def risk_weights_scalar(l: Any, p: Any, t: float, xp: Any, *, weights: bool = True):
-    """Risk (and weights) along the last axis for one host-side tilt ``t``.
-
-    One-dimensional losses at a finite non-zero tilt go through the tilted accumulator
-    (one exponential per loss, one synchronisation, at most two temporaries of ``l``'s
-    size); everything else through the vectorised kernels. For eager backends.
-    """
-    t = float(t)
-    if l.ndim != 1 or t == 0.0 or not math.isfinite(t):
-        tt = xp.asarray(t, dtype=l.dtype, device=device(l))
-        r = _risk_kernel(l, p, tt, xp)
-        return (r, _weights_kernel(l, p, tt, xp)) if weights else (r, None)
-    st = block_state(l, p, t, xp)
-    r = finalize_risk(st, xp, l.dtype)
-    if not weights:
-        return r, None
-    return r, _weights_from_state(l, p, st, xp)
-
-
-def _weights_from_state(l: Any, p: Any, st: TiltState, xp: Any) -> Any:
-    """Tilted weights of 1-d losses given their merged state (shift and normaliser)."""
-    u = shifted_exponent(l, st.shift, st.t, p, xp, math.isinf(st.hi - st.lo))
-    e = _inplace_exp(u, xp)
-    if p is not None:
-        e = e * p
-    return e / st.s
-
-
 def risk_and_weights(l: Any, p: Any, t: Any, xp: Any) -> tuple[Any, Any]:
     """Sample-level risk and weights along the last axis, without validation.
 
@@ -292,12 +260,24 @@ def _level_masses(p: Any, tree: GroupTree, like: Any, xp: Any) -> list[Any]:
 
 
 def hierarchy_eval(l: Any, p: Any, tree: GroupTree, ts: Sequence[float], xp: Any, *,
-                   weights: bool = True):
+                   weights: bool = True, route: str = "auto"):
     """Hierarchical risk and per-sample weights, without validation.
 
     ``ts`` holds ``tree.depth + 1`` floats, outermost first; ``p`` a normalised prior
     or None. Returns ``(risk, weights)`` (weights None unless ``weights``).
+
+    ``route="auto"`` takes the labelled route for one grouping level of NumPy 1-d
+    losses under the uniform prior at finite tilts (``labelled_eval``: one shared shift,
+    one pass for the group normalisers, one gather for the weights) and the tree of
+    group states otherwise; ``route="tree"`` always takes the tree (what the fast
+    route is tested against).
     """
+    if route not in ("auto", "tree"):
+        raise ValueError(f"`route` must be 'auto' or 'tree', got {route!r}")
+    if route == "auto" and p is None and tree.depth == 1 and l.ndim == 1 and is_numpy_namespace(xp):
+        out = labelled_eval(l, tree, ts, xp, weights)
+        if out is not None:
+            return out
     masses = _level_masses(p, tree, l, xp)
     values = l
     conditional = []
@@ -410,40 +390,11 @@ def hierarchical_risk(
         if out is not None:
             return out
     if weights is None and check_finite and is_numpy_namespace(xp):
-        out = _labelled_two_levels(losses, groups, tilts, xp)
+        out = labelled_two_levels_risk(losses, groups, tilts, xp)
         if out is not None:
             return out
     l, p, tree, ts, half = _prepare_hierarchy(losses, groups, tilts, weights, xp, check_finite)
     return narrow(_eval_or_nan(l, p, tree, ts, xp, False, check_finite), half, xp)
-
-
-def _labelled_two_levels(losses: Any, groups: Any, tilts: Any, xp: Any) -> Any:
-    """The risk of one grouping level of large NumPy 1-d losses with integer labels and
-    the uniform prior, without building the group tree: the labels serve as group codes,
-    one compiled pass counts and sums every group
-    (:func:`~tiltlab.accumulator.labelled_risk`), and
-    :func:`~tiltlab.accumulator.pooled_risk` gives the top level. None where that route
-    does not apply (the general route then validates and evaluates)."""
-    labels = groups  # NumPy integer labels only: other labels are validated once, later
-    if not isinstance(labels, np.ndarray) or labels.dtype.kind not in "iu":
-        return None
-    l, half = widen_half(prepare_losses(losses, xp, False), xp)
-    if l.ndim != 1 or labels.shape != l.shape or not use_kernels(l.shape[0]):
-        return None
-    ts = prepare_tilts(tilts, 1)
-    if not math.isfinite(ts[1]):
-        return None
-    with _quiet(xp):
-        out = labelled_risk(l, ts[1], labels)
-        if out is None:
-            return None
-        R, counts = out
-        risk = pooled_risk(R, ts[0], counts) if math.isfinite(ts[0]) else None
-        if risk is None:
-            counts /= l.shape[0]
-            top = counts.astype(l.dtype, copy=False)
-            risk = _scalar_risk_weights(R, top, ts[0], xp, False)[0]
-    return narrow(risk, half, xp)
 
 
 def hierarchical_weights(
@@ -481,6 +432,10 @@ def hierarchical_weights(
     [0.25, 0.25, 0.25, 0.25]
     """
     xp = namespace_of(losses=losses, weights=weights) if xp is None else xp
+    if weights is None and check_finite and is_numpy_namespace(xp):
+        out = labelled_two_levels_weights(losses, groups, tilts, xp)
+        if out is not None:
+            return out
     l, p, tree, ts, half = _prepare_hierarchy(losses, groups, tilts, weights, xp, check_finite)
     return narrow(_eval_or_nan(l, p, tree, ts, xp, True, check_finite), half, xp)
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..._compat import device, is_lazy
+from ..._compat import device, is_lazy, is_numpy_namespace
 from ...accumulator import NonFiniteLosses
 from ...risk import (
     broadcast_groups,
@@ -32,8 +32,10 @@ from .base import Context, Engine
 __all__ = ["GENERIC", "GenericEngine", "aggregate", "penalty", "tilt_term_coef"]
 
 
-def aggregate(problem: Any, ell: Any, theta: Any = None) -> tuple[Any, Any]:
-    """Risk and per-sample weights of the losses ``ell`` under the problem's tilts.
+def aggregate(problem: Any, ell: Any, theta: Any = None, *,
+              weights: bool = True) -> tuple[Any, Any]:
+    """Risk and per-sample weights of the losses ``ell`` under the problem's tilts
+    (``weights=False``: the weights may be None, where that saves work).
 
     Non-finite losses give IEEE results (inf for an overflowing trial step), unless they
     come from a non-finite ``theta``: that raises a ``ValueError`` naming it.
@@ -43,15 +45,24 @@ def aggregate(problem: Any, ell: Any, theta: Any = None) -> tuple[Any, Any]:
     if problem.tree is None:
         if not is_lazy(xp):
             try:
-                return risk_weights_scalar(ell, problem.prior, tilts[0], xp)
+                return risk_weights_scalar(ell, problem.prior, tilts[0], xp, weights=weights)
             except NonFiniteLosses:
                 if theta is not None:
                     problem.check_finite_theta(theta)
         tt = xp.asarray(tilts[0], dtype=ell.dtype, device=device(ell))
         return risk_and_weights(ell, problem.prior, tt, xp)
+    if is_numpy_namespace(xp) and problem.finite_tilts:
+        # every level at a finite tilt reads its losses' extremes and rejects NaN and
+        # infinity there: the check of theta waits for that (no separate pass)
+        try:
+            return hierarchy_eval(ell, problem.prior, problem.tree, tilts, xp, weights=weights)
+        except NonFiniteLosses:
+            if theta is not None:
+                problem.check_finite_theta(theta)
+            raise
     if theta is not None and not is_lazy(xp) and not bool(xp.all(xp.isfinite(ell))):
         problem.check_finite_theta(theta)
-    return hierarchy_eval(ell, problem.prior, problem.tree, list(tilts), xp)
+    return hierarchy_eval(ell, problem.prior, problem.tree, list(tilts), xp, weights=weights)
 
 
 def penalty(problem: Any, th: Any) -> Any:
@@ -120,7 +131,7 @@ class GenericEngine(Engine):
         return (z,) + tuple(problem.loss.derivatives(z, problem.y, validate=False, xp=xp))
 
     def value(self, problem: Any, theta: Any, ctx: Context) -> Any:
-        r, _ = aggregate(problem, self.losses(problem, theta, ctx), theta)
+        r, _ = aggregate(problem, self.losses(problem, theta, ctx), theta, weights=False)
         return r + penalty(problem, theta) if problem.l2 else r
 
     def value_and_gradient(self, problem: Any, theta: Any, ctx: Context) -> Any:
