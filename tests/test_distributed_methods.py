@@ -379,3 +379,20 @@ def test_data_filtered_to_unknown_chunk_sizes_after_compute_chunk_sizes(cluster)
     f0, g0 = ref.value_and_gradient(th)
     assert abs(float(f) - float(f0)) <= 1e-12 * abs(float(f0))
     _close(grad, g0, 1e-11)
+
+
+@pytest.mark.parametrize("unknown", ["X", "y"])
+def test_unknown_chunk_sizes_refused_with_the_remedy(unknown):
+    """Before the chunk sizes are known the objective names the argument and the fix
+    (it used to report a NaN row count as a mismatch)."""
+    X, y, _ = _data(seed=11)
+    Xd = da.from_array(X, chunks=(150, 4))
+    yd = da.from_array(y, chunks=150)
+    mask = Xd[:, 1] > -0.5
+    if unknown == "X":
+        Xd = Xd[mask]
+    else:
+        yd = yd[mask]
+    with pytest.raises(ValueError, match=rf"`{unknown}` has an unknown number of rows.*"
+                       rf"{unknown}\.compute_chunk_sizes"):
+        tl.TiltedObjective("logistic", Xd, yd, t=1.0)

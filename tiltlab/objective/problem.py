@@ -246,6 +246,7 @@ def _linear_data(loss: Any, X: Any, y: Any, xp: Any, finite: bool) -> tuple[Any,
     X = as_float_array(X, xp, name="X")
     if X.ndim != 2:
         raise ValueError(f"`X` must be 2-d (samples x features), got shape {X.shape}")
+    _check_known_rows(X, "X")
     if X.shape[0] == 0 or X.shape[1] == 0:
         raise ValueError(f"`X` must not be empty, got shape {X.shape}")
     if finite:
@@ -257,6 +258,7 @@ def _linear_data(loss: Any, X: Any, y: Any, xp: Any, finite: bool) -> tuple[Any,
         raise ValueError(
             f"`y` must be 1-d with one target per row of `X`, got shape {tuple(y.shape)}{hint}"
         )
+    _check_known_rows(y, "y")
     if y.shape[0] != X.shape[0]:
         raise ValueError(f"`y` has {y.shape[0]} entries but `X` has {X.shape[0]} rows")
     if xp.isdtype(y.dtype, "real floating"):
@@ -265,3 +267,13 @@ def _linear_data(loss: Any, X: Any, y: Any, xp: Any, finite: bool) -> tuple[Any,
         if y.dtype != X.dtype:
             y = xp.astype(y, X.dtype)
     return loss, X, y
+
+
+def _check_known_rows(a: Any, name: str) -> None:
+    """Refuse an array whose number of rows is unknown (a Dask array after a filter)."""
+    rows = a.shape[0]
+    if rows is None or (isinstance(rows, float) and math.isnan(rows)):
+        raise ValueError(
+            f"`{name}` has an unknown number of rows (a Dask array with unknown chunk "
+            f"sizes, e.g. after boolean indexing): call `{name}.compute_chunk_sizes()` first"
+        )
