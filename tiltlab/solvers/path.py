@@ -188,7 +188,7 @@ def tilt_path(
             x = cont.predict(obj, branch, t) if warm_start else start
             kw = dict(kwargs)
             if warm_start:
-                kw.update(cont.solver_options(warm))
+                kw.update(cont.solver_options(warm, branch[-1]))
             res = minimize(obj, x, method=method, **kw)
             results[i] = res
             more = warm_start and n + 1 < len(todo)
