@@ -8,14 +8,20 @@ tolerance:
   ``t = 0``, each start extrapolated through the last two solutions, each solve warm
   started with the previous solver state);
 * tangent: ``tiltlab.tilt_path(obj, ts, method=m)`` (the default: each start predicted
-  by cubic Hermite extrapolation through the last two solutions and their tangents).
+  by cubic Hermite extrapolation through the last two solutions and their tangents; L-BFGS
+  seeded at each tilt with the Ritz pairs of the last tangent solve);
+* with ``--unseeded``, also "unseeded": the tangent path with L-BFGS started without
+  pairs, as before the Ritz pairs (the private switch ``Continuation.SEED_PAIRS``), to
+  compare both in one run.
 
 A path's extra anchor solve at ``t = 0`` is counted too. Iterations are counted by a
 callback over every solver call; passes over the data by the objectives' counters: the
 solves' for cold runs, ``TiltPath.n_passes`` for paths (which includes the predictions
 and the tangent solves, one pass per product with ``X`` or ``X^T``). Seconds are wall
 time of the whole path (or of the 20 cold solves), the median of ``--repeat`` runs
-interleaved in one process. The ratios compare the tangent path with the cold solves.
+interleaved in one process, after one evaluation and one Hessian-vector product that
+compile the kernels. The ratios compare the tangent path (and the unseeded one) with the
+cold solves; "failed" names the sides where a solve did not succeed (``none``: all did).
 
 Problems: the README's example (squared loss, 50 rows, five
 gross outliers) and a logistic regression (400 rows, 5 features, ``l2=1e-3``), both on
@@ -26,6 +32,7 @@ Run:
     python benchmarks/path_warmstart.py
     python benchmarks/path_warmstart.py --methods lbfgs newton --dtype float32
     python benchmarks/path_warmstart.py --problems hiv1 --methods newton lbfgs --repeat 3
+    python benchmarks/path_warmstart.py --problems hiv1 --methods lbfgs --unseeded --repeat 5
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ import time
 import numpy as np
 
 import tiltlab as tl
+from tiltlab.solvers._continuation import Continuation
 
 METHODS = ("gd", "agd", "lbfgs", "newton", "stochastic")
 PROBLEMS = ("readme", "logistic", "hiv1")
@@ -80,18 +88,25 @@ def count(fn):
     return n[0], out, time.perf_counter() - t0
 
 
-def run_once(obj, ts, m, kw):
-    """(iterations, passes, seconds, all ok) of the cold solves and of both paths."""
+def run_once(obj, ts, m, kw, sides):
+    """(iterations, passes, seconds, all ok) of the cold solves and of each path."""
     objs = [obj.with_tilt(float(t)) for t in ts]
     it, cold, sec = count(
         lambda cb: [tl.minimize(o, method=m, callback=cb, **kw) for o in objs]
     )
     out = {"cold": (it, sum(r.n_passes for r in cold), sec, all(r.success for r in cold))}
-    for pred in ("secant", "tangent"):
-        it, path, sec = count(
-            lambda cb, pred=pred: tl.tilt_path(obj, ts, method=m, callback=cb, predictor=pred, **kw)
-        )
-        out[pred] = (it, path.n_passes, sec, path.success)
+    for side in sides[1:]:
+        pred = "secant" if side == "secant" else "tangent"
+        Continuation.SEED_PAIRS = side != "unseeded"
+        try:
+            it, path, sec = count(
+                lambda cb, pred=pred: tl.tilt_path(
+                    obj, ts, method=m, callback=cb, predictor=pred, **kw
+                )
+            )
+        finally:
+            Continuation.SEED_PAIRS = True
+        out[side] = (it, path.n_passes, sec, path.success)
     return out
 
 
@@ -102,31 +117,43 @@ def main() -> None:
     ap.add_argument("--problems", nargs="+", default=list(PROBLEMS), choices=PROBLEMS)
     ap.add_argument("--n-tilts", type=int, default=20)
     ap.add_argument("--repeat", type=int, default=1, help="runs per cell (median time)")
+    ap.add_argument("--unseeded", action="store_true",
+                    help="also the tangent path without L-BFGS's Ritz pairs (as before them)")
     args = ap.parse_args()
+    sides = ("cold", "secant", "tangent") + (("unseeded",) if args.unseeded else ())
     dtype = np.dtype(args.dtype)
     print(f"{args.n_tilts} tilts per path, {args.dtype}, default tolerances; "
           f"iterations / passes over the data / seconds (median of {args.repeat})")
     head = f"{'problem':14s} {'method':10s}"
-    for side in ("cold", "secant", "tangent"):
-        head += f" {side + ' it':>10s} {'pass':>7s} {'s':>6s}"
-    print(head + f" {'it ratio':>8s} {'pass ratio':>10s} {'s ratio':>7s} {'all ok':>6s}")
+    for side in sides:
+        head += f" {side + ' it':>11s} {'pass':>7s} {'s':>6s}"
+    head += f" {'it ratio':>8s} {'pass ratio':>10s} {'s ratio':>7s}"
+    if args.unseeded:
+        head += f" {'unseeded: it':>12s} {'pass':>5s} {'s':>5s}"
+    print(head + f" {'failed':>6s}")
     for name, obj, ts in problems(dtype, args.problems, args.n_tilts):
         for m in args.methods:
             kw = {"seed": 0, "max_iter": 4000} if m == "stochastic" else {}
             if m == "stochastic":
                 kw["tol"] = 1e-2  # the stochastic method stops on a full-gradient check
-            runs = [run_once(obj, ts, m, kw) for _ in range(args.repeat)]
+            z = obj.zeros()  # compile the kernels before the clock runs
+            obj.value_and_gradient(z)
+            obj.linearize(z).hvp(z)
+            runs = [run_once(obj, ts, m, kw, sides) for _ in range(args.repeat)]
             row = f"{name:14s} {m:10s}"
             med = {}
-            for side in ("cold", "secant", "tangent"):
+            for side in sides:
                 it, passes = runs[0][side][0], runs[0][side][1]
                 sec = statistics.median(r[side][2] for r in runs)
                 med[side] = (it, passes, sec)
-                row += f" {it:10d} {passes:7.0f} {sec:6.2f}"
-            ok = all(r[s][3] for r in runs for s in r)
+                row += f" {it:11d} {passes:7.0f} {sec:6.2f}"
+            failed = [s for s in sides if not all(r[s][3] for r in runs)]
             c, w = med["cold"], med["tangent"]
-            print(row + f" {w[0] / c[0]:8.2f} {w[1] / c[1]:10.2f} {w[2] / c[2]:7.2f} "
-                  f"{str(ok):>6s}", flush=True)
+            row += f" {w[0] / c[0]:8.2f} {w[1] / c[1]:10.2f} {w[2] / c[2]:7.2f}"
+            if args.unseeded:
+                u = med["unseeded"]
+                row += f" {u[0] / c[0]:12.2f} {u[1] / c[1]:5.2f} {u[2] / c[2]:5.2f}"
+            print(row + f" {','.join(failed) or 'none':>6s}", flush=True)
 
 
 if __name__ == "__main__":

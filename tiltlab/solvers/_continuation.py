@@ -11,6 +11,13 @@ with ``H`` the Hessian at the solution and the right-hand side from
 tangents predicts the next solution by cubic Hermite extrapolation through the last two
 points and their tangents (error of fourth order in the step where the path is smooth),
 or by a step along the last tangent; the corrector is the path's solver.
+
+The conjugate-gradient solve of the tangent equation also measures the Hessian: its
+directions ``p_k`` and their products ``H p_k`` span a Krylov subspace on which the
+Rayleigh-Ritz procedure gives approximate eigenpairs of ``H``. The Ritz vectors ``s`` of
+the lowest Ritz values and their products ``y = H s`` (linear combinations of the products
+already made) are exact curvature pairs at the solved point, of well-conditioned scale;
+they seed L-BFGS at the next tilt with the curvature of the directions it resolves last.
 """
 
 from __future__ import annotations
@@ -20,26 +27,37 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .._compat import to_numpy
+from .._compat import array_namespace, device, to_numpy
 from ..objective.tilt_derivative import gradient_tilt_derivative
-from ._linalg import host_solve, norm, to_float, vdot
+from ._linalg import host_solve, norm, to_float, vdot, working_eps
+from .lbfgs import LBFGS
 
-__all__ = ["PathPoint", "Continuation", "tangent", "hermite", "supports_tangent"]
+__all__ = [
+    "PathPoint", "Continuation", "tangent", "hermite", "ritz_pairs", "supports_tangent",
+]  # fmt: skip
+
+#: most elements (directions and products together) a tangent solve keeps for its Ritz
+#: pairs (128 MiB in float64); a longer solve on a larger problem returns no pairs
+PAIR_BUDGET = 2**24
 
 
 class PathPoint(NamedTuple):
-    """A solved point of a path: the tilt, the solution and its tangent (or None)."""
+    """A solved point of a path: the tilt, the solution, its tangent (or None) and the
+    Ritz pairs of the tangent solve (or None)."""
 
     t: float
     x: Any
     d: Any = None
+    pairs: Any = None
 
 
 class Tangent(NamedTuple):
-    """A tangent and the number of Hessian-vector products its solve made."""
+    """A tangent, the number of Hessian-vector products its solve made, and the Ritz
+    pairs ``(S, Y)`` of the solve (see :func:`ritz_pairs`) when they were asked for."""
 
     d: Any
     n_products: int
+    pairs: Any = None
 
 
 def supports_tangent(objective: Any) -> bool:
@@ -63,6 +81,7 @@ def tangent(
     max_iter: int = 200,
     dense: bool = False,
     hessian: Any = None,
+    pairs: int = 0,
 ) -> Tangent | None:
     """The tangent ``d theta/dt`` of the path through the solution ``x`` of ``objective``.
 
@@ -73,6 +92,11 @@ def tangent(
     instead of computing it, e.g. the one of a Newton solver's last step). Returns
     ``None`` where ``H`` shows a direction of non-positive curvature or the result is not
     finite (then the path falls back to secant predictions).
+
+    With ``pairs > 0`` the conjugate-gradient solve keeps its directions and their
+    products (within ``PAIR_BUDGET`` elements) and returns, in ``Tangent.pairs``, the
+    ``pairs`` curvature pairs of the lowest Ritz values on their span
+    (:func:`ritz_pairs`); the dense solve returns none.
     """
     xp = objective.xp
     b = gradient_tilt_derivative(objective, x)
@@ -94,12 +118,21 @@ def tangent(
     goal = rtol * bnorm
     d, r, n = xp.zeros_like(b), -b, 0
     rr = bnorm * bnorm
+    # every product of the solve is an exact curvature pair (v, H v) at x
+    limit = PAIR_BUDGET // (2 * math.prod(int(k) for k in b.shape))
+    keep = pairs > 0 and limit > 0
+    S: list = []
+    Y: list = []
     if guess is not None:
-        r_guess = -b - lin.hvp(guess)
+        Hg = lin.hvp(guess)
         n += 1
+        r_guess = -b - Hg
         rr_guess = to_float(vdot(r_guess, r_guess, xp))
         if rr_guess < rr:
             d, r, rr = guess, r_guess, rr_guess
+        if keep:
+            S.append(guess)
+            Y.append(Hg)
     p = r
     while rr**0.5 > goal and n < max_iter:
         Hp = lin.hvp(p)
@@ -107,6 +140,11 @@ def tangent(
         curv = to_float(vdot(p, Hp, xp))
         if not (curv > 0 and math.isfinite(curv)):  # not a strict minimum: no tangent
             return None
+        if keep and len(S) < limit:
+            S.append(p)
+            Y.append(Hp)
+        elif keep:  # over the budget: no pairs from this solve
+            keep, S, Y = False, [], []
         a = rr / curv
         d = d + a * p
         r = r - a * Hp
@@ -115,7 +153,61 @@ def tangent(
         rr = rr_new
     if not math.isfinite(rr):
         return None
-    return Tangent(d, n)
+    return Tangent(d, n, ritz_pairs(S, Y, pairs) if S else None)
+
+
+def ritz_pairs(S: list, Y: list, m: int) -> tuple[list, list] | None:
+    """Curvature pairs of the ``m`` lowest Ritz values of ``H`` on the span of ``S``.
+
+    ``S`` are directions and ``Y`` their products ``H s`` with a symmetric ``H`` (e.g. the
+    directions of a conjugate-gradient solve). The Rayleigh-Ritz procedure on the span of
+    ``S`` solves the small generalised eigenproblem ``(S H S^T) c = lam (S S^T) c`` on the
+    host (directions normalised; near-dependent combinations, below ``sqrt(eps)`` of the
+    largest eigenvalue of ``S S^T``, dropped); each Ritz vector ``s = S^T c`` comes with
+    ``y = Y^T c = H s`` without another product. Returns ``(S', Y')``, flattened arrays
+    in the namespace and dtype of the inputs ordered by decreasing Ritz value (the last
+    pair has the lowest, so that L-BFGS's initial scaling ``s'y / y'y`` is ``1 / lam_min``
+    of the span), or ``None`` where no direction of positive curvature is found.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tiltlab.solvers._continuation import ritz_pairs
+    >>> H = np.diag([1.0, 2.0, 5.0])
+    >>> S = [np.array([1.0, 1.0, 0.0]), np.array([0.0, 1.0, 1.0]), np.array([1.0, 0.0, 1.0])]
+    >>> s, y = ritz_pairs(S, [H @ v for v in S], 2)
+    >>> [round(float(v @ w / (v @ v)), 12) for v, w in zip(s, y)]
+    [2.0, 1.0]
+    """
+    if not S or m < 1:
+        return None
+    xp = array_namespace(S[0])
+    Sm = xp.stack([xp.reshape(v, (-1,)) for v in S], axis=0)
+    Ym = xp.stack([xp.reshape(v, (-1,)) for v in Y], axis=0)
+    k = len(S)
+    G = to_numpy(Sm @ xp.permute_dims(xp.concat([Sm, Ym], axis=0), (1, 0)))
+    G = G.astype(np.float64)
+    if not np.all(np.isfinite(G)):
+        return None
+    scale = np.sqrt(np.maximum(np.diag(G[:, :k]), 0.0))
+    used = scale > 0  # zero directions carry nothing
+    scale = np.where(used, scale, 1.0)
+    B = (G[:, :k] / np.outer(scale, scale))[np.ix_(used, used)]  # normalised directions
+    A = (G[:, k:] / np.outer(scale, scale))[np.ix_(used, used)]  # their products
+    if B.size == 0:
+        return None
+    w, U = np.linalg.eigh(B)
+    keep = w > math.sqrt(working_eps(S[0])) * w[-1]
+    W = U[:, keep] / np.sqrt(w[keep])  # an orthonormal basis of the span: S^T W / scale
+    lam, V = np.linalg.eigh(W.T @ (0.5 * (A + A.T)) @ W)
+    chosen = [i for i in range(lam.size) if lam[i] > 0][:m][::-1]
+    if not chosen:
+        return None
+    C = np.zeros((k, len(chosen)))  # coefficients of the Ritz vectors
+    C[used] = (W @ V[:, chosen]) / scale[used, None]
+    Cd = xp.asarray(C.T, dtype=Sm.dtype, device=device(Sm))
+    Sr, Yr = Cd @ Sm, Cd @ Ym
+    return [Sr[i, :] for i in range(len(chosen))], [Yr[i, :] for i in range(len(chosen))]
 
 
 def hermite(points: list, t: float, *, derivative: bool = False) -> Any:
@@ -152,7 +244,10 @@ class Continuation:
     ``tangents`` says whether tangents are computed at the solved points (else the
     secant through the last two solutions predicts, and each solve inherits the previous
     solver state, as before tangents existed); ``method`` and ``options`` are the path's
-    solver and its options (a dense-Hessian Newton solves its tangents densely).
+    solver and its options (a dense-Hessian Newton solves its tangents densely). With
+    tangents, L-BFGS starts each tilt from the Ritz pairs of the last tangent solve
+    (:func:`ritz_pairs`, as many as its ``memory``) unless the user gave pairs or a
+    solver state.
     """
 
     #: relative residual of the conjugate-gradient tangent solves: the low-curvature
@@ -160,6 +255,8 @@ class Continuation:
     RTOL = 1e-6
     #: Hessian-vector products allowed per tangent
     MAX_PRODUCTS = 200
+    #: whether L-BFGS is seeded with the Ritz pairs of the tangent solves
+    SEED_PAIRS = True
 
     def __init__(self, method: str, options: dict, tangents: bool):
         self.method = method
@@ -167,6 +264,8 @@ class Continuation:
         self.hessian = options.get("hessian", "auto")
         self.user_warm = "warm_state" in options or "pairs" in options
         self.n_products = 0  # Hessian-vector products of the tangent solves
+        seeded = self.SEED_PAIRS and tangents and method == "lbfgs" and not self.user_warm
+        self.n_pairs = int(options.get("memory", LBFGS.memory)) if seeded else 0
 
     def _dense(self, x: Any) -> bool:
         if self.method != "newton":
@@ -175,7 +274,9 @@ class Continuation:
         return self.hessian == "dense" or (self.hessian == "auto" and p <= 500)
 
     def point(self, objective: Any, t: float, result: Any, *, more: bool, branch: Any = None):
-        """The solved point at ``t``, with its tangent when another tilt follows."""
+        """The solved point at ``t``, with its tangent (and Ritz pairs, for L-BFGS) when
+        another tilt follows. The pairs of the branch's last point are dropped: only the
+        newest point's are used."""
         x = result.x
         if not (self.tangents and more and supports_tangent(objective)):
             return PathPoint(t, x)
@@ -187,14 +288,16 @@ class Continuation:
         # of that step, small next to the prediction's) spares forming another
         hess = getattr(getattr(result, "solver_state", None), "memo", None)
         hess = getattr(hess, "hessian", None) if self._dense(x) else None
+        if branch and branch[-1].pairs is not None:
+            branch[-1] = branch[-1]._replace(pairs=None)
         tan = tangent(
             objective, x, guess=guess, dense=self._dense(x), rtol=self.RTOL,
-            max_iter=self.MAX_PRODUCTS, hessian=hess,
+            max_iter=self.MAX_PRODUCTS, hessian=hess, pairs=self.n_pairs,
         )  # fmt: skip
         if tan is None:
             return PathPoint(t, x)
         self.n_products += tan.n_products
-        return PathPoint(t, x, tan.d)
+        return PathPoint(t, x, tan.d, tan.pairs)
 
     def predict(self, objective: Any, branch: list, t: float) -> Any:
         """The start at ``t``: the prediction from the branch, or the last solution where
@@ -216,13 +319,19 @@ class Continuation:
         g_guess = to_float(norm(objective.gradient(guess), xp))
         return guess if g_guess < g_last else last.x  # a NaN gradient never wins
 
-    def solver_options(self, warm: Any) -> dict:
-        """Warm-start options for the next solve (``warm``: the last solver state).
+    def solver_options(self, warm: Any, last: PathPoint | None = None) -> dict:
+        """Warm-start options for the next solve (``warm``: the last solver state;
+        ``last``: the branch's last point).
 
-        With tangents, L-BFGS starts without the previous run's correction pairs: the
-        pairs of the end of a run describe the curvature at the rounding level of the
-        last tilt and slow the next run down (measured on HIV-1).
+        With tangents, L-BFGS starts from the Ritz pairs of the tangent solve at ``last``
+        (exact curvature pairs at the last solution, the lowest curvatures of the
+        Krylov subspace) and not from the previous run's correction pairs: those of the
+        end of a run describe the curvature at the rounding level of the last tilt and
+        slow the next run down (measured on HIV-1).
         """
-        if self.user_warm or (self.tangents and self.method == "lbfgs"):
+        if self.user_warm:
             return {}
+        if self.tangents and self.method == "lbfgs":
+            pairs = None if last is None else last.pairs
+            return {} if pairs is None else {"pairs": pairs}
         return {"warm_state": warm}

@@ -117,9 +117,13 @@ def tilt_path(
     Each solve also inherits the previous solver state (``warm_state`` of
     :func:`tiltlab.minimize`), except L-BFGS's correction pairs under the tangent
     predictor: the pairs of the end of a run describe curvature at the rounding level of
-    the previous tilt and slowed the next run down. Objectives without a tangent
-    (non-linear models, a point of non-positive curvature) fall back to the secant. The
-    predictions' cost is counted in ``TiltPath.n_passes``.
+    the previous tilt and slowed the next run down. L-BFGS starts instead from exact
+    curvature pairs of the last tangent solve: the Ritz vectors of the lowest Ritz values
+    of the Hessian on the solve's Krylov subspace and their Hessian products (as many as
+    its ``memory``; no extra pass over the data), which describe the directions it
+    resolves last. Objectives without a tangent (non-linear models, a point of
+    non-positive curvature) fall back to the secant. The predictions' cost is counted in
+    ``TiltPath.n_passes``.
 
     Parameters
     ----------
@@ -188,7 +192,7 @@ def tilt_path(
             x = cont.predict(obj, branch, t) if warm_start else start
             kw = dict(kwargs)
             if warm_start:
-                kw.update(cont.solver_options(warm))
+                kw.update(cont.solver_options(warm, branch[-1]))
             res = minimize(obj, x, method=method, **kw)
             results[i] = res
             more = warm_start and n + 1 < len(todo)
