@@ -4,6 +4,8 @@ exact curvature pairs (against dense Hessians), their Ritz values are eigenvalue
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -149,3 +151,39 @@ def test_seeded_lbfgs_path_equals_cold_solves(dtype, monkeypatch):
     atol = 1e-7 if dtype == np.float64 else 1e-2
     np.testing.assert_allclose(_host(plain.x), _host(path.x), rtol=0, atol=atol)
     assert [r.nit for r in plain.results] != [r.nit for r in path.results]
+
+
+def test_a_warm_solve_whose_line_search_fails_goes_on_with_a_fresh_memory(monkeypatch):
+    """A seeded L-BFGS run that stops with a failed line search is continued from its
+    last point without the seeded pairs; the tilt's result then converges to the cold
+    solution and reports both runs' iterations, evaluations, passes and history."""
+    from tiltlab.solvers import path as path_module
+
+    real = path_module.minimize
+    calls = []
+
+    def failing_when_seeded(obj, x0, **kw):
+        calls.append(sorted(kw))
+        if "pairs" not in kw:
+            return real(obj, x0, **kw)
+        # a warm run cut short and marked as a failed line search
+        res = real(obj, x0, **{**kw, "max_iter": 2})
+        status = tl.Status.LINE_SEARCH_FAILED
+        return dataclasses.replace(
+            res, status=status, success=False, message=status.describe()
+        )
+
+    monkeypatch.setattr(path_module, "minimize", failing_when_seeded)
+    X, y = _logistic(seed=3)
+    obj = tl.TiltedObjective("logistic", X, y, t=0.0, l2=1e-3)
+    path = tl.tilt_path(obj, [0.0, 1.0, 2.0], method="lbfgs", tol=1e-10)
+    assert any("pairs" in c for c in calls), "the path never seeded a run"
+    assert path.success
+    for t, r in zip(path.ts, path.results, strict=True):
+        cold = _solve(obj.with_tilt(float(t)))
+        np.testing.assert_allclose(r.x, cold, rtol=0, atol=1e-7)
+        assert r.nfev == len(r.history["fun"])
+        assert np.all(np.diff(r.history["n_passes"]) >= 0)
+        assert r.n_passes == pytest.approx(r.history["n_passes"][-1], rel=0, abs=1e-9)
+    seeded = [r for r, t in zip(path.results, path.ts, strict=True) if t > 0]
+    assert all(r.nit > 2 for r in seeded)  # the cut-short run's 2 iterations plus more

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -11,7 +12,7 @@ import numpy as np
 from .._compat import to_numpy
 from ._continuation import Continuation
 from ._minimize import minimize
-from ._result import OptimizeResult
+from ._result import OptimizeResult, Status
 
 __all__ = ["tilt_path", "TiltPath"]
 
@@ -190,10 +191,8 @@ def tilt_path(
             t = float(ts_arr[i])
             obj = objective.with_tilt(t)
             x = cont.predict(obj, branch, t) if warm_start else start
-            kw = dict(kwargs)
-            if warm_start:
-                kw.update(cont.solver_options(warm, branch[-1]))
-            res = minimize(obj, x, method=method, **kw)
+            extra = cont.solver_options(warm, branch[-1]) if warm_start else {}
+            res = _solve(obj, x, method, kwargs, extra)
             results[i] = res
             more = warm_start and n + 1 < len(todo)
             branch.append(cont.point(obj, t, res, more=more, branch=branch))
@@ -208,6 +207,33 @@ def tilt_path(
     stats = _path_stats(objective, ts_arr, ordered)
     return TiltPath(
         ts=ts_arr, x=X, results=ordered, stats=stats, objective=objective, n_passes=passes
+    )
+
+
+def _solve(obj: Any, x: Any, method: str, kwargs: dict, extra: dict) -> OptimizeResult:
+    """One tilt's solve with the warm-start options ``extra``.
+
+    Where the warm run's line search fails (the carried curvature can be wrong at the
+    rounding level of the new tilt), the run goes on from where it stopped with a fresh
+    memory; the result reports both runs' iterations, evaluations, passes and history.
+    """
+    res = minimize(obj, x, method=method, **{**kwargs, **extra})
+    if not extra or res.status is not Status.LINE_SEARCH_FAILED:
+        return res
+    again = minimize(obj, res.x, method=method, **kwargs)
+    offset = {"n_passes": res.n_passes, "time": (res.history.get("time") or [0.0])[-1]}
+    history = {
+        k: list(res.history.get(k, [])) + [v + offset.get(k, 0.0) for v in vals]
+        for k, vals in again.history.items()
+    }
+    runs = [r.n_iter_run for r in (res, again)]
+    return dataclasses.replace(
+        again,
+        nit=res.nit + again.nit,
+        nfev=res.nfev + again.nfev,
+        n_passes=res.n_passes + again.n_passes,
+        history=history,
+        n_iter_run=None if None in runs else sum(runs),
     )
 
 
