@@ -267,6 +267,12 @@ class Continuation:
         seeded = self.SEED_PAIRS and tangents and method == "lbfgs" and not self.user_warm
         self.n_pairs = int(options.get("memory", LBFGS.memory)) if seeded else 0
 
+    def rtol(self, x: Any) -> float:
+        """The tangent solves' relative residual: ``RTOL``, or ``sqrt(eps)`` of ``x``'s
+        working precision where that is larger (float32: conjugate gradients in single
+        precision stall far above ``RTOL`` and would spend ``MAX_PRODUCTS`` on every tilt)."""
+        return max(self.RTOL, math.sqrt(working_eps(x)))
+
     def _dense(self, x: Any) -> bool:
         if self.method != "newton":
             return False
@@ -291,7 +297,7 @@ class Continuation:
         if branch and branch[-1].pairs is not None:
             branch[-1] = branch[-1]._replace(pairs=None)
         tan = tangent(
-            objective, x, guess=guess, dense=self._dense(x), rtol=self.RTOL,
+            objective, x, guess=guess, dense=self._dense(x), rtol=self.rtol(x),
             max_iter=self.MAX_PRODUCTS, hessian=hess, pairs=self.n_pairs,
         )  # fmt: skip
         if tan is None:
