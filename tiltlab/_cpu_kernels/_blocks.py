@@ -15,6 +15,18 @@ loops that LLVM vectorises:
 4. the block sums of the tilted state (:func:`sums`) and the rank-one updates
    ``acc += X_blk^T coef`` (:func:`axpy_rows`), again ``ROWS`` rows at a time.
 
+Steps 1-3 work in ``X``'s dtype: for float32 data the predictors, the losses, their
+derivatives and the weights are float32 numbers computed in float32 arithmetic, with
+the float32 ``exp``/``expm1``/``log1p`` of :mod:`._vmath32` (:func:`exp_t` and friends
+pick the precision from the argument's type), so that a vector register holds 16 lanes
+instead of 8 and the polynomials are half as long. The tilted state (the shift, the
+sums ``s``, ``q`` and ``lsum``, the prior mass) and the vector accumulators stay in
+float64, where the sum of many rows needs it; the shift is always one of the losses, so
+it is exact in float32 and the weights ``exp(t (l - c))`` of a block and the state's
+rescaling agree. Against float64 arithmetic this costs about one float32 rounding per
+loss and weight (relative 1e-7, the size of the rounding of the float32 dot product
+itself).
+
 Only the dot products and the block sums may reassociate their additions
 (``fastmath={"reassoc"}``: no NaN/inf assumptions and no contraction, so IEEE semantics
 otherwise hold, NaN included); the order is fixed at compile time, so results do not
@@ -32,9 +44,49 @@ from __future__ import annotations
 import numpy as np
 
 from ._vmath import vexp, vexpm1, vlog1p_unit
+from ._vmath32 import vexpf, vexpm1f, vlog1p_unitf
+
+
+def exp_t(x):
+    """``exp`` in the precision of ``x`` (:mod:`._vmath32` for float32)."""
+    return vexpf(x) if isinstance(x, np.float32) else vexp(x)
+
+
+def expm1_t(x):
+    """``expm1`` in the precision of ``x``."""
+    return vexpm1f(x) if isinstance(x, np.float32) else vexpm1(x)
+
+
+def log1p_unit_t(x):
+    """``log1p`` on ``[0, 1]`` in the precision of ``x``."""
+    return vlog1p_unitf(x) if isinstance(x, np.float32) else vlog1p_unit(x)
+
 
 try:  # pragma: no branch - the engine is only chosen when numba imports
     import numba
+    from numba import types
+    from numba.extending import overload
+
+    def _typed(stub, f32, f64):
+        """Compile ``stub`` as ``f32`` for float32 arguments and ``f64`` otherwise."""
+
+        @overload(stub, jit_options={"fastmath": False, "error_model": "numpy"})
+        def _impl(x):
+            if x == types.float32:
+
+                def single(x):
+                    return f32(x)
+
+                return single
+
+            def double(x):
+                return f64(x)
+
+            return double
+
+    _typed(exp_t, vexpf, vexp)
+    _typed(expm1_t, vexpm1f, vexpm1)
+    _typed(log1p_unit_t, vlog1p_unitf, vlog1p_unit)
 
     _INLINE = numba.njit(fastmath=False, error_model="numpy", cache=True, inline="always")
     _REASSOC = numba.njit(fastmath={"reassoc"}, error_model="numpy", cache=True, nogil=True)
@@ -78,7 +130,7 @@ def block_rows(d, itemsize):
 
 @_REASSOC
 def dots(X, i0, nb, v, out, zero):
-    """``out[b] = X[i0 + b] . v`` for ``b < nb`` (in ``X``'s dtype, stored as float64)."""
+    """``out[b] = X[i0 + b] . v`` for ``b < nb`` (in ``X``'s dtype)."""
     d = X.shape[1]
     for b in range(nb):
         i = i0 + b
@@ -156,59 +208,67 @@ def axpy2_rows(X, i0, nb, ca, cb, acc_a, acc_b):
 @_INLINE
 def loss_block(code, z, y, i0, nb, param, l, d1, d2):
     """Value, first and second derivative in ``z`` of a scalar-predictor loss for a block
-    (one branch-free loop per loss)."""
+    (one branch-free loop per loss), in the dtype of the buffers (``X``'s: float32 data
+    take float32 arithmetic and :mod:`._vmath32`)."""
+    zero = l.dtype.type(0.0)
+    one = l.dtype.type(1.0)
+    two = l.dtype.type(2.0)
+    half = l.dtype.type(0.5)
     if code == LOGISTIC:
-        for b in range(nb):  # e = exp(-|z|), kept in d2 for the next two loops
-            d2[b] = vexp(-abs(z[b]))
+        # one exp per row: e = exp(-|z|) (kept in d2 for the next two loops) gives the
+        # softplus log1p(e) and the sigmoid
+        for b in range(nb):
+            d2[b] = exp_t(-abs(z[b]))
         for b in range(nb):
             zb = z[b]
-            l[b] = ((zb if zb >= 0.0 else 0.0) - y[i0 + b] * zb) + vlog1p_unit(d2[b])
+            l[b] = ((zb if zb >= zero else zero) - y[i0 + b] * zb) + log1p_unit_t(d2[b])
         for b in range(nb):
             zb = z[b]
             yb = y[i0 + b]
             e = d2[b]
-            inv = 1.0 / (1.0 + e)
+            inv = one / (one + e)
             small = e * inv
-            pos = zb >= 0.0
+            pos = zb >= zero
             s = inv if pos else small
             sc = small if pos else inv
-            d1[b] = (1.0 - yb) * s - yb * sc
+            d1[b] = (one - yb) * s - yb * sc
             d2[b] = s * sc
     elif code == SQUARED:
         for b in range(nb):
             r = z[b] - y[i0 + b]
             l[b] = r * r
-            d1[b] = 2.0 * r
-            d2[b] = 2.0
+            d1[b] = two * r
+            d2[b] = two
     elif code == ABSOLUTE:
         for b in range(nb):
             r = z[b] - y[i0 + b]
             l[b] = abs(r)
-            d1[b] = 1.0 if r > 0.0 else (-1.0 if r < 0.0 else 0.0)
-            d2[b] = 0.0
+            d1[b] = one if r > zero else (-one if r < zero else zero)
+            d2[b] = zero
     elif code == HUBER:
+        delta = l.dtype.type(param)
         for b in range(nb):
             r = z[b] - y[i0 + b]
             a = abs(r)
-            inside = a <= param
-            sg = 1.0 if r > 0.0 else -1.0
-            l[b] = 0.5 * r * r if inside else param * (a - 0.5 * param)
-            d1[b] = r if inside else param * sg
-            d2[b] = 1.0 if inside else 0.0
+            inside = a <= delta
+            sg = one if r > zero else -one
+            l[b] = half * r * r if inside else delta * (a - half * delta)
+            d1[b] = r if inside else delta * sg
+            d2[b] = one if inside else zero
     else:  # hinge and squared hinge: margin m = 1 - (2y - 1) z
         sq = code == SQUARED_HINGE
         for b in range(nb):
-            sgn = 2.0 * y[i0 + b] - 1.0
-            m = 1.0 - sgn * z[b]
-            on = m > 0.0
+            sgn = two * y[i0 + b] - one
+            m = one - sgn * z[b]
+            on = m > zero
             if sq:
-                l[b] = m * m if on else 0.0
-                d1[b] = -2.0 * sgn * m if on else 0.0
-                d2[b] = 2.0 if on else 0.0
+                l[b] = m * m if on else zero
+                d1[b] = -two * sgn * m if on else zero
+                d2[b] = two if on else zero
             else:
-                l[b] = m if on else 0.0
-                d1[b] = -sgn if on else 0.0
-                d2[b] = 0.0
+                l[b] = m if on else zero
+                d1[b] = -sgn if on else zero
+                d2[b] = zero
 
 
 @_INLINE
@@ -255,25 +315,30 @@ def _finite_extremes(p, has_p, i0, nb, l):
 @_INLINE
 def weights_block(p, has_p, i0, nb, t, c, qlive, l, e, e1):
     """``e = exp(t (l - c))`` and, in the small-tilt regime, ``e1 = expm1(t (l - c))``
-    (0 off the prior's support)."""
+    (0 off the prior's support), in the dtype of the buffers: for float32 data ``t`` is
+    rounded to float32 here, and ``c`` is one of the losses (exact in float32)."""
+    zero = e.dtype.type(0.0)
+    one = e.dtype.type(1.0)
+    tt = e.dtype.type(t)
+    cc = e.dtype.type(c)
     if t == 0.0:
         for b in range(nb):
             pb = p[i0 + b] if has_p else 1.0
-            e[b] = 1.0 if pb > 0.0 else 0.0
-            e1[b] = 0.0
+            e[b] = one if pb > 0.0 else zero
+            e1[b] = zero
     elif qlive:
         for b in range(nb):
             pb = p[i0 + b] if has_p else 1.0
-            m1 = vexpm1(t * (l[b] - c))
+            m1 = expm1_t(tt * (l[b] - cc))
             on = pb > 0.0
-            e[b] = m1 + 1.0 if on else 0.0
-            e1[b] = m1 if on else 0.0
+            e[b] = m1 + one if on else zero
+            e1[b] = m1 if on else zero
     else:
         for b in range(nb):
             pb = p[i0 + b] if has_p else 1.0
-            eb = vexp(t * (l[b] - c))
-            e[b] = eb if pb > 0.0 else 0.0
-            e1[b] = 0.0
+            eb = exp_t(tt * (l[b] - cc))
+            e[b] = eb if pb > 0.0 else zero
+            e1[b] = zero
 
 
 @_REASSOC
