@@ -307,7 +307,7 @@ def test_many_blocks_against_reference(loss, t, dtype):
     """Chunks of many row blocks (the scalar kernels work a block of rows at a time), a
     stretch of zero prior weights longer than a block, and a last block that is cut short:
     value, gradient and both Hessian-vector products against the references."""
-    n, d = 5003, 40  # blocks of 408 (float64) or 512 (float32) rows
+    n, d = 5003, 40  # blocks of 408 (float64) or 816 (float32) rows
     X, y, theta, v, p = problem(loss, n=n, d=d, dtype=dtype, seed=13)
     X *= np.asarray(0.3, dtype=dtype)  # moderate losses: t = 50 keeps many rows weighted
     p[1000:2200] = 0.0

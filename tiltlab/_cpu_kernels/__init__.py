@@ -11,8 +11,9 @@ merged over chunks as in :mod:`tiltlab.accumulator`) and the rank-one update of 
 gradient all happen while the row is in cache. The scalar-loss kernels do this a block of
 rows at a time (:mod:`._blocks`): dot products, then the loss, the weights and the state
 for the whole block in vectorised loops (``exp``, ``expm1`` and ``log1p`` written so that
-LLVM vectorises them, :mod:`._vmath`: numba has no SIMD math library here), then the
-updates while the block is still in cache. The ridge term is not included (the objective
+LLVM vectorises them, :mod:`._vmath`, and their float32 versions for float32 data,
+:mod:`._vmath32`: numba has no SIMD math library here), then the updates while the block
+is still in cache. The ridge term is not included (the objective
 adds it).
 
 Entry points

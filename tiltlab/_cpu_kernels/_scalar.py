@@ -104,12 +104,15 @@ def vg_scalar(X, y, p, theta, t, code, param, n_chunks, want_grad, per_sample, s
             s += bs
             q += bq
             lsum += bl
-            if want_grad:
+            if want_grad and has_p:
                 for b in range(nb):
-                    pb = p[i0 + b] if has_p else 1.0
-                    coef[b] = (pb * e[b]) * rg * d1[b] if e[b] != 0.0 else 0.0
-                axpy_rows(X, i0, nb, coef, blk)
-                _flush(blk, acc)
+                    coef[b] = (p[i0 + b] * e[b]) * rg * d1[b] if e[b] != 0.0 else 0.0
+            elif want_grad:  # in X's dtype (e is 0 only where exp underflows: d1 is finite)
+                rgx = coef.dtype.type(rg)
+                for b in range(nb):
+                    coef[b] = (e[b] * rgx) * d1[b]
+            if want_grad:
+                axpy_rows(X, i0, nb, coef, blk, acc)
         if want_grad and mass > 0.0 and cg != c:
             f = math.exp(t * (cg - c))
             for j in range(d):
@@ -216,11 +219,9 @@ def hvp_scalar(X, y, p, theta, v, t, code, param, n_chunks, state, A, G):
                 ca[b] = pg * (d2[b] * u[b] + t * d1[b] * a[b]) if on else 0.0
                 cb[b] = pg * d1[b] if on else 0.0
             if tilted:
-                axpy2_rows(X, i0, nb, ca, cb, blkA, blkG)
-                _flush(blkG, accG)
+                axpy2_rows(X, i0, nb, ca, cb, blkA, blkG, accA, accG)
             else:
-                axpy_rows(X, i0, nb, ca, blkA)
-            _flush(blkA, accA)
+                axpy_rows(X, i0, nb, ca, blkA, accA)
         if mass > 0.0 and cg != c:
             f = math.exp(t * (cg - c))
             for j in range(d):
