@@ -109,7 +109,7 @@ except ImportError:  # pragma: no cover - exercised where numba is absent
 SQUARED, ABSOLUTE, HUBER, LOGISTIC, HINGE, SQUARED_HINGE = 0, 1, 2, 3, 4, 5
 
 #: most rows per block (2048: at d = 20 a float32 block of 1632 rows, 128 KiB, spreads
-#: the per-block work over three times as many rows as 512 did: 10% less time)
+#: the per-block work over three times as many rows as 512 did: 5-9% less time)
 BLOCK = 2048
 #: rows whose rank-one updates are summed in X's dtype before they are added into the
 #: float64 accumulators (the rounding of a float32 sum grows with its length)
