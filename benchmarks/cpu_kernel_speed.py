@@ -1,7 +1,8 @@
 """The fused CPU kernels (numba) against one matrix-vector product, side by side.
 
-For each shape, dtype and loss this times, interleaved and repeated (medians), in units of
-one NumPy ``X @ theta`` with the same number of threads:
+For each shape, dtype and loss this times, interleaved and repeated (medians; the order of
+the calls is reversed at every repetition, so that no call always follows the same one),
+in units of one NumPy ``X @ theta`` with the same number of threads:
 
 * ``vg``: ``FusedProblem.value_and_gradient`` (data bound once, as an engine keeps it);
 * ``hvp``: ``FusedProblem.hvp`` (one pass, loss and weights included);
@@ -62,11 +63,13 @@ _CLOCK = {"clock": time.perf_counter}
 def _medians(fns: dict, repeat: int) -> dict:
     clock = _CLOCK["clock"]
     times: dict = {k: [] for k in fns}
+    order = list(fns)
     for _ in range(repeat):
-        for k, f in fns.items():  # interleaved: drift hits every side alike
+        for k in order:  # interleaved: drift hits every side alike
             t0 = clock()
-            f()
+            fns[k]()
             times[k].append(clock() - t0)
+        order.reverse()  # and no call always follows the same one
     return {k: float(np.median(v)) for k, v in times.items()}
 
 

@@ -257,12 +257,14 @@ def test_chunk_counts_split_unevenly(loss):
         _close(ck.fused_linearize(loss, X, y, theta, -2.0, p, **kw).hvp(v), Hv, 1e-10)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("loss", ["squared", "logistic", "multinomial"])
-def test_threads_do_not_change_results(loss):
-    """Chunks depend on the rows only: 1 and 2 threads give identical bits."""
+def test_threads_do_not_change_results(loss, dtype):
+    """Chunks depend on the rows only: 1 and 2 threads give identical bits (float32 data
+    too, whose losses and weights are float32 arithmetic)."""
     if numba.config.NUMBA_NUM_THREADS < 2:
         pytest.skip("numba runs with a single thread here")
-    X, y, theta, v, p = problem(loss, n=3000, d=9, seed=11)
+    X, y, theta, v, p = problem(loss, n=3000, d=9, dtype=dtype, seed=11)
     before = numba.get_num_threads()
     outs = []
     try:
@@ -307,7 +309,7 @@ def test_many_blocks_against_reference(loss, t, dtype):
     """Chunks of many row blocks (the scalar kernels work a block of rows at a time), a
     stretch of zero prior weights longer than a block, and a last block that is cut short:
     value, gradient and both Hessian-vector products against the references."""
-    n, d = 5003, 40  # blocks of 408 (float64) or 512 (float32) rows
+    n, d = 5003, 40  # blocks of 408 (float64) or 816 (float32) rows
     X, y, theta, v, p = problem(loss, n=n, d=d, dtype=dtype, seed=13)
     X *= np.asarray(0.3, dtype=dtype)  # moderate losses: t = 50 keeps many rows weighted
     p[1000:2200] = 0.0
@@ -322,6 +324,42 @@ def test_many_blocks_against_reference(loss, t, dtype):
         lin = ck.fused_linearize(loss, X, y, theta, t, p, **kw)
         _close(lin.hvp(v), H @ v, rtol, Habs @ np.abs(v))
         _close(lin.weights, _weights(lin_losses(loss, X, y, theta), t, p), rtol)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("loss", ["squared", "logistic"])
+def test_long_rows_over_many_blocks(loss, dtype):
+    """Rows of 700 entries (one dot product at a time, blocks raised to 64 rows) over
+    several blocks and chunks, at t = 0, -2 and 50, against the references."""
+    n, d = 1500, 700
+    X, y, theta, v, p = problem(loss, n=n, d=d, dtype=dtype, seed=17)
+    X *= np.asarray(0.05, dtype=dtype)
+    rtol = 1e-9 if dtype == np.float64 else 1e-4
+    for t in (0.0, -2.0, 50.0):
+        R, g, H, gabs, Habs = reference(loss, X, y, theta, t, p)
+        for chunks in (1, 3):
+            kw = {"n_chunks": chunks}
+            value, grad = ck.fused_value_and_gradient(loss, X, y, theta, t, p, **kw)
+            _close(value, R, rtol, abs(R) + 1.0)
+            _close(grad, g, rtol, gabs)
+            hv = ck.fused_hvp(loss, X, y, theta, v, t, p, **kw)
+            _close(hv, H @ v, rtol, Habs @ np.abs(v))
+
+
+def test_block_rows():
+    """Blocks: about BLOCK_BYTES of X, at least 64 rows while within 4 x BLOCK_BYTES,
+    a multiple of 8 in [8, BLOCK], the same for every call."""
+    from tiltlab._cpu_kernels import _blocks as bl
+
+    for itemsize in (4, 8):
+        for d in (1, 8, 20, 40, 100, 700, 1000, 4000, 10**5):
+            rows = bl.block_rows(d, itemsize)
+            assert rows % 8 == 0 and 8 <= rows <= bl.BLOCK
+            size = rows * d * itemsize
+            assert size <= 4 * bl.BLOCK_BYTES or rows == 8
+            assert rows >= min(bl.MIN_BLOCK, bl.BLOCK_BYTES * 4 // (d * itemsize) // 8 * 8)
+    assert bl.block_rows(20, 4) == 1632 and bl.block_rows(1000, 4) == 64
+    assert bl.block_rows(100, 8) == 160 and bl.block_rows(10**5, 8) == 8
 
 
 @pytest.mark.parametrize("order", ["ascending", "descending"])

@@ -11,8 +11,9 @@ merged over chunks as in :mod:`tiltlab.accumulator`) and the rank-one update of 
 gradient all happen while the row is in cache. The scalar-loss kernels do this a block of
 rows at a time (:mod:`._blocks`): dot products, then the loss, the weights and the state
 for the whole block in vectorised loops (``exp``, ``expm1`` and ``log1p`` written so that
-LLVM vectorises them, :mod:`._vmath`: numba has no SIMD math library here), then the
-updates while the block is still in cache. The ridge term is not included (the objective
+LLVM vectorises them, :mod:`._vmath`, and their float32 versions for float32 data,
+:mod:`._vmath32`: numba has no SIMD math library here), then the updates while the block
+is still in cache. The ridge term is not included (the objective
 adds it).
 
 Entry points
@@ -36,7 +37,9 @@ Rows are split into ``n_chunks`` contiguous chunks that depend on the number of 
 only (never on the number of threads), and chunk states are merged in a fixed order, so
 results are identical bit for bit for any number of numba threads. Against the generic
 path they agree to rounding: about ``1e-13`` relative in float64 and ``1e-5`` in float32
-(the kernels carry every scalar and every long vector sum in float64).
+(for float32 data the scalar-loss kernels compute the losses, their derivatives and the
+tilted weights in float32 arithmetic, with vectorised float32 ``exp``/``log1p`` accurate
+to 2 units in the last place; the tilted state and every long vector sum are float64).
 
 Losses: squared, absolute, Huber (``loss_params={"delta": ...}``), logistic, hinge,
 squared hinge (labels 0/1) and multinomial (``theta`` of shape ``(d, K)``, integer

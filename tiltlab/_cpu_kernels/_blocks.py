@@ -15,6 +15,18 @@ loops that LLVM vectorises:
 4. the block sums of the tilted state (:func:`sums`) and the rank-one updates
    ``acc += X_blk^T coef`` (:func:`axpy_rows`), again ``ROWS`` rows at a time.
 
+Steps 1-3 work in ``X``'s dtype: for float32 data the predictors, the losses, their
+derivatives and the weights are float32 numbers computed in float32 arithmetic, with
+the float32 ``exp``/``expm1``/``log1p`` of :mod:`._vmath32` (:func:`exp_t` and friends
+pick the precision from the argument's type), so that a vector register holds 16 lanes
+instead of 8 and the polynomials are half as long. The tilted state (the shift, the
+sums ``s``, ``q`` and ``lsum``, the prior mass) and the vector accumulators stay in
+float64, where the sum of many rows needs it; the shift is always one of the losses, so
+it is exact in float32 and the weights ``exp(t (l - c))`` of a block and the state's
+rescaling agree. Against float64 arithmetic this costs about one float32 rounding per
+loss and weight (relative 1e-7, the size of the rounding of the float32 dot product
+itself).
+
 Only the dot products and the block sums may reassociate their additions
 (``fastmath={"reassoc"}``: no NaN/inf assumptions and no contraction, so IEEE semantics
 otherwise hold, NaN included); the order is fixed at compile time, so results do not
@@ -31,10 +43,51 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._rows import _flush
 from ._vmath import vexp, vexpm1, vlog1p_unit
+from ._vmath32 import vexpf, vexpm1f, vlog1p_unitf
+
+
+def exp_t(x):
+    """``exp`` in the precision of ``x`` (:mod:`._vmath32` for float32)."""
+    return vexpf(x) if isinstance(x, np.float32) else vexp(x)
+
+
+def expm1_t(x):
+    """``expm1`` in the precision of ``x``."""
+    return vexpm1f(x) if isinstance(x, np.float32) else vexpm1(x)
+
+
+def log1p_unit_t(x):
+    """``log1p`` on ``[0, 1]`` in the precision of ``x``."""
+    return vlog1p_unitf(x) if isinstance(x, np.float32) else vlog1p_unit(x)
+
 
 try:  # pragma: no branch - the engine is only chosen when numba imports
     import numba
+    from numba import types
+    from numba.extending import overload
+
+    def _typed(stub, f32, f64):
+        """Compile ``stub`` as ``f32`` for float32 arguments and ``f64`` otherwise."""
+
+        @overload(stub, jit_options={"fastmath": False, "error_model": "numpy"})
+        def _impl(x):
+            if x == types.float32:
+
+                def single(x):
+                    return f32(x)
+
+                return single
+
+            def double(x):
+                return f64(x)
+
+            return double
+
+    _typed(exp_t, vexpf, vexp)
+    _typed(expm1_t, vexpm1f, vexpm1)
+    _typed(log1p_unit_t, vlog1p_unitf, vlog1p_unit)
 
     _INLINE = numba.njit(fastmath=False, error_model="numpy", cache=True, inline="always")
     _REASSOC = numba.njit(fastmath={"reassoc"}, error_model="numpy", cache=True, nogil=True)
@@ -55,30 +108,46 @@ except ImportError:  # pragma: no cover - exercised where numba is absent
 #: loss codes (the order of :data:`LOSS_CODES` in the package)
 SQUARED, ABSOLUTE, HUBER, LOGISTIC, HINGE, SQUARED_HINGE = 0, 1, 2, 3, 4, 5
 
-#: most rows per block (the vector sums of a block are taken in X's dtype, then added in
-#: float64)
-BLOCK = 512
+#: most rows per block (2048: at d = 20 a float32 block of 1632 rows, 128 KiB, spreads
+#: the per-block work over three times as many rows as 512 did: 5-9% less time)
+BLOCK = 2048
+#: rows whose rank-one updates are summed in X's dtype before they are added into the
+#: float64 accumulators (the rounding of a float32 sum grows with its length)
+FLUSH_ROWS = 512
 #: bytes of X per block (it stays in the L2 cache between the dot products and the
 #: updates; larger blocks spread the per-block work over more rows: 128 KiB measured best
 #: of 16-128 KiB with benchmarks/cpu_kernel_speed.py)
 BLOCK_BYTES = 131072
 _DBL_MAX = 1.7976931348623157e308
+_FLT_MAX = 3.4028234663852886e38
+#: fewest rows per block while the block stays within 4 * BLOCK_BYTES: the loss and weight
+#: loops of a block vectorise over its rows (16 float32 lanes, unrolled 4 times: 64), and
+#: 32-row blocks of long float32 rows ran them as scalar remainders (2e4 x 1000 float32:
+#: 0.1 matvecs slower; 64-row blocks, 256-512 KiB, made d = 1000 8% faster in both dtypes)
+MIN_BLOCK = 64
 #: rows whose updates are taken together
 ROWS = 4
+#: rows of at most this many entries take their two dot products two rows at a time
+SHORT_ROW = 256
 
 
 @_INLINE
 def block_rows(d, itemsize):
     """Rows per block: a block of ``X`` of about ``BLOCK_BYTES`` (it stays in cache between
-    its two reads), a multiple of 8 rows in ``[8, BLOCK]``; depends on ``d`` and the dtype
-    only (never on threads)."""
-    rows = (BLOCK_BYTES // (d * itemsize)) // 8 * 8
+    its two reads), but at least ``MIN_BLOCK`` rows while that stays within
+    ``4 * BLOCK_BYTES``; a multiple of 8 rows in ``[8, BLOCK]``; depends on ``d`` and the
+    dtype only (never on threads)."""
+    row = d * itemsize
+    rows = (BLOCK_BYTES // row) // 8 * 8
+    rows = max(rows, min(MIN_BLOCK, (4 * BLOCK_BYTES // row) // 8 * 8))
     return max(8, min(BLOCK, rows))
 
 
 @_REASSOC
 def dots(X, i0, nb, v, out, zero):
-    """``out[b] = X[i0 + b] . v`` for ``b < nb`` (in ``X``'s dtype, stored as float64)."""
+    """``out[b] = X[i0 + b] . v`` for ``b < nb`` (in ``X``'s dtype). One row at a time:
+    taking short rows four at a time is faster on a block in cache but slower when the
+    block streams from memory (measured at 1e6 x 20 and 2e5 x 100)."""
     d = X.shape[1]
     for b in range(nb):
         i = i0 + b
@@ -90,9 +159,32 @@ def dots(X, i0, nb, v, out, zero):
 
 @_REASSOC
 def dots2(X, i0, nb, v, w, out_v, out_w, zero):
-    """:func:`dots` along two vectors in one sweep over the block."""
+    """:func:`dots` along two vectors in one sweep over the block; rows of at most
+    ``SHORT_ROW`` entries two at a time (four sums in one sweep: each is vectorised and
+    added in the same order as alone; at 2e5 x 100 float64 the one-pass Hessian-vector
+    product takes 20% less time)."""
     d = X.shape[1]
-    for b in range(nb):
+    b = 0
+    if d <= SHORT_ROW:
+        while b + 2 <= nb:
+            i = i0 + b
+            a0 = zero
+            a1 = zero
+            c0 = zero
+            c1 = zero
+            for j in range(d):
+                x0 = X[i, j]
+                x1 = X[i + 1, j]
+                a0 += x0 * v[j]
+                a1 += x1 * v[j]
+                c0 += x0 * w[j]
+                c1 += x1 * w[j]
+            out_v[b] = a0
+            out_v[b + 1] = a1
+            out_w[b] = c0
+            out_w[b + 1] = c1
+            b += 2
+    while b < nb:
         i = i0 + b
         a = zero
         c = zero
@@ -102,41 +194,61 @@ def dots2(X, i0, nb, v, w, out_v, out_w, zero):
             c += x * w[j]
         out_v[b] = a
         out_w[b] = c
+        b += 1
 
 
 @_INLINE
-def axpy_rows(X, i0, nb, coef, acc):
-    """``acc += sum_b coef[b] X[i0 + b]`` (elementwise over the columns: vectorised)."""
+def axpy_rows(X, i0, nb, coef, blk, acc):
+    """``acc += sum_b coef[b] X[i0 + b]``, summed in ``X``'s dtype in ``blk`` (zero on
+    entry and exit) over ``FLUSH_ROWS`` rows at a time, then added into ``acc``."""
+    for s0 in range(0, nb, FLUSH_ROWS):
+        _axpy(X, i0 + s0, min(FLUSH_ROWS, nb - s0), coef, s0, blk)
+        _flush(blk, acc)
+
+
+@_INLINE
+def axpy2_rows(X, i0, nb, ca, cb, blk_a, blk_b, acc_a, acc_b):
+    """:func:`axpy_rows` with two coefficient vectors in one sweep over the block."""
+    for s0 in range(0, nb, FLUSH_ROWS):
+        _axpy2(X, i0 + s0, min(FLUSH_ROWS, nb - s0), ca, cb, s0, blk_a, blk_b)
+        _flush(blk_a, acc_a)
+        _flush(blk_b, acc_b)
+
+
+@_INLINE
+def _axpy(X, i0, nb, coef, c0_at, acc):
+    """``acc += sum_b coef[c0_at + b] X[i0 + b]`` (elementwise over the columns:
+    vectorised), ``ROWS`` rows at a time."""
     d = X.shape[1]
     b = 0
     while b + ROWS <= nb:
         i = i0 + b
-        c0 = coef[b]
-        c1 = coef[b + 1]
-        c2 = coef[b + 2]
-        c3 = coef[b + 3]
+        c0 = coef[c0_at + b]
+        c1 = coef[c0_at + b + 1]
+        c2 = coef[c0_at + b + 2]
+        c3 = coef[c0_at + b + 3]
         for j in range(d):
             acc[j] += (c0 * X[i, j] + c1 * X[i + 1, j]) + (c2 * X[i + 2, j] + c3 * X[i + 3, j])
         b += ROWS
     while b < nb:
         i = i0 + b
-        c0 = coef[b]
+        c0 = coef[c0_at + b]
         for j in range(d):
             acc[j] += c0 * X[i, j]
         b += 1
 
 
 @_INLINE
-def axpy2_rows(X, i0, nb, ca, cb, acc_a, acc_b):
-    """:func:`axpy_rows` with two coefficient vectors in one sweep over the block."""
+def _axpy2(X, i0, nb, ca, cb, c0_at, acc_a, acc_b):
+    """:func:`_axpy` with two coefficient vectors, two rows at a time."""
     d = X.shape[1]
     b = 0
     while b + 2 <= nb:
         i = i0 + b
-        a0 = ca[b]
-        a1 = ca[b + 1]
-        b0 = cb[b]
-        b1 = cb[b + 1]
+        a0 = ca[c0_at + b]
+        a1 = ca[c0_at + b + 1]
+        b0 = cb[c0_at + b]
+        b1 = cb[c0_at + b + 1]
         for j in range(d):
             x0 = X[i, j]
             x1 = X[i + 1, j]
@@ -145,8 +257,8 @@ def axpy2_rows(X, i0, nb, ca, cb, acc_a, acc_b):
         b += 2
     while b < nb:
         i = i0 + b
-        a0 = ca[b]
-        b0 = cb[b]
+        a0 = ca[c0_at + b]
+        b0 = cb[c0_at + b]
         for j in range(d):
             acc_a[j] += a0 * X[i, j]
             acc_b[j] += b0 * X[i, j]
@@ -156,59 +268,67 @@ def axpy2_rows(X, i0, nb, ca, cb, acc_a, acc_b):
 @_INLINE
 def loss_block(code, z, y, i0, nb, param, l, d1, d2):
     """Value, first and second derivative in ``z`` of a scalar-predictor loss for a block
-    (one branch-free loop per loss)."""
+    (one branch-free loop per loss), in the dtype of the buffers (``X``'s: float32 data
+    take float32 arithmetic and :mod:`._vmath32`)."""
+    zero = l.dtype.type(0.0)
+    one = l.dtype.type(1.0)
+    two = l.dtype.type(2.0)
+    half = l.dtype.type(0.5)
     if code == LOGISTIC:
-        for b in range(nb):  # e = exp(-|z|), kept in d2 for the next two loops
-            d2[b] = vexp(-abs(z[b]))
+        # one exp per row: e = exp(-|z|) (kept in d2 for the next two loops) gives the
+        # softplus log1p(e) and the sigmoid
+        for b in range(nb):
+            d2[b] = exp_t(-abs(z[b]))
         for b in range(nb):
             zb = z[b]
-            l[b] = ((zb if zb >= 0.0 else 0.0) - y[i0 + b] * zb) + vlog1p_unit(d2[b])
+            l[b] = ((zb if zb >= zero else zero) - y[i0 + b] * zb) + log1p_unit_t(d2[b])
         for b in range(nb):
             zb = z[b]
             yb = y[i0 + b]
             e = d2[b]
-            inv = 1.0 / (1.0 + e)
+            inv = one / (one + e)
             small = e * inv
-            pos = zb >= 0.0
+            pos = zb >= zero
             s = inv if pos else small
             sc = small if pos else inv
-            d1[b] = (1.0 - yb) * s - yb * sc
+            d1[b] = (one - yb) * s - yb * sc
             d2[b] = s * sc
     elif code == SQUARED:
         for b in range(nb):
             r = z[b] - y[i0 + b]
             l[b] = r * r
-            d1[b] = 2.0 * r
-            d2[b] = 2.0
+            d1[b] = two * r
+            d2[b] = two
     elif code == ABSOLUTE:
         for b in range(nb):
             r = z[b] - y[i0 + b]
             l[b] = abs(r)
-            d1[b] = 1.0 if r > 0.0 else (-1.0 if r < 0.0 else 0.0)
-            d2[b] = 0.0
+            d1[b] = one if r > zero else (-one if r < zero else zero)
+            d2[b] = zero
     elif code == HUBER:
+        delta = l.dtype.type(param)
         for b in range(nb):
             r = z[b] - y[i0 + b]
             a = abs(r)
-            inside = a <= param
-            sg = 1.0 if r > 0.0 else -1.0
-            l[b] = 0.5 * r * r if inside else param * (a - 0.5 * param)
-            d1[b] = r if inside else param * sg
-            d2[b] = 1.0 if inside else 0.0
+            inside = a <= delta
+            sg = one if r > zero else -one
+            l[b] = half * r * r if inside else delta * (a - half * delta)
+            d1[b] = r if inside else delta * sg
+            d2[b] = one if inside else zero
     else:  # hinge and squared hinge: margin m = 1 - (2y - 1) z
         sq = code == SQUARED_HINGE
         for b in range(nb):
-            sgn = 2.0 * y[i0 + b] - 1.0
-            m = 1.0 - sgn * z[b]
-            on = m > 0.0
+            sgn = two * y[i0 + b] - one
+            m = one - sgn * z[b]
+            on = m > zero
             if sq:
-                l[b] = m * m if on else 0.0
-                d1[b] = -2.0 * sgn * m if on else 0.0
-                d2[b] = 2.0 if on else 0.0
+                l[b] = m * m if on else zero
+                d1[b] = -two * sgn * m if on else zero
+                d2[b] = two if on else zero
             else:
-                l[b] = m if on else 0.0
-                d1[b] = -sgn if on else 0.0
-                d2[b] = 0.0
+                l[b] = m if on else zero
+                d1[b] = -sgn if on else zero
+                d2[b] = zero
 
 
 @_INLINE
@@ -225,14 +345,16 @@ def extremes(p, has_p, i0, nb, l, d1):
 
 @_REASSOC
 def _mass_probe(p, has_p, i0, nb, l, d1):
-    """The block's prior mass, and ``sum (l - l) + (d1 - d1)`` over the support: 0 when
-    all are finite, NaN otherwise (NaN propagates under reassociation)."""
+    """The block's prior mass, and ``sum (l - l) + (d1 - d1)`` over the support (in the
+    losses' dtype): 0 when all are finite, NaN otherwise (NaN propagates under
+    reassociation)."""
+    zero = l.dtype.type(0.0)
     mass = 0.0
-    probe = 0.0
+    probe = zero
     for b in range(nb):
         pb = p[i0 + b] if has_p else 1.0
         mass += pb
-        probe += ((l[b] - l[b]) + (d1[b] - d1[b])) if pb > 0.0 else 0.0
+        probe += ((l[b] - l[b]) + (d1[b] - d1[b])) if pb > 0.0 else zero
     return mass, probe
 
 
@@ -240,40 +362,47 @@ def _mass_probe(p, has_p, i0, nb, l, d1):
 def _finite_extremes(p, has_p, i0, nb, l):
     """Largest and smallest ``l`` on the prior's support, all of them finite (checked by
     the caller: the function is compiled assuming no NaN or infinity, which lets LLVM
-    vectorise the two reductions; rows off the support count as -+DBL_MAX)."""
-    hi = -_DBL_MAX
-    lo = _DBL_MAX
+    vectorise the two reductions; rows off the support count as -+ the dtype's largest
+    finite number). Compared in the losses' dtype (16 lanes for float32)."""
+    top = l.dtype.type(_FLT_MAX if l.itemsize == 4 else _DBL_MAX)
+    hi = -top
+    lo = top
     for b in range(nb):
         pb = p[i0 + b] if has_p else 1.0
         on = pb > 0.0
         lb = l[b]
-        hi = max(hi, lb if on else -_DBL_MAX)
-        lo = min(lo, lb if on else _DBL_MAX)
+        hi = max(hi, lb if on else -top)
+        lo = min(lo, lb if on else top)
     return hi, lo
 
 
 @_INLINE
 def weights_block(p, has_p, i0, nb, t, c, qlive, l, e, e1):
     """``e = exp(t (l - c))`` and, in the small-tilt regime, ``e1 = expm1(t (l - c))``
-    (0 off the prior's support)."""
+    (0 off the prior's support), in the dtype of the buffers: for float32 data ``t`` is
+    rounded to float32 here, and ``c`` is one of the losses (exact in float32)."""
+    zero = e.dtype.type(0.0)
+    one = e.dtype.type(1.0)
+    tt = e.dtype.type(t)
+    cc = e.dtype.type(c)
     if t == 0.0:
         for b in range(nb):
             pb = p[i0 + b] if has_p else 1.0
-            e[b] = 1.0 if pb > 0.0 else 0.0
-            e1[b] = 0.0
+            e[b] = one if pb > 0.0 else zero
+            e1[b] = zero
     elif qlive:
         for b in range(nb):
             pb = p[i0 + b] if has_p else 1.0
-            m1 = vexpm1(t * (l[b] - c))
+            m1 = expm1_t(tt * (l[b] - cc))
             on = pb > 0.0
-            e[b] = m1 + 1.0 if on else 0.0
-            e1[b] = m1 if on else 0.0
+            e[b] = m1 + one if on else zero
+            e1[b] = m1 if on else zero
     else:
         for b in range(nb):
             pb = p[i0 + b] if has_p else 1.0
-            eb = vexp(t * (l[b] - c))
-            e[b] = eb if pb > 0.0 else 0.0
-            e1[b] = 0.0
+            eb = exp_t(tt * (l[b] - cc))
+            e[b] = eb if pb > 0.0 else zero
+            e1[b] = zero
 
 
 @_REASSOC

@@ -52,7 +52,7 @@ class _Problem:
     loss: str
     code: int
     X: np.ndarray
-    y: np.ndarray
+    y: np.ndarray  # X's dtype (float64 class labels for the multinomial loss)
     p: np.ndarray  # empty: uniform prior
     theta: np.ndarray
     t: float
@@ -119,6 +119,8 @@ def _bind(
         isinstance(n_chunks, bool) or not isinstance(n_chunks, (int, np.integer)) or (n_chunks < 1)
     ):
         raise ValueError(f"`n_chunks` must be a positive integer, got {n_chunks!r}")
+    if name != "multinomial":  # targets in X's dtype (as the generic path casts them)
+        yf = np.ascontiguousarray(yf, dtype=X.dtype)
     empty = np.zeros(0, dtype=X.dtype)
     return _Problem(name, LOSS_CODES[name], X, yf, p, empty, 0.0, param, int(n_chunks)), ymax
 

@@ -14,10 +14,11 @@ accumulators (gradient, Hessian-vector product) are kept relative to a second, l
 ``cg`` that follows ``c`` only when the weights would otherwise exceed
 ``exp(LAZY_LIMIT)``: rows sorted by loss then cost one rescale of a ``d``-vector per
 ``LAZY_LIMIT / |t|`` of loss range, not one per row. Vector sums are taken in ``X``'s
-dtype over sub-blocks of ``SUB_BLOCK`` rows (or one block of :mod:`._blocks`) and added
+dtype over sub-blocks of ``SUB_BLOCK`` rows (``FLUSH_ROWS`` in :mod:`._blocks`) and added
 into float64 accumulators (float32 input stays accurate over long chunks). Dot products
-are taken in ``X``'s dtype (vectorised, see ``_DOT``); every scalar after them (the
-predictor, the loss, its derivatives, the state) is float64.
+are taken in ``X``'s dtype (vectorised, see ``_DOT``); the scalar-loss kernels keep the
+predictor, the loss, its derivatives and the weights in ``X``'s dtype too (see
+:mod:`._blocks`), the multinomial kernels in float64; the tilted state is float64.
 
 The kernels themselves live in :mod:`._scalar` (scalar-predictor losses, in blocks of
 rows with the vectorised steps of :mod:`._blocks`) and :mod:`._multinomial` (row by

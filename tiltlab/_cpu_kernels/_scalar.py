@@ -39,12 +39,12 @@ def vg_scalar(X, y, p, theta, t, code, param, n_chunks, want_grad, per_sample, s
         r0, r1 = _chunk(n, n_chunks, k)
         acc = G[k]
         blk = np.zeros(d, dtype=X.dtype)
-        z = np.empty(BLOCK)
-        lv = np.empty(BLOCK)
-        d1 = np.empty(BLOCK)
-        d2 = np.empty(BLOCK)
-        e = np.empty(BLOCK)
-        e1 = np.empty(BLOCK)
+        z = np.empty(BLOCK, dtype=X.dtype)
+        lv = np.empty(BLOCK, dtype=X.dtype)
+        d1 = np.empty(BLOCK, dtype=X.dtype)
+        d2 = np.empty(BLOCK, dtype=X.dtype)
+        e = np.empty(BLOCK, dtype=X.dtype)
+        e1 = np.empty(BLOCK, dtype=X.dtype)
         coef = np.empty(BLOCK, dtype=X.dtype)
         c = 0.0
         cg = 0.0
@@ -104,12 +104,15 @@ def vg_scalar(X, y, p, theta, t, code, param, n_chunks, want_grad, per_sample, s
             s += bs
             q += bq
             lsum += bl
-            if want_grad:
+            if want_grad and has_p:
                 for b in range(nb):
-                    pb = p[i0 + b] if has_p else 1.0
-                    coef[b] = (pb * e[b]) * rg * d1[b] if e[b] != 0.0 else 0.0
-                axpy_rows(X, i0, nb, coef, blk)
-                _flush(blk, acc)
+                    coef[b] = (p[i0 + b] * e[b]) * rg * d1[b] if e[b] != 0.0 else 0.0
+            elif want_grad:  # in X's dtype (e is 0 only where exp underflows: d1 is finite)
+                rgx = coef.dtype.type(rg)
+                for b in range(nb):
+                    coef[b] = (e[b] * rgx) * d1[b]
+            if want_grad:
+                axpy_rows(X, i0, nb, coef, blk, acc)
         if want_grad and mass > 0.0 and cg != c:
             f = math.exp(t * (cg - c))
             for j in range(d):
@@ -142,14 +145,14 @@ def hvp_scalar(X, y, p, theta, v, t, code, param, n_chunks, state, A, G):
         accG = G[k]
         blkA = np.zeros(d, dtype=X.dtype)
         blkG = np.zeros(d, dtype=X.dtype)
-        z = np.empty(BLOCK)
-        u = np.empty(BLOCK)
-        a = np.empty(BLOCK)
-        lv = np.empty(BLOCK)
-        d1 = np.empty(BLOCK)
-        d2 = np.empty(BLOCK)
-        e = np.empty(BLOCK)
-        e1 = np.empty(BLOCK)
+        z = np.empty(BLOCK, dtype=X.dtype)
+        u = np.empty(BLOCK, dtype=X.dtype)
+        a = np.empty(BLOCK, dtype=X.dtype)
+        lv = np.empty(BLOCK, dtype=X.dtype)
+        d1 = np.empty(BLOCK, dtype=X.dtype)
+        d2 = np.empty(BLOCK, dtype=X.dtype)
+        e = np.empty(BLOCK, dtype=X.dtype)
+        e1 = np.empty(BLOCK, dtype=X.dtype)
         ca = np.empty(BLOCK, dtype=X.dtype)
         cb = np.empty(BLOCK, dtype=X.dtype)
         c = 0.0
@@ -216,11 +219,9 @@ def hvp_scalar(X, y, p, theta, v, t, code, param, n_chunks, state, A, G):
                 ca[b] = pg * (d2[b] * u[b] + t * d1[b] * a[b]) if on else 0.0
                 cb[b] = pg * d1[b] if on else 0.0
             if tilted:
-                axpy2_rows(X, i0, nb, ca, cb, blkA, blkG)
-                _flush(blkG, accG)
+                axpy2_rows(X, i0, nb, ca, cb, blkA, blkG, accA, accG)
             else:
-                axpy_rows(X, i0, nb, ca, blkA)
-            _flush(blkA, accA)
+                axpy_rows(X, i0, nb, ca, blkA, accA)
         if mass > 0.0 and cg != c:
             f = math.exp(t * (cg - c))
             for j in range(d):
