@@ -301,7 +301,7 @@ def labelled_level(l: np.ndarray, t: float, codes: np.ndarray, n_groups: int,
     only).
     Groups without
     samples are left out of the result. The compiled kernels run when ``l`` is long
-    enough (:func:`~tiltlab._cpu_kernels.segments.use_kernels`), NumPy otherwise.
+    enough (``use_kernels`` of the compiled segment kernels), NumPy otherwise.
 
     Returns None where the route does not apply: the spread of the losses overflows,
     or ``weights`` are asked for and some exponential under the shared shift would not
