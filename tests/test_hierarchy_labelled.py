@@ -462,3 +462,41 @@ def test_hierarchical_weights_on_every_backend(xp, dtype):
     assert_close(
         w, ref, xp=xp, dtype=getattr(xp, dtype), rtol=1e-12 if dtype == "float64" else 2e-5
     )
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_labelled_routes_decline_other_backends_and_serve_numpy(xp, xp_name, dtype):
+    """The labelled routes are NumPy host routes: other backends get None (their caller
+    takes the general route) instead of an AttributeError; NumPy gets the group risks,
+    checked against ``logsumexp`` per group."""
+    from tiltlab.accumulator import label_codes, labelled_risk, pooled_risk, shared_shift_risk
+    from tiltlab.segments import Segments
+
+    n = 1 << 16  # long enough for the compiled kernels
+    rng = np.random.default_rng(5)
+    l_np = rng.exponential(size=n).astype(dtype)
+    g_np = rng.integers(0, 7, size=n)
+    l, g = xp.asarray(l_np), xp.asarray(g_np)
+    seg = Segments.from_codes(g_np, 7)
+    calls = {
+        "labelled_risk": lambda: labelled_risk(l, 2.0, g),
+        "label_codes": lambda: label_codes(g, n),
+        "labelled_level": lambda: labelled_level(l, 2.0, g, 7),
+        "pooled_risk": lambda: pooled_risk(l, 2.0, xp.ones_like(l)),
+        "shared_shift_risk": lambda: shared_shift_risk(l, 2.0, None, seg),
+    }
+    if xp_name != "numpy":
+        for name, call in calls.items():
+            assert call() is None, name
+        return
+    if not available():
+        pytest.skip("numba not installed: the compiled labelled route is off")
+    risk, counts = calls["labelled_risk"]()
+    ref = [
+        (logsumexp(2.0 * l_np[g_np == k].astype(np.float64)) - np.log(np.sum(g_np == k))) / 2
+        for k in range(7)
+    ]
+    rtol = 1e-5 if dtype == "float32" else 1e-12
+    np.testing.assert_allclose(risk, ref, rtol=rtol)
+    np.testing.assert_array_equal(counts, np.bincount(g_np, minlength=7))
+    assert risk.dtype == np.dtype(dtype)

@@ -47,6 +47,13 @@ def _normal_floor(dtype: Any) -> float:
     return math.log(float(np.finfo(dtype).tiny)) + 1.0
 
 
+def _host(*arrays: Any) -> bool:
+    """Whether every given array (None aside) is a NumPy array: the labelled routes are
+    NumPy host routes and decline (return None) anything else, which the general route
+    then serves on its own backend."""
+    return all(a is None or isinstance(a, np.ndarray) for a in arrays)
+
+
 def _shift(t: float, hi: float, lo: float, mode: str, dtype: Any) -> float:
     """The shared shift ``c``: zero (no subtraction, and the least rounding in the
     exponents) unless the exponents ``t (l - c)`` would then leave their range: half the
@@ -107,9 +114,10 @@ def shared_shift_risk(l: np.ndarray, t: float, p: np.ndarray | None, seg: Segmen
     exponentials underflow at large ``|t|``) are recomputed by the group state with their
     own shift, from their samples alone (one pass over the codes to find them).
 
-    Returns None when the spread of all losses overflows (the caller uses the group
-    state). Raises :class:`~tiltlab.accumulator.NonFiniteLosses` for NaN or infinite
-    losses on the support of ``p``.
+    Returns None for arrays other than NumPy's and when the spread of all losses
+    overflows (the caller uses the group state). Raises
+    :class:`~tiltlab.accumulator.NonFiniteLosses` for NaN or infinite losses on the
+    support of ``p``.
 
     Examples
     --------
@@ -122,6 +130,8 @@ def shared_shift_risk(l: np.ndarray, t: float, p: np.ndarray | None, seg: Segmen
     >>> bool(np.isclose(r[0], np.log((np.exp(2) + np.exp(6)) / 2) / 2))
     True
     """
+    if not _host(l, p):
+        return None
     plan = _plan(l, t, p)
     if plan is None:
         return None
@@ -138,7 +148,8 @@ def shared_shift_risk(l: np.ndarray, t: float, p: np.ndarray | None, seg: Segmen
 
 def labelled_risk(l: np.ndarray, t: float, labels: np.ndarray):
     """``(risk, counts)`` of the groups of integer ``labels`` under the uniform prior
-    (NumPy, 1-d), in the order of their labels, or None where this route does not apply.
+    (NumPy, 1-d), in the order of their labels, or None where this route does not apply
+    (other backends included: the general route serves them).
 
     The risks of :func:`shared_shift_risk` without building a partition first: the labels
     serve as codes (groups whose label is unused are empty and dropped at the end), and
@@ -159,6 +170,8 @@ def labelled_risk(l: np.ndarray, t: float, labels: np.ndarray):
     >>> bool(np.isclose(r[1], (logsumexp(2 * l[1::3]) - np.log(21845)) / 2))
     True
     """
+    if not _host(l, labels):
+        return None
     coded = label_codes(labels, int(l.shape[0]))
     if coded is None:
         return None
@@ -170,8 +183,10 @@ def label_codes(labels: np.ndarray, n: int) -> tuple[np.ndarray, int] | None:
     """``(codes, n_codes)``: integer ``labels`` as int64 group codes in ``[0, n_codes)``
     for the compiled labelled route, or None where that route does not take them: not
     integers, ``n`` below the kernels' size, a negative label or one not below
-    ``2 n + 1024`` (a table that large is not worth it)."""
-    if labels.dtype.kind not in "iu" or labels.ndim != 1 or not _kernels.use_kernels(n):
+    ``2 n + 1024`` (a table that large is not worth it), or labels that are not a NumPy array."""
+    if not _host(labels) or labels.dtype.kind not in "iu" or labels.ndim != 1:
+        return None
+    if not _kernels.use_kernels(n):
         return None
     codes = np.ascontiguousarray(labels, dtype=np.int64)
     lo, top = _kernels.int_range(codes)
@@ -303,7 +318,8 @@ def labelled_level(l: np.ndarray, t: float, codes: np.ndarray, n_groups: int,
     samples are left out of the result. The compiled kernels run when ``l`` is long
     enough (``use_kernels`` of the compiled segment kernels), NumPy otherwise.
 
-    Returns None where the route does not apply: the spread of the losses overflows,
+    Returns None where the route does not apply: arrays other than NumPy's, the spread
+    of the losses overflows,
     or ``weights`` are asked for and some exponential under the shared shift would not
     be a normal number (the weights of such samples would lose their relative accuracy);
     the callers use the group state then. Raises
@@ -320,6 +336,8 @@ def labelled_level(l: np.ndarray, t: float, codes: np.ndarray, n_groups: int,
     >>> bool(np.allclose(w, [0.5 / (1 + np.e**2), 0.5 * np.e**2 / (1 + np.e**2), 0.5]))
     True
     """
+    if not _host(l, codes, counts):
+        return None
     n = int(l.shape[0])
     compiled = _kernels.use_kernels(n)
     plan = _plan_range(l, t, None)
@@ -387,7 +405,8 @@ def pooled_risk(v: np.ndarray, t: float, mass: np.ndarray):
     """The tilted risk of the values ``v`` (NumPy, 1-d) with positive float64 masses
     ``mass`` under one shared shift, as a 0-d array of ``v``'s dtype; None where that
     shift does not give it to the accuracy bar of :func:`shared_shift_risk` (or the
-    spread of ``v`` overflows): the caller then uses the tilted accumulator.
+    spread of ``v`` overflows, or ``v`` is not a NumPy array): the caller then uses the
+    tilted accumulator.
 
     The top level of a hierarchy whose group risks :func:`labelled_risk` gave: one
     exponential per value and one float64 sum of its products with the masses.
@@ -399,6 +418,8 @@ def pooled_risk(v: np.ndarray, t: float, mass: np.ndarray):
     >>> bool(np.isclose(r, np.log((np.exp(2) + 3 * np.exp(6)) / 4) / 2))
     True
     """
+    if not _host(v, mass):
+        return None
     plan = _plan(v, t, None)
     if plan is None:
         return None
