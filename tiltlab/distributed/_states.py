@@ -226,6 +226,16 @@ def _raise_nonfinite(ell: Any, xp: Any) -> None:
     )
 
 
+def _accumulated(lb: Any, pb: Any, xp: Any) -> tuple[Any, Any]:
+    """Losses (and prior) in the dtype their state accumulates in: float64 for integer
+    losses, float32 for 16-bit ones, their own otherwise."""
+    if not xp.isdtype(lb.dtype, "real floating"):
+        lb = xp.astype(lb, xp.float64)
+    elif xp.finfo(lb.dtype).bits == 16:
+        lb = xp.astype(lb, xp.float32)
+    return lb, (None if pb is None else xp.astype(pb, lb.dtype))
+
+
 def chunk_loss_state(lb: Any, pb: Any, t: float, unit: float | None = None,
                      check: bool = True) -> Any:
     """One chunk's :class:`TiltState` of given losses (for :func:`tiltlab.tilted_risk`);
@@ -233,12 +243,7 @@ def chunk_loss_state(lb: Any, pb: Any, t: float, unit: float | None = None,
     xp = _ns(lb)
     if int(lb.shape[0]) == 0:
         return EMPTY
-    if not xp.isdtype(lb.dtype, "real floating"):
-        lb = xp.astype(lb, xp.float64)
-    elif xp.finfo(lb.dtype).bits == 16:  # accumulate 16-bit losses in float32
-        lb = xp.astype(lb, xp.float32)
-    if pb is not None:
-        pb = xp.astype(pb, lb.dtype)
+    lb, pb = _accumulated(lb, pb, xp)
     return _sample_state(lb, pb, t, xp, None, raise_nonfinite=check, unit=unit)
 
 
@@ -263,12 +268,7 @@ def chunk_loss_group_state(lb: Any, pb: Any, cb: Any, tau: float, n_groups: int,
     xp = _ns(lb)
     if int(lb.shape[0]) == 0:
         return EMPTY
-    if not xp.isdtype(lb.dtype, "real floating"):
-        lb = xp.astype(lb, xp.float64)
-    elif xp.finfo(lb.dtype).bits == 16:  # accumulate 16-bit losses in float32
-        lb = xp.astype(lb, xp.float32)
-    if pb is not None:
-        pb = xp.astype(pb, lb.dtype)
+    lb, pb = _accumulated(lb, pb, xp)
     seg = Segments.from_codes(to_numpy(cb), n_groups)
     return _group_state_or_none(lb, pb, seg, tau, xp, None, raise_nonfinite=True, unit=unit)
 
@@ -348,12 +348,7 @@ def chunk_label_state(lb: Any, pb: Any, cb: Any, tau: float, unit: float | None,
         raise TypeError(f"`groups` must hold integer labels here, got dtype {c.dtype}")
     if int(lb.shape[0]) == 0:
         return EMPTY
-    if not xp.isdtype(lb.dtype, "real floating"):
-        lb = xp.astype(lb, xp.float64)
-    elif xp.finfo(lb.dtype).bits == 16:  # accumulate 16-bit losses in float32
-        lb = xp.astype(lb, xp.float32)
-    if pb is not None:
-        pb = xp.astype(pb, lb.dtype)
+    lb, pb = _accumulated(lb, pb, xp)
     labels, inverse = _chunk_labels(c.astype(np.int64, copy=False))
     seg = Segments.from_codes(inverse, int(labels.shape[0]))
     if not check and not bool(xp.all(xp.isfinite(lb))):
