@@ -58,10 +58,7 @@ from typing import Any
 from ._rule import (
     GroupState,
     TiltState,
-    finish_risk,
     needed_sums,
-    risk_of_exponents,
-    series_threshold,
     shifted_exponent,  # noqa: F401  (for drivers that exponentiate themselves)
 )
 from ._shared import (
@@ -74,6 +71,7 @@ from ._shared import (
     shared_shift_risk,
 )
 from ._support import EXTREMES, NonFiniteLosses, _extremes  # noqa: F401  (for drivers)
+from ._vectorised import finish_risk, risk_of_exponents, series_threshold
 
 __all__ = [
     "NonFiniteLosses",

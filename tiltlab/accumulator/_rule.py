@@ -13,6 +13,7 @@ import numpy as np
 from .._compat import apply_inplace, device, tiny_sqrt
 from ..segments import Segments, expand, segment_max, segment_min, segment_sum
 from ._support import (
+    _add_scaled,
     _cast,
     _col,
     _dev,
@@ -28,9 +29,6 @@ __all__ = [
     "TiltState",
     "GroupState",
     "needed_sums",
-    "finish_risk",
-    "series_threshold",
-    "risk_of_exponents",
     "shifted_exponent",
 ]
 
@@ -46,17 +44,21 @@ class TiltState:
     Build it with :meth:`from_block`, combine with :meth:`merge`, read it with
     :meth:`risk` and :meth:`normalized_sums` (or :meth:`finalize` for both).
 
+    :meth:`empty` is the state of no samples, the identity of the merge.
+
     Attributes
     ----------
     t : float
-        The tilt (finite; ``0`` gives the prior-weighted mean).
+        The tilt: ``0`` gives the prior-weighted mean, ``+inf`` (``-inf``) the largest
+        (smallest) loss, whose weights are the prior restricted to the tied extremes.
     hi, lo : float or ndarray
         Largest and smallest loss over the support (host values; per group for a
         group state, ``-inf``/``+inf`` for groups without samples).
     mass : array
         Sum of the prior weights (the sample count for uniform priors).
     s : array
-        ``sum p_i exp(t (l_i - c))`` with ``c = shift``.
+        ``sum p_i exp(t (l_i - c))`` with ``c = shift`` (at ``t = +-inf``: the prior mass of
+        the losses equal to the shift).
     q : array or None
         ``sum p_i expm1(t (l_i - c))`` while ``|t| (hi - lo) <= 1``, else None (for a group
         state: an array whose entries count only where that group's spread allows).
@@ -110,7 +112,7 @@ class TiltState:
             1-d losses of the block (the last axis holds the items of ``segments``, which
             allows leading batch axes for a group state).
         t : float
-            The tilt (finite).
+            The tilt (``+-inf`` included: the limit, see the class).
         prior : array, optional
             Non-negative prior weights of the block (None: unit weights, ``mass`` is then
             the sample count). Normalisation happens once, in :meth:`risk`.
@@ -152,12 +154,48 @@ class TiltState:
             return _group_block(GroupState, losses, t, prior, sums, segments, xp, tiny, unit)
         return _sample_block(cls, losses, t, prior, sums, xp, extremes, tiny, unit)
 
+    @classmethod
+    def empty(cls, t: float, *, n_groups: int | None = None, xp: Any = None,
+              dtype: Any = None, device: Any = None) -> TiltState:
+        """The state of no samples: the identity of :meth:`merge`.
+
+        ``merge(empty, s)`` and ``merge(s, empty)`` are ``s``; its extremes are
+        ``-inf``/``+inf``, its mass and normaliser 0 and its risk NaN. With ``n_groups``
+        it is a :class:`GroupState` with that many groups, none of which has samples.
+        ``xp``, ``dtype`` and ``device`` place its zero mass and normaliser (default:
+        NumPy float64).
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> e = TiltState.empty(2.0)
+        >>> st = TiltState.from_block(np.array([1.0, 3.0]), 2.0)
+        >>> float(e.merge(st).risk()) == float(st.risk()), e.is_empty
+        (True, True)
+        """
+        t = float(t)
+        if math.isnan(t):
+            raise ValueError("`t` must not be NaN")
+        xp = np if xp is None else xp
+        dtype = xp.float64 if dtype is None else dtype
+        if n_groups is None:
+            zero = xp.asarray(0.0, dtype=dtype, device=device)
+            return cls(t=t, hi=-math.inf, lo=math.inf, mass=zero, s=zero, q=None, lsum=None,
+                       sums=())
+        zeros = xp.zeros((int(n_groups),), dtype=dtype, device=device)
+        hi, lo = np.full(int(n_groups), -np.inf), np.full(int(n_groups), np.inf)
+        return GroupState(t=t, hi=hi, lo=lo, mass=zeros, s=zeros, q=None, lsum=None, sums=())
     # -- views ---------------------------------------------------------------------
 
     @property
     def is_groups(self) -> bool:
         """Whether this state holds one entry per group (its extremes are arrays)."""
         return isinstance(self.hi, np.ndarray)
+
+    @property
+    def is_empty(self) -> bool:
+        """Whether the state holds no sample (no group with samples, for a group state)."""
+        return not bool(np.any(self.present))
 
     @property
     def present(self) -> Any:
@@ -199,6 +237,15 @@ class TiltState:
         a, b = self, other
         if a.t != b.t:
             raise ValueError(f"cannot merge states of two tilts ({a.t} and {b.t})")
+        if a.is_groups != b.is_groups or np.shape(a.hi) != np.shape(b.hi):
+            raise ValueError("cannot merge states of two layouts (samples, or another number "
+                             "of groups)")
+        # the identity: an empty state carries no sums, and its -inf shift must not reach
+        # the arithmetic below (-inf * 0)
+        if b.is_empty:
+            return a
+        if a.is_empty:
+            return b
         t = a.t
         groups = a.is_groups
         if groups:
@@ -234,8 +281,13 @@ class TiltState:
         """
         xp = _ns(self.s) if xp is None else xp
         dtype = self.s.dtype if dtype is None else dtype
+        if not self.is_groups and self.is_empty:
+            return _cast(xp.asarray(math.nan, dtype=self.s.dtype, device=device(self.s)), xp,
+                         dtype)
         c = _dev(self.shift, self.s)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            if math.isinf(self.t):  # the extreme itself (NaN for empty groups: 0 * (0/0))
+                return _cast(c + 0.0 * (self.s / self.mass), xp, dtype)
             if self.t == 0.0:
                 return _cast(c + self.lsum / self.mass, xp, dtype)
             scale = self.scale
@@ -325,15 +377,6 @@ class GroupState(TiltState):
         return replace(out, mass=mass, s=s, q=q, lsum=lsum, sums=sums)
 
 
-def _add_scaled(c: Any, logz: Any, t: Any, xp: Any) -> Any:
-    """``c + logz / t``; where ``logz / t`` overflows (a tiny tilt and a spread near the
-    float maximum) but the risk, which lies between the extremes, does not, the sum is
-    taken in halves (exact: scaling by 2 commutes with rounding)."""
-    r = c + logz / t
-    half = (c * 0.5 + (logz * 0.5) / t) * 2.0
-    return xp.where(xp.isfinite(r), r, half)
-
-
 def needed_sums(t: float, hi: float, lo: float, tiny: float) -> tuple[bool, bool]:
     """``(q, lsum)``: whether the rule needs ``sum p expm1(u)`` (else ``sum p exp(u)``)
     and ``sum p (l - shift)`` for losses spanning ``[lo, hi]`` at tilt ``t`` (for drivers
@@ -354,11 +397,19 @@ def needed_sums(t: float, hi: float, lo: float, tiny: float) -> tuple[bool, bool
 
 def _rescale(t: float, st: TiltState, c: Any) -> tuple[Any, Any, Any]:
     """Host factors moving ``st`` to the shift ``c``: ``exp(u)``, ``expm1(u)`` and the shift
-    difference, with ``u = t (st.shift - c) <= 0`` (zero for empty groups)."""
+    difference, with ``u = t (st.shift - c) <= 0`` (zero for empty groups). At ``t = +-inf``
+    the factor is 1 for a state whose shift is the extreme and 0 otherwise (its limit)."""
     if not st.is_groups:
+        if math.isinf(t):
+            f = 1.0 if st.shift == c else 0.0
+            return f, f - 1.0, st.shift - c
         u = _scaled_gap(t, st.shift, c)
         return math.exp(u), math.expm1(u), st.shift - c
     on = st.present
+    if math.isinf(t):
+        f = np.where(on & (st.shift == c), 1.0, 0.0)
+        with np.errstate(invalid="ignore"):
+            return f, f - 1.0, np.where(on, st.shift - c, 0.0)
     with np.errstate(over="ignore", invalid="ignore"):
         u = np.where(on, _scaled_gap(t, st.shift, c), 0.0)
         d = np.where(on, st.shift - c, 0.0)
@@ -393,6 +444,8 @@ def _sample_block(cls, l, t, p, sums, xp, extremes, tiny, unit):
     if t == 0.0:
         return _mean_block(cls, l, p, sums, xp, hi, lo, unit, None, c)
     mass = _mass(l, p, xp)
+    if math.isinf(t):
+        return _extreme_block(cls, l, c, p, sums, xp, t, hi, lo, mass, None)
     scale = _scaled_gap(abs(t), hi, lo)
     u = shifted_exponent(l, c, t, p, xp, math.isinf(hi - lo))
     if scale <= 1.0:
@@ -448,6 +501,19 @@ def _mean_block(cls, l, p, sums, xp, hi, lo, unit, seg, c):
     return cls(t=0.0, hi=hi, lo=lo, mass=mass, s=mass, q=None, lsum=lsum, sums=extra)
 
 
+def _extreme_block(cls, l, c, p, sums, xp, t, hi, lo, mass, seg):
+    """The state at ``t = +-inf``: the weights are the prior restricted to the losses equal to
+    the extreme ``c`` (per group with ``seg``: ``c`` expanded to the samples)."""
+    hit = l == c
+    if p is not None:
+        hit = hit & (p > 0)
+    one = xp.ones_like(l) if p is None else p
+    pe = xp.where(hit, one, xp.zeros_like(l))
+    s = xp.sum(pe) if seg is None else segment_sum(pe, seg, xp)
+    extra = tuple(sums(pe)) if sums is not None else ()
+    return cls(t=t, hi=hi, lo=lo, mass=mass, s=s, q=None, lsum=None, sums=extra)
+
+
 def _mass(l: Any, p: Any, xp: Any) -> Any:
     if p is None:
         return xp.asarray(float(l.shape[0]), dtype=l.dtype, device=device(l))
@@ -483,6 +549,8 @@ def _group_block(cls, l, t, p, sums, seg, xp, tiny, unit):
                           dtype=l.dtype, device=dev)
     else:
         mass = segment_sum(w, seg, xp)
+    if math.isinf(t):
+        return _extreme_block(cls, l, c, w, sums, xp, t, hi, lo, mass, seg)
     scale = st.scale
     lsum = None
     if not np.any((scale > 0.0) & (scale < tiny)):
@@ -518,78 +586,3 @@ def _group_block(cls, l, t, p, sums, seg, xp, tiny, unit):
         s = segment_sum(pe, seg, xp)
     extra = tuple(sums(pe)) if sums is not None else ()
     return replace(st, mass=mass, s=s, q=q, lsum=lsum, sums=extra)
-
-
-# ---------------------------------------------------------------------------------------
-# the rule for arrays of states (no host reads): vectorised kernels and autograd
-
-
-def series_threshold(dtype: Any, xp: Any) -> float:
-    """``|t| (hi - lo)`` below which the cumulant series ``mean + t k2 / 2 + t^2 k3 / 6``
-    is exact to rounding (its next term is ``(|t| spread)^3 spread / 24``).
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> round(series_threshold(np.float64, np), 7)
-    1.75e-05
-    """
-    return float((24.0 * float(xp.finfo(dtype).eps)) ** (1.0 / 3.0))
-
-
-def finish_risk(t: Any, c: Any, scale: Any, q: Any, s: Any, mean: Any, xp: Any, *,
-                tiny: float, series: tuple | None = None) -> Any:
-    """The tilted risk from normalised sums, chosen element by element on device.
-
-    ``t`` (finite, non-zero placeholders where the caller substitutes its own limits),
-    ``c`` the shift, ``scale = |t| (hi - lo)``, ``q = sum p expm1(u)`` and
-    ``s = sum p exp(u)`` with a prior summing to one, ``mean`` the prior-weighted mean.
-    ``series = (t_exact, k2, k3, near)`` switches on the cumulant series where ``near``
-    (``|t_exact| (hi - lo)`` below :func:`series_threshold`; ``t_exact`` may be 0 and
-    carries autograd), so that the derivative in ``t`` is right at and near zero.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> l, t = np.array([0.0, 1.0]), 0.5
-    >>> u = t * (l - 1.0)
-    >>> r = finish_risk(t, 1.0, 0.5, np.mean(np.expm1(u)), np.mean(np.exp(u)), 0.5, np,
-    ...                 tiny=1e-154)
-    >>> bool(np.isclose(r, np.log(np.mean(np.exp(t * l))) / t))
-    True
-    """
-    small = scale <= 1
-    logz = xp.where(small, xp.log1p(xp.where(small, q, xp.zeros_like(q))),
-                    xp.log(xp.where(small, xp.ones_like(s), s)))
-    r = _add_scaled(c, logz, t, xp)
-    r = xp.where(scale < tiny, mean + xp.zeros_like(r), r)
-    if series is not None:
-        t_exact, k2, k3, near = series
-        r_series = mean + t_exact * (k2 * 0.5 + t_exact * (k3 / 6.0))
-        r = xp.where(near, r_series, r)
-    return r
-
-
-def risk_of_exponents(u: Any, p: Any, c: Any, scale: Any, mean: Any, t: Any, xp: Any, *,
-                      tiny: float, series: tuple | None = None) -> Any:
-    """The tilted risk along the last axis from the shifted exponents ``u = t (l - c)``
-    (``<= 0``) and a normalised prior ``p`` (None: uniform): the two normalisers of
-    :func:`finish_risk`, formed in one place.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> l, t = np.array([0.0, 1.0]), 2.0
-    >>> r = risk_of_exponents(t * (l - 1.0), None, 1.0, 2.0, 0.5, t, np, tiny=1e-154)
-    >>> bool(np.isclose(r, np.log(np.mean(np.exp(t * l))) / t))
-    True
-    """
-
-    def wmean(a):
-        return xp.mean(a, axis=-1) if p is None else xp.sum(p * a, axis=-1)
-
-    q = wmean(xp.expm1(u))
-    z = wmean(xp.exp(u))
-    return finish_risk(t, c, scale, q, z, mean, xp, tiny=tiny, series=series)
-
-

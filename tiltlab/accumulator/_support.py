@@ -100,3 +100,12 @@ def _nonfinite() -> NonFiniteLosses:
         "`losses` contains NaN or infinite values; pass finite values (or "
         "check_finite=False to skip this check)"
     )
+
+
+def _add_scaled(c: Any, logz: Any, t: Any, xp: Any) -> Any:
+    """``c + logz / t``; where ``logz / t`` overflows (a tiny tilt and a spread near the
+    float maximum) but the risk, which lies between the extremes, does not, the sum is
+    taken in halves (exact: scaling by 2 commutes with rounding)."""
+    r = c + logz / t
+    half = (c * 0.5 + (logz * 0.5) / t) * 2.0
+    return xp.where(xp.isfinite(r), r, half)
