@@ -1,0 +1,183 @@
+"""Every engine against the executable contract, point by point (harness: ``_contract.py``).
+
+* losses: each registered loss is, per engine, either in the engine's declared table and
+  equal to the 50-digit point contract (:mod:`tiltlab.losses.pointwise`) within a
+  dtype-derived tolerance at every point (kinks, large predictors, underflow), or refused;
+* the tilted state: each engine's per-block states, merged its own way, finish to the
+  tilted risk (and weights) of all the losses together, for empty blocks, all-equal
+  losses, t = 0, +-inf, 1e-300, 1e-12, 1e8 and spreads up to 1e6.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from _contract import (
+    CASES,
+    PARAMS,
+    POINT_ENGINES,
+    STATE_ENGINES,
+    TILTS,
+    PointEngine,
+    array_api_point,
+    available,
+    blocks_of,
+    point_errors,
+    points,
+    reference_points,
+    reference_state,
+    splits,
+    state_tolerance,
+    weight_errors,
+)
+
+from tiltlab.losses import LOSS_NAMES
+from tiltlab.losses.pointwise import POINT_LOSSES
+
+DTYPES = [np.float64, np.float32]
+LOSS_CASES = [(name, p) for name in LOSS_NAMES for p in PARAMS.get(name, [{}])]
+
+
+def _ids(case):
+    name, params = case
+    return name + "".join(f"-{k}={v}" for k, v in params.items())
+
+
+_REFS: dict = {}
+
+
+def _reference(name, params, dtype):
+    key = (name, tuple(sorted(params.items())), np.dtype(dtype).name)
+    if key not in _REFS:
+        z, y = points(name, dtype, params)
+        _REFS[key] = (z, y, reference_points(name, z, y, params))
+    return _REFS[key]
+
+
+def check_point_engine(engine: PointEngine, name: str, params: dict, dtype) -> None:
+    """The engine serves the loss ``name`` as the contract says, or refuses it."""
+    z, y, (rv, r1, r2) = _reference(name, params, dtype)
+    if name not in engine.supported():
+        with pytest.raises(NotImplementedError):
+            engine.point(name, z, y, dtype, params)
+        return
+    v, d1, d2 = engine.point(name, z, y, dtype, params)
+    assert np.shape(v) == (z.shape[0],) and np.shape(d1) == z.shape
+    bad = {
+        "value": point_errors(v, rv, dtype),
+        "d1": point_errors(d1, r1, dtype),
+    }
+    if d2 is not None:
+        # the multinomial Hessian is formed as a product (diag(s) - s s^T): its diagonal
+        # s (1 - s) cancels when one class dominates, an error of eps against 1
+        bad["d2"] = point_errors(d2, r2, dtype, absolute=POINT_LOSSES[name].vector)
+    bad = {k: b[:5] for k, b in bad.items() if b}
+    assert not bad, f"{name} {params} {np.dtype(dtype).name}: (index, got, want) {bad}"
+
+
+# ---------------------------------------------------------------------------------------
+# the losses
+
+
+def test_every_registered_loss_has_a_point_contract():
+    assert set(POINT_LOSSES) == set(LOSS_NAMES)
+
+
+@pytest.mark.parametrize("engine_name", list(POINT_ENGINES))
+def test_declared_tables_name_registered_losses(engine_name):
+    engine = POINT_ENGINES[engine_name]
+    missing = available(engine.needs)
+    if missing:
+        pytest.skip(f"{engine_name} needs {missing}")
+    assert engine.supported() <= set(LOSS_NAMES)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("case", LOSS_CASES, ids=_ids)
+def test_array_api_losses_follow_the_contract(xp, case, dtype):
+    check_point_engine(array_api_point(xp), case[0], case[1], dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("case", LOSS_CASES, ids=_ids)
+@pytest.mark.parametrize("engine_name", list(POINT_ENGINES))
+def test_engine_losses_follow_the_contract(engine_name, case, dtype):
+    engine = POINT_ENGINES[engine_name]
+    missing = available(engine.needs)
+    if missing:
+        pytest.skip(f"{engine_name} needs {missing}")
+    check_point_engine(engine, case[0], case[1], dtype)
+
+
+def test_the_point_check_can_fail():
+    """An engine that serves a loss wrongly, or claims a loss it does not refuse, fails."""
+    from tiltlab.losses import get_loss
+
+    def off_by_sign(name, z, y, dtype, params):
+        v, d1, d2 = get_loss(name, **params).derivatives(z, y)
+        return v, -d1, d2
+
+    wrong = PointEngine(needs=(), supported=lambda: frozenset({"logistic"}), point=off_by_sign)
+    with pytest.raises(AssertionError, match="d1"):
+        check_point_engine(wrong, "logistic", {}, np.float64)
+
+    def serves_anything(name, z, y, dtype, params):
+        return get_loss("squared").derivatives(z, np.zeros_like(z))
+
+    silent = PointEngine(needs=(), supported=lambda: frozenset(), point=serves_anything)
+    with pytest.raises(pytest.fail.Exception, match="NotImplementedError"):
+        check_point_engine(silent, "squared", {}, np.float64)
+
+
+def test_a_loss_added_to_a_table_without_its_code_is_caught(monkeypatch):
+    """A new name in the compiled kernels' table whose kernel branch is missing falls into
+    another loss's code: the point check sees it."""
+    pytest.importorskip("numba")
+    from tiltlab import _cpu_kernels
+
+    # pretend the table maps "squared" to the absolute loss's code (a wrong branch)
+    monkeypatch.setitem(_cpu_kernels.LOSS_CODES, "squared", _cpu_kernels.LOSS_CODES["absolute"])
+    with pytest.raises(AssertionError, match="squared"):
+        check_point_engine(POINT_ENGINES["numba"], "squared", {}, np.float64)
+
+
+# ---------------------------------------------------------------------------------------
+# the tilted state
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("t", TILTS, ids=repr)
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("split", list(splits(12)))
+@pytest.mark.parametrize("engine_name", list(STATE_ENGINES))
+def test_state_engines_follow_the_contract(engine_name, split, case, t, dtype, request):
+    engine = STATE_ENGINES[engine_name]
+    missing = available(engine.needs)
+    if missing:
+        pytest.skip(f"{engine_name} needs {missing}")
+    losses = CASES[case]
+    blocks = blocks_of(losses, splits(len(losses))[split], dtype)
+    reason = engine.defect(blocks, t, dtype)
+    if reason is not None:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
+    try:
+        risk, weights = engine.merged(blocks, t, dtype)
+    except NotImplementedError as exc:
+        pytest.skip(f"{engine_name} refuses this case: {exc}")
+    cast = [float(v) for b in blocks for v in b.tolist()]
+    ref_risk, ref_w = reference_state(cast, t)
+    tol = state_tolerance(blocks, t, dtype)
+    assert math.isfinite(risk)
+    assert abs(risk - float(ref_risk)) <= tol, (risk, float(ref_risk), tol)
+    if weights is not None:
+        bad = weight_errors(weights, cast, t, ref_w, dtype)
+        assert not bad, f"(index, got, want): {bad[:5]}"
+
+
+def test_running_estimators_refuse_an_empty_batch():
+    from tiltlab.minibatch import MinibatchTilt
+
+    with pytest.raises(ValueError, match="losses"):
+        MinibatchTilt(1.0).weights(np.zeros(0))
