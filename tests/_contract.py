@@ -95,8 +95,24 @@ def state_tolerance(blocks: list, t: float, dtype: Any) -> float:
 
 REAL_Z = [-1e4, -3.0, -1.0, -0.3, 0.0, 0.25, 1.0, 1.5, 2.0, 7.0, 1e3]
 REAL_Y = [-2.0, 0.0, 0.5, 1.0, 7.0]
-BINARY_Z = [-800.0, -100.0, -40.0, -3.0, -1.0, -1e-8, 0.0, 1e-8, 0.3, 0.5, 1.0, 2.0,
-            3.0, 40.0, 100.0, 800.0]
+BINARY_Z = [
+    -800.0,
+    -100.0,
+    -40.0,
+    -3.0,
+    -1.0,
+    -1e-8,
+    0.0,
+    1e-8,
+    0.3,
+    0.5,
+    1.0,
+    2.0,
+    3.0,
+    40.0,
+    100.0,
+    800.0,
+]
 CLASS_Z = [
     [0.0, 0.0, 0.0],
     [1.0, 2.0, 3.0],
@@ -360,8 +376,10 @@ def _running_defect(blocks, t, dtype):
     gap = abs(pick(nonempty[-1].tolist()) - pick(np.concatenate(nonempty).tolist()))
     if gap <= state_tolerance(blocks, t, dtype):
         return None
-    return ("the running update keeps the last batch's risk at t = +-inf instead of the "
-            "extreme of the running and the batch risk (its limit for t -> +-inf)")
+    return (
+        "the running update keeps the last batch's risk at t = +-inf instead of the "
+        "extreme of the running and the batch risk (its limit for t -> +-inf)"
+    )
 
 
 def _minibatch_merged(blocks, t, dtype):

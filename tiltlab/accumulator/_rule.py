@@ -155,8 +155,15 @@ class TiltState:
         return _sample_block(cls, losses, t, prior, sums, xp, extremes, tiny, unit)
 
     @classmethod
-    def empty(cls, t: float, *, n_groups: int | None = None, xp: Any = None,
-              dtype: Any = None, device: Any = None) -> TiltState:
+    def empty(
+        cls,
+        t: float,
+        *,
+        n_groups: int | None = None,
+        xp: Any = None,
+        dtype: Any = None,
+        device: Any = None,
+    ) -> TiltState:
         """The state of no samples: the identity of :meth:`merge`.
 
         ``merge(empty, s)`` and ``merge(s, empty)`` are ``s``; its extremes are
@@ -180,11 +187,13 @@ class TiltState:
         dtype = xp.float64 if dtype is None else dtype
         if n_groups is None:
             zero = xp.asarray(0.0, dtype=dtype, device=device)
-            return cls(t=t, hi=-math.inf, lo=math.inf, mass=zero, s=zero, q=None, lsum=None,
-                       sums=())
+            return cls(
+                t=t, hi=-math.inf, lo=math.inf, mass=zero, s=zero, q=None, lsum=None, sums=()
+            )
         zeros = xp.zeros((int(n_groups),), dtype=dtype, device=device)
         hi, lo = np.full(int(n_groups), -np.inf), np.full(int(n_groups), np.inf)
         return GroupState(t=t, hi=hi, lo=lo, mass=zeros, s=zeros, q=None, lsum=None, sums=())
+
     # -- views ---------------------------------------------------------------------
 
     @property
@@ -238,8 +247,9 @@ class TiltState:
         if a.t != b.t:
             raise ValueError(f"cannot merge states of two tilts ({a.t} and {b.t})")
         if a.is_groups != b.is_groups or np.shape(a.hi) != np.shape(b.hi):
-            raise ValueError("cannot merge states of two layouts (samples, or another number "
-                             "of groups)")
+            raise ValueError(
+                "cannot merge states of two layouts (samples, or another number of groups)"
+            )
         # the identity: an empty state carries no sums, and its -inf shift must not reach
         # the arithmetic below (-inf * 0)
         if b.is_empty:
@@ -282,8 +292,7 @@ class TiltState:
         xp = _ns(self.s) if xp is None else xp
         dtype = self.s.dtype if dtype is None else dtype
         if not self.is_groups and self.is_empty:
-            return _cast(xp.asarray(math.nan, dtype=self.s.dtype, device=device(self.s)), xp,
-                         dtype)
+            return _cast(xp.asarray(math.nan, dtype=self.s.dtype, device=device(self.s)), xp, dtype)
         c = _dev(self.shift, self.s)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             if math.isinf(self.t):  # the extreme itself (NaN for empty groups: 0 * (0/0))
@@ -325,8 +334,14 @@ class TiltState:
         def h(a):
             return None if a is None else _host(a)
 
-        return replace(self, mass=h(self.mass), s=h(self.s), q=h(self.q), lsum=h(self.lsum),
-                       sums=tuple(h(v) for v in self.sums))
+        return replace(
+            self,
+            mass=h(self.mass),
+            s=h(self.s),
+            q=h(self.q),
+            lsum=h(self.lsum),
+            sums=tuple(h(v) for v in self.sums),
+        )
 
 
 class GroupState(TiltState):
@@ -487,16 +502,22 @@ def _mean_block(cls, l, p, sums, xp, hi, lo, unit, seg, c):
         pe = xp.ones_like(l) if sums is not None else None
     if seg is None:
         lsum = xp.sum(d)
-        mass = _mass(l, p, xp) if p is not None else xp.asarray(
-            float(l.shape[0]) * (1.0 if unit is None else unit), dtype=l.dtype, device=dev)
+        mass = (
+            _mass(l, p, xp)
+            if p is not None
+            else xp.asarray(
+                float(l.shape[0]) * (1.0 if unit is None else unit), dtype=l.dtype, device=dev
+            )
+        )
     else:
         lsum = segment_sum(d, seg, xp)
         if p is not None:
             mass = segment_sum(p, seg, xp)
         else:
             counts = seg.counts * (1.0 if unit is None else unit)
-            mass = xp.asarray(np.array(np.broadcast_to(counts, tuple(lsum.shape))),
-                              dtype=l.dtype, device=dev)
+            mass = xp.asarray(
+                np.array(np.broadcast_to(counts, tuple(lsum.shape))), dtype=l.dtype, device=dev
+            )
     extra = tuple(sums(pe)) if sums is not None else ()
     return cls(t=0.0, hi=hi, lo=lo, mass=mass, s=mass, q=None, lsum=lsum, sums=extra)
 
@@ -545,8 +566,11 @@ def _group_block(cls, l, t, p, sums, seg, xp, tiny, unit):
     c = expand(xp.asarray(st.shift, dtype=l.dtype, device=dev), seg, xp)
     w = p
     if w is None:
-        mass = xp.asarray(np.array(np.broadcast_to(seg.counts, hi.shape), dtype=np.float64),
-                          dtype=l.dtype, device=dev)
+        mass = xp.asarray(
+            np.array(np.broadcast_to(seg.counts, hi.shape), dtype=np.float64),
+            dtype=l.dtype,
+            device=dev,
+        )
     else:
         mass = segment_sum(w, seg, xp)
     if math.isinf(t):

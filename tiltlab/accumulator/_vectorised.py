@@ -24,8 +24,18 @@ def series_threshold(dtype: Any, xp: Any) -> float:
     return float((24.0 * float(xp.finfo(dtype).eps)) ** (1.0 / 3.0))
 
 
-def finish_risk(t: Any, c: Any, scale: Any, q: Any, s: Any, mean: Any, xp: Any, *,
-                tiny: float, series: tuple | None = None) -> Any:
+def finish_risk(
+    t: Any,
+    c: Any,
+    scale: Any,
+    q: Any,
+    s: Any,
+    mean: Any,
+    xp: Any,
+    *,
+    tiny: float,
+    series: tuple | None = None,
+) -> Any:
     """The tilted risk from normalised sums, chosen element by element on device.
 
     ``t`` (finite, non-zero placeholders where the caller substitutes its own limits),
@@ -46,8 +56,11 @@ def finish_risk(t: Any, c: Any, scale: Any, q: Any, s: Any, mean: Any, xp: Any, 
     True
     """
     small = scale <= 1
-    logz = xp.where(small, xp.log1p(xp.where(small, q, xp.zeros_like(q))),
-                    xp.log(xp.where(small, xp.ones_like(s), s)))
+    logz = xp.where(
+        small,
+        xp.log1p(xp.where(small, q, xp.zeros_like(q))),
+        xp.log(xp.where(small, xp.ones_like(s), s)),
+    )
     r = _add_scaled(c, logz, t, xp)
     r = xp.where(scale < tiny, mean + xp.zeros_like(r), r)
     if series is not None:
@@ -57,8 +70,18 @@ def finish_risk(t: Any, c: Any, scale: Any, q: Any, s: Any, mean: Any, xp: Any, 
     return r
 
 
-def risk_of_exponents(u: Any, p: Any, c: Any, scale: Any, mean: Any, t: Any, xp: Any, *,
-                      tiny: float, series: tuple | None = None) -> Any:
+def risk_of_exponents(
+    u: Any,
+    p: Any,
+    c: Any,
+    scale: Any,
+    mean: Any,
+    t: Any,
+    xp: Any,
+    *,
+    tiny: float,
+    series: tuple | None = None,
+) -> Any:
     """The tilted risk along the last axis from the shifted exponents ``u = t (l - c)``
     (``<= 0``) and a normalised prior ``p`` (None: uniform): the two normalisers of
     :func:`finish_risk`, formed in one place.
@@ -78,5 +101,3 @@ def risk_of_exponents(u: Any, p: Any, c: Any, scale: Any, mean: Any, t: Any, xp:
     q = wmean(xp.expm1(u))
     z = wmean(xp.exp(u))
     return finish_risk(t, c, scale, q, z, mean, xp, tiny=tiny, series=series)
-
-
