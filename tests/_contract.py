@@ -428,10 +428,35 @@ def _dask_merged(blocks, t, dtype):
     return float(st.risk(np, np.dtype(dtype))), None
 
 
+def _numba_chunks_merged(blocks, t, dtype):
+    """The compiled CPU kernels' chunk states (``tiltlab._cpu_kernels``): one chunk per
+    block, padded to a common length with rows of zero prior weight (unused lanes; an
+    empty block is a chunk without mass), merged by the host merge of the chunk states.
+    The losses are those of the absolute loss at ``z = l``, so they must be >= 0; the
+    kernels serve finite tilts only (``t = +-inf`` goes to the generic path)."""
+    from tiltlab._cpu_kernels import fused_value
+
+    if math.isinf(t):
+        raise NotImplementedError("the compiled kernels serve finite tilts")
+    if any(float(v) < 0 for b in blocks for v in b):
+        raise NotImplementedError("losses of a loss function are >= 0")
+    rows = max(1, max(len(b) for b in blocks))
+    n = rows * len(blocks)
+    X = np.zeros((n, 1), dtype=dtype)
+    prior = np.zeros(n)
+    for k, b in enumerate(blocks):
+        X[k * rows : k * rows + len(b), 0] = b
+        prior[k * rows : k * rows + len(b)] = 1.0
+    y = np.zeros(n, dtype=dtype)
+    r = fused_value("absolute", X, y, np.ones(1, dtype=dtype), t, prior, n_chunks=len(blocks))
+    return float(r), None
+
+
 #: the engines whose tilted state is checked against the contract
 STATE_ENGINES: dict[str, StateEngine] = {
     "accumulator": StateEngine(needs=(), merged=_accumulator_merged),
     "minibatch": StateEngine(needs=(), merged=_minibatch_merged, defect=_running_defect),
     "torch": StateEngine(needs=("torch",), merged=_torch_merged, defect=_running_defect),
     "dask chunks": StateEngine(needs=("dask",), merged=_dask_merged),
+    "numba chunks": StateEngine(needs=("numba",), merged=_numba_chunks_merged),
 }
