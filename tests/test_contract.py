@@ -177,10 +177,19 @@ def test_state_engines_follow_the_contract(engine_name, split, case, t, dtype, r
 
 
 def test_running_estimators_refuse_an_empty_batch():
+    """An empty batch is refused by name (the state is left as it was); an empty part of a
+    batch is the group-level case below."""
     from tiltlab.minibatch import MinibatchTilt
 
+    tilt = MinibatchTilt(1.0)
     with pytest.raises(ValueError, match="losses"):
-        MinibatchTilt(1.0).weights(np.zeros(0))
+        tilt.weights(np.zeros(0))
+    assert tilt.step == 0 and tilt.state_dict() == {"step": 0, "estimator": "running"}
+    torch = pytest.importorskip("torch")
+    from tiltlab.torch import TiltedLoss
+
+    with pytest.raises(ValueError, match="losses"):
+        TiltedLoss(t=1.0)(torch.zeros(0))
 
 
 @pytest.mark.parametrize("t", TILTS, ids=repr)
