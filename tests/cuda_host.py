@@ -1,0 +1,223 @@
+"""Host builds of the CUDA scalar functions (``tiltlab/_cupy/tilt.cuh``) for the tests.
+
+The header is compiled as C with the host compiler (``TL_HD`` empty, so that every
+function is exported) once per element type, and called through ctypes. ``simulate_vg``
+runs the fused kernel's sequence of calls (row groups of lanes sharing a shift, unused
+groups included) and ``finish_vg`` the finish kernel's, on the CPU.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import math
+import shutil
+import subprocess
+import tempfile
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tiltlab._cupy import source
+
+FIELDS = ("c", "hi", "lo", "s", "q", "lsum", "mass")
+
+
+def compiler() -> str | None:
+    for cc in ("cc", "gcc", "clang"):
+        path = shutil.which(cc)
+        if path:
+            return path
+    return None
+
+
+class HostC:
+    """The functions of ``tilt.cuh`` for one element type, through ctypes."""
+
+    def __init__(self, lib: ctypes.CDLL, dtype: type) -> None:
+        self.lib, self.dtype = lib, np.dtype(dtype)
+        real = ctypes.c_float if self.dtype == np.float32 else ctypes.c_double
+        self.real = real
+
+        class State(ctypes.Structure):
+            _fields_ = [(f, real) for f in FIELDS]
+
+        self.State = State
+        P = ctypes.POINTER(real)
+        for name in source.C_LOSSES:
+            fn = getattr(lib, f"tl_loss_{name}")
+            fn.argtypes, fn.restype = [real, real, P, P, P], None
+        sig = {
+            "tl_empty": ([], State),
+            "tl_is_empty": ([ctypes.POINTER(State)], ctypes.c_int),
+            "tl_gap": ([real, real, real], real),
+            "tl_move": ([ctypes.POINTER(State), real, real], real),
+            "tl_add": ([ctypes.POINTER(State), real, real], real),
+            "tl_push": ([ctypes.POINTER(State), real, real, P], real),
+            "tl_merge": ([State, State, real, P, P], State),
+            "tl_state_finite": ([ctypes.POINTER(State)], ctypes.c_int),
+            "tl_risk": ([State, real, real], real),
+            "tl_share": ([State, State, real], real),
+        }
+        for name, (args, res) in sig.items():
+            fn = getattr(lib, name)
+            fn.argtypes, fn.restype = args, res
+        self.tiny = math.sqrt(float(np.finfo(self.dtype).tiny))
+
+    # losses
+    def loss(self, name: str, z: float, y: float) -> tuple[float, float, float]:
+        out = [self.real() for _ in range(3)]
+        getattr(self.lib, f"tl_loss_{name}")(z, y, *(ctypes.byref(o) for o in out))
+        return tuple(o.value for o in out)
+
+    # states
+    def state(self, **fields) -> ctypes.Structure:
+        return self.State(*(fields[f] for f in FIELDS))
+
+    def empty(self):
+        return self.lib.tl_empty()
+
+    def push(self, st, l: float, t: float) -> tuple[float, float]:
+        r = self.real()
+        e = self.lib.tl_push(ctypes.byref(st), l, t, ctypes.byref(r))
+        return e, r.value
+
+    def move(self, st, c: float, t: float) -> float:
+        return self.lib.tl_move(ctypes.byref(st), c, t)
+
+    def add(self, st, l: float, t: float) -> float:
+        return self.lib.tl_add(ctypes.byref(st), l, t)
+
+    def merge(self, a, b, t: float):
+        fa, fb = self.real(), self.real()
+        m = self.lib.tl_merge(a, b, t, ctypes.byref(fa), ctypes.byref(fb))
+        return m, fa.value, fb.value
+
+    def risk(self, st, t: float) -> float:
+        return self.lib.tl_risk(st, t, self.tiny)
+
+    def share(self, g, whole, t: float) -> float:
+        return self.lib.tl_share(g, whole, t)
+
+    def finite(self, st) -> bool:
+        return bool(self.lib.tl_state_finite(ctypes.byref(st)))
+
+    def is_empty(self, st) -> bool:
+        return bool(self.lib.tl_is_empty(ctypes.byref(st)))
+
+    def of(self, losses, t: float):
+        st = self.empty()
+        for v in losses:
+            self.push(st, float(v), t)
+        return st
+
+    @staticmethod
+    def row(st) -> tuple[float, ...]:
+        return tuple(getattr(st, f) for f in FIELDS)
+
+
+@cache
+def _library(flt: int) -> ctypes.CDLL | None:
+    cc = compiler()
+    if cc is None:
+        return None
+    text = source.header()
+    key = hashlib.sha256(f"{flt}\n{text}".encode()).hexdigest()[:16]
+    out = Path(tempfile.gettempdir()) / f"tiltlab-tilt-{key}-{flt}.so"
+    if not out.exists():
+        work = Path(tempfile.mkdtemp())
+        (work / "tilt.cuh").write_text(text, encoding="utf-8")
+        (work / "host.c").write_text('#include "tilt.cuh"\n', encoding="utf-8")
+        tmp = work / "tilt.so"
+        cmd = [
+            cc,
+            "-std=c99",
+            "-O2",
+            "-fPIC",
+            "-shared",
+            "-ffp-contract=off",
+            "-Wall",
+            "-Werror",
+            "-DTL_HD=",
+            f"-DTL_FLOAT={flt}",
+            str(work / "host.c"),
+            "-o",
+            str(tmp),
+            "-lm",
+        ]
+        subprocess.run(cmd, check=True, capture_output=True)
+        shutil.move(str(tmp), out)
+    return ctypes.CDLL(str(out))
+
+
+def host(dtype) -> HostC:
+    """The host build for ``dtype`` (the test is skipped without a C compiler)."""
+    lib = _library(1 if np.dtype(dtype) == np.float32 else 0)
+    if lib is None:
+        pytest.skip("no C compiler")
+    return HostC(lib, dtype)
+
+
+# ---------------------------------------------------------------------------------------
+# the kernels' sequences of calls, on the CPU
+
+
+def simulate_vg(h: HostC, X, y, theta, t: float, loss: str, n_groups: int, L: int, R: int):
+    """Group states (``n_groups x 7``) and gradient sums (``n_groups x d``) as
+    ``tilted_vg`` writes them: group ``g`` takes rows ``g + k n_groups`` (R of them per
+    step, lanes i < R one each), its lanes share a shift moved with the group's factor,
+    and groups without rows write the empty state."""
+    dt = h.dtype.type
+    n, d = X.shape
+    st_rows = np.zeros((n_groups, 7), dtype=h.dtype)
+    acc_rows = np.zeros((n_groups, d), dtype=h.dtype)
+    for g in range(n_groups):
+        lanes = [h.empty() for _ in range(L)]
+        acc = np.zeros(d, dtype=h.dtype)
+        have, c = False, (-math.inf if t > 0 else math.inf)
+        r0 = g
+        while r0 < n:
+            rows = [r0 + i * n_groups for i in range(R)]
+            vals = {}
+            for i, r in enumerate(rows):
+                if r < n:
+                    z = float(np.dot(X[r].astype(np.float64), theta.astype(np.float64)))
+                    vals[i] = h.loss(loss, float(dt(z)), float(y[r]))
+            cand = c
+            for l, _, _ in vals.values():
+                if (l > cand) if t > 0 else (l < cand):
+                    cand = l
+            if not have or cand != c:
+                rg = dt(math.exp(h.lib.tl_gap(t, c, cand))) if have else dt(0.0)
+                for s in lanes:
+                    h.move(s, cand, t)
+                acc = (acc * rg).astype(h.dtype)
+                c, have = cand, True
+            for i, (l, d1, _) in vals.items():
+                e = h.add(lanes[i], l, t)
+                acc = (acc + dt(e * d1) * X[rows[i]]).astype(h.dtype)
+            r0 += n_groups * R
+        gs = lanes[0]
+        for s in lanes[1:]:
+            gs = h.merge(gs, s, t)[0]
+        st_rows[g] = h.row(gs)
+        acc_rows[g] = acc
+    return st_rows, acc_rows
+
+
+def finish_vg(h: HostC, st_rows, acc_rows, t: float, theta=None, l2: float = 0.0):
+    """``tilted_vg_finish`` followed by the product ``f @ acc``: (value, gradient,
+    status) from the group states and gradient sums."""
+    states = [h.state(**dict(zip(FIELDS, map(float, r), strict=True))) for r in st_rows]
+    whole = h.empty()
+    for s in states:
+        whole = h.merge(whole, s, t)[0]
+    f = np.array([h.share(s, whole, t) for s in states], dtype=h.dtype)
+    value = h.risk(whole, t)
+    grad = f @ acc_rows
+    if theta is not None and l2:
+        value += 0.5 * l2 * float(np.dot(theta, theta))
+        grad = grad + l2 * theta
+    return value, grad, 0 if h.finite(whole) else 1

@@ -1,0 +1,257 @@
+/* CUDA kernels of the CuPy backend, compiled by NVRTC after tilt.cuh (the scalar loss
+ * and state functions) with these macros set by the build (tiltlab/_cupy/source.py):
+ *   TL_FLOAT     1 for float, 0 for double
+ *   TL_LOSS      the loss function of tilt.cuh (e.g. tl_loss_squared); without it only
+ *                the reductions are compiled
+ *   L, NPL, R    lanes per row group, features per lane, rows in flight per group
+ * A state is stored as TL_STATE_FIELDS consecutive numbers (the fields of tl_state).
+ */
+typedef tl_real T;
+
+#ifndef TL_FINISH_THREADS
+#  define TL_FINISH_THREADS 512
+#endif
+#ifndef TL_BLOCK_THREADS
+#  define TL_BLOCK_THREADS 256
+#endif
+
+__device__ __forceinline__ tl_state tl_load(const T* p, long long i) {
+    const T* a = p + i * TL_STATE_FIELDS;
+    tl_state s;
+    s.c = a[0]; s.hi = a[1]; s.lo = a[2]; s.s = a[3]; s.q = a[4]; s.lsum = a[5]; s.mass = a[6];
+    return s;
+}
+
+__device__ __forceinline__ void tl_store(T* p, long long i, tl_state s) {
+    T* a = p + i * TL_STATE_FIELDS;
+    a[0] = s.c; a[1] = s.hi; a[2] = s.lo; a[3] = s.s; a[4] = s.q; a[5] = s.lsum; a[6] = s.mass;
+}
+
+/* the merge of the states sh[0..NT) of a block into sh[0] (NT a power of two) */
+template <int NT>
+__device__ __forceinline__ void tl_block_merge(tl_state* sh, T t) {
+    T fa, fb;
+#pragma unroll 1
+    for (int w = NT / 2; w > 0; w >>= 1) {
+        if ((int)threadIdx.x < w) sh[threadIdx.x] = tl_merge(sh[threadIdx.x], sh[threadIdx.x + w], t, &fa, &fb);
+        __syncthreads();
+    }
+}
+
+/* the merge of n states (in global memory) by one block of TL_FINISH_THREADS threads */
+__device__ __forceinline__ tl_state tl_merge_all(const T* st, long long n, T t, tl_state* sh) {
+    T fa, fb;
+    tl_state m = tl_empty();
+    for (long long g = threadIdx.x; g < n; g += TL_FINISH_THREADS) m = tl_merge(m, tl_load(st, g), t, &fa, &fb);
+    sh[threadIdx.x] = m;
+    __syncthreads();
+    tl_block_merge<TL_FINISH_THREADS>(sh, t);
+    const tl_state all = sh[0];
+    __syncthreads();
+    return all;
+}
+
+#ifdef TL_LOSS
+__device__ __forceinline__ T group_sum(T v, unsigned mask) {
+#pragma unroll
+    for (int off = L / 2; off > 0; off >>= 1) v += __shfl_xor_sync(mask, v, off, L);
+    return v;
+}
+
+__device__ __forceinline__ tl_state group_merge(tl_state s, T t, unsigned mask) {
+    T fa, fb;
+#pragma unroll
+    for (int off = L / 2; off > 0; off >>= 1) {
+        tl_state o;
+        o.c = __shfl_xor_sync(mask, s.c, off, L);
+        o.hi = __shfl_xor_sync(mask, s.hi, off, L);
+        o.lo = __shfl_xor_sync(mask, s.lo, off, L);
+        o.s = __shfl_xor_sync(mask, s.s, off, L);
+        o.q = __shfl_xor_sync(mask, s.q, off, L);
+        o.lsum = __shfl_xor_sync(mask, s.lsum, off, L);
+        o.mass = __shfl_xor_sync(mask, s.mass, off, L);
+        s = tl_merge(s, o, t, &fa, &fb);
+    }
+    return s;
+}
+
+/* value and gradient partials: one state and one row of gradient sums per lane group */
+extern "C" __global__ void tilted_vg(
+    const T* __restrict__ X, const T* __restrict__ y, const T* __restrict__ theta,
+    const long long n, const int d, const T t,
+    T* __restrict__ st, T* __restrict__ acc_out)
+{
+    // A group of L lanes reads R rows per step (all loads first, for memory parallelism);
+    // lane i < R then does the scalar work of row i (loss, derivative, exponentials) and
+    // the lanes share the coefficients by shuffles. Every lane keeps a partial state
+    // relative to the group's common shift c (tilt.cuh: empty until it has a sample).
+    const int lane = threadIdx.x % L;
+    const long long group = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / L;
+    const long long n_groups = ((long long)gridDim.x * blockDim.x) / L;
+    const unsigned mask = 0xffffffffu;
+
+    T th[NPL];
+    T acc[NPL];
+#pragma unroll
+    for (int k = 0; k < NPL; ++k) {
+        int j = lane + k * L;
+        th[k] = (j < d) ? theta[j] : (T)0;
+        acc[k] = (T)0;
+    }
+    tl_state mine_st = tl_empty();
+    bool have = false;                             // whether the group has a shift yet
+    T c = (t > 0) ? -tl_inf() : tl_inf();          // the shift (a reduction's neutral until then)
+
+    // every lane of a warp runs the same number of steps (the shuffles need them)
+    for (long long r0 = group; __any_sync(mask, r0 < n); r0 += n_groups * R) {
+        T xv[R][NPL];
+        T part[R];
+#pragma unroll
+        for (int i = 0; i < R; ++i) {
+            const long long r = r0 + i * n_groups;
+            const bool ok = r < n;
+            const T* row = X + (ok ? r : 0) * (long long)d;
+#pragma unroll
+            for (int k = 0; k < NPL; ++k) {
+                int j = lane + k * L;
+                xv[i][k] = (ok && j < d) ? row[j] : (T)0;
+            }
+        }
+        const long long my_r = r0 + (long long)lane * n_groups;
+        const bool mine = lane < R && my_r < n;
+        const T yy = mine ? y[my_r] : (T)0;
+#pragma unroll
+        for (int i = 0; i < R; ++i) {
+            T p = 0;
+#pragma unroll
+            for (int k = 0; k < NPL; ++k) p += xv[i][k] * th[k];
+            part[i] = p;
+        }
+#pragma unroll
+        for (int off = L / 2; off > 0; off >>= 1) {
+#pragma unroll
+            for (int i = 0; i < R; ++i) part[i] += __shfl_xor_sync(mask, part[i], off, L);
+        }
+        // row `lane` is this lane's scalar work
+        T z = 0;
+#pragma unroll
+        for (int i = 0; i < R; ++i) z = (lane == i) ? part[i] : z;
+        T l = 0, d1 = 0, d2 = 0;
+        if (mine) TL_LOSS(z, yy, &l, &d1, &d2);
+        // the group's new shift (the same on every lane); lane 0 has a row whenever the
+        // group has one in this step
+        T cand = mine ? l : c;
+        cand = tl_beyond(cand, c, t) ? cand : c;
+#pragma unroll
+        for (int off = L / 2; off > 0; off >>= 1) {
+            const T o = __shfl_xor_sync(mask, cand, off, L);
+            cand = tl_beyond(o, cand, t) ? o : cand;
+        }
+        if (r0 < n && (!have || cand != c)) {
+            // move the shift: the factor of the gradient sums is the group's (they hold
+            // every row of the group), zero before its first row
+            const T rg = have ? TL_EXP(tl_gap(t, c, cand)) : (T)0;
+            tl_move(&mine_st, cand, t);
+#pragma unroll
+            for (int k = 0; k < NPL; ++k) acc[k] *= rg;
+            c = cand;
+            have = true;
+        }
+        T coef = 0;
+        if (mine) coef = tl_add(&mine_st, l, t) * d1;
+#pragma unroll
+        for (int i = 0; i < R; ++i) {
+            const T ci = __shfl_sync(mask, coef, i, L);
+#pragma unroll
+            for (int k = 0; k < NPL; ++k) acc[k] += ci * xv[i][k];
+        }
+    }
+    // the group's state: the merge of its lanes' states (one shift, or empty)
+    const tl_state gs = group_merge(mine_st, t, mask);
+    if (lane == 0) tl_store(st, group, gs);
+#pragma unroll
+    for (int k = 0; k < NPL; ++k) {
+        int j = lane + k * L;
+        if (j < d) acc_out[group * (long long)d + j] = acc[k];
+    }
+}
+
+/* the finish on the device: merges the group states, writes the value (with the ridge
+ * term) and a status to out[0..1], each group's share of the normalised gradient to
+ * f[0..n_groups) and l2 to f[n_groups], theta to the extra row of the gradient sums, so
+ * that the gradient is one product f @ acc */
+extern "C" __global__ void tilted_vg_finish(
+    const T* __restrict__ st, const long long n_groups, const T t, const T tiny,
+    const T* __restrict__ theta, const int d, const T l2,
+    T* __restrict__ f, T* __restrict__ acc_last, T* __restrict__ out)
+{
+    __shared__ tl_state sh[TL_FINISH_THREADS];
+    __shared__ T sq[TL_FINISH_THREADS];
+    const tl_state all = tl_merge_all(st, n_groups, t, sh);
+    T p = 0;
+    for (int j = threadIdx.x; j < d; j += TL_FINISH_THREADS) {
+        p += theta[j] * theta[j];
+        acc_last[j] = theta[j];
+    }
+    sq[threadIdx.x] = p;
+    __syncthreads();
+    for (int w = TL_FINISH_THREADS / 2; w > 0; w >>= 1) {
+        if ((int)threadIdx.x < w) sq[threadIdx.x] += sq[threadIdx.x + w];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        const T pen = l2 > 0 ? (T)0.5 * l2 * sq[0] : (T)0;
+        out[0] = tl_risk(all, t, tiny) + pen;
+        out[1] = tl_state_finite(&all) ? (T)0 : (T)1;
+        f[n_groups] = l2;
+    }
+    for (long long g = threadIdx.x; g < n_groups; g += TL_FINISH_THREADS)
+        f[g] = tl_share(tl_load(st, g), all, t);
+}
+#endif /* TL_LOSS */
+
+/* ------------------------------------------------------------------------------------
+ * tilted_risk and tilted_weights of one-dimensional losses: one pass over the losses
+ * into one state per block, one block merging them, (weights) one elementwise pass
+ */
+
+extern "C" __global__ void tilted_state_blocks(
+    const T* __restrict__ l, const long long n, const T t, T* __restrict__ parts)
+{
+    __shared__ tl_state sh[TL_BLOCK_THREADS];
+    tl_state m = tl_empty();
+    T r;
+    const long long stride = (long long)gridDim.x * TL_BLOCK_THREADS;
+    for (long long i = (long long)blockIdx.x * TL_BLOCK_THREADS + threadIdx.x; i < n; i += stride)
+        tl_push(&m, l[i], t, &r);
+    sh[threadIdx.x] = m;
+    __syncthreads();
+    tl_block_merge<TL_BLOCK_THREADS>(sh, t);
+    if (threadIdx.x == 0) tl_store(parts, blockIdx.x, sh[0]);
+}
+
+/* out: the risk, a status (0: every loss finite), the merged shift and normaliser */
+extern "C" __global__ void tilted_state_finish(
+    const T* __restrict__ parts, const long long n_parts, const T t, const T tiny,
+    T* __restrict__ out)
+{
+    __shared__ tl_state sh[TL_FINISH_THREADS];
+    const tl_state all = tl_merge_all(parts, n_parts, t, sh);
+    if (threadIdx.x == 0) {
+        out[0] = tl_risk(all, t, tiny);
+        out[1] = tl_state_finite(&all) ? (T)0 : (T)1;
+        out[2] = all.c;
+        out[3] = all.s;
+    }
+}
+
+extern "C" __global__ void tilted_weights_apply(
+    const T* __restrict__ l, const long long n, const T t, const T* __restrict__ fin,
+    T* __restrict__ w)
+{
+    const T c = fin[2];
+    const T s = fin[3];
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        w[i] = TL_EXP(tl_gap(t, l[i], c)) / s;
+}
