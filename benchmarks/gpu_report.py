@@ -6,8 +6,8 @@ One command, one process for the measurements::
 
 It
 
-1. runs the CuPy test subset (``pytest -k cupy``) in a subprocess and records its summary
-   (``--no-tests`` skips it);
+1. runs the CuPy and CUDA test subset (``pytest -k "cupy or cuda"``) in a subprocess and
+   records its summary (``--no-tests`` skips it);
 2. measures the device-to-device copy bandwidth (bytes read plus bytes written per second)
    of a large CuPy array;
 3. times ``tilted_risk`` (N = 1e7) and ``TiltedObjective.value_and_gradient`` (N = 1e7,
@@ -16,7 +16,10 @@ It
    once per second as a fraction of the copy bandwidth;
 4. times the same objective written in PyTorch on CUDA and differentiated by autograd
    (``logsumexp`` of ``t * losses``), and reports tiltlab's speed-up over it;
-5. checks the fused kernel, the generic path and PyTorch against each other on every case.
+5. checks the fused kernel, the generic path and PyTorch against each other on every case;
+6. times ``hierarchical_risk`` with 1000 groups against ``tilted_risk`` of the same losses.
+
+The report names the device and the commit measured (``git rev-parse HEAD``).
 
 Times are medians of CUDA-event timings after warm-up. It prints a table and writes JSON.
 Nothing runs without a GPU (the script exits with a message).
@@ -64,13 +67,22 @@ def copy_bandwidth(nbytes=4 << 30):
 def run_tests():
     t0 = time.time()
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests", "-k", "cupy"],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests", "-k",
+         "cupy or cuda"],
         capture_output=True, text=True,
     )
     tail = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr[-500:]
     fails = [ln for ln in proc.stdout.splitlines() if ln.startswith("FAILED")]
     return {"returncode": proc.returncode, "summary": tail, "failed": fails[:50],
             "seconds": time.time() - t0}
+
+
+def _commit():
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except Exception:  # not a checkout
+        return "unknown"
 
 
 def _torch_objective(torch, X, y, theta, t, loss):
@@ -106,7 +118,8 @@ def main(argv=None):
     props = cupy.cuda.runtime.getDeviceProperties(0)
     name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
     report = {"device": name, "cupy": cupy.__version__, "python": platform.python_version(),
-              "n": args.n}
+              "n": args.n, "commit": _commit()}
+    print(f"commit: {report['commit']}")
     try:
         import torch
 
@@ -141,7 +154,14 @@ def main(argv=None):
                      "ms": sec * 1e3, "GBps": 2 * l.nbytes / sec / 1e9,
                      "frac_copy_bw": 2 * l.nbytes / sec / bw})
         print(_fmt(rows[-1]), flush=True)
-        del l
+        groups = cupy.asarray(np.arange(n) % 1000)
+        sec_h = _timeit(lambda l=l, g=groups: tl.hierarchical_risk(l, g, [1.0, 1.0]), sync,
+                        args.repeat)
+        sec_r = _timeit(lambda l=l: tl.tilted_risk(l, 1.0), sync, args.repeat)
+        rows.append({"call": "hierarchical_risk 1000 groups", "dtype": np.dtype(dtype).name,
+                     "d": 1, "ms": sec_h * 1e3, "vs_tilted_risk": sec_h / sec_r})
+        print(_fmt(rows[-1]), flush=True)
+        del l, groups
     for dtype in (np.float32, np.float64):
         for d in args.dims:
             X = cupy.random.default_rng(d).standard_normal((n, d), dtype=dtype)
