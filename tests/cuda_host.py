@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import math
+import re
 import shutil
 import subprocess
 import tempfile
@@ -221,3 +222,99 @@ def finish_vg(h: HostC, st_rows, acc_rows, t: float, theta=None, l2: float = 0.0
         value += 0.5 * l2 * float(np.dot(theta, theta))
         grad = grad + l2 * theta
     return value, grad, 0 if h.finite(whole) else 1
+
+
+# ---------------------------------------------------------------------------------------
+# the kernels themselves on the CPU (tests/cuda_emu.h: threads as OS threads)
+
+_KERNEL = re.compile(r'extern "C" __global__ void (\w+)\(([^)]*)\)')
+
+
+def _params(text: str) -> list[tuple[str, str]]:
+    """``(type, name)`` of each parameter of a kernel signature."""
+    out = []
+    for p in text.split(","):
+        words = p.replace("*", " * ").split()
+        name = words[-1]
+        words = [w for w in words[:-1] if w not in ("const", "__restrict__")]
+        out.append((" ".join(words), name))
+    return out
+
+
+def kernel_signatures(code: str) -> dict[str, list[tuple[str, str]]]:
+    """The kernels ``code`` compiles (those of the loss section only with a loss)."""
+    if "#define TL_LOSS" not in code:
+        start = code.index("#ifdef TL_LOSS")
+        code = code[:start] + code[code.index("#endif /* TL_LOSS */", start) :]
+    return {m.group(1): _params(m.group(2)) for m in _KERNEL.finditer(code)}
+
+
+@cache
+def emulated(code: str) -> ctypes.CDLL | None:
+    """The kernels of ``code`` (a source the backend hands to NVRTC) built as host C++
+    over ``cuda_emu.h``, each launchable as ``emu_<kernel>(grid, block, *args)``."""
+    cxx = shutil.which("g++") or shutil.which("clang++")
+    if cxx is None:
+        return None
+    emu = (Path(__file__).parent / "cuda_emu.h").read_text(encoding="utf-8")
+    wrappers = []
+    for name, params in kernel_signatures(code).items():
+        decl = ", ".join(f"{t} {n}" for t, n in params)
+        call = ", ".join(n for _, n in params)
+        wrappers.append(
+            f'extern "C" void emu_{name}(int grid, int block, {decl}) '
+            f"{{ emu_launch(grid, block, [&] {{ {name}({call}); }}); }}"
+        )
+    text = f"{emu}\n{code}\n" + "\n".join(wrappers) + "\n"
+    key = hashlib.sha256(text.encode()).hexdigest()[:16]
+    out = Path(tempfile.gettempdir()) / f"tiltlab-emu-{key}.so"
+    if not out.exists():
+        work = Path(tempfile.mkdtemp())
+        (work / "k.cpp").write_text(text, encoding="utf-8")
+        tmp = work / "k.so"
+        cmd = [
+            cxx,
+            "-std=c++20",
+            "-O1",
+            "-fPIC",
+            "-shared",
+            "-pthread",
+            "-ffp-contract=off",
+            str(work / "k.cpp"),
+            "-o",
+            str(tmp),
+        ]
+        res = subprocess.run(cmd, capture_output=True, text=True)
+        if res.returncode:
+            raise RuntimeError(res.stderr[-4000:])
+        shutil.move(str(tmp), out)
+    return ctypes.CDLL(str(out))
+
+
+def run_emulated(code: str, name: str, grid: int, block: int, args: list) -> None:
+    """Launch kernel ``name`` of ``code`` on the CPU; ``args`` are NumPy arrays (device
+    buffers) and NumPy scalars, as a CuPy launch takes them."""
+    lib = emulated(code)
+    if lib is None:
+        pytest.skip("no C++ compiler")
+    params = kernel_signatures(code)[name]
+    assert len(params) == len(args), (name, len(params), len(args))
+    flt = "#define TL_FLOAT 1" in code
+    real = ctypes.c_float if flt else ctypes.c_double
+    conv = []
+    for (typ, pname), a in zip(params, args, strict=True):
+        if typ.endswith("*"):
+            assert isinstance(a, np.ndarray) and a.dtype == (np.float32 if flt else np.float64), (
+                pname
+            )
+            conv.append(ctypes.c_void_p(a.ctypes.data))
+        elif typ == "long long":
+            assert isinstance(a, np.int64), pname
+            conv.append(ctypes.c_longlong(int(a)))
+        elif typ == "int":
+            assert isinstance(a, np.int32), pname
+            conv.append(ctypes.c_int(int(a)))
+        else:
+            assert typ == "T" and isinstance(a, np.float32 if flt else np.float64), (pname, a)
+            conv.append(real(float(a)))
+    getattr(lib, f"emu_{name}")(ctypes.c_int(grid), ctypes.c_int(block), *conv)

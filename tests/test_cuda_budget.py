@@ -6,112 +6,16 @@ launches, whatever the data size."""
 from __future__ import annotations
 
 import sys
-import types
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from cuda_fake import FakeArray, Recorder, fake_cupy
 
 from tiltlab._cupy import engine as cuda_engine
 from tiltlab._cupy import reductions, source
 from tiltlab.losses import get_loss
 from tiltlab.objective.engines import Context
-
-
-class Recorder:
-    def __init__(self) -> None:
-        self.reads: list[str] = []
-        self.launches: list[str] = []
-
-
-class FakeArray:
-    """A device array: its data stay on the 'device' (NumPy here) unless read."""
-
-    def __init__(self, data: np.ndarray, rec: Recorder) -> None:
-        self._a, self._rec = data, rec
-
-    shape = property(lambda self: self._a.shape)
-    ndim = property(lambda self: self._a.ndim)
-    dtype = property(lambda self: self._a.dtype)
-    size = property(lambda self: self._a.size)
-    flags = property(lambda self: SimpleNamespace(c_contiguous=self._a.flags.c_contiguous))
-
-    def __getitem__(self, key):  # a view: no launch
-        return FakeArray(self._a[key], self._rec)
-
-    def reshape(self, *shape):
-        return FakeArray(self._a.reshape(*shape), self._rec)
-
-    def get(self):
-        self._rec.reads.append("get")
-        return self._a.copy()
-
-    def item(self):
-        self._rec.reads.append("item")
-        return self._a.item()
-
-    def __float__(self):
-        self._rec.reads.append("float")
-        return float(self._a)
-
-    def __bool__(self):
-        self._rec.reads.append("bool")
-        return bool(self._a)
-
-    def __array__(self, *args, **kwargs):  # any implicit conversion is a read
-        self._rec.reads.append("array")
-        return self._a
-
-
-def fake_cupy(rec: Recorder) -> types.ModuleType:
-    cp = types.ModuleType("cupy")
-    cp.ndarray = FakeArray
-    cp.float32, cp.float64, cp.int32, cp.int64 = np.float32, np.float64, np.int32, np.int64
-
-    def empty(shape, dtype=np.float64):
-        return FakeArray(np.zeros(shape, dtype=dtype), rec)
-
-    def ascontiguousarray(a, dtype=None):
-        if a._a.flags.c_contiguous and (dtype is None or np.dtype(dtype) == a.dtype):
-            return a
-        rec.launches.append("copy")
-        return FakeArray(np.ascontiguousarray(a._a, dtype=dtype), rec)
-
-    def matmul(a, b):
-        rec.launches.append("matmul")
-        return FakeArray(a._a @ b._a, rec)
-
-    def asnumpy(a):
-        rec.reads.append("asnumpy")
-        return a._a.copy()
-
-    class Kernel:
-        num_regs = 40
-
-        def __init__(self, name):
-            self.name = name
-
-        def __call__(self, grid, block, args):
-            assert all(not isinstance(a, np.ndarray) for a in args)  # no host arrays
-            rec.launches.append(self.name)
-
-    class RawModule:
-        def __init__(self, code, options=()):
-            assert "#define TL_FLOAT" in code and "tl_merge" in code
-
-        def get_function(self, name):
-            return Kernel(name)
-
-    cp.empty = empty
-    cp.empty_like = lambda a: empty(a.shape, a.dtype)
-    cp.ascontiguousarray = ascontiguousarray
-    cp.matmul = matmul
-    cp.asnumpy = asnumpy
-    cp.RawModule = RawModule
-    cp.cuda = SimpleNamespace(
-        Device=lambda: SimpleNamespace(attributes={"MultiProcessorCount": 132})
-    )
-    return cp
 
 
 @pytest.fixture
