@@ -100,3 +100,24 @@ def test_risk_declines_what_it_does_not_serve(rec):
     assert reductions.tilted_weights(FakeArray(np.zeros(0), rec), 1.0) is None
     assert reductions.tilted_risk(np.zeros(10), 1.0) is None  # not a device array
     assert rec.launches == [] and rec.reads == []
+
+
+def test_the_cupy_backend_is_registered_lazily_in_one_module():
+    # import tiltlab loads no CuPy code; the first CuPy lookup of any table loads the one
+    # backend package, which fills every table
+    import subprocess
+
+    code = (
+        "import sys, tiltlab\n"
+        "from tiltlab.accumulator import EXTREMES\n"
+        "from tiltlab.objective.engines import ENGINES\n"
+        "from tiltlab.risk._dispatch import TILTED_RISK, TILTED_WEIGHTS\n"
+        "assert 'tiltlab._cupy' not in sys.modules and 'cupy' not in sys.modules\n"
+        "impl = TILTED_RISK.lookup('cupy')\n"
+        "import tiltlab._cupy as b\n"
+        "assert impl is b.reductions.tilted_risk\n"
+        "assert TILTED_WEIGHTS.lookup('cupy') is b.reductions.tilted_weights\n"
+        "assert EXTREMES.lookup('cupy') is b.reductions.extremes\n"
+        "assert ENGINES.lookup('cupy') is b.engine.FUSED_CUDA\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
