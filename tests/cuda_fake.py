@@ -102,6 +102,15 @@ def fake_cupy(rec: Recorder, run=None, sms: int = 132) -> types.ModuleType:
         def get_function(self, name):
             return Kernel(self.code, name)
 
+    def elementwise(fn, name):
+        def op(a):
+            rec.launches.append(name)
+            return FakeArray(np.asarray(fn(a._a)), rec)
+
+        return op
+
+    for name in ("isfinite", "isnan", "all", "any"):
+        setattr(cp, name, elementwise(getattr(np, name), name))
     cp.empty = empty
     cp.empty_like = lambda a: empty(a.shape, a.dtype)
     cp.ascontiguousarray = ascontiguousarray

@@ -117,3 +117,14 @@ def test_risk_of_nonfinite_losses_unchecked(rec, t):
     assert np.isnan(r._a) and rec.reads == []
     w = reductions.tilted_weights(FakeArray(l, rec), t, check_finite=False)
     assert np.all(np.isnan(w._a))
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_risk_and_weights_report_nonfinite_losses(rec, bad):
+    # the status read once; the library's error names the argument
+    l = np.linspace(0.0, 1.0, 500)
+    l[123] = bad
+    with pytest.raises(ValueError, match="`losses` contains"):
+        reductions.tilted_risk(FakeArray(l, rec), 2.0)
+    with pytest.raises(ValueError, match="`losses` contains"):
+        reductions.tilted_weights(FakeArray(l, rec), -2.0)
