@@ -208,6 +208,25 @@ def simulate_vg(h: HostC, X, y, theta, t: float, loss: str, n_groups: int, L: in
     return st_rows, acc_rows
 
 
+def warp_merge(h: HostC, st_rows, acc_rows, t: float, per_warp: int):
+    """The kernel's epilogue: the states of ``per_warp`` consecutive groups (a warp)
+    merged, their gradient sums moved to the warp's shift and added."""
+    n = st_rows.shape[0] // per_warp
+    st_out = np.zeros((n, 7), dtype=h.dtype)
+    acc_out = np.zeros((n, acc_rows.shape[1]), dtype=h.dtype)
+    for w in range(n):
+        rows = range(w * per_warp, (w + 1) * per_warp)
+        states = [h.state(**dict(zip(FIELDS, map(float, st_rows[g]), strict=True))) for g in rows]
+        ws = h.empty()
+        for s in states:
+            ws = h.merge(ws, s, t)[0]
+        for g, s in zip(rows, states, strict=True):
+            fg = 0.0 if h.is_empty(s) else math.exp(h.lib.tl_gap(t, s.c, ws.c))
+            acc_out[w] += (acc_rows[g] * h.dtype.type(fg)).astype(h.dtype)
+        st_out[w] = h.row(ws)
+    return st_out, acc_out
+
+
 def finish_vg(h: HostC, st_rows, acc_rows, t: float, theta=None, l2: float = 0.0):
     """``tilted_vg_finish`` followed by the product ``f @ acc``: (value, gradient,
     status) from the group states and gradient sums."""

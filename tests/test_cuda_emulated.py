@@ -21,8 +21,8 @@ from tiltlab._cupy import reductions, source
 @pytest.fixture
 def rec(monkeypatch):
     r = Recorder()
-    # two multiprocessors: grids of a few blocks, so that the emulation stays small
-    monkeypatch.setitem(sys.modules, "cupy", fake_cupy(r, run=run_emulated, sms=2))
+    # one multiprocessor: grids of a few blocks, so that the emulation stays small
+    monkeypatch.setitem(sys.modules, "cupy", fake_cupy(r, run=run_emulated, sms=1))
     monkeypatch.setattr(source, "_MODULES", {})
     return r
 

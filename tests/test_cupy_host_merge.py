@@ -14,7 +14,7 @@ import math
 import mpmath
 import numpy as np
 import pytest
-from cuda_host import finish_vg, host, simulate_vg
+from cuda_host import finish_vg, host, simulate_vg, warp_merge
 
 from tiltlab._cupy.source import launch_shape
 
@@ -56,7 +56,7 @@ def _problem(loss, n, d, dtype, zero_theta, seed=3):
 @pytest.mark.parametrize("t", [-2.0, -1e-9, 1e-200, 1e-3, 0.5, 30.0])
 @pytest.mark.parametrize("loss", ["squared", "logistic"])
 @pytest.mark.parametrize("zero_theta", [False, True])
-@pytest.mark.parametrize(("d", "n_groups"), [(3, 5), (3, 64), (1, 50), (40, 16)])
+@pytest.mark.parametrize(("d", "n_groups"), [(3, 5), (3, 64), (1, 50), (1, 64), (40, 16)])
 def test_kernel_and_finish_match_mpmath(loss, t, dtype, zero_theta, d, n_groups):
     h = host(dtype)
     n = 37
@@ -80,6 +80,14 @@ def test_kernel_and_finish_match_mpmath(loss, t, dtype, zero_theta, d, n_groups)
     np.testing.assert_allclose(grad, want_g, rtol=0, atol=64 * eps * gscale)
     if zero_theta and loss == "logistic":
         assert value == pytest.approx(math.log(2.0), rel=4 * eps)
+    # the kernel writes one state per warp: the groups of a warp merged first
+    per_warp = 32 // L
+    if n_groups % per_warp == 0:
+        st_w, acc_w = warp_merge(h, st, acc, t, per_warp)
+        value_w, grad_w, status_w = finish_vg(h, st_w, acc_w, t)
+        assert status_w == 0
+        assert abs(value_w - want_v) <= 32 * eps * float(np.max(np.abs(l)))
+        np.testing.assert_allclose(grad_w, want_g, rtol=0, atol=64 * eps * gscale)
 
 
 @pytest.mark.parametrize("t", [-1e-9, 1e-9, -3.0, 3.0, 1e8])

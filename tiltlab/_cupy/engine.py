@@ -6,9 +6,10 @@ loads rows of ``X`` into registers, forms ``z = x . theta`` by a shuffle reducti
 evaluates the loss and its derivative (``tilt.cuh``), folds the sample into the lanes'
 tilted states under a shift common to the group (moved, with the group's gradient sums,
 whenever a loss passes it) and adds ``exp(t (l - c)) l' x`` to per-lane gradient sums.
-Every group writes its state (the empty state when it had no row) and its gradient sums.
-``tilted_vg_finish``, one block, merges the group states, writes the value with the
-ridge term and each group's share of the normalised gradient; the gradient is then one
+The groups of a warp merge their states and gradient sums by shuffles, and every warp
+writes one state (the empty state when it had no row) and one row of gradient sums.
+``tilted_vg_finish``, one block, merges the warps' states, writes the value with the
+ridge term and each warp's share of the normalised gradient; the gradient is then one
 product of those shares with the gradient sums (cuBLAS). An evaluation is three launches
 and one read to the host (the value and a status: non-finite losses decline, and the
 generic path raises or gives IEEE values).
@@ -93,9 +94,9 @@ def value_and_gradient(
     dtype = X.dtype
     mod = source.module(source.vg_source(loss, dtype, d))
     kern, fin = mod.get_function("tilted_vg"), mod.get_function("tilted_vg_finish")
-    L = source.launch_shape(d)[0]
+    L = source.launch_shape(d)[0]  # lanes per row group
     blocks = _grid(kern, n, L)
-    n_groups = blocks * THREADS // L
+    n_groups = blocks * THREADS // 32  # the states written: one per warp
     st = cupy.empty((n_groups, 7), dtype=dtype)
     acc = cupy.empty((n_groups + 1, d), dtype=dtype)  # the last row: theta (ridge term)
     f = cupy.empty(n_groups + 1, dtype=dtype)

@@ -58,24 +58,26 @@ __device__ __forceinline__ T group_sum(T v, unsigned mask) {
     return v;
 }
 
-__device__ __forceinline__ tl_state group_merge(tl_state s, T t, unsigned mask) {
+/* the merge of the states of the lanes lane ^ off, off = lo, 2 lo, ... < hi, by shuffles of
+ * the given width (lanes 1..L: a row group; L..32: the groups of a warp) */
+__device__ __forceinline__ tl_state shfl_merge(tl_state s, T t, unsigned mask, int lo, int hi,
+                                               int width) {
     T fa, fb;
-#pragma unroll
-    for (int off = L / 2; off > 0; off >>= 1) {
+    for (int off = lo; off < hi; off <<= 1) {
         tl_state o;
-        o.c = __shfl_xor_sync(mask, s.c, off, L);
-        o.hi = __shfl_xor_sync(mask, s.hi, off, L);
-        o.lo = __shfl_xor_sync(mask, s.lo, off, L);
-        o.s = __shfl_xor_sync(mask, s.s, off, L);
-        o.q = __shfl_xor_sync(mask, s.q, off, L);
-        o.lsum = __shfl_xor_sync(mask, s.lsum, off, L);
-        o.mass = __shfl_xor_sync(mask, s.mass, off, L);
+        o.c = __shfl_xor_sync(mask, s.c, off, width);
+        o.hi = __shfl_xor_sync(mask, s.hi, off, width);
+        o.lo = __shfl_xor_sync(mask, s.lo, off, width);
+        o.s = __shfl_xor_sync(mask, s.s, off, width);
+        o.q = __shfl_xor_sync(mask, s.q, off, width);
+        o.lsum = __shfl_xor_sync(mask, s.lsum, off, width);
+        o.mass = __shfl_xor_sync(mask, s.mass, off, width);
         s = tl_merge(s, o, t, &fa, &fb);
     }
     return s;
 }
 
-/* value and gradient partials: one state and one row of gradient sums per lane group */
+/* value and gradient partials: one state and one row of gradient sums per warp */
 extern "C" __global__ void tilted_vg(
     const T* __restrict__ X, const T* __restrict__ y, const T* __restrict__ theta,
     const long long n, const int d, const T t,
@@ -166,13 +168,25 @@ extern "C" __global__ void tilted_vg(
             for (int k = 0; k < NPL; ++k) acc[k] += ci * xv[i][k];
         }
     }
-    // the group's state: the merge of its lanes' states (one shift, or empty)
-    const tl_state gs = group_merge(mine_st, t, mask);
-    if (lane == 0) tl_store(st, group, gs);
+    // the group's state: the merge of its lanes' states (one shift, or empty); then the
+    // warp's: the merge of its 32 / L groups, whose gradient sums (lane i of every group
+    // holds the same features) are moved to the warp's shift and added by shuffles
+    const tl_state gs = shfl_merge(mine_st, t, mask, 1, L, L);
+    const tl_state ws = shfl_merge(gs, t, mask, L, 32, 32);
+    const T fg = tl_is_empty(&gs) ? (T)0 : TL_EXP(tl_gap(t, gs.c, ws.c));
 #pragma unroll
     for (int k = 0; k < NPL; ++k) {
-        int j = lane + k * L;
-        if (j < d) acc_out[group * (long long)d + j] = acc[k];
+        acc[k] *= fg;
+        for (int off = L; off < 32; off <<= 1) acc[k] += __shfl_xor_sync(mask, acc[k], off, 32);
+    }
+    const long long warp = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+    if (threadIdx.x % 32 == 0) tl_store(st, warp, ws);
+    if ((int)(threadIdx.x % 32) < L) {
+#pragma unroll
+        for (int k = 0; k < NPL; ++k) {
+            int j = lane + k * L;
+            if (j < d) acc_out[warp * (long long)d + j] = acc[k];
+        }
     }
 }
 
