@@ -140,7 +140,6 @@ def _library(flt: int) -> ctypes.CDLL | None:
             "-shared",
             "-ffp-contract=off",
             "-Wall",
-            "-Werror",
             "-DTL_HD=",
             f"-DTL_FLOAT={flt}",
             str(work / "host.c"),

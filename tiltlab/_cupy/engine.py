@@ -96,10 +96,10 @@ def value_and_gradient(
     kern, fin = mod.get_function("tilted_vg"), mod.get_function("tilted_vg_finish")
     L = source.launch_shape(d)[0]  # lanes per row group
     blocks = _grid(kern, n, L)
-    n_groups = blocks * THREADS // 32  # the states written: one per warp
-    st = cupy.empty((n_groups, 7), dtype=dtype)
-    acc = cupy.empty((n_groups + 1, d), dtype=dtype)  # the last row: theta (ridge term)
-    f = cupy.empty(n_groups + 1, dtype=dtype)
+    n_states = blocks * THREADS // 32  # the states written: one per warp
+    st = cupy.empty((n_states, 7), dtype=dtype)
+    acc = cupy.empty((n_states + 1, d), dtype=dtype)  # the last row: theta (ridge term)
+    f = cupy.empty(n_states + 1, dtype=dtype)
     out = cupy.empty(2, dtype=dtype)
     th = cupy.ascontiguousarray(theta, dtype=dtype)
     yy = cupy.ascontiguousarray(y, dtype=dtype)
@@ -110,14 +110,14 @@ def value_and_gradient(
         (FINISH_THREADS,),
         (
             st,
-            cupy.int64(n_groups),
+            cupy.int64(n_states),
             T(t),
             T(tiny_sqrt(dtype)),
             th,
             cupy.int32(d),
             T(l2),
             f,
-            acc[n_groups],
+            acc[n_states],
             out,
         ),
     )

@@ -190,18 +190,18 @@ extern "C" __global__ void tilted_vg(
     }
 }
 
-/* the finish on the device: merges the group states, writes the value (with the ridge
- * term) and a status to out[0..1], each group's share of the normalised gradient to
- * f[0..n_groups) and l2 to f[n_groups], theta to the extra row of the gradient sums, so
+/* the finish on the device: merges the warps' states, writes the value (with the ridge
+ * term) and a status to out[0..1], each warp's share of the normalised gradient to
+ * f[0..n_states) and l2 to f[n_states], theta to the extra row of the gradient sums, so
  * that the gradient is one product f @ acc */
 extern "C" __global__ void tilted_vg_finish(
-    const T* __restrict__ st, const long long n_groups, const T t, const T tiny,
+    const T* __restrict__ st, const long long n_states, const T t, const T tiny,
     const T* __restrict__ theta, const int d, const T l2,
     T* __restrict__ f, T* __restrict__ acc_last, T* __restrict__ out)
 {
     __shared__ tl_state sh[TL_FINISH_THREADS];
     __shared__ T sq[TL_FINISH_THREADS];
-    const tl_state all = tl_merge_all(st, n_groups, t, sh);
+    const tl_state all = tl_merge_all(st, n_states, t, sh);
     T p = 0;
     for (int j = threadIdx.x; j < d; j += TL_FINISH_THREADS) {
         p += theta[j] * theta[j];
@@ -217,9 +217,9 @@ extern "C" __global__ void tilted_vg_finish(
         const T pen = l2 > 0 ? (T)0.5 * l2 * sq[0] : (T)0;
         out[0] = tl_risk(all, t, tiny) + pen;
         out[1] = tl_state_finite(&all) ? (T)0 : (T)1;
-        f[n_groups] = l2;
+        f[n_states] = l2;
     }
-    for (long long g = threadIdx.x; g < n_groups; g += TL_FINISH_THREADS)
+    for (long long g = threadIdx.x; g < n_states; g += TL_FINISH_THREADS)
         f[g] = tl_share(tl_load(st, g), all, t);
 }
 #endif /* TL_LOSS */
