@@ -121,3 +121,17 @@ def test_the_cupy_backend_is_registered_lazily_in_one_module():
         "assert ENGINES.lookup('cupy') is b.engine.FUSED_CUDA\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_launch_sizes_match_the_kernels():
+    # the kernels size their shared memory by these macros; the launches must agree
+    import re
+
+    text = source.kernels()
+
+    def macro(name):
+        return int(re.search(rf"#\s*define {name} (\d+)", text).group(1))
+
+    assert macro("TL_FINISH_THREADS") == cuda_engine.FINISH_THREADS == reductions.FINISH_THREADS
+    assert macro("TL_BLOCK_THREADS") == reductions.BLOCK_THREADS
+    assert cuda_engine.THREADS % 32 == 0  # whole warps: the epilogue writes one state each
