@@ -4,8 +4,10 @@
 // __syncthreads is a barrier of the block and the warp intrinsics exchange values
 // through a per-warp buffer between two barriers of the warp. Slow, and only for small
 // launches; what it checks is the kernels' logic, not their speed.
+#include <atomic>
 #include <barrier>
 #include <cmath>
+#include <cstring>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -69,6 +71,35 @@ static inline int __any_sync(unsigned, int pred) {
     for (int i = 0; i < 32; ++i) any |= w.pred[i];
     w.bar.arrive_and_wait();
     return any;
+}
+
+// bit casts and atomics (atomic_ref on ordinary memory, as the device's atomics)
+static inline int __float_as_int(float v) { int b; std::memcpy(&b, &v, sizeof b); return b; }
+static inline float __int_as_float(int b) { float v; std::memcpy(&v, &b, sizeof v); return v; }
+static inline long long __double_as_longlong(double v) {
+    long long b; std::memcpy(&b, &v, sizeof b); return b;
+}
+static inline double __longlong_as_double(long long b) {
+    double v; std::memcpy(&v, &b, sizeof v); return v;
+}
+
+template <class V>
+static inline V atomicAdd(V* p, V v) { return std::atomic_ref<V>(*p).fetch_add(v); }
+
+template <class V>
+static inline V atomicMax(V* p, V v) {
+    std::atomic_ref<V> a(*p);
+    V old = a.load();
+    while (old < v && !a.compare_exchange_weak(old, v)) {}
+    return old;
+}
+
+template <class V>
+static inline V atomicMin(V* p, V v) {
+    std::atomic_ref<V> a(*p);
+    V old = a.load();
+    while (v < old && !a.compare_exchange_weak(old, v)) {}
+    return old;
 }
 
 // run fn on a grid of `grid` blocks of `block` threads (a multiple of 32)

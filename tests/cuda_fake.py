@@ -32,6 +32,14 @@ class FakeArray:
     def __getitem__(self, key):  # a view: no launch
         return FakeArray(self._a[key], self._rec)
 
+    def min(self):
+        self._rec.launches.append("min")
+        return FakeArray(np.asarray(self._a.min()), self._rec)
+
+    def max(self):
+        self._rec.launches.append("max")
+        return FakeArray(np.asarray(self._a.max()), self._rec)
+
     def reshape(self, *shape):
         return FakeArray(self._a.reshape(*shape), self._rec)
 
@@ -111,6 +119,20 @@ def fake_cupy(rec: Recorder, run=None, sms: int = 132) -> types.ModuleType:
 
     for name in ("isfinite", "isnan", "all", "any"):
         setattr(cp, name, elementwise(getattr(np, name), name))
+    def full(shape, value, dtype=np.float64):
+        rec.launches.append("full")
+        return FakeArray(np.full(shape, value, dtype=dtype), rec)
+
+    def zeros(shape, dtype=np.float64):
+        rec.launches.append("zeros")
+        return FakeArray(np.zeros(shape, dtype=dtype), rec)
+
+    def stack(arrays):
+        rec.launches.append("stack")
+        return FakeArray(np.stack([a._a for a in arrays]), rec)
+
+    cp.full, cp.zeros, cp.stack = full, zeros, stack
+    cp.uint64 = np.uint64
     cp.empty = empty
     cp.empty_like = lambda a: empty(a.shape, a.dtype)
     cp.ascontiguousarray = ascontiguousarray

@@ -57,6 +57,7 @@ class HostC:
             "tl_move": ([ctypes.POINTER(State), real, real], real),
             "tl_add": ([ctypes.POINTER(State), real, real], real),
             "tl_push": ([ctypes.POINTER(State), real, real, P], real),
+            "tl_push_w": ([ctypes.POINTER(State), real, real, real, P], real),
             "tl_merge": ([State, State, real, P, P], State),
             "tl_state_finite": ([ctypes.POINTER(State)], ctypes.c_int),
             "tl_risk": ([State, real, real], real),
@@ -84,6 +85,10 @@ class HostC:
         r = self.real()
         e = self.lib.tl_push(ctypes.byref(st), l, t, ctypes.byref(r))
         return e, r.value
+
+    def push_w(self, st, l: float, p: float, t: float) -> float:
+        r = self.real()
+        return self.lib.tl_push_w(ctypes.byref(st), l, p, t, ctypes.byref(r))
 
     def move(self, st, c: float, t: float) -> float:
         return self.lib.tl_move(ctypes.byref(st), c, t)
@@ -322,9 +327,14 @@ def run_emulated(code: str, name: str, grid: int, block: int, args: list) -> Non
     conv = []
     for (typ, pname), a in zip(params, args, strict=True):
         if typ.endswith("*"):
-            assert isinstance(a, np.ndarray) and a.dtype == (np.float32 if flt else np.float64), (
-                pname
-            )
+            assert isinstance(a, np.ndarray) and a.flags.c_contiguous, pname
+            if typ == "T *":
+                assert a.dtype == (np.float32 if flt else np.float64), pname
+            elif typ == "tl_key *":
+                assert a.dtype == (np.int32 if flt else np.int64), pname
+            else:
+                want = {"long long *": np.int64, "unsigned long long *": np.uint64}[typ]
+                assert a.dtype == want, (pname, a.dtype)
             conv.append(ctypes.c_void_p(a.ctypes.data))
         elif typ == "long long":
             assert isinstance(a, np.int64), pname

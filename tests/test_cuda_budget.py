@@ -119,6 +119,8 @@ def test_the_cupy_backend_is_registered_lazily_in_one_module():
         "assert TILTED_WEIGHTS.lookup('cupy') is b.reductions.tilted_weights\n"
         "assert EXTREMES.lookup('cupy') is b.reductions.extremes\n"
         "assert ENGINES.lookup('cupy') is b.engine.FUSED_CUDA\n"
+        "from tiltlab.risk._dispatch import HIERARCHICAL_RISK\n"
+        "assert HIERARCHICAL_RISK.lookup('cupy') is b.reductions.hierarchical_risk\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
 

@@ -128,3 +128,44 @@ def test_risk_and_weights_report_nonfinite_losses(rec, bad):
         reductions.tilted_risk(FakeArray(l, rec), 2.0)
     with pytest.raises(ValueError, match="`losses` contains"):
         reductions.tilted_weights(FakeArray(l, rec), -2.0)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(
+    ("tau", "t"), [(1.0, 1.0), (-2.0, 5.0), (0.0, -3.0), (3.0, 0.0), (1e-9, 1e-300)]
+)
+@pytest.mark.parametrize(("n", "labels"), [(1, 1), (600, 7), (900, 40)])
+def test_hierarchical_risk(rec, dtype, tau, t, n, labels):
+    rng = np.random.default_rng(labels)
+    l = (rng.standard_normal(n) * 2).astype(dtype)
+    # labels with gaps (unused codes are empty groups)
+    g = (rng.integers(0, labels, n) * 3).astype(np.int64)
+    r = reductions.hierarchical_risk(FakeArray(l, rec), FakeArray(g, rec), (tau, t))
+    assert r is not None and r._a.dtype == dtype and r.shape == ()
+    want = float(tl.hierarchical_risk(l.astype(np.float64), g, (tau, t)))
+    eps = float(np.finfo(dtype).eps)
+    assert abs(float(r._a) - want) <= 64 * eps * float(np.max(np.abs(l))), (float(r._a), want)
+    assert len(rec.reads) == 2  # the labels' range, the status
+    assert [k for k in rec.launches if k.startswith("tilted")] == [
+        "tilted_group_extremes",
+        "tilted_group_sums",
+        "tilted_group_finish",
+    ]
+
+
+def test_hierarchical_risk_declines_and_checks(rec):
+    l = np.linspace(0.0, 1.0, 64)
+    g = np.arange(64) % 4
+    L, G = FakeArray(l, rec), FakeArray(g, rec)
+    assert reductions.hierarchical_risk(L, FakeArray(-g, rec), (1.0, 1.0)) is None
+    assert reductions.hierarchical_risk(L, FakeArray(g * 1.0, rec), (1.0, 1.0)) is None
+    assert reductions.hierarchical_risk(L, G, (1.0, np.inf)) is None
+    assert reductions.hierarchical_risk(L, G, (1.0, 1.0, 1.0)) is None
+    assert reductions.hierarchical_risk(L, G, (1.0, 1.0), weights=L) is None
+    assert reductions.hierarchical_risk(L, g, (1.0, 1.0)) is None  # host labels
+    bad = l.copy()
+    bad[9] = np.nan
+    with pytest.raises(ValueError, match="`losses` contains NaN"):
+        reductions.hierarchical_risk(FakeArray(bad, rec), G, (1.0, 1.0))
+    r = reductions.hierarchical_risk(FakeArray(bad, rec), G, (1.0, 1.0), check_finite=False)
+    assert np.isnan(r._a)

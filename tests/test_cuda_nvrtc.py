@@ -79,7 +79,14 @@ def test_value_and_gradient_kernels_compile(loss, dtype, d):
 def test_reduction_kernels_compile(dtype):
     ptx, log = compile_ptx(source.reduction_source(dtype))
     assert ptx is not None, log
-    for kernel in ("tilted_state_blocks", "tilted_state_finish", "tilted_weights_apply"):
+    for kernel in (
+        "tilted_state_blocks",
+        "tilted_state_finish",
+        "tilted_weights_apply",
+        "tilted_group_extremes",
+        "tilted_group_sums",
+        "tilted_group_finish",
+    ):
         assert f".entry {kernel}" in ptx
     assert ".entry tilted_vg" not in ptx  # without a loss, no value-and-gradient kernel
 

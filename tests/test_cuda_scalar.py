@@ -218,3 +218,39 @@ def test_shift_moves_are_exact(dtype):
         if ref.q is not None:
             assert st.q == pytest.approx(float(ref.q), rel=64 * eps)
         assert st.lsum == pytest.approx(float(np.sum(l.astype(np.float64) - c)), rel=64 * eps)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("t", [-30.0, -1e-9, 0.0, 1e-12, 1e-3, 2.5])
+def test_weighted_state_matches_tiltstate_with_a_prior(t, dtype):
+    # the top level of a hierarchy: group risks weighted by their masses
+    h = host(dtype)
+    eps = float(np.finfo(dtype).eps)
+    rng = np.random.default_rng(7)
+    l = (rng.standard_normal(40) * 2).astype(dtype)
+    p = rng.integers(1, 50, 40).astype(dtype)
+    st = h.empty()
+    for v, w in zip(l, p, strict=True):
+        h.push_w(st, float(v), float(w), t)
+    ref = TiltState.from_block(l.astype(np.float64), t, prior=p.astype(np.float64))
+    assert st.mass == float(p.sum())
+    got = h.risk(st, t)
+    scale = float(np.max(np.abs(l)))
+    assert abs(got - float(ref.risk())) <= 32 * eps * scale
+    pm = [mpmath.mpf(float(w)) for w in p]
+    lm = [mpmath.mpf(float(v)) for v in l]
+    if abs(t) * float(max(lm) - min(lm)) < 1e-30:
+        mean = mpmath.fsum(w * v for w, v in zip(pm, lm, strict=True)) / mpmath.fsum(pm)
+        var = mpmath.fsum(w * (v - mean) ** 2 for w, v in zip(pm, lm, strict=True)) / mpmath.fsum(
+            pm
+        )
+        want = mean + t * var / 2
+    else:
+        want = (
+            mpmath.log(
+                mpmath.fsum(w * mpmath.exp(t * v) for w, v in zip(pm, lm, strict=True))
+                / mpmath.fsum(pm)
+            )
+            / t
+        )
+    assert _close(got, want, eps, scale)

@@ -112,3 +112,17 @@ def test_fused_in_a_solver():
     )
     res_cpu = tl.minimize(tl.TiltedObjective("squared", X, y, t=-2.0), method="lbfgs")
     np.testing.assert_allclose(cupy.asnumpy(res_gpu.x), res_cpu.x, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("tilts", [(1.0, 1.0), (-2.0, 5.0), (0.0, -3.0), (2.0, 1e-9)])
+def test_hierarchical_risk_matches_numpy(dtype, tilts):
+    rng = np.random.default_rng(1)
+    n = 200_003
+    l = (rng.standard_normal(n) * 2).astype(dtype)
+    g = rng.integers(0, 1000, n)
+    r = tl.hierarchical_risk(cupy.asarray(l), cupy.asarray(g), tilts)
+    assert isinstance(r, cupy.ndarray) and r.dtype == l.dtype and r.shape == ()
+    want = float(tl.hierarchical_risk(l.astype(np.float64), g, tilts))
+    rtol = 1e-12 if dtype == "float64" else 2e-5
+    np.testing.assert_allclose(float(r), want, rtol=rtol, atol=rtol * 4)

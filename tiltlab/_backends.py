@@ -17,8 +17,8 @@ from .solvers._external import DRIVERS
 __all__: list[str] = []
 
 # CuPy: every registration and all CUDA code in one backend package (tiltlab/_cupy/):
-# the extremes of 1-d losses, the risk and the weights, the fused objective engine
-for _table in (EXTREMES, TILTED_RISK, TILTED_WEIGHTS, ENGINES):
+# the extremes of 1-d losses, the risks and the weights, the fused objective engine
+for _table in (EXTREMES, TILTED_RISK, TILTED_WEIGHTS, HIERARCHICAL_RISK, ENGINES):
     _table.register_lazy("cupy", "tiltlab._cupy")
 
 # Dask: risks of lazy arrays as one task graph (tiltlab.distributed registers them)

@@ -10,8 +10,8 @@
  *   c     the shift: the largest loss for t > 0, the smallest for t <= 0 (or a value on
  *         that side of every loss, in a kernel whose lanes share one shift),
  *   hi/lo the largest and smallest loss,
- *   s     sum exp(t (l - c)),  q  sum expm1(t (l - c)),  lsum  sum (l - c),
- *   mass  the number of samples.
+ *   s     sum p exp(t (l - c)),  q  sum p expm1(t (l - c)),  lsum  sum p (l - c),
+ *   mass  sum p (the number of samples under unit weights p = 1).
  * The empty state (mass 0, hi = -inf, lo = +inf, c = 0, sums 0) is the identity of the
  * merge; the merge and the moves of a shift test for it instead of multiplying infinite
  * shifts by zero masses, so that no inf * 0 or inf - inf is ever formed for it.
@@ -138,23 +138,28 @@ TL_HD tl_real tl_move(tl_state* st, tl_real c, tl_real t) {
     return r;
 }
 
-/* add one sample of loss l to a state whose shift is already on the tilt's side of l;
- * returns the sample's factor exp(t (l - c)) */
-TL_HD tl_real tl_add(tl_state* st, tl_real l, tl_real t) {
+/* add one sample of loss l and prior weight p > 0 to a state whose shift is already on
+ * the tilt's side of l; returns the sample's factor exp(t (l - c)) */
+TL_HD tl_real tl_add_w(tl_state* st, tl_real l, tl_real p, tl_real t) {
     const tl_real u = tl_gap(t, l, st->c);  /* <= 0 */
     const tl_real e = TL_EXP(u);
-    st->s += e;
-    st->q += TL_EXPM1(u);
-    st->lsum += l - st->c;
-    st->mass += (tl_real)1;
+    st->s += p * e;
+    st->q += p * TL_EXPM1(u);
+    st->lsum += p * (l - st->c);
+    st->mass += p;
     st->hi = l > st->hi ? l : st->hi;
     st->lo = l < st->lo ? l : st->lo;
     return e;
 }
 
-/* add one sample, moving the shift to it when it lies beyond; *r receives the factor of
- * the older weighted sums, the sample's factor is returned */
-TL_HD tl_real tl_push(tl_state* st, tl_real l, tl_real t, tl_real* r) {
+/* the same with unit weight */
+TL_HD tl_real tl_add(tl_state* st, tl_real l, tl_real t) {
+    return tl_add_w(st, l, (tl_real)1, t);
+}
+
+/* add one sample of prior weight p > 0, moving the shift to it when it lies beyond; *r
+ * receives the factor of the older weighted sums, the sample's factor is returned */
+TL_HD tl_real tl_push_w(tl_state* st, tl_real l, tl_real p, tl_real t, tl_real* r) {
     *r = (tl_real)1;
     if (tl_is_empty(st)) {
         st->c = l;
@@ -162,7 +167,12 @@ TL_HD tl_real tl_push(tl_state* st, tl_real l, tl_real t, tl_real* r) {
     } else if (tl_beyond(l, st->c, t)) {
         *r = tl_move(st, l, t);
     }
-    return tl_add(st, l, t);
+    return tl_add_w(st, l, p, t);
+}
+
+/* the same with unit weight */
+TL_HD tl_real tl_push(tl_state* st, tl_real l, tl_real t, tl_real* r) {
+    return tl_push_w(st, l, (tl_real)1, t, r);
 }
 
 /* the merge of two states (exact up to rounding, associative, the empty state its
