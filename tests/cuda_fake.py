@@ -119,6 +119,7 @@ def fake_cupy(rec: Recorder, run=None, sms: int = 132) -> types.ModuleType:
 
     for name in ("isfinite", "isnan", "all", "any"):
         setattr(cp, name, elementwise(getattr(np, name), name))
+
     def full(shape, value, dtype=np.float64):
         rec.launches.append("full")
         return FakeArray(np.full(shape, value, dtype=dtype), rec)
