@@ -6,8 +6,8 @@ One command, one process for the measurements::
 
 It
 
-1. runs the CuPy test subset (``pytest -k cupy``) in a subprocess and records its summary
-   (``--no-tests`` skips it);
+1. runs the CuPy and CUDA test subset (``pytest -k "cupy or cuda"``) in a subprocess and
+   records its summary (``--no-tests`` skips it);
 2. measures the device-to-device copy bandwidth (bytes read plus bytes written per second)
    of a large CuPy array;
 3. times ``tilted_risk`` (N = 1e7) and ``TiltedObjective.value_and_gradient`` (N = 1e7,
@@ -16,7 +16,13 @@ It
    once per second as a fraction of the copy bandwidth;
 4. times the same objective written in PyTorch on CUDA and differentiated by autograd
    (``logsumexp`` of ``t * losses``), and reports tiltlab's speed-up over it;
-5. checks the fused kernel, the generic path and PyTorch against each other on every case.
+5. checks the fused kernel, the generic path and PyTorch against each other on every case;
+6. times ``hierarchical_risk`` with 1000 groups against ``tilted_risk`` of the same losses;
+7. times a training step of a small MLP (batch 512) with ``tiltlab.torch.TiltedLoss``
+   against the same step with a mean loss, on CUDA (bf16 autocast; eager and compiled)
+   and on the CPU (eager), interleaved.
+
+The report names the device and the commit measured (``git rev-parse HEAD``).
 
 Times are medians of CUDA-event timings after warm-up. It prints a table and writes JSON.
 Nothing runs without a GPU (the script exits with a message).
@@ -64,13 +70,22 @@ def copy_bandwidth(nbytes=4 << 30):
 def run_tests():
     t0 = time.time()
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests", "-k", "cupy"],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests", "-k",
+         "cupy or cuda"],
         capture_output=True, text=True,
     )
     tail = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr[-500:]
     fails = [ln for ln in proc.stdout.splitlines() if ln.startswith("FAILED")]
     return {"returncode": proc.returncode, "summary": tail, "failed": fails[:50],
             "seconds": time.time() - t0}
+
+
+def _commit():
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except Exception:  # not a checkout
+        return "unknown"
 
 
 def _torch_objective(torch, X, y, theta, t, loss):
@@ -86,6 +101,51 @@ def _torch_objective(torch, X, y, theta, t, loss):
     return val.detach(), g
 
 
+def loss_step_ratio(torch, device, compiled=False, repeat=21, batch=512):
+    """Median time of a training step of a small MLP with ``tiltlab.torch.TiltedLoss``
+    over the same step with a plain mean loss, timed interleaved (bf16 autocast on CUDA).
+    Returns ``(ratio, tilted_ms, mean_ms)``."""
+    from tiltlab.torch import TiltedLoss
+
+    torch.manual_seed(0)
+    X = torch.randn(batch, 784, device=device)
+    y = torch.randint(0, 10, (batch,), device=device)
+
+    def make(loss_fn):
+        model = torch.nn.Sequential(
+            torch.nn.Linear(784, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512),
+            torch.nn.ReLU(), torch.nn.Linear(512, 10)).to(device)
+        opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+
+        def step():
+            opt.zero_grad(set_to_none=True)
+            with torch.autocast(device_type=device, dtype=torch.bfloat16,
+                                enabled=device == "cuda"):
+                loss = loss_fn(model(X), y)
+            loss.backward()
+            opt.step()
+
+        return torch.compile(step) if compiled else step
+
+    tilted = make(TiltedLoss(torch.nn.CrossEntropyLoss(reduction="none"), t=1.0))
+    mean = make(torch.nn.CrossEntropyLoss())
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    times = {"tilted": [], "mean": []}
+    for _ in range(3):  # warm-up (and compilation)
+        tilted()
+        mean()
+    for _ in range(repeat):
+        for name, fn in (("tilted", tilted), ("mean", mean)):
+            sync()
+            t0 = time.perf_counter()
+            fn()
+            sync()
+            times[name].append(time.perf_counter() - t0)
+    t_ms = float(np.median(times["tilted"])) * 1e3
+    m_ms = float(np.median(times["mean"])) * 1e3
+    return t_ms / m_ms, t_ms, m_ms
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", default=None)
@@ -93,6 +153,8 @@ def main(argv=None):
     ap.add_argument("--dims", type=int, nargs="+", default=[16, 128])
     ap.add_argument("--no-tests", action="store_true")
     ap.add_argument("--repeat", type=int, default=9)
+    ap.add_argument("--no-torch-step", action="store_true",
+                    help="skip the TiltedLoss training-step ratios")
     args = ap.parse_args(argv)
     try:
         import cupy
@@ -106,7 +168,8 @@ def main(argv=None):
     props = cupy.cuda.runtime.getDeviceProperties(0)
     name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
     report = {"device": name, "cupy": cupy.__version__, "python": platform.python_version(),
-              "n": args.n}
+              "n": args.n, "commit": _commit()}
+    print(f"commit: {report['commit']}")
     try:
         import torch
 
@@ -141,7 +204,14 @@ def main(argv=None):
                      "ms": sec * 1e3, "GBps": 2 * l.nbytes / sec / 1e9,
                      "frac_copy_bw": 2 * l.nbytes / sec / bw})
         print(_fmt(rows[-1]), flush=True)
-        del l
+        groups = cupy.asarray(np.arange(n) % 1000)
+        sec_h = _timeit(lambda l=l, g=groups: tl.hierarchical_risk(l, g, [1.0, 1.0]), sync,
+                        args.repeat)
+        sec_r = _timeit(lambda l=l: tl.tilted_risk(l, 1.0), sync, args.repeat)
+        rows.append({"call": "hierarchical_risk 1000 groups", "dtype": np.dtype(dtype).name,
+                     "d": 1, "ms": sec_h * 1e3, "vs_tilted_risk": sec_h / sec_r})
+        print(_fmt(rows[-1]), flush=True)
+        del l, groups
     for dtype in (np.float32, np.float64):
         for d in args.dims:
             X = cupy.random.default_rng(d).standard_normal((n, d), dtype=dtype)
@@ -191,6 +261,17 @@ def main(argv=None):
                 del obj, gen, y
             X = None
             cupy.get_default_memory_pool().free_all_blocks()
+    if has_torch and not args.no_torch_step:
+        for device, compiled in (("cuda", False), ("cuda", True), ("cpu", False)):
+            try:
+                ratio, t_ms, m_ms = loss_step_ratio(torch, device, compiled)
+            except Exception as exc:  # torch.compile may be unavailable
+                print(f"TiltedLoss step on {device} (compiled={compiled}): {exc}")
+                continue
+            rows.append({"call": "TiltedLoss step / mean-loss step", "device": device,
+                         "compiled": compiled, "ms": t_ms, "mean_loss_ms": m_ms,
+                         "ratio": ratio})
+            print(_fmt(rows[-1]), flush=True)
     report["rows"] = rows
     if args.json:
         with open(args.json, "w") as fh:

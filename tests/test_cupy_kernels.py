@@ -1,4 +1,7 @@
-"""The fused CuPy kernel against the generic array-API path (runs only with a GPU)."""
+"""The CuPy backend's kernels against the generic array-API path and NumPy (runs only
+with a GPU; their scalar functions and host logic are tested on the CPU by
+``test_cuda_scalar.py``, ``test_cupy_host_merge.py``, ``test_cuda_budget.py`` and
+``test_cuda_nvrtc.py``)."""
 
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ try:  # pragma: no cover - depends on the machine
 except Exception:  # pragma: no cover
     pytest.skip("cupy: no GPU", allow_module_level=True)
 
-from tiltlab import _cupy_kernels  # noqa: E402
+from tiltlab._cupy.engine import FUSED_CUDA  # noqa: E402
 
 
 @pytest.mark.parametrize("loss", ["squared", "logistic"])
@@ -29,13 +32,14 @@ def test_fused_matches_generic_cupy(loss, d, t, dtype):
     y = X @ theta + rng.standard_normal(n) if loss == "squared" else (rng.random(n) < 0.3) * 1.0
     y = y.astype(dtype)
     obj = tl.TiltedObjective(loss, cupy.asarray(X), cupy.asarray(y), t=t)
-    assert _cupy_kernels.supported(obj)
+    assert FUSED_CUDA.applies(obj.problem)
     vf, gf = obj.value_and_gradient(cupy.asarray(theta))
     obj.fused = False
     vg, gg = obj.value_and_gradient(cupy.asarray(theta))
     # and the NumPy path on the host
-    vn, gn = tl.TiltedObjective(loss, X.astype(np.float64), y.astype(np.float64),
-                                t=t).value_and_gradient(theta.astype(np.float64))
+    vn, gn = tl.TiltedObjective(
+        loss, X.astype(np.float64), y.astype(np.float64), t=t
+    ).value_and_gradient(theta.astype(np.float64))
     assert isinstance(gf, cupy.ndarray) and gf.dtype == np.dtype(dtype)
     assert vf.dtype == np.dtype(dtype)
     rtol = 1e-11 if dtype == "float64" else 2e-4
@@ -49,12 +53,53 @@ def test_fused_matches_generic_cupy(loss, d, t, dtype):
 def test_fused_declines_unsupported_cases():
     X = cupy.ones((10, 2))
     y = cupy.zeros(10)
-    assert not _cupy_kernels.supported(tl.TiltedObjective("squared", X, y, t=0.0))
-    assert not _cupy_kernels.supported(tl.TiltedObjective("huber", X, y, t=1.0))
-    assert not _cupy_kernels.supported(
-        tl.TiltedObjective("squared", X, y, t=1.0, weights=cupy.ones(10)))
-    assert not _cupy_kernels.supported(
-        tl.TiltedObjective("squared", cupy.asfortranarray(X), y, t=1.0))
+
+    def applies(obj):
+        return FUSED_CUDA.applies(obj.problem)
+
+    assert applies(tl.TiltedObjective("squared", X, y, t=1.0))
+    assert not applies(tl.TiltedObjective("squared", X, y, t=0.0))
+    assert not applies(tl.TiltedObjective("huber", X, y, t=1.0))
+    assert not applies(tl.TiltedObjective("squared", X, y, t=1.0, weights=cupy.ones(10)))
+    assert not applies(tl.TiltedObjective("squared", cupy.asfortranarray(X), y, t=1.0))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("t", [-3.0, 1e-9, 2.0])
+def test_fused_at_theta_zero(dtype, t):
+    # every loss equal: the value is log 2, the gradient the mean of (1/2 - y) x
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((1000, 7)).astype(dtype)
+    y = (rng.random(1000) < 0.3).astype(dtype)
+    obj = tl.TiltedObjective("logistic", cupy.asarray(X), cupy.asarray(y), t=t)
+    v, g = obj.value_and_gradient(cupy.zeros(7, dtype=dtype))
+    rtol = 1e-12 if dtype == "float64" else 1e-5
+    np.testing.assert_allclose(float(v), np.log(2.0), rtol=rtol)
+    np.testing.assert_allclose(cupy.asnumpy(g), ((0.5 - y) @ X) / 1000, rtol=rtol * 100, atol=rtol)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("t", [-40.0, -1e-6, 1e-300, 1e-3, 0.5, 200.0])
+@pytest.mark.parametrize("n", [1, 1000, 300_001])
+def test_risk_and_weights_match_numpy(dtype, t, n):
+    l = np.random.default_rng(n).standard_normal(n).astype(dtype) * 3
+    lc = cupy.asarray(l)
+    r = tl.tilted_risk(lc, t)
+    w = tl.tilted_weights(lc, t)
+    assert isinstance(r, cupy.ndarray) and r.dtype == l.dtype and r.shape == ()
+    assert isinstance(w, cupy.ndarray) and w.dtype == l.dtype
+    rtol = 1e-12 if dtype == "float64" else 2e-5
+    np.testing.assert_allclose(
+        float(r), float(tl.tilted_risk(l.astype(np.float64), t)), rtol=rtol, atol=rtol * 3
+    )
+    np.testing.assert_allclose(
+        cupy.asnumpy(w), tl.tilted_weights(l.astype(np.float64), t), rtol=rtol * 10, atol=1e-30
+    )
+    bad = lc.copy()
+    bad[n // 2] = np.nan
+    with pytest.raises(ValueError, match="losses"):
+        tl.tilted_risk(bad, t)
+    assert np.isnan(float(tl.tilted_risk(bad, t, check_finite=False)))
 
 
 def test_fused_in_a_solver():
@@ -62,7 +107,22 @@ def test_fused_in_a_solver():
     X = rng.standard_normal((2000, 5))
     y = X @ np.arange(5.0) + 0.1 * rng.standard_normal(2000)
     y[:100] += 20
-    res_gpu = tl.minimize(tl.TiltedObjective("squared", cupy.asarray(X), cupy.asarray(y),
-                                             t=-2.0), method="lbfgs")
+    res_gpu = tl.minimize(
+        tl.TiltedObjective("squared", cupy.asarray(X), cupy.asarray(y), t=-2.0), method="lbfgs"
+    )
     res_cpu = tl.minimize(tl.TiltedObjective("squared", X, y, t=-2.0), method="lbfgs")
     np.testing.assert_allclose(cupy.asnumpy(res_gpu.x), res_cpu.x, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("tilts", [(1.0, 1.0), (-2.0, 5.0), (0.0, -3.0), (2.0, 1e-9)])
+def test_hierarchical_risk_matches_numpy(dtype, tilts):
+    rng = np.random.default_rng(1)
+    n = 200_003
+    l = (rng.standard_normal(n) * 2).astype(dtype)
+    g = rng.integers(0, 1000, n)
+    r = tl.hierarchical_risk(cupy.asarray(l), cupy.asarray(g), tilts)
+    assert isinstance(r, cupy.ndarray) and r.dtype == l.dtype and r.shape == ()
+    want = float(tl.hierarchical_risk(l.astype(np.float64), g, tilts))
+    rtol = 1e-12 if dtype == "float64" else 2e-5
+    np.testing.assert_allclose(float(r), want, rtol=rtol, atol=rtol * 4)

@@ -1,10 +1,9 @@
 """The objective as a facade over engines: linearisation, the engine table, the objective
 protocol, pickles of earlier versions, parameters from NumPy, non-finite parameters and
-losses, and the fused kernel's source (generated on the CPU)."""
+losses."""
 
 from __future__ import annotations
 
-import hashlib
 import pickle
 from pathlib import Path
 
@@ -12,10 +11,8 @@ import numpy as np
 import pytest
 
 import tiltlab as tl
-from tiltlab import _cupy_kernels
 from tiltlab.losses import CallableLoss
 from tiltlab.objective.engines import ENGINES, Engine, engines_for
-from tiltlab.objective.engines.cuda import device_expressions
 from tiltlab.objective.protocol import Objective, check_objective
 from tiltlab.testing import assert_close
 
@@ -284,25 +281,3 @@ def test_block_policy():
     X, y, _ = _data("squared")
     obj = tl.TiltedObjective("squared", X, y)
     assert obj.block_rows == 30
-
-
-# the sources the kernel generator gave before the loss statements moved into the losses:
-# sha256 over d = 1..1024 of the source for each loss and element type
-KERNEL_SOURCE_SHA256 = {
-    ("squared", "float"): "52fc7446788a2e8d17553bac3167916dd95755dc5cf494847618f03612dda50b",
-    ("squared", "double"): "b85b1a9f9d6f121680d851f08c71e1a8b96d34726b83ba73a16746f9e5b7c46b",
-    ("logistic", "float"): "4552ea88459aab2ff287980bbab9f6b57edd6c78952b02ad55299e0347c81b87",
-    ("logistic", "double"): "d48a287f4ea2e5c8a72aed7d478bafab500ad109a27a0e8539952dec6fe3ead7",
-}
-
-
-@pytest.mark.parametrize("loss, T", sorted(KERNEL_SOURCE_SHA256))
-def test_fused_kernel_source_unchanged(loss, T):
-    exprs = device_expressions()
-    assert list(exprs) == ["squared", "logistic"]
-    h = hashlib.sha256()
-    for d in range(1, _cupy_kernels.MAX_FEATURES + 1):
-        h.update(_cupy_kernels.kernel_source(loss, exprs, T, d).encode())
-    assert h.hexdigest() == KERNEL_SOURCE_SHA256[(loss, T)]
-    with pytest.raises(ValueError, match="`loss`: no device expression"):
-        _cupy_kernels.kernel_source("huber", exprs, T, 3)

@@ -247,8 +247,6 @@ LAYERS = {
     # the tilted reduction and segment (group) sums
     "accumulator": 1,
     "segments": 1,
-    # CUDA kernels; their host side finishes the partial states with the reduction
-    "_cupy_kernels": 1,
     # compiled CPU kernels (numba, optional): plain NumPy in, NumPy out
     "_cpu_kernels": 0,
     "losses": 2,
@@ -256,6 +254,9 @@ LAYERS = {
     # the objective and its engines
     "objective": 4,
     "solvers": 5,
+    # backends: they register into the tables below them (distributed: Dask; _cupy: every
+    # CuPy registration, the CUDA sources, kernels and engine)
+    "_cupy": 6,
     # tools built on solved objectives; distributed registers into the tables below it
     "distributed": 6,
     "diagnostics": 6,
@@ -319,6 +320,28 @@ def _targets(module: str, is_pkg: bool, node, modules) -> list[str]:
     return out
 
 
+def _lazy_target(node, modules) -> str | None:
+    """The module a lazy registration names (``table.register_lazy(library, "tiltlab.x")``
+    or ``importlib.import_module("tiltlab.x")``): an import made later, by name, which
+    the layering counts like any other."""
+    if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+        return None
+    if node.func.attr == "register_lazy" and len(node.args) == 2:
+        arg = node.args[1]
+    elif node.func.attr == "import_module" and len(node.args) == 1:
+        arg = node.args[0]
+    else:
+        return None
+    if not (isinstance(arg, ast.Constant) and isinstance(arg.value, str)):
+        return None
+    name = arg.value
+    if not name.startswith("tiltlab."):
+        return None
+    while name not in modules and "." in name:
+        name = name.rsplit(".", 1)[0]
+    return name
+
+
 def _import_graph() -> tuple[dict[str, set[str]], dict[str, set[str]]]:
     """tiltlab's import edges, and the outside packages each module imports."""
     modules = _modules()
@@ -326,6 +349,9 @@ def _import_graph() -> tuple[dict[str, set[str]], dict[str, set[str]]]:
     outside: dict[str, set[str]] = {m: set() for m in modules}
     for module, (path, is_pkg) in modules.items():
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            lazy = _lazy_target(node, modules)
+            if lazy is not None and lazy != module:
+                edges[module].add(lazy)
             if not isinstance(node, (ast.Import, ast.ImportFrom)):
                 continue
             for target in _targets(module, is_pkg, node, modules):
@@ -433,9 +459,10 @@ def test_pending_edges_still_exist():
 def test_the_graph_sees_imports_inside_functions():
     # the builder is what the layering tests rest on: check it on known edges
     edges = _import_graph()[0]
-    assert "tiltlab.objective.engines.cuda" in edges["tiltlab._backends"] or (
-        "tiltlab.objective.engines" in edges["tiltlab._backends"]
-    )
+    assert "tiltlab.objective.engines" in edges["tiltlab._backends"]
+    # lazy registrations are edges: the layering sees who loads the CuPy backend
+    assert "tiltlab._cupy" in edges["tiltlab._backends"]
+    assert "tiltlab.objective.engines.fused_cpu" in edges["tiltlab._backends"]
     assert "tiltlab.solvers" in edges["tiltlab.plot"]  # only inside a function
     assert "tiltlab.objective.blocks" in edges["tiltlab.objective.engines.onepass"]
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]

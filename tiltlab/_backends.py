@@ -16,15 +16,16 @@ from .solvers._external import DRIVERS
 
 __all__: list[str] = []
 
-# CuPy: extremes of 1-d losses read in one transfer
-EXTREMES.register_lazy("cupy", "tiltlab._cupy_kernels")
+# CuPy: every registration and all CUDA code in one backend package (tiltlab/_cupy/):
+# the extremes of 1-d losses, the risks and the weights, the fused objective engine
+for _table in (EXTREMES, TILTED_RISK, TILTED_WEIGHTS, HIERARCHICAL_RISK, ENGINES):
+    _table.register_lazy("cupy", "tiltlab._cupy")
 
 # Dask: risks of lazy arrays as one task graph (tiltlab.distributed registers them)
 for _table in (TILTED_RISK, HIERARCHICAL_RISK, TILTED_WEIGHTS):
     _table.register_lazy("dask", "tiltlab.distributed")
 
 # objective engines, one per array library (tiltlab/objective/engines/__init__.py)
-ENGINES.register_lazy("cupy", "tiltlab.objective.engines.cuda")
 ENGINES.register_lazy("numpy", "tiltlab.objective.engines.fused_cpu")
 ENGINES.register_lazy("dask", "tiltlab.distributed._objective")
 

@@ -2,7 +2,8 @@
 :func:`~tiltlab.risk.tilted_weights`: one-dimensional losses on eager backends.
 
 With a host tilt the risk and the weights take one exponential per loss, with host reads
-of the extremes allowed.
+of the extremes allowed. (CuPy's one-pass reductions are registered in the dispatch
+tables by its backend package and run before this path.)
 """
 
 from __future__ import annotations
@@ -100,12 +101,7 @@ def _risk_1d(l: Any, p: Any, tt: Any, grid: bool, xp: Any, check: bool) -> Any:
         else:
             if ext is None:
                 ext = _checked_extremes(l, p, xp, check)
-            if p is None and is_cupy_namespace(xp) and math.isfinite(ext[0] - ext[1]):
-                from .. import _cupy_kernels
-
-                r = _cupy_kernels.risk_1d(l, t, *ext)
-            else:
-                r = finalize_risk(block_state(l, p, t, xp, extremes=ext), xp, l.dtype)
+            r = finalize_risk(block_state(l, p, t, xp, extremes=ext), xp, l.dtype)
         out.append(r)
     return xp.stack(out) if grid else out[0]
 
@@ -120,10 +116,6 @@ def _checked_extremes(l: Any, p: Any, xp: Any, check: bool) -> tuple[float, floa
 def _weights_1d(l: Any, p: Any, t: float, hi: float, lo: float, xp: Any) -> Any:
     """Tilted weights of 1-d losses: one exponential per loss, normalised in place."""
     huge = math.isinf(hi - lo)  # a spread beyond the float maximum: halved first
-    if p is None and is_cupy_namespace(xp) and not huge:
-        from .. import _cupy_kernels
-
-        return _cupy_kernels.weights_1d(l, t, hi, lo)
     u = shifted_exponent(l, hi if t > 0 else lo, t, p, xp, huge)
     e = _inplace_exp(u, xp)
     if getattr(e, "requires_grad", False):  # autograd: no in-place updates

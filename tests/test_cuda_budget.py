@@ -1,0 +1,139 @@
+"""Host reads and kernel launches per CuPy evaluation, counted on the CPU with a
+recording stand-in for CuPy (no GPU): the fused value and gradient, ``tilted_risk`` and
+``tilted_weights`` each make at most one device-to-host read and a fixed number of
+launches, whatever the data size."""
+
+from __future__ import annotations
+
+import sys
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from cuda_fake import FakeArray, Recorder, fake_cupy
+
+from tiltlab._cupy import engine as cuda_engine
+from tiltlab._cupy import reductions, source
+from tiltlab.losses import get_loss
+from tiltlab.objective.engines import Context
+
+
+@pytest.fixture
+def rec(monkeypatch):
+    r = Recorder()
+    monkeypatch.setitem(sys.modules, "cupy", fake_cupy(r))
+    monkeypatch.setattr(source, "_MODULES", {})
+    return r
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(("n", "d"), [(10, 1), (100_000, 16), (5003, 128), (64, 1024)])
+@pytest.mark.parametrize("l2", [0.0, 0.3])
+def test_value_and_gradient_budget(rec, dtype, n, d, l2):
+    cp = sys.modules["cupy"]
+    X = FakeArray(np.zeros((n, d), dtype), rec)
+    y = FakeArray(np.zeros(n, dtype), rec)
+    theta = FakeArray(np.zeros(d, dtype), rec)
+    problem = SimpleNamespace(
+        is_linear=True,
+        groups=None,
+        weights=None,
+        loss=get_loss("logistic"),
+        X=X,
+        y=y,
+        tilts=[2.0],
+        shape=(d,),
+        l2=l2,
+        xp=cp,
+    )
+    assert cuda_engine.FUSED_CUDA.applies(problem)
+    ctx = Context(count=lambda k: None, update=lambda p: None)
+    out = cuda_engine.FUSED_CUDA.value_and_gradient(problem, theta, ctx)
+    assert out is not None
+    value, grad = out
+    assert isinstance(value, FakeArray) and value.shape == ()
+    assert isinstance(grad, FakeArray) and grad.shape == (d,)
+    assert len(rec.reads) <= 1, rec.reads
+    assert rec.launches == ["tilted_vg", "tilted_vg_finish", "matmul"], rec.launches
+
+
+def test_value_and_gradient_declines_on_a_bad_status(rec, monkeypatch):
+    # the status (written by the finish kernel) says a loss was not finite: decline
+    cp = sys.modules["cupy"]
+    orig = cp.empty
+
+    def empty(shape, dtype=np.float64):
+        a = orig(shape, dtype)
+        if shape == 2:
+            a._a[1] = 1.0
+        return a
+
+    monkeypatch.setattr(cp, "empty", empty)
+    X = FakeArray(np.zeros((10, 3)), rec)
+    z = FakeArray(np.zeros(10), rec)
+    out = cuda_engine.value_and_gradient(X, z, FakeArray(np.zeros(3), rec), 1.0, "squared")
+    assert out is None and len(rec.reads) == 1
+
+
+@pytest.mark.parametrize("check", [True, False])
+@pytest.mark.parametrize("n", [1, 1000, 10**6])
+def test_risk_and_weights_budget(rec, check, n):
+    l = FakeArray(np.zeros(n, np.float32), rec)
+    r = reductions.tilted_risk(l, 2.0, check_finite=check)
+    assert isinstance(r, FakeArray) and r.shape == ()
+    assert rec.launches == ["tilted_state_blocks", "tilted_state_finish"]
+    assert len(rec.reads) == (1 if check else 0), rec.reads
+    rec.launches.clear()
+    rec.reads.clear()
+    w = reductions.tilted_weights(l, -0.5, check_finite=check)
+    assert isinstance(w, FakeArray) and w.shape == (n,)
+    assert rec.launches == ["tilted_state_blocks", "tilted_state_finish", "tilted_weights_apply"]
+    assert len(rec.reads) == (1 if check else 0), rec.reads
+
+
+def test_risk_declines_what_it_does_not_serve(rec):
+    l = FakeArray(np.zeros(10), rec)
+    assert reductions.tilted_risk(l, 0.0) is None  # the exact mean: the generic path
+    assert reductions.tilted_risk(l, float("inf")) is None
+    assert reductions.tilted_risk(l, 1.0, weights=l) is None
+    assert reductions.tilted_risk(FakeArray(np.zeros((2, 5)), rec), 1.0) is None
+    assert reductions.tilted_weights(FakeArray(np.zeros(0), rec), 1.0) is None
+    assert reductions.tilted_risk(np.zeros(10), 1.0) is None  # not a device array
+    assert rec.launches == [] and rec.reads == []
+
+
+def test_the_cupy_backend_is_registered_lazily_in_one_module():
+    # import tiltlab loads no CuPy code; the first CuPy lookup of any table loads the one
+    # backend package, which fills every table
+    import subprocess
+
+    code = (
+        "import sys, tiltlab\n"
+        "from tiltlab.accumulator import EXTREMES\n"
+        "from tiltlab.objective.engines import ENGINES\n"
+        "from tiltlab.risk._dispatch import TILTED_RISK, TILTED_WEIGHTS\n"
+        "assert 'tiltlab._cupy' not in sys.modules and 'cupy' not in sys.modules\n"
+        "impl = TILTED_RISK.lookup('cupy')\n"
+        "import tiltlab._cupy as b\n"
+        "assert impl is b.reductions.tilted_risk\n"
+        "assert TILTED_WEIGHTS.lookup('cupy') is b.reductions.tilted_weights\n"
+        "assert EXTREMES.lookup('cupy') is b.reductions.extremes\n"
+        "assert ENGINES.lookup('cupy') is b.engine.FUSED_CUDA\n"
+        "from tiltlab.risk._dispatch import HIERARCHICAL_RISK\n"
+        "assert HIERARCHICAL_RISK.lookup('cupy') is b.reductions.hierarchical_risk\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_launch_sizes_match_the_kernels():
+    # the kernels size their shared memory by these macros; the launches must agree
+    import re
+
+    text = source.kernels()
+
+    def macro(name):
+        return int(re.search(rf"#\s*define {name} (\d+)", text).group(1))
+
+    assert macro("TL_FINISH_THREADS") == cuda_engine.FINISH_THREADS == reductions.FINISH_THREADS
+    assert macro("TL_BLOCK_THREADS") == reductions.BLOCK_THREADS
+    assert cuda_engine.THREADS % 32 == 0  # whole warps: the epilogue writes one state each

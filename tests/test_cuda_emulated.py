@@ -1,0 +1,171 @@
+"""The CuPy backend end to end on the CPU: the engine's and the reductions' Python code
+drive the recording stand-in for CuPy, whose launches run the real kernels
+(``tiltlab/_cupy/kernels.cu`` with ``tilt.cuh``) compiled as host C++ over a small
+emulation of CUDA threads, warps and blocks (``tests/cuda_emu.h``). Checked against the
+NumPy objective and risk functions (an independent code path)."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+from cuda_fake import FakeArray, Recorder, fake_cupy
+from cuda_host import run_emulated
+
+import tiltlab as tl
+from tiltlab._cupy import engine as cuda_engine
+from tiltlab._cupy import reductions, source
+
+
+@pytest.fixture
+def rec(monkeypatch):
+    r = Recorder()
+    # one multiprocessor: grids of a few blocks, so that the emulation stays small
+    monkeypatch.setitem(sys.modules, "cupy", fake_cupy(r, run=run_emulated, sms=1))
+    monkeypatch.setattr(source, "_MODULES", {})
+    return r
+
+
+def _data(loss, n, d, dtype, zero_theta, seed=0):
+    rng = np.random.default_rng(seed + d)
+    X = rng.standard_normal((n, d)).astype(dtype)
+    theta = (
+        np.zeros(d, dtype) if zero_theta else (rng.standard_normal(d) / np.sqrt(d)).astype(dtype)
+    )
+    if loss == "squared":
+        y = (X.astype(np.float64) @ theta + rng.standard_normal(n)).astype(dtype)
+    else:
+        y = (rng.random(n) < 0.3).astype(dtype)
+    return X, y, theta
+
+
+CASES = [
+    # (loss, n, d): d picks the lanes per row (1, 4, 32) and the features per lane; n
+    # against the number of row groups leaves groups unused or gives each several steps
+    ("logistic", 700, 1),
+    ("squared", 50, 3),
+    ("logistic", 300, 40),
+    ("squared", 150, 130),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("t", [-3.0, 1e-9, 40.0])
+@pytest.mark.parametrize(("loss", "n", "d"), CASES)
+@pytest.mark.parametrize("zero_theta", [False, True])
+def test_fused_value_and_gradient(rec, loss, n, d, t, dtype, zero_theta):
+    X, y, theta = _data(loss, n, d, dtype, zero_theta)
+    l2 = 0.25
+    out = cuda_engine.value_and_gradient(
+        FakeArray(X, rec), FakeArray(y, rec), FakeArray(theta, rec), t, loss, l2
+    )
+    assert out is not None
+    value, grad = (a._a for a in out)
+    assert value.dtype == dtype and grad.dtype == dtype and grad.shape == (d,)
+    ref = tl.TiltedObjective(loss, X.astype(np.float64), y.astype(np.float64), t=t, l2=l2)
+    want_v, want_g = ref.value_and_gradient(theta.astype(np.float64))
+    eps = float(np.finfo(dtype).eps)
+    # rounding of z = x . theta (d terms) and of the sums, relative to the losses' scale
+    z = X.astype(np.float64) @ theta.astype(np.float64)
+    scale = 1.0 + float(np.max(np.abs(z))) + float(np.max(np.abs(y)))
+    np.testing.assert_allclose(float(value), float(want_v), rtol=0, atol=64 * d * eps * scale**2)
+    gscale = float(np.max(np.abs(want_g))) + scale * float(np.max(np.abs(X)))
+    np.testing.assert_allclose(grad, want_g, rtol=0, atol=64 * d * eps * gscale * max(1.0, abs(t)))
+    if zero_theta and loss == "logistic":
+        assert float(value) == pytest.approx(np.log(2.0), rel=8 * eps)
+    assert len(rec.reads) == 1 and len(rec.launches) == 3
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_fused_declines_nonfinite_losses(rec, dtype):
+    X, y, theta = _data("squared", 64, 3, dtype, False)
+    X[5, 1] = np.inf
+    out = cuda_engine.value_and_gradient(
+        FakeArray(X, rec), FakeArray(y, rec), FakeArray(theta, rec), 2.0, "squared"
+    )
+    assert out is None and len(rec.reads) == 1
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("t", [-40.0, -1e-6, 1e-300, 1e-3, 0.5, 200.0])
+@pytest.mark.parametrize("n", [1, 3000])
+def test_risk_and_weights(rec, dtype, t, n):
+    l = (np.random.default_rng(n).standard_normal(n) * 3).astype(dtype)
+    r = reductions.tilted_risk(FakeArray(l, rec), t)
+    w = reductions.tilted_weights(FakeArray(l, rec), t)
+    eps = float(np.finfo(dtype).eps)
+    want_r = float(tl.tilted_risk(l.astype(np.float64), t))
+    want_w = tl.tilted_weights(l.astype(np.float64), t)
+    scale = float(np.max(np.abs(l)))
+    assert r._a.dtype == dtype and w._a.dtype == dtype
+    assert abs(float(r._a) - want_r) <= 16 * eps * scale
+    # exp(u) carries |u| roundings; below the smallest normal number only absolute ones
+    tiny = float(np.finfo(dtype).tiny)
+    np.testing.assert_allclose(
+        w._a, want_w, rtol=32 * eps * max(1.0, abs(t) * scale), atol=4 * tiny
+    )
+    assert len(rec.reads) == 2  # one status read per call
+
+
+@pytest.mark.parametrize("t", [2.0, -2.0])
+def test_risk_of_nonfinite_losses_unchecked(rec, t):
+    l = np.linspace(0.0, 1.0, 500)
+    l[77] = np.nan
+    r = reductions.tilted_risk(FakeArray(l, rec), t, check_finite=False)
+    assert np.isnan(r._a) and rec.reads == []
+    w = reductions.tilted_weights(FakeArray(l, rec), t, check_finite=False)
+    assert np.all(np.isnan(w._a))
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_risk_and_weights_report_nonfinite_losses(rec, bad):
+    # the status read once; the library's error names the argument
+    l = np.linspace(0.0, 1.0, 500)
+    l[123] = bad
+    with pytest.raises(ValueError, match="`losses` contains"):
+        reductions.tilted_risk(FakeArray(l, rec), 2.0)
+    with pytest.raises(ValueError, match="`losses` contains"):
+        reductions.tilted_weights(FakeArray(l, rec), -2.0)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(
+    ("tau", "t"), [(1.0, 1.0), (-2.0, 5.0), (0.0, -3.0), (3.0, 0.0), (1e-9, 1e-300)]
+)
+@pytest.mark.parametrize(("n", "labels"), [(1, 1), (600, 7), (900, 40)])
+def test_hierarchical_risk(rec, dtype, tau, t, n, labels):
+    rng = np.random.default_rng(labels)
+    l = (rng.standard_normal(n) * 2).astype(dtype)
+    # labels with gaps (unused codes are empty groups)
+    g = (rng.integers(0, labels, n) * 3).astype(np.int64)
+    r = reductions.hierarchical_risk(FakeArray(l, rec), FakeArray(g, rec), (tau, t))
+    assert r is not None and r._a.dtype == dtype and r.shape == ()
+    want = float(tl.hierarchical_risk(l.astype(np.float64), g, (tau, t)))
+    eps = float(np.finfo(dtype).eps)
+    assert abs(float(r._a) - want) <= 64 * eps * float(np.max(np.abs(l))), (float(r._a), want)
+    assert len(rec.reads) == 2  # the labels' range, the status
+    assert [k for k in rec.launches if k.startswith("tilted")] == [
+        "tilted_group_extremes",
+        "tilted_group_sums",
+        "tilted_group_finish",
+    ]
+
+
+def test_hierarchical_risk_declines_and_checks(rec):
+    l = np.linspace(0.0, 1.0, 64)
+    g = np.arange(64) % 4
+    L, G = FakeArray(l, rec), FakeArray(g, rec)
+    assert reductions.hierarchical_risk(L, FakeArray(-g, rec), (1.0, 1.0)) is None
+    assert reductions.hierarchical_risk(L, FakeArray(g * 1.0, rec), (1.0, 1.0)) is None
+    assert reductions.hierarchical_risk(L, G, (1.0, np.inf)) is None
+    assert reductions.hierarchical_risk(L, G, (1.0, 1.0, 1.0)) is None
+    assert reductions.hierarchical_risk(L, G, (1.0, 1.0), weights=L) is None
+    assert reductions.hierarchical_risk(L, g, (1.0, 1.0)) is None  # host labels
+    bad = l.copy()
+    bad[9] = np.nan
+    with pytest.raises(ValueError, match="`losses` contains NaN"):
+        reductions.hierarchical_risk(FakeArray(bad, rec), G, (1.0, 1.0))
+    r = reductions.hierarchical_risk(FakeArray(bad, rec), G, (1.0, 1.0), check_finite=False)
+    assert np.isnan(r._a)

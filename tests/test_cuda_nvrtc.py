@@ -1,0 +1,101 @@
+"""Every CUDA kernel variant compiles (NVRTC to PTX, no GPU or driver needed): each loss
+with C code, float and double, each feature-count bucket of the launch shape, the finish
+and the reductions; and a misspelt intrinsic is rejected with its line. Skipped where
+NVRTC is not installed (the ``nvidia-cuda-nvrtc`` wheel, through CuPy's binding)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tiltlab._cupy import source
+
+ARCH = "-arch=compute_90"
+
+
+def _nvrtc():
+    try:
+        from cupy_backends.cuda.libs import nvrtc
+
+        nvrtc.getVersion()
+    except Exception as exc:  # ImportError, or the library missing at run time
+        pytest.skip(f"NVRTC not available: {exc}")
+    return nvrtc
+
+
+def compile_ptx(code: str, name: str = "tiltlab.cu") -> tuple[str | None, str]:
+    """``(ptx, log)``: the PTX, or None and NVRTC's log."""
+    nvrtc = _nvrtc()
+    prog = nvrtc.createProgram(code, name, [], [])
+    try:
+        try:
+            nvrtc.compileProgram(prog, [ARCH, *source.OPTIONS])
+        except nvrtc.NVRTCError:
+            return None, nvrtc.getProgramLog(prog)
+        ptx = nvrtc.getPTX(prog)
+        return (ptx.decode() if isinstance(ptx, bytes) else ptx), nvrtc.getProgramLog(prog)
+    finally:
+        nvrtc.destroyProgram(prog)
+
+
+def _buckets() -> list[int]:
+    """One feature count per distinct launch shape over 1..MAX_FEATURES."""
+    seen, out = set(), []
+    for d in range(1, source.MAX_FEATURES + 1):
+        shape = source.launch_shape(d)
+        if shape not in seen:
+            seen.add(shape)
+            out.append(d)
+    return out
+
+
+VARIANTS = [
+    (loss, dtype, d)
+    for loss in source.C_LOSSES
+    for dtype in ("float32", "float64")
+    for d in _buckets()
+]
+
+
+def test_the_buckets_cover_the_launch_shapes():
+    shapes = {source.launch_shape(d) for d in range(1, source.MAX_FEATURES + 1)}
+    assert len(_buckets()) == len(shapes) and all(L <= 32 for L, _, _ in shapes)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("loss", "dtype", "d"), VARIANTS)
+def test_value_and_gradient_kernels_compile(loss, dtype, d):
+    ptx, log = compile_ptx(source.vg_source(loss, dtype, d))
+    assert ptx is not None, log
+    for kernel in ("tilted_vg", "tilted_vg_finish", "tilted_state_blocks"):
+        assert f".entry {kernel}" in ptx
+    # float kernels keep to single precision (no double arithmetic slips in)
+    if dtype == "float32":
+        assert not re.search(r"\b(add|mul|fma\.rn)\.f64\b", ptx), "double arithmetic in float"
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_reduction_kernels_compile(dtype):
+    ptx, log = compile_ptx(source.reduction_source(dtype))
+    assert ptx is not None, log
+    for kernel in (
+        "tilted_state_blocks",
+        "tilted_state_finish",
+        "tilted_weights_apply",
+        "tilted_group_extremes",
+        "tilted_group_sums",
+        "tilted_group_finish",
+    ):
+        assert f".entry {kernel}" in ptx
+    assert ".entry tilted_vg" not in ptx  # without a loss, no value-and-gradient kernel
+
+
+def test_a_misspelt_intrinsic_is_rejected_with_its_line():
+    code = source.vg_source("squared", "float32", 16)
+    assert "__shfl_xor_sync(mask, v, off, L)" in code
+    bad = code.replace("__shfl_xor_sync(mask, v, off, L)", "__shfl_xor_synk(mask, v, off, L)")
+    line = bad.splitlines().index(next(s for s in bad.splitlines() if "__shfl_xor_synk" in s)) + 1
+    ptx, log = compile_ptx(bad, "bad.cu")
+    assert ptx is None
+    assert "__shfl_xor_synk" in log and f"bad.cu({line})" in log, log

@@ -1,0 +1,256 @@
+"""The CUDA scalar functions (``tiltlab/_cupy/tilt.cuh``) on the CPU: the header built as
+host C and called through ctypes, point by point against the array-API losses of
+:mod:`tiltlab.losses`, 50-digit mpmath and :class:`tiltlab.accumulator.TiltState`."""
+
+from __future__ import annotations
+
+import math
+
+import mpmath
+import numpy as np
+import pytest
+from cuda_host import host
+
+from tiltlab._cupy import source
+from tiltlab._cupy.engine import has_c_code
+from tiltlab.accumulator import TiltState
+from tiltlab.losses import LOSS_NAMES, get_loss
+
+mpmath.mp.dps = 50
+
+DTYPES = [np.float32, np.float64]
+Z_GRID = [
+    -1e4,
+    -745.0,
+    -88.0,
+    -40.0,
+    -3.5,
+    -1.0,
+    -1e-3,
+    -1e-20,
+    0.0,
+    1e-20,
+    1e-3,
+    0.5,
+    1.0,
+    2.75,
+    17.0,
+    40.0,
+    88.0,
+    745.0,
+    1e4,
+]
+LABELS = {"squared": [-2.5, 0.0, 1.0, 3.0], "logistic": [0.0, 1.0]}
+
+
+def _mp_loss(name, z, y):
+    # the defining formulas, with enough digits for their cancellations (softplus(z) - z
+    # at z = 1e4 takes some 4400)
+    with mpmath.workdps(60 + int(abs(z) / 2.3)):
+        z, y = mpmath.mpf(z), mpmath.mpf(y)
+        if name == "squared":
+            out = (z - y) ** 2, 2 * (z - y), mpmath.mpf(2)
+        else:
+            s = 1 / (1 + mpmath.exp(-z))
+            out = mpmath.log1p(mpmath.exp(z)) - y * z, s - y, s * (1 - s)
+        return tuple(+v for v in out)
+
+
+def _close(got, want, eps, scale=0.0, floor=1e-300):
+    """``got`` within a few roundings of ``want`` (relative), or of ``scale``, or within
+    ``floor`` (the smallest normal number: subnormal results carry absolute errors)."""
+    want = float(want)
+    tol = 8 * eps * (abs(want) + scale) + floor
+    return abs(got - want) <= tol or (math.isinf(want) and got == want)
+
+
+def test_every_registered_loss_has_c_code_or_is_refused():
+    # a loss added to the registry appears in the kernel, or the engine refuses it
+    assert set(source.C_LOSSES) <= set(LOSS_NAMES)
+    for name in LOSS_NAMES:
+        assert has_c_code(get_loss(name)) == (name in source.C_LOSSES)
+    assert source.C_LOSSES == ("squared", "logistic")
+
+    class Shifted(type(get_loss("squared"))):  # same name, other values: refused
+        def _value(self, z, y, xp):
+            return super()._value(z, y, xp) + 1.0
+
+    assert not has_c_code(Shifted())
+    with pytest.raises(ValueError, match="`loss`: no C code for 'huber'"):
+        source.vg_source("huber", np.float64, 3)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", ["squared", "logistic"])
+def test_losses_match_mpmath_and_the_array_api_losses(name, dtype):
+    h = host(dtype)
+    eps, tiny = float(np.finfo(dtype).eps), float(np.finfo(dtype).tiny)
+    loss = get_loss(name)
+    for y in LABELS[name]:
+        zs = np.array(Z_GRID, dtype=dtype)
+        ys = np.full_like(zs, y)
+        ref = loss.derivatives(zs, ys)  # the array-API loss, same dtype
+        for k, z in enumerate(zs):
+            got = h.loss(name, float(z), float(ys[k]))
+            want = _mp_loss(name, float(z), float(ys[k]))
+            for j in range(3):
+                # the first derivative of the logistic loss is s - y: relative to 1
+                scale = 1.0 if (name == "logistic" and j == 1) else 0.0
+                assert _close(got[j], want[j], eps, scale, tiny), (name, z, y, j, got[j])
+                np.testing.assert_allclose(
+                    got[j], float(ref[j][k]), rtol=4 * eps, atol=4 * eps * scale + tiny
+                )
+
+
+def _mp_risk(losses, t):
+    lm = [mpmath.mpf(float(v)) for v in losses]
+    if t == 0:
+        return mpmath.fsum(lm) / len(lm)
+    if math.isinf(t):
+        return max(lm) if t > 0 else min(lm)
+    n = len(lm)
+    if abs(t) * float(max(lm) - min(lm)) < 1e-30:  # the series: exact far below rounding
+        mean = mpmath.fsum(lm) / n
+        return mean + t * mpmath.fsum((v - mean) ** 2 for v in lm) / n / 2
+    m = max(lm) if t > 0 else min(lm)
+    return m + mpmath.log(mpmath.fsum(mpmath.exp(t * (v - m)) for v in lm) / len(lm)) / t
+
+
+TILTS = [-1e8, -40.0, -2.0, -1e-3, -1e-9, -1e-300, 0.0, 1e-300, 1e-12, 1e-3, 0.7, 5.0, 300.0, 1e8]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("t", TILTS)
+def test_state_risk_matches_tiltstate_and_mpmath(t, dtype):
+    h = host(dtype)
+    eps = float(np.finfo(dtype).eps)
+    rng = np.random.default_rng(int(abs(t) * 1e3) % 97)
+    l = (rng.standard_normal(61) * 3.0 + 1.0).astype(dtype)
+    # blocks of different sizes, one of them empty, merged in a scrambled order
+    cuts = [0, 7, 7, 30, 44, 61]
+    parts = [h.of(l[a:b], t) for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
+    order = [3, 0, 2, 4, 1]
+    whole = h.empty()
+    for i in order:
+        whole = h.merge(whole, parts[i], t)[0]
+    got = h.risk(whole, t)
+    want = _mp_risk(l, t)
+    ref = float(TiltState.from_block(l, t).risk())
+    scale = float(np.max(np.abs(l)))
+    assert _close(got, want, eps, scale), (got, float(want))
+    assert abs(got - ref) <= 16 * eps * scale
+    assert whole.mass == 61 and whole.hi == l.max() and whole.lo == l.min()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_the_empty_state_is_the_identity(dtype):
+    h = host(dtype)
+    e = h.empty()
+    assert h.is_empty(e) and h.row(e) == (0.0, -math.inf, math.inf, 0.0, 0.0, 0.0, 0.0)
+    assert math.isnan(h.risk(e, 1.0)) and h.finite(e)
+    for t in (-3.0, 1e-300, 2.0, math.inf):
+        a = h.of([1.5, -2.0, 4.0], t)
+        for m, fa, fb in (h.merge(a, e, t), h.merge(e, a, t)):
+            assert h.row(m) == h.row(a)
+            assert sorted((fa, fb)) == [0.0, 1.0]  # a's sums kept, none taken from e
+        ee, fa, fb = h.merge(e, e, t)
+        assert h.is_empty(ee) and not any(math.isnan(v) for v in h.row(ee))
+    # the empty state as the old kernel wrote it for unused groups (an infinite shift,
+    # mass 0) is empty too: no inf * 0 when it is merged
+    for t, c in ((2.0, -math.inf), (-2.0, math.inf)):
+        old = h.state(c=c, hi=-math.inf, lo=math.inf, s=0.0, q=0.0, lsum=0.0, mass=0.0)
+        a = h.of([3.0, 3.0], t)
+        m = h.merge(old, a, t)[0]
+        assert h.row(m) == h.row(a) and h.risk(m, t) == 3.0
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(
+    "t", [-1e8, -5.0, -1e-9, -1e-300, 1e-300, 1e-9, 1e-3, 5.0, 1e8, math.inf, -math.inf]
+)
+@pytest.mark.parametrize("value", [0.0, 0.6931471805599453, -7.25, 1e30])
+def test_all_equal_losses(t, value, dtype):
+    # theta = 0 gives every sample the same loss: the risk is that loss, the shares equal
+    h = host(dtype)
+    v = float(np.asarray(value, dtype=dtype))
+    parts = [h.of([v] * k, t) for k in (3, 0, 5, 1)]
+    whole = h.empty()
+    for p in parts:
+        whole = h.merge(whole, p, t)[0]
+    assert h.risk(whole, t) == v
+    shares = [h.share(p, whole, t) for p in parts]
+    assert shares[1] == 0.0
+    # a part's share is the factor of its sums: exp(0) / 9 samples
+    assert all(
+        s == pytest.approx(1.0 / 9.0, rel=4 * float(np.finfo(dtype).eps))
+        for s in (shares[0], shares[2], shares[3])
+    )
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_infinite_tilts_and_nonfinite_losses(dtype):
+    h = host(dtype)
+    l = [0.5, 3.0, -1.0, 3.0]
+    assert h.risk(h.of(l, math.inf), math.inf) == 3.0
+    assert h.risk(h.of(l, -math.inf), -math.inf) == -1.0
+    whole = h.of(l, math.inf)
+    assert whole.s == 2.0  # the two largest losses share the weight
+    for bad in (math.nan, math.inf, -math.inf):
+        for t in (2.0, -2.0):
+            st = h.of([1.0, bad, 2.0], t)
+            assert not h.finite(st)
+            assert not h.finite(h.merge(h.of([0.0], t), st, t)[0])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_shift_moves_are_exact(dtype):
+    # the online state (the shift moved at each new extreme) against one pass at the
+    # final shift, with the small-tilt sums q and the mean-regime sums lsum
+    h = host(dtype)
+    eps = float(np.finfo(dtype).eps)
+    l = np.linspace(-2.0, 2.0, 41).astype(dtype)
+    for t in (1e-3, -1e-3, 0.4, -3.0):
+        st = h.of(l, t)
+        ref = TiltState.from_block(l.astype(np.float64), t)
+        c = float(l.max() if t > 0 else l.min())
+        assert st.c == c
+        assert st.s == pytest.approx(float(ref.s), rel=64 * eps)
+        if ref.q is not None:
+            assert st.q == pytest.approx(float(ref.q), rel=64 * eps)
+        assert st.lsum == pytest.approx(float(np.sum(l.astype(np.float64) - c)), rel=64 * eps)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("t", [-30.0, -1e-9, 0.0, 1e-12, 1e-3, 2.5])
+def test_weighted_state_matches_tiltstate_with_a_prior(t, dtype):
+    # the top level of a hierarchy: group risks weighted by their masses
+    h = host(dtype)
+    eps = float(np.finfo(dtype).eps)
+    rng = np.random.default_rng(7)
+    l = (rng.standard_normal(40) * 2).astype(dtype)
+    p = rng.integers(1, 50, 40).astype(dtype)
+    st = h.empty()
+    for v, w in zip(l, p, strict=True):
+        h.push_w(st, float(v), float(w), t)
+    ref = TiltState.from_block(l.astype(np.float64), t, prior=p.astype(np.float64))
+    assert st.mass == float(p.sum())
+    got = h.risk(st, t)
+    scale = float(np.max(np.abs(l)))
+    assert abs(got - float(ref.risk())) <= 32 * eps * scale
+    pm = [mpmath.mpf(float(w)) for w in p]
+    lm = [mpmath.mpf(float(v)) for v in l]
+    if abs(t) * float(max(lm) - min(lm)) < 1e-30:
+        mean = mpmath.fsum(w * v for w, v in zip(pm, lm, strict=True)) / mpmath.fsum(pm)
+        var = mpmath.fsum(w * (v - mean) ** 2 for w, v in zip(pm, lm, strict=True)) / mpmath.fsum(
+            pm
+        )
+        want = mean + t * var / 2
+    else:
+        want = (
+            mpmath.log(
+                mpmath.fsum(w * mpmath.exp(t * v) for w, v in zip(pm, lm, strict=True))
+                / mpmath.fsum(pm)
+            )
+            / t
+        )
+    assert _close(got, want, eps, scale)

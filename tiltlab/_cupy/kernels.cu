@@ -1,0 +1,371 @@
+/* CUDA kernels of the CuPy backend, compiled by NVRTC after tilt.cuh (the scalar loss
+ * and state functions) with these macros set by the build (tiltlab/_cupy/source.py):
+ *   TL_FLOAT     1 for float, 0 for double
+ *   TL_LOSS      the loss function of tilt.cuh (e.g. tl_loss_squared); without it only
+ *                the reductions are compiled
+ *   L, NPL, R    lanes per row group, features per lane, rows in flight per group
+ * A state is stored as TL_STATE_FIELDS consecutive numbers (the fields of tl_state).
+ */
+typedef tl_real T;
+
+#ifndef TL_FINISH_THREADS
+#  define TL_FINISH_THREADS 512
+#endif
+#ifndef TL_BLOCK_THREADS
+#  define TL_BLOCK_THREADS 256
+#endif
+
+__device__ __forceinline__ tl_state tl_load(const T* p, long long i) {
+    const T* a = p + i * TL_STATE_FIELDS;
+    tl_state s;
+    s.c = a[0]; s.hi = a[1]; s.lo = a[2]; s.s = a[3]; s.q = a[4]; s.lsum = a[5]; s.mass = a[6];
+    return s;
+}
+
+__device__ __forceinline__ void tl_store(T* p, long long i, tl_state s) {
+    T* a = p + i * TL_STATE_FIELDS;
+    a[0] = s.c; a[1] = s.hi; a[2] = s.lo; a[3] = s.s; a[4] = s.q; a[5] = s.lsum; a[6] = s.mass;
+}
+
+/* the merge of the states sh[0..NT) of a block into sh[0] (NT a power of two) */
+template <int NT>
+__device__ __forceinline__ void tl_block_merge(tl_state* sh, T t) {
+    T fa, fb;
+#pragma unroll 1
+    for (int w = NT / 2; w > 0; w >>= 1) {
+        if ((int)threadIdx.x < w) sh[threadIdx.x] = tl_merge(sh[threadIdx.x], sh[threadIdx.x + w], t, &fa, &fb);
+        __syncthreads();
+    }
+}
+
+/* the merge of n states (in global memory) by one block of TL_FINISH_THREADS threads */
+__device__ __forceinline__ tl_state tl_merge_all(const T* st, long long n, T t, tl_state* sh) {
+    T fa, fb;
+    tl_state m = tl_empty();
+    for (long long g = threadIdx.x; g < n; g += TL_FINISH_THREADS) m = tl_merge(m, tl_load(st, g), t, &fa, &fb);
+    sh[threadIdx.x] = m;
+    __syncthreads();
+    tl_block_merge<TL_FINISH_THREADS>(sh, t);
+    const tl_state all = sh[0];
+    __syncthreads();
+    return all;
+}
+
+#ifdef TL_LOSS
+__device__ __forceinline__ T group_sum(T v, unsigned mask) {
+#pragma unroll
+    for (int off = L / 2; off > 0; off >>= 1) v += __shfl_xor_sync(mask, v, off, L);
+    return v;
+}
+
+/* the merge of the states of the lanes lane ^ off, off = lo, 2 lo, ... < hi, by shuffles of
+ * the given width (lanes 1..L: a row group; L..32: the groups of a warp) */
+__device__ __forceinline__ tl_state shfl_merge(tl_state s, T t, unsigned mask, int lo, int hi,
+                                               int width) {
+    T fa, fb;
+    for (int off = lo; off < hi; off <<= 1) {
+        tl_state o;
+        o.c = __shfl_xor_sync(mask, s.c, off, width);
+        o.hi = __shfl_xor_sync(mask, s.hi, off, width);
+        o.lo = __shfl_xor_sync(mask, s.lo, off, width);
+        o.s = __shfl_xor_sync(mask, s.s, off, width);
+        o.q = __shfl_xor_sync(mask, s.q, off, width);
+        o.lsum = __shfl_xor_sync(mask, s.lsum, off, width);
+        o.mass = __shfl_xor_sync(mask, s.mass, off, width);
+        s = tl_merge(s, o, t, &fa, &fb);
+    }
+    return s;
+}
+
+/* value and gradient partials: one state and one row of gradient sums per warp */
+extern "C" __global__ void tilted_vg(
+    const T* __restrict__ X, const T* __restrict__ y, const T* __restrict__ theta,
+    const long long n, const int d, const T t,
+    T* __restrict__ st, T* __restrict__ acc_out)
+{
+    // A group of L lanes reads R rows per step (all loads first, for memory parallelism);
+    // lane i < R then does the scalar work of row i (loss, derivative, exponentials) and
+    // the lanes share the coefficients by shuffles. Every lane keeps a partial state
+    // relative to the group's common shift c (tilt.cuh: empty until it has a sample).
+    const int lane = threadIdx.x % L;
+    const long long group = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / L;
+    const long long n_groups = ((long long)gridDim.x * blockDim.x) / L;
+    const unsigned mask = 0xffffffffu;
+
+    T th[NPL];
+    T acc[NPL];
+#pragma unroll
+    for (int k = 0; k < NPL; ++k) {
+        int j = lane + k * L;
+        th[k] = (j < d) ? theta[j] : (T)0;
+        acc[k] = (T)0;
+    }
+    tl_state mine_st = tl_empty();
+    bool have = false;                             // whether the group has a shift yet
+    T c = (t > 0) ? -tl_inf() : tl_inf();          // the shift (a reduction's neutral until then)
+
+    // every lane of a warp runs the same number of steps (the shuffles need them)
+    for (long long r0 = group; __any_sync(mask, r0 < n); r0 += n_groups * R) {
+        T xv[R][NPL];
+        T part[R];
+#pragma unroll
+        for (int i = 0; i < R; ++i) {
+            const long long r = r0 + i * n_groups;
+            const bool ok = r < n;
+            const T* row = X + (ok ? r : 0) * (long long)d;
+#pragma unroll
+            for (int k = 0; k < NPL; ++k) {
+                int j = lane + k * L;
+                xv[i][k] = (ok && j < d) ? row[j] : (T)0;
+            }
+        }
+        const long long my_r = r0 + (long long)lane * n_groups;
+        const bool mine = lane < R && my_r < n;
+        const T yy = mine ? y[my_r] : (T)0;
+#pragma unroll
+        for (int i = 0; i < R; ++i) {
+            T p = 0;
+#pragma unroll
+            for (int k = 0; k < NPL; ++k) p += xv[i][k] * th[k];
+            part[i] = p;
+        }
+#pragma unroll
+        for (int off = L / 2; off > 0; off >>= 1) {
+#pragma unroll
+            for (int i = 0; i < R; ++i) part[i] += __shfl_xor_sync(mask, part[i], off, L);
+        }
+        // row `lane` is this lane's scalar work
+        T z = 0;
+#pragma unroll
+        for (int i = 0; i < R; ++i) z = (lane == i) ? part[i] : z;
+        T l = 0, d1 = 0, d2 = 0;
+        if (mine) TL_LOSS(z, yy, &l, &d1, &d2);
+        // the group's new shift (the same on every lane); lane 0 has a row whenever the
+        // group has one in this step
+        T cand = mine ? l : c;
+        cand = tl_beyond(cand, c, t) ? cand : c;
+#pragma unroll
+        for (int off = L / 2; off > 0; off >>= 1) {
+            const T o = __shfl_xor_sync(mask, cand, off, L);
+            cand = tl_beyond(o, cand, t) ? o : cand;
+        }
+        if (r0 < n && (!have || cand != c)) {
+            // move the shift: the factor of the gradient sums is the group's (they hold
+            // every row of the group), zero before its first row
+            const T rg = have ? TL_EXP(tl_gap(t, c, cand)) : (T)0;
+            tl_move(&mine_st, cand, t);
+#pragma unroll
+            for (int k = 0; k < NPL; ++k) acc[k] *= rg;
+            c = cand;
+            have = true;
+        }
+        T coef = 0;
+        if (mine) coef = tl_add(&mine_st, l, t) * d1;
+#pragma unroll
+        for (int i = 0; i < R; ++i) {
+            const T ci = __shfl_sync(mask, coef, i, L);
+#pragma unroll
+            for (int k = 0; k < NPL; ++k) acc[k] += ci * xv[i][k];
+        }
+    }
+    // the group's state: the merge of its lanes' states (one shift, or empty); then the
+    // warp's: the merge of its 32 / L groups, whose gradient sums (lane i of every group
+    // holds the same features) are moved to the warp's shift and added by shuffles
+    const tl_state gs = shfl_merge(mine_st, t, mask, 1, L, L);
+    const tl_state ws = shfl_merge(gs, t, mask, L, 32, 32);
+    const T fg = tl_is_empty(&gs) ? (T)0 : TL_EXP(tl_gap(t, gs.c, ws.c));
+#pragma unroll
+    for (int k = 0; k < NPL; ++k) {
+        acc[k] *= fg;
+        for (int off = L; off < 32; off <<= 1) acc[k] += __shfl_xor_sync(mask, acc[k], off, 32);
+    }
+    const long long warp = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+    if (threadIdx.x % 32 == 0) tl_store(st, warp, ws);
+    if ((int)(threadIdx.x % 32) < L) {
+#pragma unroll
+        for (int k = 0; k < NPL; ++k) {
+            int j = lane + k * L;
+            if (j < d) acc_out[warp * (long long)d + j] = acc[k];
+        }
+    }
+}
+
+/* the finish on the device: merges the warps' states, writes the value (with the ridge
+ * term) and a status to out[0..1], each warp's share of the normalised gradient to
+ * f[0..n_states) and l2 to f[n_states], theta to the extra row of the gradient sums, so
+ * that the gradient is one product f @ acc */
+extern "C" __global__ void tilted_vg_finish(
+    const T* __restrict__ st, const long long n_states, const T t, const T tiny,
+    const T* __restrict__ theta, const int d, const T l2,
+    T* __restrict__ f, T* __restrict__ acc_last, T* __restrict__ out)
+{
+    __shared__ tl_state sh[TL_FINISH_THREADS];
+    __shared__ T sq[TL_FINISH_THREADS];
+    const tl_state all = tl_merge_all(st, n_states, t, sh);
+    T p = 0;
+    for (int j = threadIdx.x; j < d; j += TL_FINISH_THREADS) {
+        p += theta[j] * theta[j];
+        acc_last[j] = theta[j];
+    }
+    sq[threadIdx.x] = p;
+    __syncthreads();
+    for (int w = TL_FINISH_THREADS / 2; w > 0; w >>= 1) {
+        if ((int)threadIdx.x < w) sq[threadIdx.x] += sq[threadIdx.x + w];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        const T pen = l2 > 0 ? (T)0.5 * l2 * sq[0] : (T)0;
+        out[0] = tl_risk(all, t, tiny) + pen;
+        out[1] = tl_state_finite(&all) ? (T)0 : (T)1;
+        f[n_states] = l2;
+    }
+    for (long long g = threadIdx.x; g < n_states; g += TL_FINISH_THREADS)
+        f[g] = tl_share(tl_load(st, g), all, t);
+}
+#endif /* TL_LOSS */
+
+/* ------------------------------------------------------------------------------------
+ * tilted_risk and tilted_weights of one-dimensional losses: one pass over the losses
+ * into one state per block, one block merging them, (weights) one elementwise pass
+ */
+
+extern "C" __global__ void tilted_state_blocks(
+    const T* __restrict__ l, const long long n, const T t, T* __restrict__ parts)
+{
+    __shared__ tl_state sh[TL_BLOCK_THREADS];
+    tl_state m = tl_empty();
+    T r;
+    const long long stride = (long long)gridDim.x * TL_BLOCK_THREADS;
+    for (long long i = (long long)blockIdx.x * TL_BLOCK_THREADS + threadIdx.x; i < n; i += stride)
+        tl_push(&m, l[i], t, &r);
+    sh[threadIdx.x] = m;
+    __syncthreads();
+    tl_block_merge<TL_BLOCK_THREADS>(sh, t);
+    if (threadIdx.x == 0) tl_store(parts, blockIdx.x, sh[0]);
+}
+
+/* out: the risk, a status (0: every loss finite), the merged shift and normaliser */
+extern "C" __global__ void tilted_state_finish(
+    const T* __restrict__ parts, const long long n_parts, const T t, const T tiny,
+    T* __restrict__ out)
+{
+    __shared__ tl_state sh[TL_FINISH_THREADS];
+    const tl_state all = tl_merge_all(parts, n_parts, t, sh);
+    if (threadIdx.x == 0) {
+        out[0] = tl_risk(all, t, tiny);
+        out[1] = tl_state_finite(&all) ? (T)0 : (T)1;
+        out[2] = all.c;
+        out[3] = all.s;
+    }
+}
+
+extern "C" __global__ void tilted_weights_apply(
+    const T* __restrict__ l, const long long n, const T t, const T* __restrict__ fin,
+    T* __restrict__ w)
+{
+    const T c = fin[2];
+    const T s = fin[3];
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        w[i] = TL_EXP(tl_gap(t, l[i], c)) / s;
+}
+
+/* ------------------------------------------------------------------------------------
+ * hierarchical_risk with one grouping level given by integer codes in [0, G): the
+ * groups' extremes and counts (atomics on order-preserving integer keys), their sums
+ * relative to their shifts, then one block forms every group's risk and the top level's
+ * tilted risk of the groups' risks weighted by their counts
+ */
+
+#if TL_FLOAT
+typedef int tl_key;
+#  define TL_KEY_FLIP 0x7fffffff
+__device__ __forceinline__ tl_key tl_bits(T v) { return __float_as_int(v); }
+__device__ __forceinline__ T tl_unbits(tl_key k) { return __int_as_float(k); }
+#else
+typedef long long tl_key;
+#  define TL_KEY_FLIP 0x7fffffffffffffffLL
+__device__ __forceinline__ tl_key tl_bits(T v) { return __double_as_longlong(v); }
+__device__ __forceinline__ T tl_unbits(tl_key k) { return __longlong_as_double(k); }
+#endif
+
+/* a key whose integer order is the order of the values (NaN beyond the infinities) */
+__device__ __forceinline__ tl_key tl_to_key(T v) {
+    const tl_key b = tl_bits(v);
+    return b >= 0 ? b : (tl_key)(b ^ TL_KEY_FLIP);
+}
+
+__device__ __forceinline__ T tl_from_key(tl_key k) {
+    return tl_unbits(k >= 0 ? k : (tl_key)(k ^ TL_KEY_FLIP));
+}
+
+extern "C" __global__ void tilted_group_extremes(
+    const T* __restrict__ l, const long long* __restrict__ codes, const long long n,
+    tl_key* __restrict__ hi, tl_key* __restrict__ lo, unsigned long long* __restrict__ count)
+{
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        const long long g = codes[i];
+        const tl_key k = tl_to_key(l[i]);
+        atomicMax(hi + g, k);
+        atomicMin(lo + g, k);
+        atomicAdd(count + g, 1ULL);
+    }
+}
+
+/* sums[3 g + (0, 1, 2)]: sum exp(u), sum expm1(u), sum (l - c) with u = t (l - c) and c
+ * the group's shift (its largest loss for t > 0, else its smallest) */
+extern "C" __global__ void tilted_group_sums(
+    const T* __restrict__ l, const long long* __restrict__ codes, const long long n,
+    const T t, const tl_key* __restrict__ hi, const tl_key* __restrict__ lo,
+    T* __restrict__ sums)
+{
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        const long long g = codes[i];
+        const T c = tl_from_key(t > 0 ? hi[g] : lo[g]);
+        const T v = l[i];
+        const T u = tl_gap(t, v, c);
+        atomicAdd(sums + 3 * g, TL_EXP(u));
+        atomicAdd(sums + 3 * g + 1, TL_EXPM1(u));
+        atomicAdd(sums + 3 * g + 2, v - c);
+    }
+}
+
+/* out: the risk and a status (0: every loss finite) */
+extern "C" __global__ void tilted_group_finish(
+    const tl_key* __restrict__ hi, const tl_key* __restrict__ lo,
+    const unsigned long long* __restrict__ count, const T* __restrict__ sums,
+    const long long n_groups, const T t, const T tau, const T tiny, T* __restrict__ out)
+{
+    __shared__ tl_state sh[TL_FINISH_THREADS];
+    __shared__ int bad[TL_FINISH_THREADS];
+    tl_state top = tl_empty();
+    int my_bad = 0;
+    T r;
+    for (long long g = threadIdx.x; g < n_groups; g += TL_FINISH_THREADS) {
+        if (count[g] == 0ULL) continue;
+        tl_state st;
+        st.hi = tl_from_key(hi[g]);
+        st.lo = tl_from_key(lo[g]);
+        st.c = t > 0 ? st.hi : st.lo;
+        st.s = sums[3 * g];
+        st.q = sums[3 * g + 1];
+        st.lsum = sums[3 * g + 2];
+        st.mass = (T)count[g];
+        if (!tl_state_finite(&st)) my_bad = 1;
+        tl_push_w(&top, tl_risk(st, t, tiny), st.mass, tau, &r);
+    }
+    sh[threadIdx.x] = top;
+    bad[threadIdx.x] = my_bad;
+    __syncthreads();
+    for (int w = TL_FINISH_THREADS / 2; w > 0; w >>= 1) {
+        if ((int)threadIdx.x < w) bad[threadIdx.x] |= bad[threadIdx.x + w];
+        __syncthreads();
+    }
+    tl_block_merge<TL_FINISH_THREADS>(sh, tau);
+    if (threadIdx.x == 0) {
+        out[0] = tl_risk(sh[0], tau, tiny);
+        out[1] = (bad[0] || !tl_state_finite(&sh[0])) ? (T)1 : (T)0;
+    }
+}

@@ -1,0 +1,228 @@
+"""``tilted_risk`` and ``tilted_weights`` of one-dimensional CuPy losses as one-pass
+reductions over the tilted state (``tilt.cuh``), ``hierarchical_risk`` with one level of
+integer labels, and the extremes of a loss vector.
+
+``tilted_state_blocks`` folds the losses into one state per block (each thread an online
+state: a running shift, moved when a loss passes it, and the sums relative to it), and
+``tilted_state_finish`` (one block) merges them and finishes the risk by the rule of
+:mod:`tiltlab.accumulator` (the mean near ``t = 0``, ``log1p`` of the ``expm1`` sums
+while ``|t| (hi - lo) <= 1``, the shifted log otherwise). The weights take one more
+elementwise pass. No extreme is read on the host: a status written next to the result
+says whether every loss was finite, and is read once when ``check_finite`` asks for it
+(NaN and infinite losses then raise the library's error); with ``check_finite=False``
+nothing is read.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from .._compat import check_finite as _check_finite
+from . import source
+
+__all__ = ["extremes", "hierarchical_risk", "tilted_risk", "tilted_weights"]
+
+#: threads per block of the reductions (``TL_BLOCK_THREADS`` in kernels.cu)
+BLOCK_THREADS = 256
+#: the most blocks of the first stage (the finish merges their states in one block)
+MAX_BLOCKS = 1024
+FINISH_THREADS = 512
+
+
+def _host_tilt(t: Any) -> float | None:
+    """A finite non-zero Python/NumPy real tilt as a float, else None."""
+    if isinstance(t, (bool, np.bool_)) or not isinstance(t, (int, float, np.integer, np.floating)):
+        return None
+    v = float(t)
+    return v if v != 0.0 and math.isfinite(v) else None
+
+
+def _served(losses: Any, t: Any, axis: int, weights: Any) -> float | None:
+    try:
+        import cupy
+    except ImportError:  # pragma: no cover
+        return None
+    if not isinstance(losses, cupy.ndarray) or losses.ndim != 1 or weights is not None:
+        return None
+    if axis not in (0, -1) or losses.shape[0] == 0:
+        return None
+    if losses.dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
+        return None
+    return _host_tilt(t)
+
+
+def _state(l: Any, t: float) -> tuple[Any, Any, Any]:
+    """The two launches of the reduction: ``(module, losses, out)``, ``out`` = (risk,
+    status, shift, normaliser) on the device."""
+    import cupy
+
+    mod = source.module(source.reduction_source(l.dtype))
+    n = int(l.shape[0])
+    blocks = max(1, min(MAX_BLOCKS, -(-n // (BLOCK_THREADS * 8))))
+    parts = cupy.empty((blocks, 7), dtype=l.dtype)
+    out = cupy.empty(4, dtype=l.dtype)
+    T = l.dtype.type
+    tiny = math.sqrt(float(np.finfo(l.dtype).tiny))
+    lc = cupy.ascontiguousarray(l)
+    mod.get_function("tilted_state_blocks")(
+        (blocks,), (BLOCK_THREADS,), (lc, cupy.int64(n), T(t), parts)
+    )
+    mod.get_function("tilted_state_finish")(
+        (1,), (FINISH_THREADS,), (parts, cupy.int64(blocks), T(t), T(tiny), out)
+    )
+    return mod, lc, out
+
+
+def _check(l: Any, out: Any, check: bool) -> None:
+    """The one read (with ``check``): the status; non-finite losses raise the library's
+    error (found again by its check, on this failing path only)."""
+    if check and out[1:2].get()[0] != 0:
+        import cupy
+
+        _check_finite(l, cupy, name="losses", skip="check_finite=False")
+
+
+def tilted_risk(
+    losses: Any,
+    t: Any,
+    *,
+    axis: int = -1,
+    weights: Any = None,
+    keepdims: bool = False,
+    check_finite: bool = True,
+) -> Any:
+    """The tilted risk of 1-d CuPy losses at a finite non-zero host tilt (uniform prior),
+    or None for every other case (the generic path serves it)."""
+    tt = _served(losses, t, axis, weights)
+    if tt is None:
+        return None
+    _, lc, out = _state(losses, tt)
+    _check(lc, out, check_finite)
+    r = out[0]
+    return r.reshape(1) if keepdims else r
+
+
+def tilted_weights(
+    losses: Any, t: Any, *, axis: int = -1, weights: Any = None, check_finite: bool = True
+) -> Any:
+    """The tilted weights of 1-d CuPy losses at a finite non-zero host tilt (uniform
+    prior), or None for every other case."""
+    import cupy
+
+    tt = _served(losses, t, axis, weights)
+    if tt is None:
+        return None
+    mod, lc, out = _state(losses, tt)
+    n = int(lc.shape[0])
+    w = cupy.empty_like(lc)
+    blocks = max(1, min(4 * MAX_BLOCKS, -(-n // BLOCK_THREADS)))
+    mod.get_function("tilted_weights_apply")(
+        (blocks,), (BLOCK_THREADS,), (lc, cupy.int64(n), lc.dtype.type(tt), out, w)
+    )
+    _check(lc, out, check_finite)
+    return w
+
+
+def _tilt_pair(tilts: Any) -> tuple[float, float] | None:
+    """``(top, inner)`` for two finite host tilts (outermost first), else None."""
+    if isinstance(tilts, (str, bytes)):
+        return None
+    try:
+        pair = list(tilts)
+    except TypeError:
+        return None
+    if len(pair) != 2:
+        return None
+    out = []
+    for v in pair:
+        if isinstance(v, (bool, np.bool_)) or not isinstance(
+            v, (int, float, np.integer, np.floating)
+        ):
+            return None
+        if not math.isfinite(float(v)):
+            return None
+        out.append(float(v))
+    return out[0], out[1]
+
+
+def hierarchical_risk(
+    losses: Any, groups: Any, tilts: Any, *, weights: Any = None, check_finite: bool = True
+) -> Any:
+    """The hierarchical risk of 1-d CuPy losses with one grouping level given by CuPy
+    integer labels (used as group codes: none negative, all below ``2 N + 1024``), two
+    finite host tilts and the uniform prior, or None for every other case.
+
+    One read of the labels' range, three passes over the losses and labels (the groups'
+    extremes and counts, their sums, every group's risk and the top level in one block)
+    and, with ``check_finite``, one read of the status."""
+    import cupy
+
+    pair = _tilt_pair(tilts)
+    if pair is None or _served(losses, 1.0, -1, weights) is None:
+        return None
+    if not isinstance(groups, cupy.ndarray) or groups.shape != losses.shape:
+        return None
+    if groups.dtype.kind not in "iu":
+        return None
+    tau, t = pair
+    n = int(losses.shape[0])
+    codes = cupy.ascontiguousarray(groups, dtype=cupy.int64)
+    lo_code, hi_code = (int(v) for v in cupy.stack([codes.min(), codes.max()]).get())
+    if lo_code < 0 or hi_code >= 2 * n + 1024:
+        return None
+    G = hi_code + 1
+    dtype = losses.dtype
+    key = np.int32 if dtype == np.float32 else np.int64
+    info = np.iinfo(key)
+    hi = cupy.full(G, info.min, dtype=key)
+    lo = cupy.full(G, info.max, dtype=key)
+    count = cupy.zeros(G, dtype=cupy.uint64)
+    sums = cupy.zeros((G, 3), dtype=dtype)
+    out = cupy.empty(2, dtype=dtype)
+    lc = cupy.ascontiguousarray(losses)
+    T = dtype.type
+    mod = source.module(source.reduction_source(dtype))
+    blocks = max(1, min(4 * MAX_BLOCKS, -(-n // BLOCK_THREADS)))
+    n64 = cupy.int64(n)
+    mod.get_function("tilted_group_extremes")(
+        (blocks,), (BLOCK_THREADS,), (lc, codes, n64, hi, lo, count)
+    )
+    mod.get_function("tilted_group_sums")(
+        (blocks,), (BLOCK_THREADS,), (lc, codes, n64, T(t), hi, lo, sums)
+    )
+    tiny = math.sqrt(float(np.finfo(dtype).tiny))
+    mod.get_function("tilted_group_finish")(
+        (1,),
+        (FINISH_THREADS,),
+        (hi, lo, count, sums, cupy.int64(G), T(t), T(tau), T(tiny), out),
+    )
+    _check(lc, out, check_finite)
+    return out[0]
+
+
+def _split(x: Any, k: int = 1024):
+    """``x`` as (k, m) rows plus a tail: a reduction along the rows runs in k blocks."""
+    n = x.shape[0]
+    m = n // k
+    if m < 256:
+        return None, x
+    return x[: m * k].reshape(k, m), x[m * k :]
+
+
+def extremes(l: Any) -> tuple[float, float]:
+    """(max, min) of a 1-d CuPy array, read to the host in one transfer."""
+    import cupy
+
+    head, tail = _split(l)
+    if head is None:
+        both = cupy.stack([l.max(), l.min()])
+    else:
+        parts = [head.max(axis=1), head.min(axis=1)]
+        if tail.size:
+            parts = [cupy.concatenate([parts[0], tail]), cupy.concatenate([parts[1], tail])]
+        both = cupy.stack([parts[0].max(), parts[1].min()])
+    hi, lo = (float(v) for v in both.get())
+    return hi, lo

@@ -1,0 +1,238 @@
+/* The scalar functions of the tilted reduction and of the losses, written once.
+ *
+ * This header compiles as host C (C99; the tests build it with a C compiler and call it
+ * through ctypes) and inside the NVRTC kernels of this package (kernels.cu), so the code
+ * the GPU runs is the code the CPU tests check. Element type: float when TL_FLOAT is 1,
+ * else double. TL_HD qualifies every function: __host__ __device__ under NVRTC,
+ * static inline on the host (a host build may define it empty to export the functions).
+ *
+ * The state of a set of samples at a tilt t (the C form of tiltlab.accumulator.TiltState):
+ *   c     the shift: the largest loss for t > 0, the smallest for t <= 0 (or a value on
+ *         that side of every loss, in a kernel whose lanes share one shift),
+ *   hi/lo the largest and smallest loss,
+ *   s     sum p exp(t (l - c)),  q  sum p expm1(t (l - c)),  lsum  sum p (l - c),
+ *   mass  sum p (the number of samples under unit weights p = 1).
+ * The empty state (mass 0, hi = -inf, lo = +inf, c = 0, sums 0) is the identity of the
+ * merge; the merge and the moves of a shift test for it instead of multiplying infinite
+ * shifts by zero masses, so that no inf * 0 or inf - inf is ever formed for it.
+ */
+#ifndef TILTLAB_TILT_CUH
+#define TILTLAB_TILT_CUH
+
+#ifdef __CUDACC_RTC__
+#  ifndef TL_HD
+#    define TL_HD __host__ __device__ __forceinline__
+#  endif
+#else
+#  include <math.h>
+#  ifndef TL_HD
+#    define TL_HD static inline
+#  endif
+#endif
+
+#ifndef TL_FLOAT
+#  define TL_FLOAT 0
+#endif
+
+#if TL_FLOAT
+typedef float tl_real;
+#  define TL_EXP expf
+#  define TL_EXPM1 expm1f
+#  define TL_LOG logf
+#  define TL_LOG1P log1pf
+#  define TL_FABS fabsf
+#else
+typedef double tl_real;
+#  define TL_EXP exp
+#  define TL_EXPM1 expm1
+#  define TL_LOG log
+#  define TL_LOG1P log1p
+#  define TL_FABS fabs
+#endif
+
+typedef struct {
+    tl_real c, hi, lo, s, q, lsum, mass;
+} tl_state;
+
+/* the number of tl_real fields of a state (states are stored as rows of this many) */
+#define TL_STATE_FIELDS 7
+
+TL_HD tl_real tl_inf(void) {
+    volatile tl_real big = (tl_real)1e30;  /* volatile: no constant folding of overflow */
+    return big * big * big * big * big * big * big * big * big * big * big;
+}
+
+TL_HD int tl_finite(tl_real v) { return v - v == (tl_real)0; }
+
+/* ------------------------------------------------------------------------------------
+ * losses: value, first and second derivative in z at one point (label y); the formulas
+ * are those of tiltlab.losses (the same operations in the same order)
+ */
+
+/* squared error (z - y)^2 */
+TL_HD void tl_loss_squared(tl_real z, tl_real y, tl_real* l, tl_real* d1, tl_real* d2) {
+    const tl_real r = z - y;
+    *l = r * r;
+    *d1 = (tl_real)2 * r;
+    *d2 = (tl_real)2;
+}
+
+/* logistic loss softplus(z) - y z, labels in {0, 1}: max(z, 0) - y z + log1p(exp(-|z|)),
+ * with a sigmoid pair that never overflows */
+TL_HD void tl_loss_logistic(tl_real z, tl_real y, tl_real* l, tl_real* d1, tl_real* d2) {
+    const tl_real e = TL_EXP(-TL_FABS(z));
+    const tl_real inv = (tl_real)1 / ((tl_real)1 + e);
+    const tl_real small = e * inv;
+    const tl_real sg = (z >= 0) ? inv : small;
+    const tl_real sc = (z >= 0) ? small : inv;
+    *l = ((z > 0 ? z : (tl_real)0) - y * z) + TL_LOG1P(e);
+    *d1 = ((tl_real)1 - y) * sg - y * sc;
+    *d2 = sg * sc;
+}
+
+/* ------------------------------------------------------------------------------------
+ * the tilted state
+ */
+
+/* the identity of the merge */
+TL_HD tl_state tl_empty(void) {
+    tl_state e;
+    e.c = (tl_real)0;
+    e.hi = -tl_inf();
+    e.lo = tl_inf();
+    e.s = e.q = e.lsum = e.mass = (tl_real)0;
+    return e;
+}
+
+TL_HD int tl_is_empty(const tl_state* st) { return !(st->mass > (tl_real)0); }
+
+/* t (a - b), finite when a - b overflows but the product does not, and 0 for a == b
+ * at every tilt (an infinite tilt weighs the extreme losses only) */
+TL_HD tl_real tl_gap(tl_real t, tl_real a, tl_real b) {
+    if (a == b) return (tl_real)0;
+    const tl_real d = a - b;
+    if (tl_finite(d) || !(tl_finite(a) && tl_finite(b))) return t * d;
+    return (t * (a * (tl_real)0.5 - b * (tl_real)0.5)) * (tl_real)2;
+}
+
+/* whether the loss l lies beyond the shift c on the tilt's side (it must become the shift) */
+TL_HD int tl_beyond(tl_real l, tl_real c, tl_real t) {
+    return (t > (tl_real)0) ? (l > c) : (l < c);
+}
+
+/* move the sums of a state to the shift c (c on the tilt's side of st->c); returns the
+ * factor exp(t (st->c - c)) that scales the state's weighted sums (0 for the empty
+ * state, which has none: its shift is set without arithmetic) */
+TL_HD tl_real tl_move(tl_state* st, tl_real c, tl_real t) {
+    if (tl_is_empty(st)) {
+        st->c = c;
+        return (tl_real)0;
+    }
+    if (c == st->c) return (tl_real)1;
+    const tl_real u = tl_gap(t, st->c, c);  /* <= 0 */
+    const tl_real r = TL_EXP(u);
+    st->q = st->mass * TL_EXPM1(u) + st->q * r;
+    st->s = st->s * r;
+    st->lsum = st->lsum + st->mass * (st->c - c);
+    st->c = c;
+    return r;
+}
+
+/* add one sample of loss l and prior weight p > 0 to a state whose shift is already on
+ * the tilt's side of l; returns the sample's factor exp(t (l - c)) */
+TL_HD tl_real tl_add_w(tl_state* st, tl_real l, tl_real p, tl_real t) {
+    const tl_real u = tl_gap(t, l, st->c);  /* <= 0 */
+    const tl_real e = TL_EXP(u);
+    st->s += p * e;
+    st->q += p * TL_EXPM1(u);
+    st->lsum += p * (l - st->c);
+    st->mass += p;
+    st->hi = l > st->hi ? l : st->hi;
+    st->lo = l < st->lo ? l : st->lo;
+    return e;
+}
+
+/* the same with unit weight */
+TL_HD tl_real tl_add(tl_state* st, tl_real l, tl_real t) {
+    return tl_add_w(st, l, (tl_real)1, t);
+}
+
+/* add one sample of prior weight p > 0, moving the shift to it when it lies beyond; *r
+ * receives the factor of the older weighted sums, the sample's factor is returned */
+TL_HD tl_real tl_push_w(tl_state* st, tl_real l, tl_real p, tl_real t, tl_real* r) {
+    *r = (tl_real)1;
+    if (tl_is_empty(st)) {
+        st->c = l;
+        *r = (tl_real)0;
+    } else if (tl_beyond(l, st->c, t)) {
+        *r = tl_move(st, l, t);
+    }
+    return tl_add_w(st, l, p, t);
+}
+
+/* the same with unit weight */
+TL_HD tl_real tl_push(tl_state* st, tl_real l, tl_real t, tl_real* r) {
+    return tl_push_w(st, l, (tl_real)1, t, r);
+}
+
+/* the merge of two states (exact up to rounding, associative, the empty state its
+ * identity); *fa and *fb receive the factors of a's and b's weighted sums */
+TL_HD tl_state tl_merge(tl_state a, tl_state b, tl_real t, tl_real* fa, tl_real* fb) {
+    if (tl_is_empty(&b)) {
+        *fa = (tl_real)1;
+        *fb = (tl_real)0;
+        return a;
+    }
+    if (tl_is_empty(&a)) {
+        *fa = (tl_real)0;
+        *fb = (tl_real)1;
+        return b;
+    }
+    const tl_real c = tl_beyond(b.c, a.c, t) ? b.c : a.c;
+    *fa = tl_move(&a, c, t);
+    *fb = tl_move(&b, c, t);
+    tl_state m;
+    m.c = c;
+    m.hi = a.hi > b.hi ? a.hi : b.hi;
+    m.lo = a.lo < b.lo ? a.lo : b.lo;
+    m.s = a.s + b.s;
+    m.q = a.q + b.q;
+    m.lsum = a.lsum + b.lsum;
+    m.mass = a.mass + b.mass;
+    return m;
+}
+
+/* whether a state's losses were all finite (else its risk is not a number to trust) */
+TL_HD int tl_state_finite(const tl_state* st) {
+    return tl_is_empty(st) || (tl_finite(st->hi) && tl_finite(st->lo) && tl_finite(st->s));
+}
+
+/* c + logz / t, taken in halves where logz / t overflows but the sum does not */
+TL_HD tl_real tl_add_scaled(tl_real c, tl_real logz, tl_real t) {
+    const tl_real r = c + logz / t;
+    if (tl_finite(r)) return r;
+    return (c * (tl_real)0.5 + (logz * (tl_real)0.5) / t) * (tl_real)2;
+}
+
+/* the tilted risk of a state, by the rule of tiltlab.accumulator: the mean (relative to
+ * the shift) at t = 0 and while |t| (hi - lo) < tiny, log1p of the expm1 sums while
+ * |t| (hi - lo) <= 1, the log of the exp sums otherwise; the largest (smallest) loss at
+ * t = +inf (-inf); NaN for the empty state */
+TL_HD tl_real tl_risk(tl_state st, tl_real t, tl_real tiny) {
+    if (tl_is_empty(&st)) return tl_inf() - tl_inf();
+    if (t == (tl_real)0) return st.c + st.lsum / st.mass;
+    if (!tl_finite(t)) return t > (tl_real)0 ? st.hi : st.lo;
+    const tl_real scale = tl_gap(TL_FABS(t), st.hi, st.lo);
+    if (scale < tiny) return st.c + st.lsum / st.mass;
+    if (scale <= (tl_real)1) return tl_add_scaled(st.c, TL_LOG1P(st.q / st.mass), t);
+    return tl_add_scaled(st.c, TL_LOG(st.s / st.mass), t);
+}
+
+/* the share of a part (a merged-in state g) in the normalised sums of the whole state:
+ * exp(t (g.c - whole.c)) / whole.s, 0 for an empty part */
+TL_HD tl_real tl_share(tl_state g, tl_state whole, tl_real t) {
+    if (tl_is_empty(&g)) return (tl_real)0;
+    return TL_EXP(tl_gap(t, g.c, whole.c)) / whole.s;
+}
+
+#endif /* TILTLAB_TILT_CUH */
