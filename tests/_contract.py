@@ -21,10 +21,9 @@ scalar losses and ``(N, K, K)`` for the multinomial loss, or None where the engi
 not form second derivatives. It raises ``NotImplementedError`` for a loss the engine
 refuses, and its ``supported()`` returns the engine's declared table (the names it
 serves): the tests check that every registered loss is either in that table and agrees
-point by point, or refused by ``point``. The CUDA kernel's loss statements
-(``Loss.device_expression``) are checked compiled for the host as C++ (entry
-``"cuda statements (host C++)"``); scalar device functions written in C for both the
-host and NVRTC are one more entry of this form, next to it.
+point by point, or refused by ``point``. The CUDA kernels' scalar loss functions
+(``tiltlab/_cupy/tilt.cuh``, written once in C for the host and NVRTC) are checked
+through their host build (entry ``"cuda (tilt.cuh, host C)"``).
 
 State entries (:data:`STATE_ENGINES`)::
 
@@ -251,80 +250,30 @@ def _numba_point(name, z, y, dtype, params):
 
 
 def _cuda_supported() -> frozenset:
-    """The CUDA engine's table: the losses with device statements (its ``applies``)."""
-    from tiltlab.losses import LOSS_NAMES, get_loss
+    """The CUDA engine's table: the losses with a ``tl_loss_<name>`` function in
+    ``tiltlab/_cupy/tilt.cuh`` (the engine refuses every other loss)."""
+    from tiltlab._cupy import source
 
-    return frozenset(n for n in LOSS_NAMES if get_loss(n).device_expression is not None)
-
-
-_HOST_BUILDS: dict = {}
-
-_HOST_SOURCE = """
-#include <cmath>
-using namespace std;  // exp, fabs, log1p of the element type, as in CUDA device code
-typedef %s T;
-extern "C" void point(const T* zs, const T* ys, T* ls, T* d1s, long n) {
-    for (long i = 0; i < n; ++i) {
-        const T z = zs[i];
-        const T yy = ys[i];
-        T l;
-        T d1;
-%s
-        ls[i] = l;
-        d1s[i] = d1;
-    }
-}
-"""
+    return frozenset(source.C_LOSSES)
 
 
-def _cuda_expression_point(name, z, y, dtype, params):
-    """The CUDA kernel's loss statements (``Loss.device_expression``: ``l`` and ``d1`` from
-    ``z`` and ``yy``), compiled for the host as C++ with the element type ``T`` and called
-    through ctypes: the code the kernel splices in, checked on the CPU."""
-    import ctypes
-    import shutil
-    import subprocess
-    import tempfile
-    from pathlib import Path
+def _cuda_point(name, z, y, dtype, params):
+    """The CUDA kernels' loss functions (``tl_loss_<name>`` of ``tilt.cuh``), compiled for
+    the host as C (the same source NVRTC compiles) and called through ctypes."""
+    from cuda_host import host
 
-    from tiltlab.losses import get_loss
-
-    expr = get_loss(name, **params).device_expression
-    if expr is None:
-        raise NotImplementedError(f"the CUDA engine has no device statements for {name}")
-    ctype = {"float32": "float", "float64": "double"}[np.dtype(dtype).name]
-    key = (expr, ctype)
-    if key not in _HOST_BUILDS:
-        tmp = Path(tempfile.mkdtemp(prefix="tiltlab-host-"))
-        (tmp / "point.cpp").write_text(_HOST_SOURCE % (ctype, expr))
-        compiler = shutil.which("c++")
-        subprocess.run(
-            [
-                compiler,
-                "-O1",
-                "-fno-fast-math",
-                "-shared",
-                "-fPIC",
-                "-o",
-                str(tmp / "p.so"),
-                str(tmp / "point.cpp"),
-            ],
-            check=True,
-            capture_output=True,
-        )
-        _HOST_BUILDS[key] = ctypes.CDLL(str(tmp / "p.so")).point
-    fn = _HOST_BUILDS[key]
-    zz, yy = np.ascontiguousarray(z, dtype=dtype), np.ascontiguousarray(y, dtype=dtype)
-    l, d1 = np.empty_like(zz), np.empty_like(zz)
-    fn(*(a.ctypes.data_as(ctypes.c_void_p) for a in (zz, yy, l, d1)), ctypes.c_long(len(zz)))
-    return l, d1, None
+    if name not in _cuda_supported():
+        raise NotImplementedError(f"the CUDA engine has no C code for {name}")
+    h = host(dtype)
+    out = np.array([h.loss(name, float(a), float(b)) for a, b in zip(z, y)], dtype=dtype)
+    return out[:, 0], out[:, 1], out[:, 2]
 
 
 #: the engines whose losses are checked point by point (the array API runs per backend)
 POINT_ENGINES: dict[str, PointEngine] = {
     "numba": PointEngine(needs=("numba",), supported=_numba_supported, point=_numba_point),
-    "cuda statements (host C++)": PointEngine(
-        needs=("exe:c++",), supported=_cuda_supported, point=_cuda_expression_point
+    "cuda (tilt.cuh, host C)": PointEngine(
+        needs=("exe:cc",), supported=_cuda_supported, point=_cuda_point
     ),
 }
 

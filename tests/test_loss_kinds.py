@@ -78,11 +78,3 @@ def test_parameter_losses_are_their_own_kind():
         loss.hess(np.ones(2))
 
 
-def test_device_expressions_come_from_the_losses():
-    # the statements use the kernel's names (z, yy, l, d1, T) and only the losses that
-    # carry them take the fused path
-    have = {n for n in LOSS_NAMES if get_loss(n).device_expression is not None}
-    assert have == {"squared", "logistic"}
-    for n in have:
-        expr = get_loss(n).device_expression
-        assert "l = " in expr and "d1 = " in expr and expr.endswith(";\n")

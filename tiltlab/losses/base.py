@@ -137,10 +137,6 @@ class Loss(PicklableNamespace):
     curvature_bound: float | None = None
     #: "real" (regression targets), "binary" (0/1) or "class" (integers in [0, K)).
     label_kind: str = "real"
-    #: CUDA C statements that set ``l`` and ``d1`` (the loss and its derivative in ``z``)
-    #: from the predictor ``z`` and the target ``yy`` of element type ``T``, for fused GPU
-    #: kernels; None when the loss has none (it then takes the array-API path there).
-    device_expression: str | None = None
 
     # -- input handling ---------------------------------------------------------------
 

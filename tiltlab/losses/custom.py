@@ -39,7 +39,6 @@ class ParameterLoss(PicklableNamespace):
     smooth: bool = True
     curvature_bound: float | None = None
     label_kind: str = "real"
-    device_expression: str | None = None
 
     def _namespace(self, xp: Any, **arrays: Any) -> Any:
         return xp if xp is not None else namespace_of(**arrays)

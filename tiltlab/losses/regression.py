@@ -37,11 +37,6 @@ class SquaredLoss(Loss):
     name = "squared"
     is_glm = True
     curvature_bound = 2.0
-    device_expression = (
-        "            const T res = z - yy;\n"
-        "            l = res * res;\n"
-        "            d1 = (T)2 * res;\n"
-    )
 
     def _value(self, z, y, xp):
         r = z - y
