@@ -265,7 +265,8 @@ def _cuda_point(name, z, y, dtype, params):
     if name not in _cuda_supported():
         raise NotImplementedError(f"the CUDA engine has no C code for {name}")
     h = host(dtype)
-    out = np.array([h.loss(name, float(a), float(b)) for a, b in zip(z, y)], dtype=dtype)
+    out = [h.loss(name, float(a), float(b)) for a, b in zip(z, y, strict=True)]
+    out = np.array(out, dtype=dtype)
     return out[:, 0], out[:, 1], out[:, 2]
 
 
