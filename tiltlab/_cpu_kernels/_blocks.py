@@ -68,6 +68,8 @@ try:  # pragma: no branch - the engine is only chosen when numba imports
     from numba import types
     from numba.extending import overload
 
+    from ._cache import jit
+
     def _typed(stub, f32, f64):
         """Compile ``stub`` as ``f32`` for float32 arguments and ``f64`` otherwise."""
 
@@ -89,12 +91,12 @@ try:  # pragma: no branch - the engine is only chosen when numba imports
     _typed(expm1_t, vexpm1f, vexpm1)
     _typed(log1p_unit_t, vlog1p_unitf, vlog1p_unit)
 
-    _INLINE = numba.njit(fastmath=False, error_model="numpy", cache=True, inline="always")
-    _REASSOC = numba.njit(fastmath={"reassoc"}, error_model="numpy", cache=True, nogil=True)
-    _FINITE = numba.njit(fastmath={"nnan", "ninf"}, error_model="numpy", cache=True, nogil=True)
+    _INLINE = jit(fastmath=False, error_model="numpy", inline="always")
+    _REASSOC = jit(fastmath={"reassoc"}, error_model="numpy", nogil=True)
+    _FINITE = jit(fastmath={"nnan", "ninf"}, error_model="numpy", nogil=True)
     #: the kernels: parallel over chunks; IEEE division (no zero checks that would stop
     #: the vectorisation of the inlined block loops)
-    KERNEL = numba.njit(parallel=True, fastmath=False, error_model="numpy", cache=True, nogil=True)
+    KERNEL = jit(parallel=True, fastmath=False, error_model="numpy", nogil=True)
     prange = numba.prange
 except ImportError:  # pragma: no cover - exercised where numba is absent
 
@@ -228,7 +230,9 @@ def _axpy(X, i0, nb, coef, c0_at, acc):
         c2 = coef[c0_at + b + 2]
         c3 = coef[c0_at + b + 3]
         for j in range(d):
-            acc[j] += (c0 * X[i, j] + c1 * X[i + 1, j]) + (c2 * X[i + 2, j] + c3 * X[i + 3, j])
+            acc[j] += (c0 * X[i, j] + c1 * X[i + 1, j]) + (
+                c2 * X[i + 2, j] + c3 * X[i + 3, j]
+            )
         b += ROWS
     while b < nb:
         i = i0 + b
@@ -281,7 +285,7 @@ def loss_block(code, z, y, i0, nb, param, l, d1, d2):
             d2[b] = exp_t(-abs(z[b]))
         for b in range(nb):
             zb = z[b]
-            l[b] = ((zb if zb >= zero else zero) - y[i0 + b] * zb) + log1p_unit_t(d2[b])
+            l[b] = ((max(zb, zero)) - y[i0 + b] * zb) + log1p_unit_t(d2[b])
         for b in range(nb):
             zb = z[b]
             yb = y[i0 + b]

@@ -37,12 +37,14 @@ import math
 try:  # pragma: no branch - the engine is only chosen when numba imports
     import numba
 
-    _JIT = numba.njit(parallel=True, fastmath=False, cache=True, nogil=True)
-    _INLINE = numba.njit(fastmath=False, cache=True, inline="always")
+    from ._cache import jit
+
+    _JIT = jit(parallel=True, fastmath=False, nogil=True)
+    _INLINE = jit(fastmath=False, inline="always")
     # The dot products alone may reassociate their sums (and nothing else: no NaN or inf
     # assumptions, no contraction) so that LLVM vectorises them. The order is fixed when
     # the kernel is compiled: results still do not depend on the number of threads.
-    _DOT = numba.njit(fastmath={"reassoc"}, cache=True, nogil=True)
+    _DOT = jit(fastmath={"reassoc"}, nogil=True)
     prange = numba.prange
 except ImportError:  # pragma: no cover - exercised where numba is absent
 
