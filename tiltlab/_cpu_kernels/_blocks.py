@@ -64,7 +64,6 @@ def log1p_unit_t(x):
 
 
 try:  # pragma: no branch - the engine is only chosen when numba imports
-    import numba
     from numba import types
     from numba.extending import overload
 
@@ -94,10 +93,10 @@ try:  # pragma: no branch - the engine is only chosen when numba imports
     _INLINE = jit(fastmath=False, error_model="numpy", inline="always")
     _REASSOC = jit(fastmath={"reassoc"}, error_model="numpy", nogil=True)
     _FINITE = jit(fastmath={"nnan", "ninf"}, error_model="numpy", nogil=True)
-    #: the kernels: parallel over chunks; IEEE division (no zero checks that would stop
-    #: the vectorisation of the inlined block loops)
-    KERNEL = jit(parallel=True, fastmath=False, error_model="numpy", nogil=True)
-    prange = numba.prange
+    #: the kernels: chunks ``k0 <= k < k1``, without the GIL (threads run disjoint chunk
+    #: ranges at once, see the package); IEEE division (no zero checks that would stop the
+    #: vectorisation of the inlined block loops)
+    KERNEL = jit(fastmath=False, error_model="numpy", nogil=True)
 except ImportError:  # pragma: no cover - exercised where numba is absent
 
     def _INLINE(f):
@@ -105,7 +104,6 @@ except ImportError:  # pragma: no cover - exercised where numba is absent
 
     _REASSOC = _FINITE = _INLINE
     KERNEL = _INLINE
-    prange = range
 
 #: loss codes (the order of :data:`LOSS_CODES` in the package)
 SQUARED, ABSOLUTE, HUBER, LOGISTIC, HINGE, SQUARED_HINGE = 0, 1, 2, 3, 4, 5
@@ -230,9 +228,7 @@ def _axpy(X, i0, nb, coef, c0_at, acc):
         c2 = coef[c0_at + b + 2]
         c3 = coef[c0_at + b + 3]
         for j in range(d):
-            acc[j] += (c0 * X[i, j] + c1 * X[i + 1, j]) + (
-                c2 * X[i + 2, j] + c3 * X[i + 3, j]
-            )
+            acc[j] += (c0 * X[i, j] + c1 * X[i + 1, j]) + (c2 * X[i + 2, j] + c3 * X[i + 3, j])
         b += ROWS
     while b < nb:
         i = i0 + b
@@ -285,7 +281,7 @@ def loss_block(code, z, y, i0, nb, param, l, d1, d2):
             d2[b] = exp_t(-abs(z[b]))
         for b in range(nb):
             zb = z[b]
-            l[b] = ((max(zb, zero)) - y[i0 + b] * zb) + log1p_unit_t(d2[b])
+            l[b] = ((zb if zb >= zero else zero) - y[i0 + b] * zb) + log1p_unit_t(d2[b])
         for b in range(nb):
             zb = z[b]
             yb = y[i0 + b]

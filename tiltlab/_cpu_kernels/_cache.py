@@ -43,8 +43,9 @@ __all__ = ["cache_folder", "cache_root", "fingerprint", "jit", "refresh_cache"]
 
 #: the file, in the cache folder, that holds the fingerprint of the cached kernels
 STAMP = "tiltlab-kernels.stamp"
-#: the suffixes of numba's cache files (index and data)
-CACHE_SUFFIXES = (".nbi", ".nbc")
+#: the suffixes of numba's cache files (index and data) and of the files that say a kernel
+#: is in the cache or being compiled (:mod:`._warm`)
+CACHE_SUFFIXES = (".nbi", ".nbc", ".ready", ".compiling")
 
 
 def _package(package: Path | None) -> Path:
@@ -105,10 +106,16 @@ def fingerprint(package: Path | None = None) -> str:
     >>> len(fingerprint())
     64
     """
-    import numba
+    from importlib import metadata
 
+    try:  # without importing numba (which takes a while)
+        version = metadata.version("numba")
+    except metadata.PackageNotFoundError:
+        import numba
+
+        version = numba.__version__
     folder = _package(package)
-    digest = hashlib.sha256(numba.__version__.encode())
+    digest = hashlib.sha256(version.encode())
     for path in sorted(folder.glob("*.py")):
         digest.update(path.name.encode())
         digest.update(path.read_bytes())

@@ -35,17 +35,14 @@ from __future__ import annotations
 import math
 
 try:  # pragma: no branch - the engine is only chosen when numba imports
-    import numba
-
     from ._cache import jit
 
-    _JIT = jit(parallel=True, fastmath=False, nogil=True)
+    _JIT = jit(fastmath=False, nogil=True)
     _INLINE = jit(fastmath=False, inline="always")
     # The dot products alone may reassociate their sums (and nothing else: no NaN or inf
     # assumptions, no contraction) so that LLVM vectorises them. The order is fixed when
     # the kernel is compiled: results still do not depend on the number of threads.
     _DOT = jit(fastmath={"reassoc"}, nogil=True)
-    prange = numba.prange
 except ImportError:  # pragma: no cover - exercised where numba is absent
 
     def _JIT(f):
@@ -55,7 +52,6 @@ except ImportError:  # pragma: no cover - exercised where numba is absent
         return f
 
     _DOT = _INLINE
-    prange = range
 
 #: rows per sub-block of the vector sums (taken in X's dtype, then added in float64)
 SUB_BLOCK = 128
