@@ -19,7 +19,10 @@ instead of the wall clock: on a shared, loaded machine, time spent preempted by 
 processes then does not count (cache and memory contention still do).
 ``--compile`` measures instead the first call of every kernel in a fresh process, once
 with an empty numba cache (compilation) and once with the cache it filled (a new
-process's first call).
+process's first call). ``--first`` measures the first evaluations of an objective
+(``value_and_gradient``, 4096 x 128 float64, squared loss) in new processes with an empty
+cache and then the filled one, in the default mode (missing kernels compiled in the
+background) and with ``TILTLAB_FUSED=wait`` (compiled on the first call).
 
 Usage::
 
@@ -27,6 +30,7 @@ Usage::
     python benchmarks/cpu_kernel_speed.py --threads 1 --json out.json
     python benchmarks/cpu_kernel_speed.py --quick          # shapes / 10
     python benchmarks/cpu_kernel_speed.py --compile
+    python benchmarks/cpu_kernel_speed.py --first
     git archive <commit> tiltlab | tar -x -C /tmp/b && mv /tmp/b/tiltlab /tmp/b/tiltlab_before
     python benchmarks/cpu_kernel_speed.py --threads 1 --before /tmp/b
 
@@ -44,6 +48,7 @@ import sys
 import tempfile
 import time
 from contextlib import nullcontext
+from pathlib import Path
 
 import numpy as np
 
@@ -182,6 +187,62 @@ def compile_table():
     return rows
 
 
+_FIRST_EVAL = r"""
+import json, time
+import numpy as np
+import tiltlab
+rng = np.random.default_rng(0)
+X = rng.standard_normal((4096, 128))
+y = X @ rng.standard_normal(128) + rng.standard_normal(4096)
+theta = np.zeros(128)
+times = []
+for _ in range(2):  # two objectives: the second is created after the first's first call
+    obj = tiltlab.TiltedObjective("squared", X, y, t=1.0)
+    for _ in range(2):
+        t0 = time.perf_counter()
+        obj.value_and_gradient(theta)
+        times.append(time.perf_counter() - t0)
+print(json.dumps(times))
+"""
+
+
+def first_eval_table():
+    """The objective's first evaluations (4096 x 128 float64, squared loss) in new processes:
+    an empty cache, then the cache the first process (and its background compilation)
+    filled, in the default mode and with ``TILTLAB_FUSED=wait``."""
+    rows = []
+    for mode in ("", "wait"):
+        with tempfile.TemporaryDirectory() as cache:
+            env = dict(os.environ, NUMBA_CACHE_DIR=cache, TILTLAB_FUSED=mode)
+            for label in ("empty cache", "filled cache"):
+                t0 = time.perf_counter()
+                out = subprocess.run(
+                    [sys.executable, "-c", _FIRST_EVAL],
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                )
+                wall = time.perf_counter() - t0
+                a1, a2, b1, b2 = json.loads(out.stdout)
+                row = {
+                    "mode": mode or "default",
+                    "cache": label,
+                    "obj1_first_s": a1,
+                    "obj1_second_s": a2,
+                    "obj2_first_s": b1,
+                    "obj2_second_s": b2,
+                    "process_s": wall,
+                }
+                rows.append(row)
+                print(_fmt(row), flush=True)
+                # let a background compilation finish before the next process
+                deadline = time.time() + 1800
+                while time.time() < deadline and not any(Path(cache).rglob("*.ready")):
+                    time.sleep(1)
+    return rows
+
+
 def _fmt(row):
     return "  ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items())
 
@@ -193,6 +254,9 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=None, help="BLAS and numba threads")
     ap.add_argument("--no-generic", action="store_true", help="skip TiltedObjective")
     ap.add_argument("--compile", action="store_true", help="first-call (compile) times")
+    ap.add_argument(
+        "--first", action="store_true", help="the objective's first evaluations, new processes"
+    )
     ap.add_argument("--json", default=None)
     ap.add_argument(
         "--cpu-time",
@@ -205,9 +269,11 @@ def main(argv=None):
     ap.add_argument("--dtypes", default="float64,float32")
     args = ap.parse_args(argv)
     if not ck.available():
-        sys.exit("numba is not installed (pip install 'tiltlab[cpu]')")
+        sys.exit("numba is not installed or the kernels are switched off (TILTLAB_FUSED)")
     if args.compile:
         rows = compile_table()
+    elif args.first:
+        rows = first_eval_table()
     else:
         import numba
 

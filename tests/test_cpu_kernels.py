@@ -560,8 +560,10 @@ def test_non_contiguous_inputs_and_integer_labels():
 
 @pytest.mark.parametrize("loss", ["squared", "logistic", "multinomial"])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_objective_uses_the_fused_engine_and_agrees_with_the_generic_path(loss, dtype):
+def test_objective_uses_the_fused_engine_and_agrees_with_the_generic_path(loss, dtype, monkeypatch):
     from tiltlab.objective.engines import engines_for
+
+    monkeypatch.setenv(ck.SWITCH, "wait")  # compile here if not cached: the kernels serve
 
     rng = np.random.default_rng(11)
     n, d = 4096, 64

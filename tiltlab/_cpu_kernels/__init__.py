@@ -19,23 +19,20 @@ adds it).
 Entry points
 ------------
 :func:`fused_value`, :func:`fused_value_and_gradient`, :func:`fused_hvp` and
-:func:`fused_linearize` (value, gradient and the per-sample coefficients at ``theta``,
-whose :meth:`Linearization.hvp` then costs one fused pass per product). They take NumPy
-arrays (``X`` float32 or float64) and return NumPy results in ``X``'s dtype.
-:class:`FusedProblem` binds the data once (what an engine keeps between calls: the
-O(N) input checks are not repeated). :func:`available` says whether numba imports;
-:func:`use_fused` is the size policy under which the generic array-API path is used
-instead. Numba compiles each kernel on its first call (about 10 s per kernel and dtype
-on a loaded 2-core machine) and caches it on disk (``cache=True``): a new process then
-loads it in about 0.01 s. Numba checks only a kernel's own file for changes, so
-:mod:`._cache` removes the cached kernels whenever any source file of this package (or
-the numba version) differs from the one they were compiled from.
+:func:`fused_linearize` (whose :meth:`Linearization.hvp` then costs one fused pass per
+product) take NumPy arrays (``X`` float32 or float64) and return NumPy results in ``X``'s
+dtype; :class:`FusedProblem` binds the data once. :func:`available` says whether the kernels
+may be used (:mod:`._launch`) and :func:`use_fused` is the size policy. Numba compiles each
+kernel on its first call (about 10 s of CPU time per kernel and dtype) into a per-user cache
+(:mod:`._cache`), from which a new process loads it in a fraction of a second; the
+objective's engine has missing kernels compiled in the background (:mod:`._warm`).
 
 Determinism
 -----------
 Rows are split into ``n_chunks`` contiguous chunks that depend on the number of rows
-only (never on the number of threads), and chunk states are merged in a fixed order, so
-results are identical bit for bit for any number of numba threads. Against the generic
+only (never on the number of threads; threads take contiguous ranges of chunks), and chunk
+states are merged in a fixed order, so results are identical bit for bit for any number of
+threads. Against the generic
 path they agree to rounding: about ``1e-13`` relative in float64 and ``1e-5`` in float32
 (for float32 data the scalar-loss kernels compute the losses, their derivatives and the
 tilted weights in float32 arithmetic, with vectorised float32 ``exp``/``log1p`` accurate
@@ -48,13 +45,21 @@ labels in ``[0, K)``). Infinite tilts are not served (callers use the generic pa
 
 from __future__ import annotations
 
-import importlib.util
-from dataclasses import dataclass
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 
+from . import _warm
+from ._launch import (
+    SWITCH,
+    KernelsUnavailable,
+    _call,
+    _kernels,
+    available,
+    switched_off,
+    threads,
+)
+from ._linear import Linearization
 from ._prepare import (
     CHUNK_ROWS,
     LOSS_CODES,
@@ -72,7 +77,9 @@ __all__ = [
     "CHUNK_ROWS",
     "LOSS_CODES",
     "MAX_CHUNKS",
+    "SWITCH",
     "FusedProblem",
+    "KernelsUnavailable",
     "Linearization",
     "available",
     "default_chunks",
@@ -80,6 +87,8 @@ __all__ = [
     "fused_linearize",
     "fused_value",
     "fused_value_and_gradient",
+    "switched_off",
+    "threads",
     "use_fused",
 ]
 
@@ -94,18 +103,6 @@ MIN_ROWS = 2048
 #: except ``value_and_gradient`` of float32 data with a loss without transcendentals
 #: (squared: 1.2-1.5x NumPy's time at d = 8-20)
 MIN_ROW_ENTRIES = 8
-
-
-def available() -> bool:
-    """Whether numba can be imported (the fused engine needs it).
-
-    Examples
-    --------
-    >>> from tiltlab._cpu_kernels import available
-    >>> isinstance(available(), bool)
-    True
-    """
-    return importlib.util.find_spec("numba") is not None
 
 
 def use_fused(n: int, d: int, k: int = 1) -> bool:
@@ -128,26 +125,6 @@ def use_fused(n: int, d: int, k: int = 1) -> bool:
     return n >= MIN_ROWS and row >= MIN_ROW_ENTRIES and n * row >= MIN_ELEMENTS and available()
 
 
-def _kernels():
-    """The compiled kernels (imports numba on first use)."""
-    if not available():
-        raise ImportError("the fused CPU kernels need numba (pip install 'tiltlab[cpu]')")
-    from ._cache import refresh_cache
-
-    refresh_cache()  # before numba loads a kernel compiled from older helpers
-    from . import _multinomial, _rows, _scalar
-
-    return SimpleNamespace(
-        STATE_COLS=_rows.STATE_COLS,
-        vg_scalar=_scalar.vg_scalar,
-        hvp_scalar=_scalar.hvp_scalar,
-        linear_hvp_scalar=_scalar.linear_hvp_scalar,
-        vg_multi=_multinomial.vg_multi,
-        hvp_multi=_multinomial.hvp_multi,
-        linear_hvp_multi=_multinomial.linear_hvp_multi,
-    )
-
-
 # ---------------------------------------------------------------------------------------
 # value and gradient
 
@@ -161,7 +138,8 @@ def _run_vg(pb: _Problem, want_grad: bool, per_sample: bool):
         G = np.zeros((pb.n_chunks, d, K) if want_grad else (pb.n_chunks, 1, K))
         out_l = np.zeros(n if per_sample else 1)
         out_s = np.zeros((n, K) if per_sample else (1, K))
-        lp.vg_multi(
+        _call(
+            lp.vg_multi,
             pb.X,
             pb.y,
             pb.p,
@@ -174,12 +152,14 @@ def _run_vg(pb: _Problem, want_grad: bool, per_sample: bool):
             G,
             out_l,
             out_s,
+            chunks=pb.n_chunks,
         )
         out = (out_l, out_s)
     else:
         G = np.zeros((pb.n_chunks, d if want_grad else 1))
         out = np.zeros((n, 3) if per_sample else (1, 3))
-        lp.vg_scalar(
+        _call(
+            lp.vg_scalar,
             pb.X,
             pb.y,
             pb.p,
@@ -193,6 +173,7 @@ def _run_vg(pb: _Problem, want_grad: bool, per_sample: bool):
             state,
             G,
             out,
+            chunks=pb.n_chunks,
         )
     return state, G, out
 
@@ -239,6 +220,34 @@ class FusedProblem:
 
     def _at(self, theta: Any, t: Any) -> _Problem:
         return _at(self._base, self._ymax, theta, t)
+
+    def kernel(self, method: str) -> str:
+        """The kernel that evaluates ``method`` (``"value"``, ``"value_and_gradient"``,
+        ``"gradient"`` or ``"hvp"``), named as in :func:`._warm.key`.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from tiltlab._cpu_kernels import FusedProblem
+        >>> FusedProblem("squared", np.eye(2), np.array([1.0, 3.0])).kernel("hvp")
+        'hvp_scalar-float64'
+        """
+        family = "hvp" if method == "hvp" else "vg"
+        kind = "multi" if self.loss == "multinomial" else "scalar"
+        return _warm.key(f"{family}_{kind}", self.X)
+
+    def prepared(self, method: str) -> bool:
+        """Whether ``method`` can run without compiling a kernel in this process first.
+
+        False when its kernel is neither compiled nor cached and the compiled-kernel mode
+        (``TILTLAB_FUSED``) is the default: a background process then compiles it into the
+        cache (see :mod:`._warm`) and the caller takes another path meanwhile. True in the
+        ``wait`` mode (the first call compiles) and where no process can be started.
+        """
+        name = self.kernel(method)
+        if _warm.mode() != "background" or _warm.ready(name):
+            return True
+        return not _warm.start(name)
 
     def value(self, theta: Any, t: float) -> np.ndarray | None:
         """Tilted risk at ``theta`` (see :func:`fused_value`)."""
@@ -382,70 +391,6 @@ def fused_hvp(
     return fp.hvp(theta, v, t)
 
 
-@dataclass(frozen=True)
-class Linearization:
-    """The tilted risk, its gradient and per-sample coefficients at one ``theta``.
-
-    Built by :func:`fused_linearize`; :meth:`hvp` then costs one fused pass over ``X``
-    per product (no loss or weight evaluation), which is what a Newton-CG inner loop
-    needs.
-
-    Attributes
-    ----------
-    value : 0-d array
-        Tilted risk at ``theta``.
-    gradient : array
-        Its gradient (``theta``'s shape).
-    weights : ndarray of shape (N,)
-        Tilted weights ``w`` (float64, summing to one).
-    d1 : ndarray
-        Per-sample ``l'`` (shape (N,), or (N, K) for the multinomial loss; float64).
-    d2 : ndarray
-        Per-sample ``l''`` (shape (N,)), or the softmax rows (N, K) for the multinomial
-        loss (its Hessian in the predictor is ``diag(s) - s s^T``).
-    t : float
-        The tilt.
-    """
-
-    value: np.ndarray
-    gradient: np.ndarray
-    weights: np.ndarray
-    d1: np.ndarray
-    d2: np.ndarray
-    t: float
-    X: np.ndarray
-    n_chunks: int
-    alpha: np.ndarray | None = None  # w (l'' + t l'^2) (scalar losses)
-    beta: np.ndarray | None = None  # t w l'
-
-    def hvp(self, v: Any) -> np.ndarray:
-        """Hessian-vector product along ``v`` (one fused pass over ``X``).
-
-        Examples
-        --------
-        >>> import numpy as np
-        >>> from tiltlab._cpu_kernels import fused_linearize
-        >>> X = np.array([[1.0, 0.0], [0.0, 1.0]])
-        >>> lin = fused_linearize("squared", X, np.zeros(2), np.zeros(2), t=0.0)
-        >>> lin.hvp(np.array([1.0, 2.0])).tolist()
-        [1.0, 2.0]
-        """
-        lp = _kernels()
-        X = self.X
-        g = self.gradient
-        v = np.asarray(v)
-        if v.shape != g.shape:
-            raise ValueError(f"`v` must have the shape of `theta` {g.shape}, got {v.shape}")
-        V = np.ascontiguousarray(v, dtype=X.dtype)
-        gv = float(np.sum(g.astype(np.float64) * V))
-        A = np.zeros((self.n_chunks,) + g.shape)
-        if g.ndim == 2:
-            lp.linear_hvp_multi(X, self.weights, self.d1, self.d2, self.t, V, gv, self.n_chunks, A)
-        else:
-            lp.linear_hvp_scalar(X, self.alpha, self.beta, V, gv, self.n_chunks, A)
-        return np.sum(A, axis=0).astype(X.dtype)
-
-
 def fused_linearize(
     loss: str,
     X: Any,
@@ -506,10 +451,36 @@ def _hvp(pb: _Problem, v: Any) -> np.ndarray | None:
     A = np.zeros(shape)
     G = np.zeros(shape)
     if pb.loss == "multinomial":
-        lp.hvp_multi(pb.X, pb.y, pb.p, pb.theta, V, pb.t, pb.n_chunks, state, A, G)
+        _call(
+            lp.hvp_multi,
+            pb.X,
+            pb.y,
+            pb.p,
+            pb.theta,
+            V,
+            pb.t,
+            pb.n_chunks,
+            state,
+            A,
+            G,
+            chunks=pb.n_chunks,
+        )
     else:
-        lp.hvp_scalar(
-            pb.X, pb.y, pb.p, pb.theta, V, pb.t, pb.code, pb.param, pb.n_chunks, state, A, G
+        _call(
+            lp.hvp_scalar,
+            pb.X,
+            pb.y,
+            pb.p,
+            pb.theta,
+            V,
+            pb.t,
+            pb.code,
+            pb.param,
+            pb.n_chunks,
+            state,
+            A,
+            G,
+            chunks=pb.n_chunks,
         )
     merged = _merge(state, pb.t)
     if merged is None:

@@ -64,9 +64,10 @@ def log1p_unit_t(x):
 
 
 try:  # pragma: no branch - the engine is only chosen when numba imports
-    import numba
     from numba import types
     from numba.extending import overload
+
+    from ._cache import jit
 
     def _typed(stub, f32, f64):
         """Compile ``stub`` as ``f32`` for float32 arguments and ``f64`` otherwise."""
@@ -89,13 +90,13 @@ try:  # pragma: no branch - the engine is only chosen when numba imports
     _typed(expm1_t, vexpm1f, vexpm1)
     _typed(log1p_unit_t, vlog1p_unitf, vlog1p_unit)
 
-    _INLINE = numba.njit(fastmath=False, error_model="numpy", cache=True, inline="always")
-    _REASSOC = numba.njit(fastmath={"reassoc"}, error_model="numpy", cache=True, nogil=True)
-    _FINITE = numba.njit(fastmath={"nnan", "ninf"}, error_model="numpy", cache=True, nogil=True)
-    #: the kernels: parallel over chunks; IEEE division (no zero checks that would stop
-    #: the vectorisation of the inlined block loops)
-    KERNEL = numba.njit(parallel=True, fastmath=False, error_model="numpy", cache=True, nogil=True)
-    prange = numba.prange
+    _INLINE = jit(fastmath=False, error_model="numpy", inline="always")
+    _REASSOC = jit(fastmath={"reassoc"}, error_model="numpy", nogil=True)
+    _FINITE = jit(fastmath={"nnan", "ninf"}, error_model="numpy", nogil=True)
+    #: the kernels: chunks ``k0 <= k < k1``, without the GIL (threads run disjoint chunk
+    #: ranges at once, see the package); IEEE division (no zero checks that would stop the
+    #: vectorisation of the inlined block loops)
+    KERNEL = jit(fastmath=False, error_model="numpy", nogil=True)
 except ImportError:  # pragma: no cover - exercised where numba is absent
 
     def _INLINE(f):
@@ -103,7 +104,6 @@ except ImportError:  # pragma: no cover - exercised where numba is absent
 
     _REASSOC = _FINITE = _INLINE
     KERNEL = _INLINE
-    prange = range
 
 #: loss codes (the order of :data:`LOSS_CODES` in the package)
 SQUARED, ABSOLUTE, HUBER, LOGISTIC, HINGE, SQUARED_HINGE = 0, 1, 2, 3, 4, 5

@@ -17,18 +17,17 @@ from ._rows import (
     _matvec_row,
     _softmax_row,
     _weight_parts,
-    prange,
 )
 
 
 @_JIT
-def vg_multi(X, y, p, theta, t, n_chunks, want_grad, per_sample, state, G, out_l, out_s):
+def vg_multi(X, y, p, theta, t, n_chunks, want_grad, per_sample, state, G, out_l, out_s, k0, k1):
     """Multinomial chunk states and unnormalised gradients (``G`` of shape
     ``(n_chunks, d, K)``); per-sample losses and softmax rows when ``per_sample``."""
     n, d = X.shape
     K = theta.shape[1]
     has_p = p.shape[0] > 0
-    for k in prange(n_chunks):
+    for k in range(k0, k1):
         r0, r1 = _chunk(n, n_chunks, k)
         acc = G[k]
         blk = np.zeros((d, K), dtype=X.dtype)
@@ -132,14 +131,14 @@ def vg_multi(X, y, p, theta, t, n_chunks, want_grad, per_sample, state, G, out_l
 
 
 @_JIT
-def hvp_multi(X, y, p, theta, V, t, n_chunks, state, A, G):
+def hvp_multi(X, y, p, theta, V, t, n_chunks, state, A, G, k0, k1):
     """Multinomial one-pass Hessian-vector product pieces (see :func:`hvp_scalar`), with
     the per-sample Hessian in ``z`` applied as ``s * u - s (s . u)``."""
     n, d = X.shape
     K = theta.shape[1]
     has_p = p.shape[0] > 0
     tilted = t != 0.0
-    for k in prange(n_chunks):
+    for k in range(k0, k1):
         r0, r1 = _chunk(n, n_chunks, k)
         accA = A[k]
         accG = G[k]
@@ -259,12 +258,12 @@ def hvp_multi(X, y, p, theta, V, t, n_chunks, state, A, G):
 
 
 @_JIT
-def linear_hvp_multi(X, w, D1, S, t, V, gv, n_chunks, A):
+def linear_hvp_multi(X, w, D1, S, t, V, gv, n_chunks, A, k0, k1):
     """Multinomial linearised product: per row ``u = x @ V``,
     ``c = w (s*u - s (s.u) + t d1 (d1.u - gv))``, ``A += x c^T``."""
     n, d = X.shape
     K = V.shape[1]
-    for k in prange(n_chunks):
+    for k in range(k0, k1):
         r0, r1 = _chunk(n, n_chunks, k)
         acc = A[k]
         blk = np.zeros((d, K), dtype=X.dtype)

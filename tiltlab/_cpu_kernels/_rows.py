@@ -35,15 +35,14 @@ from __future__ import annotations
 import math
 
 try:  # pragma: no branch - the engine is only chosen when numba imports
-    import numba
+    from ._cache import jit
 
-    _JIT = numba.njit(parallel=True, fastmath=False, cache=True, nogil=True)
-    _INLINE = numba.njit(fastmath=False, cache=True, inline="always")
+    _JIT = jit(fastmath=False, nogil=True)
+    _INLINE = jit(fastmath=False, inline="always")
     # The dot products alone may reassociate their sums (and nothing else: no NaN or inf
     # assumptions, no contraction) so that LLVM vectorises them. The order is fixed when
     # the kernel is compiled: results still do not depend on the number of threads.
-    _DOT = numba.njit(fastmath={"reassoc"}, cache=True, nogil=True)
-    prange = numba.prange
+    _DOT = jit(fastmath={"reassoc"}, nogil=True)
 except ImportError:  # pragma: no cover - exercised where numba is absent
 
     def _JIT(f):
@@ -53,7 +52,6 @@ except ImportError:  # pragma: no cover - exercised where numba is absent
         return f
 
     _DOT = _INLINE
-    prange = range
 
 #: rows per sub-block of the vector sums (taken in X's dtype, then added in float64)
 SUB_BLOCK = 128

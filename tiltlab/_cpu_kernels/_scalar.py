@@ -19,7 +19,6 @@ from ._blocks import (
     dots2,
     extremes,
     loss_block,
-    prange,
     sums,
     weights_block,
     wsum,
@@ -28,14 +27,16 @@ from ._rows import LAZY_LIMIT, SUB_BLOCK, _chunk, _dot, _flush
 
 
 @KERNEL
-def vg_scalar(X, y, p, theta, t, code, param, n_chunks, want_grad, per_sample, state, G, out):
+def vg_scalar(
+    X, y, p, theta, t, code, param, n_chunks, want_grad, per_sample, state, G, out, k0, k1
+):
     """Chunk states and unnormalised gradients; ``out`` (n, 3) receives the per-sample
     loss, first and second derivative when ``per_sample`` (the linearised state)."""
     n, d = X.shape
     has_p = p.shape[0] > 0
     zero = np.zeros(1, dtype=X.dtype)[0]
     step = block_rows(d, X.itemsize)
-    for k in prange(n_chunks):
+    for k in range(k0, k1):
         r0, r1 = _chunk(n, n_chunks, k)
         acc = G[k]
         blk = np.zeros(d, dtype=X.dtype)
@@ -130,7 +131,7 @@ def vg_scalar(X, y, p, theta, t, code, param, n_chunks, want_grad, per_sample, s
 
 
 @KERNEL
-def hvp_scalar(X, y, p, theta, v, t, code, param, n_chunks, state, A, G):
+def hvp_scalar(X, y, p, theta, v, t, code, param, n_chunks, state, A, G, k0, k1):
     """One pass for a Hessian-vector product: chunk states, ``A = sum pe (l'' u + t l' a) x``
     and ``G = sum pe l' x`` (vectors), ``av = sum pe a`` (state column 8), with
     ``u = x . v`` and ``a = l' u``."""
@@ -139,7 +140,7 @@ def hvp_scalar(X, y, p, theta, v, t, code, param, n_chunks, state, A, G):
     zero = np.zeros(1, dtype=X.dtype)[0]
     tilted = t != 0.0
     step = block_rows(d, X.itemsize)
-    for k in prange(n_chunks):
+    for k in range(k0, k1):
         r0, r1 = _chunk(n, n_chunks, k)
         accA = A[k]
         accG = G[k]
@@ -240,12 +241,12 @@ def hvp_scalar(X, y, p, theta, v, t, code, param, n_chunks, state, A, G):
 
 
 @KERNEL
-def linear_hvp_scalar(X, alpha, beta, v, gv, n_chunks, A):
+def linear_hvp_scalar(X, alpha, beta, v, gv, n_chunks, A, k0, k1):
     """``sum_i (alpha_i u_i - beta_i gv) x_i`` with ``u = x . v``: one pass over ``X``, row
     by row (no transcendentals: each row's dot product and update while it is in cache)."""
     n, d = X.shape
     zero = np.zeros(1, dtype=X.dtype)[0]
-    for k in prange(n_chunks):
+    for k in range(k0, k1):
         r0, r1 = _chunk(n, n_chunks, k)
         acc = A[k]
         blk = np.zeros(d, dtype=X.dtype)

@@ -23,11 +23,12 @@ from __future__ import annotations
 import numpy as np
 
 try:  # pragma: no branch - the kernels are only used when numba imports
-    import numba
     from numba import types
     from numba.extending import intrinsic
 
-    _INLINE = numba.njit(fastmath=False, error_model="numpy", cache=True, inline="always")
+    from ._cache import jit
+
+    _INLINE = jit(fastmath=False, error_model="numpy", inline="always")
 
     @intrinsic
     def _as_float(typingctx, bits):

@@ -53,12 +53,11 @@ MAX_SIDE_LANED_GROUPS = 1 << 9
 @functools.cache
 def _kernels() -> Any:
     """The compiled kernels (numba is imported on the first call)."""
-    import numba
-
+    from ._cache import jit as cached_jit
     from ._cache import refresh_cache
 
     refresh_cache()  # one fingerprint for every cached kernel of the package
-    jit = numba.njit(fastmath=False, cache=True, nogil=True)
+    jit = cached_jit(fastmath=False, nogil=True)
 
     @jit
     def sums(codes, values, n_groups):  # pragma: no cover - compiled
@@ -358,8 +357,14 @@ def present_means(
 
 
 def accept_shared_shift(
-    d: np.ndarray, t: float, c: float, k: float, rho: float, floor: float | None, *,
-    compiled: bool | None = None
+    d: np.ndarray,
+    t: float,
+    c: float,
+    k: float,
+    rho: float,
+    floor: float | None,
+    *,
+    compiled: bool | None = None,
 ) -> np.ndarray:
     """The last step of a shared-shift group risk, in one compiled pass over the groups
     (NumPy where numba is absent or ``compiled`` is False).
