@@ -471,6 +471,7 @@ BACKEND_SUPPORT = {
     "tiltlab.tilted_weights": "all",
     "tiltlab.hierarchical_risk": "all",
     "tiltlab.hierarchical_weights": "all",
+    "tiltlab.tilt_for_ess": "all",
     "tiltlab.minimize": "all",
     "tiltlab.tilt_path": "all",
     "tiltlab.TiltedObjective": "all",
