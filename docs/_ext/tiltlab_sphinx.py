@@ -489,6 +489,7 @@ BACKEND_SUPPORT = {
     "tiltlab.bounds": "all",
     "tiltlab.diagnostics.classify_stationary_point": "host",
     "tiltlab.diagnostics.fit_step_size_rule": "host",
+    "tiltlab.diagnostics.format_group_report": "host",
     "tiltlab.diagnostics": "all",
     "tiltlab.theory.format_checks": "none",
     "tiltlab.theory": "host",
