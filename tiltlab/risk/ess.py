@@ -191,10 +191,12 @@ def tilt_for_ess(
     -------
     array
         The tilt, a 0-d array in the namespace, dtype and device of ``losses``
-        (integer losses: the namespace's default float). It is found to a relative
-        error of about ``1e-12`` in float64 arithmetic (float32 and 16-bit losses are
-        evaluated in float64 where the device has it and the result rounded), as long
-        as ``F`` can be told from 1 and from :math:`P_\star` in that arithmetic.
+        (integer losses: the namespace's default float). Against 50-digit bisection its
+        relative error in float64 arithmetic is about ``1e-13`` for fractions between
+        0.1 and 0.999, and ``1e-11`` for fractions within ``1e-10`` of 1 or of their
+        limit, as long as ``F`` can be told from 1 and from :math:`P_\star` in that
+        arithmetic. Float32 and 16-bit losses are evaluated in float64 where the device
+        has it, and the result is rounded to their dtype.
 
     Raises
     ------
