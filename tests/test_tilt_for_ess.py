@@ -213,6 +213,16 @@ def test_backends(xp, dtype_name):
     assert_close(tl.tilt_for_ess(l, 1.0), 0.0, xp=xp, dtype=dtype)
 
 
+def test_torch_losses_that_require_grad():
+    # regression: reading the statistics of such losses on the host warned (an error here)
+    torch = pytest.importorskip("torch")
+    l64 = _data(11, n=25)
+    l = torch.tensor(l64, requires_grad=True)
+    t = tl.tilt_for_ess(l, 0.4)
+    assert not t.requires_grad and t.dtype == torch.float64
+    assert_close(t, mp_tilt_for_ess(l64, 0.4, -1), rtol=1e-8)
+
+
 def test_integer_losses_give_default_float():
     t = tl.tilt_for_ess(np.array([0, 1, 2, 5, 9]), 0.5)
     assert t.dtype == np.float64 and t.shape == ()
