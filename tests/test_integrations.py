@@ -26,6 +26,10 @@ def test_blocks_are_on_the_page():
         assert "TiltedLoss" in _block(marker)
 
 
+# warnings of the framework itself, not of the example: Lightning's use of a PyTorch tree
+# helper that PyTorch deprecates, and its advice to use more data-loading workers
+@pytest.mark.filterwarnings("ignore:.*isinstance\\(treespec, LeafSpec\\):FutureWarning")
+@pytest.mark.filterwarnings("ignore:.*does not have many workers")
 def test_lightning_example(tmp_path, monkeypatch):
     pytest.importorskip("lightning")
     torch = pytest.importorskip("torch")
@@ -44,6 +48,7 @@ def test_lightning_example(tmp_path, monkeypatch):
 
 def test_transformers_example(tmp_path, monkeypatch):
     pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")  # the Trainer needs it
     torch = pytest.importorskip("torch")
     monkeypatch.chdir(tmp_path)
     torch.manual_seed(0)
