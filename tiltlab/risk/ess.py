@@ -220,8 +220,8 @@ def tilt_for_ess(
     shifted by the extreme loss so that none overflows, with ``expm1``/``log1p`` so that
     ``F`` keeps its precision near ``t = 0``) and one read of two numbers on the host;
     the root took 11 or 12 evaluations for a million exponential losses and fractions from
-    0.9 to 0.1. Dask losses are computed once and kept in memory for them. The result carries no gradient (PyTorch losses that require one
-    are read without it).
+    0.9 to 0.1. Dask losses are computed once and kept in memory for them. The result
+    carries no gradient (PyTorch losses that require one are read without it).
 
     Examples
     --------
