@@ -47,7 +47,6 @@ SOLVERS = ("lbfgs", "newton", "agd", "gd", "stochastic")
 AUTO_EARLY_STOPPING_ROWS = 1000
 
 
-
 # ---------------------------------------------------------------------- the fitted problem
 
 

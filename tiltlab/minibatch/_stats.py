@@ -66,6 +66,8 @@ def batch_stats(values: Any, mask: Any, t: Any, xp: Any) -> Any:
 
     if is_number(t):
         c = hi if t > 0 else lo
+        if on is not None:  # an absent group's shift is +-big: keep t * (v - c) finite
+            c = xp.where(n > 0, c, zero)
         if t == 0:
             s, e = n, xp.zeros_like(n)
         elif math.isinf(t):
@@ -78,6 +80,8 @@ def batch_stats(values: Any, mask: Any, t: Any, xp: Any) -> Any:
     else:
         t_fin, is_zero, regular = tilt_parts(t, xp)
         c = xp.where(t > 0, hi, lo)
+        if on is not None:
+            c = xp.where(n > 0, c, zero)
         u = t_fin * (v - c)
         if on is not None:
             u = xp.where(on, u, zero)
@@ -100,11 +104,11 @@ def merge(stacked: Any, t: Any, xp: Any) -> Any:
         if math.isinf(t):
             s = xp.sum(xp.where(c_k == c, s_k, zero), axis=0)
             return xp.stack([hi, lo, s, xp.zeros_like(n), n, total])
-        d = xp.where(n_k > 0, t * (c_k - c), zero)
+        d = xp.where(n_k > 0, t * (xp.where(n_k > 0, c_k, c) - c), zero)
     else:
         t_fin, is_zero, regular = tilt_parts(t, xp)
         c_k, c = xp.where(t > 0, hi_k, lo_k), xp.where(t > 0, hi, lo)
-        d = xp.where(n_k > 0, t_fin * (c_k - c), zero)
+        d = xp.where(n_k > 0, t_fin * (xp.where(n_k > 0, c_k, c) - c), zero)
     f = xp.exp(d)
     s = xp.sum(s_k * f, axis=0)
     e = xp.sum(e_k * f + n_k * xp.expm1(d), axis=0)

@@ -19,7 +19,7 @@ from tiltlab.minibatch._validation import (
     resolve,
 )
 
-from ._parallel import gather_stats, keep_state_dtypes, widen_state
+from ._parallel import gather_stats, keep_state_dtypes, lean_running_step, widen_state
 
 __all__ = ["TiltedLoss"]
 
@@ -191,6 +191,13 @@ class TiltedLoss(torch.nn.Module):
             self.max_level = check_positive_int(4 if max_level is None else max_level, "max_level")
             self._level_p = level_probabilities(self.max_level).tolist()
         self.n_samples = None if n_samples is None else check_positive_int(n_samples, "n_samples")
+        # the common case (one process, sample level, running) has a path of few operations
+        self._lean = (
+            self.estimator == "running"
+            and not self.hierarchical
+            and not self.distributed
+            and self.accumulation_steps == 1
+        )
 
     # -- the tilt ------------------------------------------------------------------------
 
@@ -394,7 +401,8 @@ class TiltedLoss(torch.nn.Module):
             if self.step.device != losses.device:
                 self.to(losses.device)
             widen_state(self, acc)
-        if not torch.amp.is_autocast_available(losses.device.type):
+        kind = losses.device.type
+        if not torch.amp.is_autocast_available(kind) or not torch.is_autocast_enabled(kind):
             return self._tilted(losses, groups, compiling)
         with torch.autocast(device_type=losses.device.type, enabled=False):
             return self._tilted(losses, groups, compiling)
@@ -405,6 +413,12 @@ class TiltedLoss(torch.nn.Module):
         values = losses.detach().to(acc)
         t_group, t_sample = self._tilts_now(values, compiling)
         update = self.training  # eval mode: evaluate with the state, leave it as it is
+        if (
+            self._lean
+            and S.is_number(t_sample)
+            and (t_sample == 0 or 0.05 <= abs(t_sample) < math.inf)
+        ):
+            return lean_running_step(self, losses, values, t_sample, update, compiling)
         if self.estimator == "mlmc":
             return self._mlmc(losses, values, t_sample, update, compiling)
         codes = mask = None
