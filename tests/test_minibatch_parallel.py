@@ -163,3 +163,90 @@ def test_accumulation_rules():
         loss_fn(torch.rand(3))
     with pytest.raises(ValueError, match="`t` must be finite"):
         TiltedLoss(t=math.inf, accumulation_steps=2)(torch.rand(3))
+
+
+# -- data-parallel training --------------------------------------------------------------
+
+WORKER = r"""
+import sys
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from tiltlab.torch import TiltedLoss
+
+rank, world, init, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+distributed = world > 1
+if distributed:
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+torch.set_num_threads(1)
+CASES = {
+    "sample": dict(t=-2.0, lam=0.3),
+    "group": dict(tilts=(2.0, -1.0), n_groups=3, lam=0.3),
+    "variational": dict(t=1.0, estimator="variational"),
+}
+SIZES = (10, 14)  # the two processes' batches differ in size
+results = {}
+for case, kwargs in CASES.items():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3, dtype=torch.float64)
+    net = torch.nn.parallel.DistributedDataParallel(model) if distributed else model
+    ce = torch.nn.CrossEntropyLoss(reduction="none")
+    loss_fn = TiltedLoss(ce, distributed=distributed, **kwargs).double()
+    params = list(model.parameters())
+    opt = torch.optim.SGD(params + list(loss_fn.parameters()), lr=0.2)
+    gen = torch.Generator().manual_seed(1)
+    for step in range(3):
+        X = torch.randn(sum(SIZES), 4, generator=gen, dtype=torch.float64)
+        y = torch.randint(0, 3, (sum(SIZES),), generator=gen)
+        if distributed:
+            lo = sum(SIZES[:rank])
+            X, y = X[lo : lo + SIZES[rank]], y[lo : lo + SIZES[rank]]
+        groups = y if "tilts" in kwargs else None
+        opt.zero_grad()
+        value = loss_fn(net(X), y, groups=groups)
+        value.backward()
+        results[f"{case}/{step}/grad"] = torch.cat([p.grad.reshape(-1) for p in params]).numpy()
+        results[f"{case}/{step}/value"] = np.array(float(value.detach()))
+        opt.step()
+    for name, buf in loss_fn.state_dict().items():
+        if torch.is_tensor(buf):
+            results[f"{case}/state/{name}"] = buf.numpy()
+np.savez(out, **results)
+if distributed:
+    dist.destroy_process_group()
+"""
+
+
+def test_data_parallel_gradient_equals_one_process_on_the_global_batch(tmp_path):
+    torch = pytest.importorskip("torch")
+    dist = pytest.importorskip("torch.distributed")
+    if not dist.is_available() or not dist.is_gloo_available():
+        pytest.skip("torch.distributed with gloo is not available")
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    root = str(__import__("pathlib").Path(tiltlab.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join([root, env.get("PYTHONPATH", "")])
+    init = f"file://{tmp_path / 'rendezvous'}"
+
+    def launch(rank, world, out):
+        cmd = [sys.executable, str(script), str(rank), str(world), init, str(out)]
+        return subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
+
+    procs = [launch(r, 2, tmp_path / f"rank{r}.npz") for r in range(2)]
+    single = launch(0, 1, tmp_path / "single.npz")
+    for p in [*procs, single]:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+    ref = np.load(tmp_path / "single.npz")
+    ranks = [np.load(tmp_path / f"rank{r}.npz") for r in range(2)]
+    assert torch is not None
+    for key in ref.files:
+        for r in ranks:
+            np.testing.assert_allclose(r[key], ref[key], rtol=1e-12, atol=1e-15, err_msg=key)
