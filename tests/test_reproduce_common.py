@@ -6,6 +6,7 @@ import json
 import math
 import statistics
 
+import numpy as np
 import pytest
 
 from tiltlab.reproduce import ROW_KEYS, Reproduction, make_row, mean_se, seed_list, write_json
@@ -94,3 +95,26 @@ def test_single_blas_thread_restores_the_environment(monkeypatch):
 
     assert os.environ["OMP_NUM_THREADS"] == "7"
     assert "OPENBLAS_NUM_THREADS" not in os.environ
+
+
+def test_group_reports_in_json_and_text(tmp_path):
+    rows = [make_row("TERM", "noise=0.2", "accuracy", "test", [0.5])]
+    assert "group_reports" not in Reproduction("demo", rows).to_dict()
+    report = {
+        "tilts": [-2.0, -2.0],
+        "group": ["a", "b", "c"],
+        "risk": [0.5, 2.0, float("inf")],
+        "mass": [0.25, 0.5, 0.25],
+        "weight": [0.5, 0.5, 0.0],
+        "ess": np.array([1.0, 0.75, 0.5]),
+        "size": [1, 2, 1],
+    }
+    rep = Reproduction("demo", rows, notes="n", group_reports={"TERM per class": report})
+    payload = rep.to_dict()
+    got = payload["group_reports"]["TERM per class"]
+    assert got["risk"] == [0.5, 2.0, None] and got["ess"] == [1.0, 0.75, 0.5]
+    assert got["group"] == ["a", "b", "c"] and got["size"] == [1, 2, 1]
+    write_json(payload, str(tmp_path / "out.json"))  # strict JSON: no NaN or inf
+    text = rep.report().splitlines()
+    at = text.index("TERM per class:")
+    assert [line.split()[0] for line in text[at + 2 :]] == ["c", "b", "a"]

@@ -119,6 +119,64 @@ def test_label_noise_term_beats_erm_at_heavy_noise():
     assert acc["Genie ERM"] > acc["ERM"]
     row = next(r for r in rep.rows if r["method"] == "TERM")
     assert row["paper_mean"] == 0.455
+    # the per-group report: the replaced labels get less of the tilted weight than their
+    # share of the rows, and their samples are kept less (smaller ESS fraction)
+    by_kind = rep.group_reports["TERM at t = -2, noise=0.8, seed 0: replaced and kept labels"]
+    assert by_kind["group"] == ["kept", "replaced"] and by_kind["tilts"] == [-2.0, -2.0]
+    kept, repl = 0, 1
+    assert by_kind["weight"][repl] < by_kind["mass"][repl]
+    assert by_kind["risk"][repl] > by_kind["risk"][kept]
+    assert by_kind["ess"][repl] < by_kind["ess"][kept]
+    per_class = rep.group_reports["TERM at t = -2, noise=0.8, seed 0: per class (training labels)"]
+    assert per_class["group"] == list(range(10))
+    assert math.isclose(sum(per_class["weight"]), 1.0, rel_tol=1e-12)
+    assert 0.0 < per_class["ess_all"] < 1.0
+    text = rep.report()
+    assert "replaced and kept labels:" in text and "(4 more)" in text
+
+
+def test_report_losses_and_weights_against_a_direct_computation():
+    from tiltlab import hierarchical_weights
+    from tiltlab.reproduce._deep_report import training_losses, training_report
+
+    net = _deep.make_model("mlp", 64, 10, (1, 8, 8), seed=0)
+    split = _deep.digits_split(0)
+    X, y = split.X_train[:200], split.y_train[:200]
+    l = training_losses(net, X, y)
+    with torch.no_grad():
+        logp = torch.log_softmax(net(torch.as_tensor(X)).double(), dim=1).numpy()
+    np.testing.assert_allclose(l, -logp[np.arange(y.size), y], rtol=1e-5)
+    rep = training_report(l, y, (-2.0, -2.0))
+    w = hierarchical_weights(l, y, (-2.0, -2.0))
+    np.testing.assert_allclose(rep["weight"], np.bincount(y, weights=w), rtol=1e-12)
+    assert math.isclose(rep["ess_all"], 1.0 / (y.size * np.sum(w**2)), rel_tol=1e-12)
+
+
+def test_ess_tilted_loss_keeps_the_asked_share_of_each_batch():
+    from tiltlab import tilted_weights
+    from tiltlab.reproduce._deep_report import ESSTiltedLoss
+
+    ce = torch.nn.CrossEntropyLoss(reduction="none")
+    loss = ESSTiltedLoss(ce, lambda step: [1.0, 0.6, 0.3][step])
+    gen = torch.Generator().manual_seed(0)
+    for step in range(3):
+        logits = torch.randn(32, 5, generator=gen, dtype=torch.float64)
+        target = torch.randint(0, 5, (32,), generator=gen)
+        loss(logits, target)
+        t = loss.tilts[-1]
+        w = tilted_weights(ce(logits, target).numpy(), t)
+        share = 1.0 / (32 * np.sum(w**2))
+        assert math.isclose(share, [1.0, 0.6, 0.3][step], rel_tol=1e-8)
+        assert (t == 0.0) if step == 0 else (t < 0.0)
+
+
+def test_label_noise_term_ess_runs_and_checks_its_share():
+    rep = label_noise(seeds=1, noise=[0.4], methods=["TERM-ESS"], epochs=1, ess=0.7)
+    (row,) = rep.rows
+    assert row["method"] == "TERM-ESS" and 0.0 <= row["mean"] <= 1.0
+    assert "TERM-ESS keeps 0.7 of each batch" in rep.notes
+    with pytest.raises(ValueError, match="`ess`"):
+        label_noise(seeds=1, noise=[0.4], methods=["TERM-ESS"], epochs=1, ess=0.0)
 
 
 def test_noisy_annotators_term_down_weights_spammers():
@@ -126,6 +184,13 @@ def test_noisy_annotators_term_down_weights_spammers():
     acc = {r["method"]: r["mean"] for r in rep.rows}
     assert acc["TERM"] > acc["ERM"]
     assert acc["Genie ERM"] > acc["ERM"]
+    (caption,) = rep.group_reports
+    assert "annotators 0-79 label at random" in caption
+    r = rep.group_reports[caption]
+    spam = np.asarray(r["group"]) < 80
+    # the spammers' annotator weight falls below their share of the rows
+    assert np.sum(np.asarray(r["weight"])[spam]) < np.sum(np.asarray(r["mass"])[spam])
+    assert np.mean(np.asarray(r["risk"])[spam]) > np.mean(np.asarray(r["risk"])[~spam])
 
 
 def test_class_imbalance_term_helps_the_rare_class():
@@ -133,6 +198,9 @@ def test_class_imbalance_term_helps_the_rare_class():
     by = {(r["method"], r["metric"]): r["mean"] for r in rep.rows}
     assert by[("TERM", "accuracy_rare")] > by[("ERM", "accuracy_rare")] + 0.3
     assert by[("TERM", "accuracy_overall")] > by[("ERM", "accuracy_overall")]
+    r = rep.group_reports["TERM at tilts (20, 0), 1:50, seed 0: per class"]
+    rare = r["group"].index("4s (rare)")
+    assert r["weight"][rare] > r["mass"][rare]  # the tilt lifts the rare class
 
 
 def test_bad_arguments_name_the_argument():
@@ -166,3 +234,9 @@ def test_command_line_json_and_plot(tmp_path):
     assert {r["method"] for r in payload["rows"]} == {"ERM", "FocalLoss", "ClassBalanced", "TERM"}
     assert all(math.isfinite(r["mean"]) for r in payload["rows"])
     assert (figs / "class_imbalance.png").exists()
+    reports = payload["group_reports"]
+    assert set(reports) == {f"TERM at tilts (20, 0), 1:{r}, seed 0: per class" for r in (20, 50)}
+    for r in reports.values():
+        assert set(r) >= {"group", "risk", "mass", "weight", "ess", "size", "tilts", "ess_all"}
+        assert r["group"] == ["4s (rare)", "9s (common)"]
+        assert math.isclose(sum(r["weight"]), 1.0, rel_tol=1e-12)

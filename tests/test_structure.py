@@ -24,6 +24,7 @@ PUBLIC = {
         "tilted_weights",
         "hierarchical_risk",
         "hierarchical_weights",
+        "tilt_for_ess",
         "TiltedObjective",
         "minimize",
         "tilt_path",
@@ -71,6 +72,7 @@ PUBLIC = {
         "tilted_weights",
         "hierarchical_risk",
         "hierarchical_weights",
+        "tilt_for_ess",
     ],
     "tiltlab.theory": [
         "PropertyCheck",

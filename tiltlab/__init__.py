@@ -15,7 +15,13 @@ from . import (
     theory,
 )
 from .objective import TiltedObjective
-from .risk import hierarchical_risk, hierarchical_weights, tilted_risk, tilted_weights
+from .risk import (
+    hierarchical_risk,
+    hierarchical_weights,
+    tilt_for_ess,
+    tilted_risk,
+    tilted_weights,
+)
 from .solvers import OptimizeResult, Status, TiltPath, minimize, tilt_path
 
 __version__ = "0.1.0.dev0"
@@ -35,6 +41,7 @@ __all__ = [
     "tilted_weights",
     "hierarchical_risk",
     "hierarchical_weights",
+    "tilt_for_ess",
     "TiltedObjective",
     "minimize",
     "tilt_path",

@@ -1,4 +1,4 @@
-"""Matplotlib helpers for tilt paths, trade-off curves and superquantile curves.
+"""Matplotlib helpers for tilt paths, trade-off curves, superquantile curves and groups.
 
 Matplotlib is imported inside the functions, so ``import tiltlab.plot`` works without it;
 every function draws on the axes it is given (or on new ones), returns them, and never
@@ -14,7 +14,13 @@ import numpy as np
 
 from ._compat import to_numpy
 
-__all__ = ["plot_tradeoffs", "plot_quantile_curves", "plot_path", "tilt_axis_scale"]
+__all__ = [
+    "plot_tradeoffs",
+    "plot_quantile_curves",
+    "plot_path",
+    "plot_group_report",
+    "tilt_axis_scale",
+]
 
 
 def _new_axes(n: int, width: float = 6.0, height: float = 3.2):
@@ -290,3 +296,76 @@ def plot_path(path: Any, ax: Any = None, *, coords: Sequence[int] | None = None)
     ax.legend(fontsize="small")
     _set_tilt_axis(ax, t)
     return ax
+
+
+def plot_group_report(report: Mapping[str, Any], ax: Any = None, *, max_groups: int = 40) -> Any:
+    """A per-group report as two bar panels, groups sorted by risk (largest first).
+
+    The top panel compares each group's share of the data (``"mass"``) with its weight in
+    the outer tilt (``"weight"``): a positive outer tilt moves weight to the groups of
+    large risk, a negative one away from them. The bottom panel shows the share of each
+    group's samples that the inner tilt effectively keeps (``"ess"``), with the group's
+    risk on a second axis.
+
+    Parameters
+    ----------
+    report : mapping
+        A :func:`tiltlab.diagnostics.group_report` (arrays of any backend).
+    ax : sequence of two Axes, optional
+        Where to draw (default: a new figure).
+    max_groups : int, optional
+        Draw at most this many groups: the largest and the smallest risks, half each.
+
+    Returns
+    -------
+    list of Axes
+        The two panels.
+
+    See Also
+    --------
+    tiltlab.diagnostics.group_report : Computes the report.
+    tiltlab.diagnostics.format_group_report : The same as a table.
+
+    Examples
+    --------
+    >>> import matplotlib
+    >>> matplotlib.use("Agg")
+    >>> import numpy as np
+    >>> from tiltlab.diagnostics import group_report
+    >>> from tiltlab.plot import plot_group_report
+    >>> l = np.array([0.1, 0.2, 0.3, 2.0, 2.5, 9.0])
+    >>> top, bottom = plot_group_report(group_report(l, [0, 0, 0, 1, 1, 1], (1.0, -1.0)))
+    >>> [t.get_text() for t in top.get_xticklabels()]
+    ['1', '0']
+    """
+    keys = ("group", "risk", "mass", "weight", "ess")
+    missing = [k for k in keys if k not in report]
+    if missing:
+        raise ValueError(f"`report` lacks the entries {missing} (pass a group_report)")
+    if isinstance(max_groups, bool) or not isinstance(max_groups, int) or max_groups < 2:
+        raise ValueError(f"`max_groups` must be an integer of at least 2, got {max_groups!r}")
+    host = {k: np.asarray(report[k]) if k == "group" else to_numpy(report[k]) for k in keys}
+    order = np.argsort(-np.asarray(host["risk"], dtype=np.float64), kind="stable")
+    if order.size > max_groups:
+        half = max_groups // 2
+        order = np.concatenate([order[:half], order[order.size - (max_groups - half) :]])
+    if ax is None:
+        ax = _new_axes(2, width=max(5.0, 0.35 * order.size + 2.0), height=2.8)
+    top, bottom = ax
+    x = np.arange(order.size)
+    labels = [str(v) for v in host["group"][order]]
+    top.bar(x - 0.2, host["mass"][order], width=0.4, label="mass (share of data)")
+    top.bar(x + 0.2, host["weight"][order], width=0.4, label="weight (outer tilt)")
+    top.set_ylabel("share")
+    top.legend(fontsize="small")
+    bottom.bar(x, host["ess"][order], width=0.6, color="0.6", label="ESS fraction")
+    bottom.set_ylim(0.0, 1.05)
+    bottom.set_ylabel("ESS / group size")
+    twin = bottom.twinx()
+    twin.plot(x, host["risk"][order], "o", color="C3", ms=4, label="risk")
+    twin.set_ylabel("risk (inner tilt)")
+    for a in (top, bottom):
+        a.set_xticks(x)
+        a.set_xticklabels(labels, rotation=90 if order.size > 12 else 0)
+    bottom.set_xlabel("group (largest risk first)")
+    return [top, bottom]

@@ -29,13 +29,13 @@ happens to fit first.""",
 import torch
 
 from tiltlab.minibatch import linear_schedule
-from tiltlab.reproduce import _deep
+from tiltlab.reproduce import deep
 from tiltlab.torch import TiltedLoss
 
 torch.manual_seed(0)
-split = _deep.digits_split(0)
+split = deep.digits_split(0)
 rng = np.random.default_rng(0)
-noisy, replaced = _deep.uniform_label_noise(split.y_train, 0.8, 10, rng)
+noisy, replaced = deep.uniform_label_noise(split.y_train, 0.8, 10, rng)
 X, y = torch.as_tensor(split.X_train), torch.as_tensor(noisy)
 
 epochs, batch = 80, 64
@@ -51,7 +51,7 @@ for epoch in range(epochs):
         opt.step()
 
 print(f"80% of the training labels replaced at random: clean test accuracy "
-      f"{_deep.accuracy(model, split.X_test, split.y_test):.3f}")""",
+      f"{deep.accuracy(model, split.X_test, split.y_test):.3f}")""",
     ),
     (
         "md",

@@ -22,6 +22,11 @@ subpackage per question (import everything from ``tiltlab.diagnostics``):
   :math:`d\breve\theta/dt` at a stationary point from the implicit function theorem.
 * **Weights** (``weight_statistics.py``). :func:`weight_entropy`,
   :func:`effective_sample_size` and :func:`tilted_weight_stats`.
+* **Groups** (``group_statistics.py``). :func:`group_report`: per group of a
+  hierarchical tilt its risk, mass, outer weight and the effective sample size kept by
+  the inner tilt; :func:`format_group_report` prints the worst and best groups.
+  (:func:`tiltlab.tilt_for_ess`, the tilt at a given effective sample size, lives with
+  the risk functions.)
 
 Mapping the paper's GLM to tiltlab's losses
 -------------------------------------------
@@ -73,6 +78,7 @@ from .curvature import (
     strong_convexity,
 )
 from .glm import GLMStatistics, glm_statistics
+from .group_statistics import format_group_report, group_report
 from .path_derivative import solution_derivative
 from .step_size_rule import StepSizeRule, fit_step_size_rule, step_size
 from .weight_statistics import (
@@ -99,4 +105,6 @@ __all__ = [
     "weight_entropy",
     "effective_sample_size",
     "tilted_weight_stats",
+    "group_report",
+    "format_group_report",
 ]

@@ -9,8 +9,10 @@ one schema so that results can be compared by a program::
 
 ``mean`` and ``se`` are the mean and standard error (``std(ddof=1) / sqrt(n)``) over the
 seeds; ``se`` is ``None`` for a single seed, ``paper_mean``/``paper_se`` are ``None`` where
-the paper prints no number. The JSON never contains NaN or infinities (they become
-``null``).
+the paper prints no number. Experiments that report per-group statistics (the deep ones:
+classes, annotators) add ``"group_reports": {caption: {"tilts", "group", "risk", "mass",
+"weight", "ess", "size", ...}}`` (see :func:`tiltlab.diagnostics.group_report`). The JSON
+never contains NaN or infinities (they become ``null``).
 """
 
 from __future__ import annotations
@@ -60,6 +62,21 @@ def _finite_or_none(value: Any) -> float | None:
         return None
     value = float(value)
     return value if math.isfinite(value) else None
+
+
+def _json_values(value: Any) -> Any:
+    """Numbers, labels and sequences of them as JSON values (non-finite numbers: None)."""
+    if isinstance(value, (str, bool)) or value is None:
+        return value
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return _finite_or_none(value)
+    if isinstance(value, np.ndarray):
+        value = value.tolist()
+    if isinstance(value, (list, tuple)):
+        return [_json_values(v) for v in value]
+    return str(value)
 
 
 def mean_se(values: Iterable[float]) -> tuple[float | None, float | None, int]:
@@ -396,6 +413,10 @@ class Reproduction:
         Where and why we differ from the paper, and the protocol in brief.
     curves : dict
         Whatever the figures are drawn from (paths, histories); not part of the JSON.
+    group_reports : dict, optional
+        Caption -> a per-group report on the host (lists, as
+        :func:`tiltlab.diagnostics.group_report` gives them, with its ``"tilts"``);
+        printed for the worst and best groups and part of the JSON.
     plotter : callable, optional
         ``plotter(reproduction, directory) -> list of paths`` writes the PNG figures.
 
@@ -426,6 +447,7 @@ class Reproduction:
     notes: str = ""
     curves: dict = field(default_factory=dict)
     plotter: Callable[[Reproduction, str], list[str]] | None = None
+    group_reports: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         """The JSON schema: ``{"experiment": ..., "rows": [...]}`` with ``None`` for NaN.
@@ -434,7 +456,8 @@ class Reproduction:
         -------
         dict
             The experiment's name and its rows, each with exactly the keys
-            :data:`~tiltlab.reproduce.ROW_KEYS`; non-finite numbers become ``None``.
+            :data:`~tiltlab.reproduce.ROW_KEYS`, and ``"group_reports"`` where the
+            experiment has them; non-finite numbers become ``None``.
 
         See Also
         --------
@@ -458,7 +481,13 @@ class Reproduction:
                     v = int(v) if v is not None else 0
                 out[k] = v
             rows.append(out)
-        return {"experiment": self.experiment, "rows": rows}
+        payload: dict = {"experiment": self.experiment, "rows": rows}
+        if self.group_reports:
+            payload["group_reports"] = {
+                caption: {k: _json_values(v) for k, v in rep.items()}
+                for caption, rep in self.group_reports.items()
+            }
+        return payload
 
     def report(self) -> str:
         """Title, table and notes, as the command prints them.
@@ -486,6 +515,11 @@ class Reproduction:
         parts = [self.title, "", self.table]
         if self.notes:
             parts += ["", self.notes]
+        if self.group_reports:
+            from ..diagnostics import format_group_report
+
+            for caption, rep in self.group_reports.items():
+                parts += ["", f"{caption}:", format_group_report(rep, worst=3, best=3)]
         return "\n".join(parts)
 
     def plot(self, directory: str) -> list[str]:

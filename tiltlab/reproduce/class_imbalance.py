@@ -16,6 +16,10 @@ Methods (per-sample cross-entropy unless said otherwise):
 * ``TERM``: :class:`tiltlab.torch.TiltedLoss` with ``tilts=(t, 0)`` and the labels as
   groups: the running class risks are tilted at ``t`` (default 20), which raises the weight
   of the class that is fitted worse, without any knowledge of the class counts.
+
+After training, the TERM network's per-sample losses on its training rows are reported
+per class (:func:`tiltlab.diagnostics.group_report` at the tilts ``(t, 0)``) for the first
+seed, with the rare class's weight.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import numpy as np
 
 from . import _deep
 from ._common import Reproduction, check_choices, format_grid, make_row, progress_bar, seed_list
+from ._deep_report import training_losses, training_report
 
 __all__ = ["IMBALANCE", "METHODS", "class_imbalance"]
 
@@ -132,6 +137,8 @@ def class_imbalance(
     res: dict[tuple[str, int, str], list[float]] = {}
     bar = progress_bar(progress, len(seeds_) * len(ratios) * len(methods), "class-imbalance")
     ce = torch.nn.CrossEntropyLoss(reduction="none")
+    reports: dict[str, dict] = {}
+    rare_weight: dict[int, list[float]] = {}
     for seed in seeds_:
         for ratio in ratios:
             split = _binary_split(seed, ratio)
@@ -161,6 +168,15 @@ def class_imbalance(
                 res.setdefault((m, ratio, "accuracy_overall"), []).append(
                     _deep.accuracy(net, split.X_test, split.y_test, device)
                 )
+                if m == "TERM":
+                    losses = training_losses(net, split.X_train, split.y_train, device=device)
+                    names = np.array(["9s (common)", "4s (rare)"])[split.y_train]
+                    rep = training_report(losses, names, (t, 0.0))
+                    rare = rep["group"].index("4s (rare)")
+                    rare_weight.setdefault(ratio, []).append(rep["weight"][rare])
+                    if seed == seeds_[0]:
+                        caption = f"TERM at tilts ({t:g}, 0), 1:{ratio}, seed {seed}: per class"
+                        reports[caption] = rep
                 bar.update(1)
     bar.close()
     rows = [
@@ -174,8 +190,9 @@ def class_imbalance(
         "(no numbers to compare).\nHere: handwritten digits (scikit-learn), a small "
         f"{model.upper()} with Adam (batch 64, {n_epochs} epochs), the 4s subsampled in "
         "training and validation,\nbalanced test split. TERM tilts the running class risks "
-        f"at t = {t:g}; ClassBalanced uses the class counts, TERM does not. "
-        f"{len(seeds_)} seed(s), {time.perf_counter() - started:.1f} s."
+        f"at t = {t:g}; ClassBalanced uses the class counts, TERM does not.\n"
+        + _rare_note(rare_weight)
+        + f"{len(seeds_)} seed(s), {time.perf_counter() - started:.1f} s."
     )
     return Reproduction(
         experiment="class-imbalance",
@@ -193,6 +210,17 @@ def class_imbalance(
         notes=notes,
         curves={"results": res, "ratios": ratios},
         plotter=_plot,
+        group_reports=reports,
+    )
+
+
+def _rare_note(rare_weight: dict[int, list[float]]) -> str:
+    if not rare_weight:
+        return ""
+    shares = ", ".join(f"1:{r}: {np.mean(v):.3f}" for r, v in rare_weight.items())
+    return (
+        "At the end of training TERM gives the rare class this weight (by ratio, mean over "
+        f"seeds): {shares}.\n"
     )
 
 

@@ -19,7 +19,16 @@ Methods (per-sample cross-entropy unless said otherwise):
 * ``TERM``: :class:`tiltlab.torch.TiltedLoss` with the paper's schedule
   ``linear_schedule(0, -2, n_steps)`` (a constant t = -2 from the first step can
   collapse the network: see :class:`~tiltlab.torch.TiltedLoss`);
-* ``Genie ERM``: ERM on the rows whose labels were not replaced (an oracle).
+* ``Genie ERM``: ERM on the rows whose labels were not replaced (an oracle);
+* ``TERM-ESS`` (on request, not in the default list): the tilt chosen on each batch so
+  that the batch's tilted weights keep an effective sample size of ``ess`` times the
+  batch (:func:`tiltlab.tilt_for_ess`), the share ramped linearly from 1 to ``ess``.
+
+After training, the TERM network's per-sample losses on its (noisy) training labels are
+reported per class and for the replaced against the kept labels
+(:func:`tiltlab.diagnostics.group_report` at the final tilt ``(-2, -2)``: the sample-level
+tilt seen per group), for the first seed, with the effective sample size of all the
+tilted weights.
 """
 
 from __future__ import annotations
@@ -32,14 +41,21 @@ import numpy as np
 
 from . import _deep
 from ._common import Reproduction, check_choices, format_grid, make_row, progress_bar, seed_list
+from ._deep_report import ESSTiltedLoss, training_losses, training_report
 from ._figures import plot_accuracy_curves
 
-__all__ = ["GCE_QS", "METHODS", "NOISE", "PAPER_LABEL_NOISE", "label_noise"]
+__all__ = ["ESS_TARGET", "GCE_QS", "METHODS", "NOISE", "PAPER_LABEL_NOISE", "label_noise"]
 
 #: Shares of the training labels replaced by uniform noise.
 NOISE = (0.2, 0.4, 0.8)
-#: The methods compared, in the table's row order.
+#: The methods compared by default, in the table's row order.
 METHODS = ("ERM", "GCE", "SCE", "FocalLoss", "TERM", "Genie ERM")
+#: Every method that can be asked for (``TERM-ESS`` only on request).
+ALL_METHODS = (*METHODS, "TERM-ESS")
+#: The effective sample size share of each batch that ``TERM-ESS`` keeps by default.
+ESS_TARGET = 0.5
+#: TERM's final tilt (the end of the paper's ramp).
+T_FINAL = -2.0
 #: The exponents ``q`` tried for the generalized cross-entropy.
 GCE_QS = (0.4, 0.8, 1.0)
 #: Training epochs of the full run.
@@ -85,6 +101,62 @@ def _fit(split, y_train, objective, *, model, epochs, seed, device, rows=None, e
     )
 
 
+def _objective(method: str, ce: Any, steps: int, ess: float) -> Any:
+    """The training objective of one method (GCE apart: it is fitted for several q)."""
+    from ..minibatch import linear_schedule
+    from ..torch import TiltedLoss
+
+    if method == "SCE":
+        return _deep.mean_of(_deep.symmetric_cross_entropy())
+    if method == "FocalLoss":
+        return _deep.mean_of(_deep.focal_loss(2.0))
+    if method == "TERM":
+        return TiltedLoss(ce, t=linear_schedule(0.0, T_FINAL, steps))
+    if method == "TERM-ESS":
+        return ESSTiltedLoss(ce, linear_schedule(1.0, ess, steps))
+    return _deep.mean_of(ce)  # ERM, and Genie ERM on the kept rows
+
+
+class _Reports:
+    """TERM's per-group reports (first seed) and the effective sample sizes (all seeds)."""
+
+    def __init__(self, first_seed: int):
+        self.first_seed = first_seed
+        self.reports: dict[str, dict] = {}
+        self.ess_all: dict[float, list[float]] = {}
+        self.ess_tilts: dict[float, list[list[float]]] = {}
+
+    def add(self, seed: int, p: float, losses: np.ndarray, y: np.ndarray, replaced: np.ndarray):
+        tilts = (T_FINAL, T_FINAL)
+        by_class = training_report(losses, y, tilts)
+        self.ess_all.setdefault(p, []).append(by_class["ess_all"])
+        if seed != self.first_seed:
+            return
+        where = f"TERM at t = {T_FINAL:g}, noise={p:g}, seed {seed}"
+        self.reports[f"{where}: per class (training labels)"] = by_class
+        kind = np.where(replaced, "replaced", "kept")
+        self.reports[f"{where}: replaced and kept labels"] = training_report(losses, kind, tilts)
+
+    def notes(self, ess: float) -> str:
+        out = ""
+        if self.ess_all:
+            shares = ", ".join(f"{p:g}: {np.mean(v):.2f}" for p, v in self.ess_all.items())
+            out += (
+                f"At the end of training, TERM's weights at t = {T_FINAL:g} keep an effective "
+                f"sample size of (by noise level, mean over seeds) {shares} of the data.\n"
+            )
+        if self.ess_tilts:
+            ts = ", ".join(
+                f"{p:g}: {np.mean([np.mean(v) for v in runs]):.2f}"
+                for p, runs in self.ess_tilts.items()
+            )
+            out += (
+                f"TERM-ESS keeps {ess:g} of each batch; its tilt over the second half of "
+                f"training averaged (by noise level) {ts}.\n"
+            )
+        return out
+
+
 def label_noise(
     seeds: int | Sequence[int] = 5,
     *,
@@ -96,6 +168,7 @@ def label_noise(
     device: str = "cpu",
     data_dir: str | None = None,
     epochs: int | None = None,
+    ess: float = ESS_TARGET,
 ) -> Reproduction:
     """Clean test accuracy of ERM, GCE, SCE, focal loss, TERM and Genie ERM under label noise.
 
@@ -110,7 +183,7 @@ def label_noise(
     noise : sequence of float, default (0.2, 0.4, 0.8)
         Shares of training (and validation) labels replaced at random.
     methods : sequence of str, default all of :data:`~tiltlab.reproduce.label_noise.METHODS`
-        The methods to train and compare.
+        The methods to train and compare (``"TERM-ESS"`` too, on request).
     model : {"mlp", "cnn"}, default "mlp"
     device : str, default "cpu"
         ``"cuda"`` to train on a GPU.
@@ -119,12 +192,14 @@ def label_noise(
         default: the handwritten digits shipped with scikit-learn.
     epochs : int, optional
         Override the number of epochs.
+    ess : float, default :data:`ESS_TARGET`
+        ``TERM-ESS``'s effective sample size share of each batch, in ``(0, 1]``.
 
     Returns
     -------
     Reproduction
         Rows ``(method, "noise=p", "accuracy", "test")``, the paper's CIFAR-10 numbers
-        beside where it has them.
+        beside where it has them, and the per-group reports of TERM (``group_reports``).
 
     See Also
     --------
@@ -141,11 +216,10 @@ def label_noise(
     """
     import torch
 
-    from ..minibatch import linear_schedule
-    from ..torch import TiltedLoss
-
     device = _deep.check_device(device)
-    methods = check_choices(methods, METHODS, "methods")
+    methods = check_choices(methods, ALL_METHODS, "methods")
+    if not 0.0 < ess <= 1.0:
+        raise ValueError(f"`ess` must be a share in (0, 1], got {ess!r}")
     levels = [float(p) for p in noise]
     if not levels or any(not 0.0 <= p < 1.0 for p in levels):
         raise ValueError(f"`noise` must be shares in [0, 1), got {noise!r}")
@@ -157,6 +231,7 @@ def label_noise(
     n_fits = sum(len(GCE_QS) if m == "GCE" else 1 for m in methods)
     bar = progress_bar(progress, len(seeds_) * len(levels) * n_fits, "label-noise")
     ce = torch.nn.CrossEntropyLoss(reduction="none")
+    reports = _Reports(first_seed=seeds_[0])
     for seed in seeds_:
         split = _data(seed, data_dir)
         for p in levels:
@@ -180,20 +255,15 @@ def label_noise(
                     chosen_q.setdefault(p, []).append(best[1])
                     net = best[2]
                 else:
-                    rows = None
-                    if m == "ERM":
-                        obj: Any = _deep.mean_of(ce)
-                    elif m == "SCE":
-                        obj = _deep.mean_of(_deep.symmetric_cross_entropy())
-                    elif m == "FocalLoss":
-                        obj = _deep.mean_of(_deep.focal_loss(2.0))
-                    elif m == "TERM":
-                        obj = TiltedLoss(ce, t=linear_schedule(0.0, -2.0, steps))
-                    else:  # Genie ERM
-                        obj = _deep.mean_of(ce)
-                        rows = np.flatnonzero(~replaced)
+                    obj = _objective(m, ce, steps, ess)
+                    rows = np.flatnonzero(~replaced) if m == "Genie ERM" else None
                     net = _fit(split, y_tr, obj, rows=rows, **fit_args)
                     bar.update(1)
+                    if m == "TERM":
+                        losses = training_losses(net, split.X_train, y_tr, device=device)
+                        reports.add(seed, p, losses, y_tr, replaced)
+                    elif m == "TERM-ESS":
+                        reports.ess_tilts.setdefault(p, []).append(obj.tilts[-(steps // 2) :])
                 acc.setdefault((m, p), []).append(
                     _deep.accuracy(net, split.X_test, split.y_test, device)
                 )
@@ -216,6 +286,7 @@ def label_noise(
         "TERM ramps t linearly from 0 to -2 over the iterations (the paper's recipe). "
         "SCE and focal loss are not in the paper's table.\n"
         + (f"GCE's q chosen on the noisy validation split, by noise level: {qs}.\n" if qs else "")
+        + reports.notes(ess)
         + f"{len(seeds_)} seed(s), {time.perf_counter() - started:.1f} s."
     )
     return Reproduction(
@@ -229,6 +300,7 @@ def label_noise(
         notes=notes,
         curves={"accuracy": acc, "noise": levels},
         plotter=_plot,
+        group_reports=reports.reports,
     )
 
 

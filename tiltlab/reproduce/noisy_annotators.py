@@ -16,6 +16,10 @@ Methods:
   of the annotators from them); the annotator-level tilt is ramped from 0 to -2 over the
   first half of training, as the paper's deep experiments ramp theirs;
 * ``Genie ERM``: ERM on the rows of the reliable annotators only.
+
+After training, the TERM network's per-sample losses on its training rows are reported
+per annotator (:func:`tiltlab.diagnostics.group_report` at the final tilts ``(t, 0)``)
+for the first seed, with the share of the annotator weights that the spammers keep.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import numpy as np
 
 from . import _deep
 from ._common import Reproduction, check_choices, format_grid, make_row, progress_bar, seed_list
+from ._deep_report import training_losses, training_report
 from ._figures import plot_accuracy_curves
 
 __all__ = [
@@ -173,6 +178,8 @@ def noisy_annotators(
     acc: dict[tuple[str, float], list[float]] = {}
     bar = progress_bar(progress, len(seeds_) * len(shares) * len(methods), "noisy-annotators")
     ce = torch.nn.CrossEntropyLoss(reduction="none")
+    reports: dict[str, dict] = {}
+    spam_weight: dict[float, list[float]] = {}
     for seed in seeds_:
         split = _deep.digits_split(seed)
         for share in shares:
@@ -202,6 +209,19 @@ def noisy_annotators(
                 acc.setdefault((m, share), []).append(
                     _deep.accuracy(net, split.X_test, split.y_test, device)
                 )
+                if m == "TERM":
+                    losses = training_losses(net, X, y, device=device)
+                    rep = training_report(losses, who, (t, 0.0))
+                    spammer = np.asarray(rep["group"]) < n_spam
+                    spam_weight.setdefault(share, []).append(
+                        float(np.sum(np.asarray(rep["weight"])[spammer]))
+                    )
+                    if seed == seeds_[0]:
+                        caption = (
+                            f"TERM at tilts ({t:g}, 0), spammers={share:.0%}, seed {seed}: per "
+                            f"annotator ({_spammers(n_spam)})"
+                        )
+                        reports[caption] = rep
                 bar.update(1)
     bar.close()
     rows = [
@@ -219,7 +239,8 @@ def noisy_annotators(
         f"{n_annotators} annotators,\neach training row labelled by one of them; the test "
         f"labels are clean. TERM: annotator-level t = {t:g} (ramped from 0 over the first "
         "half of training),\nno sample-level tilt. "
-        f"{len(seeds_)} seed(s), {time.perf_counter() - started:.1f} s."
+        + _weight_note(spam_weight)
+        + f"{len(seeds_)} seed(s), {time.perf_counter() - started:.1f} s."
     )
     return Reproduction(
         experiment="noisy-annotators",
@@ -232,6 +253,27 @@ def noisy_annotators(
         notes=notes,
         curves={"accuracy": acc, "shares": shares},
         plotter=_plot,
+        group_reports=reports,
+    )
+
+
+def _spammers(n_spam: int) -> str:
+    if n_spam == 0:
+        return "no spammers"
+    return (
+        "annotator 0 labels at random"
+        if n_spam == 1
+        else (f"annotators 0-{n_spam - 1} label at random")
+    )
+
+
+def _weight_note(spam_weight: dict[float, list[float]]) -> str:
+    if not spam_weight:
+        return ""
+    shares = ", ".join(f"{s:.0%}: {np.mean(v):.3f}" for s, v in spam_weight.items())
+    return (
+        "At the end of training the spammers hold this share of TERM's annotator weights "
+        f"(by share of spammers, mean over seeds): {shares}.\n"
     )
 
 

@@ -38,6 +38,8 @@ The code lives in submodules named after what they hold; import it from here:
 * :mod:`~tiltlab.risk.kernels`: the shifted risk and weight kernels, without validation;
 * :mod:`~tiltlab.risk.fast_path`: one-dimensional losses on eager backends;
 * :mod:`~tiltlab.risk.sample`: :func:`tilted_risk` and :func:`tilted_weights`;
+* :mod:`~tiltlab.risk.ess`: :func:`tilt_for_ess`, the tilt at a given effective sample
+  size;
 * :mod:`~tiltlab.risk.hierarchy`: hierarchical tilting (:class:`GroupTree`,
   :func:`build_tree`, :func:`hierarchy_eval`, :func:`hierarchical_risk`,
   :func:`hierarchical_weights`).
@@ -46,6 +48,7 @@ The code lives in submodules named after what they hold; import it from here:
 # ruff: noqa: F401  (private re-exports, see below)
 # Every name the single-module ``tiltlab.risk`` defined stays importable from here
 # (other tiltlab modules import the kernels and the ``prepare_*`` helpers).
+from .ess import tilt_for_ess
 from .fast_path import (
     _check_losses,
     _checked_extremes,
@@ -89,4 +92,10 @@ from .kernels import (
 )
 from .sample import _GRID_CHUNK, _risk_grid, tilted_risk, tilted_weights
 
-__all__ = ["tilted_risk", "tilted_weights", "hierarchical_risk", "hierarchical_weights"]
+__all__ = [
+    "tilted_risk",
+    "tilted_weights",
+    "hierarchical_risk",
+    "hierarchical_weights",
+    "tilt_for_ess",
+]
