@@ -297,9 +297,8 @@ def finish_partials(st: Any, acc: Any, t: float, dtype: Any) -> tuple[Any, Any] 
     # the kernel's shift c is the group's extreme on the tilt's side; its loss sum is
     # taken relative to it here (unused groups: 0 - 0 * c)
     c0 = c * used
-    groups = GroupState(
-        t=float(t), hi=hi_h, lo=lo_h, mass=mass, s=s, q=q, lsum=lsum - mass * c0, sums=(acc,)
-    )
+    groups = GroupState(t=float(t), hi=hi_h, lo=lo_h, mass=mass, s=s, q=q,
+                        lsum=lsum - mass * c0, sums=(acc,))
     state = groups.collapse()
     (grad,) = state.normalized_sums()
     return state.risk(None, dtype), grad
@@ -318,11 +317,9 @@ def _reductions():
         # elementwise, then CuPy's device-wide (CUB) sum: a ReductionKernel to a scalar
         # runs in one thread block and was 10x slower here
         _RED["expm1"] = cupy.ElementwiseKernel(
-            "T l, T c, T t", "T e", "e = expm1(t * (l - c))", "tilted_expm1"
-        )
+            "T l, T c, T t", "T e", "e = expm1(t * (l - c))", "tilted_expm1")
         _RED["exp"] = cupy.ElementwiseKernel(
-            "T l, T c, T t", "T e", "e = exp(t * (l - c))", "tilted_exp"
-        )
+            "T l, T c, T t", "T e", "e = exp(t * (l - c))", "tilted_exp")
     return _RED
 
 

@@ -93,7 +93,8 @@ class Segments:
                 raise ValueError(f"`n_groups` must be at least 1, got {g}")
         if c.size and (int(c.min()) < 0 or int(c.max()) >= g):
             raise ValueError(
-                f"`codes` must lie in [0, {g}), got values from {int(c.min())} to {int(c.max())}"
+                f"`codes` must lie in [0, {g}), got values from {int(c.min())} to "
+                f"{int(c.max())}"
             )
         return cls(codes=c, n_groups=g)
 

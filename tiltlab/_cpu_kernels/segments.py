@@ -358,14 +358,8 @@ def present_means(
 
 
 def accept_shared_shift(
-    d: np.ndarray,
-    t: float,
-    c: float,
-    k: float,
-    rho: float,
-    floor: float | None,
-    *,
-    compiled: bool | None = None,
+    d: np.ndarray, t: float, c: float, k: float, rho: float, floor: float | None, *,
+    compiled: bool | None = None
 ) -> np.ndarray:
     """The last step of a shared-shift group risk, in one compiled pass over the groups
     (NumPy where numba is absent or ``compiled`` is False).

@@ -273,14 +273,8 @@ class TiltState:
         def h(a):
             return None if a is None else _host(a)
 
-        return replace(
-            self,
-            mass=h(self.mass),
-            s=h(self.s),
-            q=h(self.q),
-            lsum=h(self.lsum),
-            sums=tuple(h(v) for v in self.sums),
-        )
+        return replace(self, mass=h(self.mass), s=h(self.s), q=h(self.q), lsum=h(self.lsum),
+                       sums=tuple(h(v) for v in self.sums))
 
 
 class GroupState(TiltState):
@@ -440,22 +434,16 @@ def _mean_block(cls, l, p, sums, xp, hi, lo, unit, seg, c):
         pe = xp.ones_like(l) if sums is not None else None
     if seg is None:
         lsum = xp.sum(d)
-        mass = (
-            _mass(l, p, xp)
-            if p is not None
-            else xp.asarray(
-                float(l.shape[0]) * (1.0 if unit is None else unit), dtype=l.dtype, device=dev
-            )
-        )
+        mass = _mass(l, p, xp) if p is not None else xp.asarray(
+            float(l.shape[0]) * (1.0 if unit is None else unit), dtype=l.dtype, device=dev)
     else:
         lsum = segment_sum(d, seg, xp)
         if p is not None:
             mass = segment_sum(p, seg, xp)
         else:
             counts = seg.counts * (1.0 if unit is None else unit)
-            mass = xp.asarray(
-                np.array(np.broadcast_to(counts, tuple(lsum.shape))), dtype=l.dtype, device=dev
-            )
+            mass = xp.asarray(np.array(np.broadcast_to(counts, tuple(lsum.shape))),
+                              dtype=l.dtype, device=dev)
     extra = tuple(sums(pe)) if sums is not None else ()
     return cls(t=0.0, hi=hi, lo=lo, mass=mass, s=mass, q=None, lsum=lsum, sums=extra)
 
@@ -491,11 +479,8 @@ def _group_block(cls, l, t, p, sums, seg, xp, tiny, unit):
     c = expand(xp.asarray(st.shift, dtype=l.dtype, device=dev), seg, xp)
     w = p
     if w is None:
-        mass = xp.asarray(
-            np.array(np.broadcast_to(seg.counts, hi.shape), dtype=np.float64),
-            dtype=l.dtype,
-            device=dev,
-        )
+        mass = xp.asarray(np.array(np.broadcast_to(seg.counts, hi.shape), dtype=np.float64),
+                          dtype=l.dtype, device=dev)
     else:
         mass = segment_sum(w, seg, xp)
     scale = st.scale
@@ -552,18 +537,8 @@ def series_threshold(dtype: Any, xp: Any) -> float:
     return float((24.0 * float(xp.finfo(dtype).eps)) ** (1.0 / 3.0))
 
 
-def finish_risk(
-    t: Any,
-    c: Any,
-    scale: Any,
-    q: Any,
-    s: Any,
-    mean: Any,
-    xp: Any,
-    *,
-    tiny: float,
-    series: tuple | None = None,
-) -> Any:
+def finish_risk(t: Any, c: Any, scale: Any, q: Any, s: Any, mean: Any, xp: Any, *,
+                tiny: float, series: tuple | None = None) -> Any:
     """The tilted risk from normalised sums, chosen element by element on device.
 
     ``t`` (finite, non-zero placeholders where the caller substitutes its own limits),
@@ -584,11 +559,8 @@ def finish_risk(
     True
     """
     small = scale <= 1
-    logz = xp.where(
-        small,
-        xp.log1p(xp.where(small, q, xp.zeros_like(q))),
-        xp.log(xp.where(small, xp.ones_like(s), s)),
-    )
+    logz = xp.where(small, xp.log1p(xp.where(small, q, xp.zeros_like(q))),
+                    xp.log(xp.where(small, xp.ones_like(s), s)))
     r = _add_scaled(c, logz, t, xp)
     r = xp.where(scale < tiny, mean + xp.zeros_like(r), r)
     if series is not None:
@@ -598,18 +570,8 @@ def finish_risk(
     return r
 
 
-def risk_of_exponents(
-    u: Any,
-    p: Any,
-    c: Any,
-    scale: Any,
-    mean: Any,
-    t: Any,
-    xp: Any,
-    *,
-    tiny: float,
-    series: tuple | None = None,
-) -> Any:
+def risk_of_exponents(u: Any, p: Any, c: Any, scale: Any, mean: Any, t: Any, xp: Any, *,
+                      tiny: float, series: tuple | None = None) -> Any:
     """The tilted risk along the last axis from the shifted exponents ``u = t (l - c)``
     (``<= 0``) and a normalised prior ``p`` (None: uniform): the two normalisers of
     :func:`finish_risk`, formed in one place.
@@ -629,3 +591,5 @@ def risk_of_exponents(
     q = wmean(xp.expm1(u))
     z = wmean(xp.exp(u))
     return finish_risk(t, c, scale, q, z, mean, xp, tiny=tiny, series=series)
+
+

@@ -69,9 +69,8 @@ def _shift(t: float, hi: float, lo: float, mode: str, dtype: Any) -> float:
     return float(np.asarray(c, dtype=dtype))
 
 
-def group_risk(
-    losses: Any, t: float, prior: Any, segments: Segments, xp: Any, *, unit: float | None = None
-) -> Any:
+def group_risk(losses: Any, t: float, prior: Any, segments: Segments, xp: Any, *,
+               unit: float | None = None) -> Any:
     """The tilted risk of every group of ``segments`` (NaN for groups without support).
 
     The same numbers as ``TiltState.from_block(losses, t, prior, segments=segments,
@@ -292,18 +291,11 @@ def _scatter(values: np.ndarray, where: np.ndarray, size: int) -> np.ndarray:
     return out
 
 
-def labelled_level(
-    l: np.ndarray,
-    t: float,
-    codes: np.ndarray,
-    n_groups: int,
-    counts: np.ndarray | None = None,
-    *,
-    weights: bool = False,
-    onehot: np.ndarray | None = None,
-    members: Callable[[], tuple] | None = None,
-    weights_only: float | None = None,
-) -> LabelledLevel | None:
+def labelled_level(l: np.ndarray, t: float, codes: np.ndarray, n_groups: int,
+                   counts: np.ndarray | None = None, *, weights: bool = False,
+                   onehot: np.ndarray | None = None,
+                   members: Callable[[], tuple] | None = None,
+                   weights_only: float | None = None) -> LabelledLevel | None:
     """The tilted risk of every group given by int64 ``codes`` in ``[0, n_groups)``
     under the uniform prior (NumPy, 1-d losses ``l``), with one shared shift
     (:func:`shared_shift_risk`'s rule, its acceptance test and its repair), and, with
@@ -388,9 +380,8 @@ def labelled_level(
             np.log(r, out=r)
     floor = -_underflow_limit(l.dtype) if mode == "s" else None
     k = 1.0 / abs(t) if mode == "s" else 0.0
-    bad = _kernels.accept_shared_shift(
-        r, None if mode == "mean" else t, c, k, RHO, floor, compiled=compiled
-    )
+    bad = _kernels.accept_shared_shift(r, None if mode == "mean" else t, c, k, RHO, floor,
+                                       compiled=compiled)
     if weights_only is not None and bad.size:
         # the risks only weigh the groups at the top tilt: a group's weight is off by
         # |top tilt| times its risk's error, eps (|R - c| + k), which the bar bounds
@@ -400,16 +391,8 @@ def labelled_level(
     repaired = None
     if bad.size:
         groups = bad if where is None else where[bad]
-        out = _own_shift(
-            l,
-            t,
-            None,
-            codes,
-            counts,
-            groups,
-            want=weights,
-            members=None if members is None else members(),
-        )
+        out = _own_shift(l, t, None, codes, counts, groups, want=weights,
+                         members=None if members is None else members())
         if weights:
             r[bad], repaired = out[0], out[1:]
         else:
@@ -525,16 +508,8 @@ def _finish(z: np.ndarray, mass: np.ndarray, t: float, mode: str, c: float, dtyp
     return r, bad[mass[bad] > 0]
 
 
-def _own_shift(
-    l: np.ndarray,
-    t: float,
-    p: Any,
-    codes: np.ndarray,
-    counts: np.ndarray,
-    groups: np.ndarray,
-    want: bool = False,
-    members: tuple | None = None,
-):
+def _own_shift(l: np.ndarray, t: float, p: Any, codes: np.ndarray, counts: np.ndarray,
+               groups: np.ndarray, want: bool = False, members: tuple | None = None):
     """The risks of ``groups`` (ascending, of the partition given by ``codes`` and the
     ``counts`` of every code) from their own samples, by the group state (float64).
     ``members`` (``(order, starts)``: the samples sorted by code and where each code
@@ -556,10 +531,8 @@ def _own_shift(
         order, starts = members
         ends = np.cumsum(sizes)
         pos = np.repeat(np.arange(groups.shape[0]), sizes)
-        items = order[
-            np.repeat(starts[groups] - (ends - sizes), sizes)
-            + np.arange(int(ends[-1]) if ends.size else 0)
-        ]
+        items = order[np.repeat(starts[groups] - (ends - sizes), sizes)
+                      + np.arange(int(ends[-1]) if ends.size else 0)]
     sub = Segments._trusted(pos, sizes)
     pr = None if p is None else p[items]
     unit = 1.0 / max(int(items.size), 1) if t == 0.0 and p is None else None
@@ -569,9 +542,8 @@ def _own_shift(
         kept.append(pe)
         return ()
 
-    st = TiltState.from_block(
-        l[items], t, pr, segments=sub, xp=np, unit=unit, sums=keep if want else None
-    )
+    st = TiltState.from_block(l[items], t, pr, segments=sub, xp=np, unit=unit,
+                              sums=keep if want else None)
     risks = st.risk(np, l.dtype).astype(np.float64)
     if not want:
         return risks

@@ -61,7 +61,6 @@ __all__ = [
     "tree_reduce",
 ]
 
-
 @dataclass
 class DaskPlan:
     """Row-chunked (and possibly persisted) data of one objective, with per-chunk keys."""
@@ -211,17 +210,10 @@ def _persist_together(arrays: list, columns: list, rows: tuple) -> tuple[list, l
         if a is None:
             out.append(None)
             continue
-        out.append(
-            da.concatenate(
-                [
-                    da.from_delayed(
-                        blocks[i][k], shape=(rows[i],) + tuple(a.shape[1:]), dtype=a.dtype
-                    )
-                    for i in range(len(rows))
-                ],
-                axis=0,
-            )
-        )
+        out.append(da.concatenate([
+            da.from_delayed(blocks[i][k], shape=(rows[i],) + tuple(a.shape[1:]), dtype=a.dtype)
+            for i in range(len(rows))
+        ], axis=0))
     return blocks, out
 
 
@@ -310,7 +302,8 @@ def _evaluation_parts(objective: Any, theta: Any, V: Any, mode: str) -> tuple:
     if plan.codes is None:
         tau = float(problem.tilts[-1])
         fn = delayed(chunk_sample_state, pure=False)
-        parts = [fn(Xb, yb, pb, theta, V, problem.loss, tau, mode) for Xb, yb, pb, _ in plan.blocks]
+        parts = [fn(Xb, yb, pb, theta, V, problem.loss, tau, mode)
+                 for Xb, yb, pb, _ in plan.blocks]
         parts = reduce_to(parts, merge_states)  # the last merge is the finishing task's
         combine = None
     else:

@@ -38,7 +38,8 @@ def _require_sizes(**arrays: Any) -> None:
             raise ValueError(_UNKNOWN.format(name=name))
 
 
-def dask_tilted_weights(losses: Any, t: Any, *, axis: int, weights: Any, check_finite: bool) -> Any:
+def dask_tilted_weights(losses: Any, t: Any, *, axis: int, weights: Any,
+                        check_finite: bool) -> Any:
     """Lazy tilted weights of 1-d Dask losses at one host tilt (None: the generic path).
 
     ``w_i = p_i exp(t (l_i - R)) / sum_j p_j exp(t (l_j - R))`` with ``R`` the lazy tilted
@@ -62,9 +63,8 @@ def dask_tilted_weights(losses: Any, t: Any, *, axis: int, weights: Any, check_f
         or losses.shape[0] == 0
     ):
         return None
-    R = dask_tilted_risk(
-        losses, tv, axis=axis, weights=weights, keepdims=False, check_finite=check_finite
-    )
+    R = dask_tilted_risk(losses, tv, axis=axis, weights=weights, keepdims=False,
+                         check_finite=check_finite)
     if R is None:
         return None
     dtype = _result_dtype(losses)
@@ -148,9 +148,8 @@ def _host_tilts(t: Any) -> tuple[list, bool] | None:
     return [float(v) for v in a], True
 
 
-def dask_tilted_risk(
-    losses: Any, t: Any, *, axis: int, weights: Any, keepdims: bool, check_finite: bool
-) -> Any:
+def dask_tilted_risk(losses: Any, t: Any, *, axis: int, weights: Any, keepdims: bool,
+                     check_finite: bool) -> Any:
     """Lazy tilted risk of Dask losses at host tilts (None: use the generic path).
 
     The graph: per chunk a :class:`~tiltlab.accumulator.TiltState` for each tilt (a grid
@@ -205,8 +204,10 @@ def _risk_graph(losses: Any, ts: list, weights: Any) -> Any:
     states_t = [tv if math.isfinite(tv) else 0.0 for tv in ts]
     fn = delayed(chunk_loss_states, pure=False)
     wb = _blocks(w) or [None] * len(losses.chunks[0])
-    parts = [fn(lb, pb, states_t, unit, True) for lb, pb in zip(_blocks(losses), wb, strict=True)]
-    root = delayed(_finish_risks, pure=False)(tree_reduce(parts, merge_state_lists), ts, dtype.str)
+    parts = [fn(lb, pb, states_t, unit, True)
+             for lb, pb in zip(_blocks(losses), wb, strict=True)]
+    root = delayed(_finish_risks, pure=False)(tree_reduce(parts, merge_state_lists), ts,
+                                              dtype.str)
     return da.from_delayed(root, shape=(len(ts),), dtype=dtype)
 
 
@@ -233,8 +234,7 @@ def _rows_risk_graph(losses: Any, ax: int, ts: list, weights: Any) -> Any:
     for i, mb in enumerate(l2.chunks[0]):
         parts = [fn(blocks[i, j], wb[j], states_t, unit) for j in range(blocks.shape[1])]
         root = delayed(_finish_row_risks, pure=False)(
-            tree_reduce(parts, merge_state_lists), ts, dtype.str
-        )
+            tree_reduce(parts, merge_state_lists), ts, dtype.str)
         rows.append(da.from_delayed(root, shape=(len(ts), mb), dtype=dtype))
     out = da.concatenate(rows, axis=1)
     return out.reshape((len(ts),) + batch) if len(batch) != 1 else out
@@ -302,9 +302,8 @@ def _paired(codes: Any, losses: Any) -> Any:
     return codes.rechunk((losses.chunks[0],))
 
 
-def dask_hierarchical_risk(
-    losses: Any, groups: Any, tilts: Any, *, weights: Any, check_finite: bool
-) -> Any:
+def dask_hierarchical_risk(losses: Any, groups: Any, tilts: Any, *, weights: Any,
+                           check_finite: bool) -> Any:
     """Lazy hierarchical risk of 1-d Dask losses (None: use the generic path).
 
     No ``compute`` runs at call time when the labels of the innermost level are integers:
@@ -339,9 +338,8 @@ def dask_hierarchical_risk(
         tree = build_tree(groups, int(n))
         ts = prepare_tilts(tilts, tree.depth)
         codes = da.from_array(tree.levels[0].codes, chunks=(losses.chunks[0],))
-        upper = GroupTree(
-            n_samples=tree.levels[0].n_groups, levels=tuple(tree.levels[1:]), sample_layouts=()
-        )
+        upper = GroupTree(n_samples=tree.levels[0].n_groups, levels=tuple(tree.levels[1:]),
+                          sample_layouts=())
     w = _weights_like(weights, losses)
     dtype = _result_dtype(losses)
     tau = float(ts[-1])

@@ -38,14 +38,9 @@ __all__ = [
 FAN_IN = 8
 
 
+
 def group_state(
-    l: Any,
-    p: Any,
-    seg: Segments,
-    t: float,
-    xp: Any,
-    *,
-    sums: Any = None,
+    l: Any, p: Any, seg: Segments, t: float, xp: Any, *, sums: Any = None,
     unit: float | None = None,
 ) -> GroupState:
     """States of the groups of ``seg`` from one chunk's losses ``l`` (prior ``p`` or None).
@@ -157,22 +152,18 @@ def _sub_blocks(Xb: Any, *rest: Any):
             yield (Xb[r0:r1, ...],) + tuple(None if a is None else a[r0:r1, ...] for a in rest)
 
 
-def chunk_sample_state(
-    Xb: Any, yb: Any, pb: Any, theta: Any, V: Any, loss: Any, t: float, mode: str
-) -> Any:
+def chunk_sample_state(Xb: Any, yb: Any, pb: Any, theta: Any, V: Any, loss: Any, t: float,
+                       mode: str) -> Any:
     """One chunk's :class:`TiltState` for a sample-level objective (None: non-finite), merged
     over cache-sized sub-blocks; see :func:`_block_sample_state` for ``mode``."""
-    return merge_states(
-        *[
-            _block_sample_state(X1, y1, p1, theta, V, loss, t, mode)
-            for X1, y1, p1 in _sub_blocks(Xb, yb, pb)
-        ]
-    )
+    return merge_states(*[
+        _block_sample_state(X1, y1, p1, theta, V, loss, t, mode)
+        for X1, y1, p1 in _sub_blocks(Xb, yb, pb)
+    ])
 
 
-def _block_sample_state(
-    Xb: Any, yb: Any, pb: Any, theta: Any, V: Any, loss: Any, t: float, mode: str
-) -> Any:
+def _block_sample_state(Xb: Any, yb: Any, pb: Any, theta: Any, V: Any, loss: Any, t: float,
+                        mode: str) -> Any:
     """One chunk's :class:`TiltState` for a sample-level objective (None: non-finite).
 
     ``mode``: ``"value"`` (no sums), ``"grad"`` (``X^T (pe l')``), ``"hvp"`` (the
@@ -201,7 +192,6 @@ def _block_sample_state(
         def sums(pe):
             diag = pe * (d2 + t * d1 * d1) if t != 0.0 else pe * d2
             return (Xb.T @ (diag[:, None] * Xb), Xb.T @ (pe * d1))
-
     return _sample_state(D["ell"], pb, t, xp, sums)
 
 
@@ -210,13 +200,7 @@ EMPTY = "empty"
 
 
 def _sample_state(
-    ell: Any,
-    pb: Any,
-    t: float,
-    xp: Any,
-    sums: Any,
-    *,
-    raise_nonfinite: bool = False,
+    ell: Any, pb: Any, t: float, xp: Any, sums: Any, *, raise_nonfinite: bool = False,
     unit: float | None = None,
 ) -> Any:
     if raise_nonfinite and pb is not None and not bool(xp.all(xp.isfinite(ell))):
@@ -252,9 +236,8 @@ def _accumulated(lb: Any, pb: Any, xp: Any) -> tuple[Any, Any]:
     return lb, (None if pb is None else xp.astype(pb, lb.dtype))
 
 
-def chunk_loss_state(
-    lb: Any, pb: Any, t: float, unit: float | None = None, check: bool = True
-) -> Any:
+def chunk_loss_state(lb: Any, pb: Any, t: float, unit: float | None = None,
+                     check: bool = True) -> Any:
     """One chunk's :class:`TiltState` of given losses (for :func:`tiltlab.tilted_risk`);
     :data:`EMPTY` for an empty chunk. ``unit``: the weight of a sample at ``t = 0``."""
     xp = _ns(lb)
@@ -264,9 +247,8 @@ def chunk_loss_state(
     return _sample_state(lb, pb, t, xp, None, raise_nonfinite=check, unit=unit)
 
 
-def _group_state_or_none(
-    ell, pb, seg, tau, xp, sums, *, raise_nonfinite: bool = False, unit: float | None = None
-):
+def _group_state_or_none(ell, pb, seg, tau, xp, sums, *, raise_nonfinite: bool = False,
+                         unit: float | None = None):
     if raise_nonfinite and pb is not None and not bool(xp.all(xp.isfinite(ell))):
         _raise_nonfinite(ell, xp)  # zero-weight samples too, as on the eager backends
     if pb is not None:
@@ -279,9 +261,8 @@ def _group_state_or_none(
         return None
 
 
-def chunk_loss_group_state(
-    lb: Any, pb: Any, cb: Any, tau: float, n_groups: int, unit: float | None = None
-):
+def chunk_loss_group_state(lb: Any, pb: Any, cb: Any, tau: float, n_groups: int,
+                           unit: float | None = None):
     """One chunk's :class:`GroupState` of given losses (for hierarchical_risk); :data:`EMPTY`
     for an empty chunk. ``unit``: the weight of a sample at ``tau = 0``."""
     xp = _ns(lb)
@@ -346,9 +327,8 @@ def _chunk_labels(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return labels, inverse.reshape(-1).astype(np.int64)
 
 
-def chunk_label_state(
-    lb: Any, pb: Any, cb: Any, tau: float, unit: float | None, check: bool
-) -> Any:
+def chunk_label_state(lb: Any, pb: Any, cb: Any, tau: float, unit: float | None,
+                      check: bool) -> Any:
     """One chunk's group states keyed by the group labels it holds (hierarchical_risk).
 
     ``cb`` holds integer labels of the chunk's samples (any range). Returns
@@ -392,16 +372,9 @@ def _spread(st: GroupState, index: np.ndarray, G: int) -> GroupState:
         out[index] = a
         return out
 
-    return replace(
-        st,
-        hi=put(st.hi, -np.inf),
-        lo=put(st.lo, np.inf),
-        mass=put(st.mass, 0),
-        s=put(st.s, 0),
-        q=put(st.q, 0),
-        lsum=put(st.lsum, 0),
-        sums=tuple(put(v, 0) for v in st.sums),
-    )
+    return replace(st, hi=put(st.hi, -np.inf), lo=put(st.lo, np.inf), mass=put(st.mass, 0),
+                   s=put(st.s, 0), q=put(st.q, 0), lsum=put(st.lsum, 0),
+                   sums=tuple(put(v, 0) for v in st.sums))
 
 
 def merge_label_states(*parts: Any) -> Any:
@@ -431,9 +404,8 @@ def merge_label_states(*parts: Any) -> Any:
 # several tilts at once, and N-d losses (tilted_risk)
 
 
-def chunk_loss_states(
-    lb: Any, pb: Any, ts: list, unit: float | None = None, check: bool = True
-) -> list:
+def chunk_loss_states(lb: Any, pb: Any, ts: list, unit: float | None = None,
+                      check: bool = True) -> list:
     """:func:`chunk_loss_state` at each tilt of ``ts`` (one list entry per tilt)."""
     return [chunk_loss_state(lb, pb, t, unit, check) for t in ts]
 
@@ -455,9 +427,8 @@ def chunk_row_states(lb: Any, pb: Any, ts: list, unit: float | None) -> list:
     if pb is not None:
         p = xp.reshape(xp.broadcast_to(xp.astype(pb, lb.dtype)[None, :], (mb, nb)), (mb * nb,))
     seg = Segments.from_codes(np.repeat(np.arange(mb, dtype=np.int64), nb), mb)
-    return [
-        _group_state_or_none(flat, p, seg, t, xp, None, raise_nonfinite=True, unit=unit) for t in ts
-    ]
+    return [_group_state_or_none(flat, p, seg, t, xp, None, raise_nonfinite=True, unit=unit)
+            for t in ts]
 
 
 def merge_state_lists(*parts: list) -> list:

@@ -47,6 +47,7 @@ SOLVERS = ("lbfgs", "newton", "agd", "gd", "stochastic")
 AUTO_EARLY_STOPPING_ROWS = 1000
 
 
+
 # ---------------------------------------------------------------------- the fitted problem
 
 

@@ -125,7 +125,9 @@ def check_solver_options(options: Any) -> dict[str, Any]:
         if key == "max_passes":
             v = check_real(value, "solver_options['max_passes']")
             if v <= 0:
-                raise ValueError(f"`solver_options['max_passes']` must be positive, got {value!r}")
+                raise ValueError(
+                    f"`solver_options['max_passes']` must be positive, got {value!r}"
+                )
     return dict(options)
 
 

@@ -199,14 +199,9 @@ class TiltedProblem(PicklableNamespace):
         """
         xp = self.xp
         host = isinstance(theta, np.ndarray)
-        if (
-            host
-            and is_numpy_namespace(xp)
-            and theta.dtype == self.dtype
-            and self.shape is not None
-            and theta.shape in (self.shape, (theta.size,))
-            and theta.size == math.prod(self.shape)
-        ):
+        if (host and is_numpy_namespace(xp) and theta.dtype == self.dtype
+                and self.shape is not None and theta.shape in (self.shape, (theta.size,))
+                and theta.size == math.prod(self.shape)):
             return theta  # already what the checks below would return (the solvers' case)
         if host and not is_numpy_namespace(xp):
             if theta.dtype.kind in "fiub" and not np.all(np.isfinite(theta)):

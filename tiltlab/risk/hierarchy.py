@@ -195,15 +195,8 @@ def _group_level(v: Any, m: Any, M: Any, seg: Segments, tau: float, xp: Any, wan
         keep.append(pe)
         return ()
 
-    st = TiltState.from_block(
-        v,
-        tau,
-        prior,
-        sums=sums if want and tau != 0.0 else None,
-        segments=seg,
-        xp=xp,
-        unit=m if uniform else None,
-    )
+    st = TiltState.from_block(v, tau, prior, sums=sums if want and tau != 0.0 else None,
+                              segments=seg, xp=xp, unit=m if uniform else None)
     R = st.risk(xp, v.dtype)
     if not want:
         return R, None
@@ -212,7 +205,8 @@ def _group_level(v: Any, m: Any, M: Any, seg: Segments, tau: float, xp: Any, wan
     return R, keep[0] / _segments.expand(st.s, seg, xp)
 
 
-def _extreme_level(v: Any, m: Any, seg: Segments, tau: float, xp: Any, want: bool, uniform: bool):
+def _extreme_level(v: Any, m: Any, seg: Segments, tau: float, xp: Any, want: bool,
+                   uniform: bool):
     """One level at ``tau = +-inf``: the extreme child of each group, and the prior
     restricted to the tied extremes."""
     on = None if uniform else m > 0
@@ -256,9 +250,8 @@ def _level_masses(p: Any, tree: GroupTree, like: Any, xp: Any) -> list[Any]:
             host = [tree.levels[0].counts / n]
             for lev in tree.levels[1:]:
                 host.append(np.bincount(lev.codes, weights=host[-1], minlength=lev.n_groups))
-            cache[key] = [None] + [
-                xp.asarray(h, dtype=like.dtype, device=device(like)) for h in host
-            ]
+            cache[key] = [None] + [xp.asarray(h, dtype=like.dtype, device=device(like))
+                                   for h in host]
         return cache[key]
     masses = [p]
     for lev in tree.levels:
@@ -266,16 +259,8 @@ def _level_masses(p: Any, tree: GroupTree, like: Any, xp: Any) -> list[Any]:
     return masses
 
 
-def hierarchy_eval(
-    l: Any,
-    p: Any,
-    tree: GroupTree,
-    ts: Sequence[float],
-    xp: Any,
-    *,
-    weights: bool = True,
-    route: str = "auto",
-):
+def hierarchy_eval(l: Any, p: Any, tree: GroupTree, ts: Sequence[float], xp: Any, *,
+                   weights: bool = True, route: str = "auto"):
     """Hierarchical risk and per-sample weights, without validation.
 
     ``ts`` holds ``tree.depth + 1`` floats, outermost first; ``p`` a normalised prior
@@ -337,7 +322,8 @@ def _prepare_hierarchy(losses: Any, groups: Any, tilts: Any, weights: Any, xp: A
     p = prepare_prior(weights, l, xp)
     # NumPy 1-d losses with the uniform prior at a finite innermost tilt: the first level
     # reads their extremes and rejects NaN and infinity there (no separate pass)
-    checked_later = is_numpy_namespace(xp) and l.ndim == 1 and p is None and math.isfinite(ts[-1])
+    checked_later = (is_numpy_namespace(xp) and l.ndim == 1 and p is None
+                     and math.isfinite(ts[-1]))
     if check and not checked_later:
         check_finite(l, xp, name="losses", skip="check_finite=False")
     check_group_mass(p, tree, xp)
@@ -454,7 +440,8 @@ def hierarchical_weights(
     return narrow(_eval_or_nan(l, p, tree, ts, xp, True, check_finite), half, xp)
 
 
-def _eval_or_nan(l: Any, p: Any, tree: GroupTree, ts: Any, xp: Any, want: bool, check: bool) -> Any:
+def _eval_or_nan(l: Any, p: Any, tree: GroupTree, ts: Any, xp: Any, want: bool,
+                 check: bool) -> Any:
     """The hierarchical risk (or weights); NaN for non-finite losses when unchecked."""
     if not check and not bool(xp.all(xp.isfinite(l))):
         nan = xp.asarray(math.nan, dtype=l.dtype, device=device(l))

@@ -96,9 +96,8 @@ def _risk_kernel(l: Any, p: Any, tt: Any, xp: Any) -> Any:
     if getattr(tt, "requires_grad", False):
         series = _series(l, p, mean, tb, s, xp)
     tiny = tiny_sqrt(l.dtype, xp)
-    r = risk_of_exponents(
-        s.u, p, s.c, scale, mean + xp.zeros_like(s.c), s.t_fin, xp, tiny=tiny, series=series
-    )
+    r = risk_of_exponents(s.u, p, s.c, scale, mean + xp.zeros_like(s.c), s.t_fin, xp,
+                          tiny=tiny, series=series)
     r = xp.where(tb == 0, mean + xp.zeros_like(r), r) if series is None else r
     r = xp.where(tb == xp.inf, s.lmax + xp.zeros_like(r), r)
     r = xp.where(tb == -xp.inf, s.lmin + xp.zeros_like(r), r)

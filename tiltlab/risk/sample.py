@@ -116,9 +116,8 @@ def tilted_risk(
     xp = namespace_of(losses=losses, weights=weights) if xp is None else xp
     impl = TILTED_RISK.dispatch(xp)  # a library with its own evaluation (Dask: one graph)
     if impl is not None:
-        out = impl(
-            losses, t, axis=axis, weights=weights, keepdims=keepdims, check_finite=check_finite
-        )
+        out = impl(losses, t, axis=axis, weights=weights, keepdims=keepdims,
+                   check_finite=check_finite)
         if out is not None:
             return out
     l, half = widen_half(prepare_losses(losses, xp, False), xp)

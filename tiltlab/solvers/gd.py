@@ -100,3 +100,4 @@ class GradientDescent(Solver):
             x = state.x - memo.alpha * state.jac
             f, g = objective.value_and_gradient(x)
         return make_state(x, f, g, xp, nit=state.nit + 1, step=memo.alpha, memo=memo)
+

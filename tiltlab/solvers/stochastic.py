@@ -205,7 +205,8 @@ class StochasticTERM(Solver):
         if run.n_cuts > self.max_cuts:
             out.failed = Status.DIVERGED
             out.detail = (
-                f"the step was lowered {self.max_cuts} times, to {run.lr:.3g}; pass a smaller `lr`"
+                f"the step was lowered {self.max_cuts} times, to {run.lr:.3g}; "
+                "pass a smaller `lr`"
             )
             return out
         run.lr *= 0.25

@@ -11,7 +11,6 @@ from ..._dispatch import Dispatch
 
 __all__ = ["ENGINES", "Context", "Engine"]
 
-
 @dataclasses.dataclass
 class Context:
     """What an objective hands its engines with each call.

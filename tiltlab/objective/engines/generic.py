@@ -32,9 +32,8 @@ from .base import Context, Engine
 __all__ = ["GENERIC", "GenericEngine", "aggregate", "penalty", "tilt_term_coef"]
 
 
-def aggregate(
-    problem: Any, ell: Any, theta: Any = None, *, weights: bool = True
-) -> tuple[Any, Any]:
+def aggregate(problem: Any, ell: Any, theta: Any = None, *,
+              weights: bool = True) -> tuple[Any, Any]:
     """Risk and per-sample weights of the losses ``ell`` under the problem's tilts
     (``weights=False``: the weights may be None, where that saves work).
 
