@@ -80,7 +80,7 @@ def test_combine_checks_its_input():
     with pytest.raises(TypeError, match="`statistics`"):
         tilt.combine([])
     with pytest.raises(ValueError, match="`combined`"):
-        tilt.weights(np.ones(3), combined=np.zeros((6, 2)))
+        tilt.weights(np.ones(3), combined=np.zeros((7, 2)))
     with pytest.raises(ValueError, match="`statistics`"):
         MinibatchTilt(1.0, estimator="mlmc", base_batch_size=2).statistics(np.ones(4))
 

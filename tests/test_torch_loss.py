@@ -174,7 +174,7 @@ def test_compile_fullgraph_without_breaks(estimator):
     compiled = torch.compile(compiled_module, fullgraph=True, backend=counting_backend)
     gen = torch.Generator().manual_seed(0)
     for _ in range(5):
-        l = torch.rand(16, generator=gen)
+        l = torch.rand(16, generator=gen, dtype=torch.float32)
         a = l.clone().requires_grad_(True)
         b = l.clone().requires_grad_(True)
         out_a, out_b = eager(a), compiled(b)
@@ -194,7 +194,7 @@ def test_compile_group_level():
     compiled = torch.compile(module, fullgraph=True, backend="aot_eager")
     gen = torch.Generator().manual_seed(1)
     for _ in range(3):
-        l = torch.rand(12, generator=gen)
+        l = torch.rand(12, generator=gen, dtype=torch.float32)
         g = torch.randint(0, 3, (12,), generator=gen)
         torch.testing.assert_close(compiled(l, groups=g), eager(l, groups=g), rtol=1e-6, atol=1e-7)
     torch.testing.assert_close(module.risk, eager.risk)

@@ -1,10 +1,12 @@
 """Mergeable statistics of a batch: what the running and variational estimators need.
 
-The statistics of a batch are, per group, six numbers ``(hi, lo, s, e, n, total)``: the
-largest and the smallest loss, ``s = sum_i exp(t (l_i - c))`` and ``e = sum_i expm1(t (l_i
-- c))`` relative to the shift ``c`` (``hi`` for t > 0, ``lo`` otherwise, so that no
-exponent is positive; at t = +-inf ``s`` counts the losses equal to ``c``), the number of
-losses and their sum. They are stored as one array of shape ``(6, G)``.
+The statistics of a batch are, per group, seven numbers ``(hi, lo, s, e, n, total, q)``:
+the largest and the smallest loss, ``s = sum_i exp(t (l_i - c))`` and ``e = sum_i
+expm1(t (l_i - c))`` relative to the shift ``c`` (``hi`` for t > 0, ``lo`` otherwise, so
+that no exponent is positive; at t = +-inf ``s`` counts the losses equal to ``c``), the
+number of losses, their sum, and ``q = sum_i exp(2 t (l_i - c))`` (the effective sample
+size of the group's weights is ``s**2 / q``). They are stored as one array of shape
+``(7, G)``.
 
 Statistics of disjoint batches merge exactly (:func:`merge`: the shifted sums are moved to
 the common shift in the log domain), so a batch split across processes or micro-batches
@@ -27,8 +29,8 @@ from ._kernels import const, device, running_update, tilt_parts, tilted_columns
 
 __all__: list[str] = []
 
-HI, LO, S, E, N, TOTAL = range(6)
-N_STATS = 6
+HI, LO, S, E, N, TOTAL, Q = range(7)
+N_STATS = 7
 
 
 def is_number(t: Any) -> bool:
@@ -69,14 +71,16 @@ def batch_stats(values: Any, mask: Any, t: Any, xp: Any) -> Any:
         if on is not None:  # an absent group's shift is +-big: keep t * (v - c) finite
             c = xp.where(n > 0, c, zero)
         if t == 0:
-            s, e = n, xp.zeros_like(n)
+            s, e, q = n, xp.zeros_like(n), n
         elif math.isinf(t):
             s, e = msum(xp.astype(v == c, dtype)), xp.zeros_like(n)
+            q = s
         else:
             u = t * (v - c)
             if on is not None:
                 u = xp.where(on, u, zero)
-            s, e = msum(xp.exp(u)), msum(xp.expm1(u))
+            ex = xp.exp(u)
+            s, e, q = msum(ex), msum(xp.expm1(u)), msum(ex * ex)
     else:
         t_fin, is_zero, regular = tilt_parts(t, xp)
         c = xp.where(t > 0, hi, lo)
@@ -86,24 +90,26 @@ def batch_stats(values: Any, mask: Any, t: Any, xp: Any) -> Any:
         if on is not None:
             u = xp.where(on, u, zero)
         ties = msum(xp.astype(v == c, dtype))
-        s = xp.where(regular, msum(xp.exp(u)), xp.where(is_zero, n, ties))
+        ex = xp.exp(u)
+        s = xp.where(regular, msum(ex), xp.where(is_zero, n, ties))
         e = xp.where(regular, msum(xp.expm1(u)), zero)
-    return xp.stack([hi, lo, s, e, n, total])
+        q = xp.where(regular, msum(ex * ex), xp.where(is_zero, n, ties))
+    return xp.stack([hi, lo, s, e, n, total, q])
 
 
 def merge(stacked: Any, t: Any, xp: Any) -> Any:
     """Merge statistics ``(P, 6, G)`` of P disjoint batches into those of their union."""
-    hi_k, lo_k, s_k, e_k, n_k = (stacked[:, i, ...] for i in (HI, LO, S, E, N))
+    hi_k, lo_k, s_k, e_k, n_k, q_k = (stacked[:, i, ...] for i in (HI, LO, S, E, N, Q))
     hi, lo = xp.max(hi_k, axis=0), xp.min(lo_k, axis=0)
     n, total = xp.sum(n_k, axis=0), xp.sum(stacked[:, TOTAL, ...], axis=0)
     zero = const(0.0, stacked, xp)
     if is_number(t):
         if t == 0:
-            return xp.stack([hi, lo, n, xp.zeros_like(n), n, total])
+            return xp.stack([hi, lo, n, xp.zeros_like(n), n, total, n])
         c_k, c = (hi_k, hi) if t > 0 else (lo_k, lo)
         if math.isinf(t):
             s = xp.sum(xp.where(c_k == c, s_k, zero), axis=0)
-            return xp.stack([hi, lo, s, xp.zeros_like(n), n, total])
+            return xp.stack([hi, lo, s, xp.zeros_like(n), n, total, s])
         d = xp.where(n_k > 0, t * (xp.where(n_k > 0, c_k, c) - c), zero)
     else:
         t_fin, is_zero, regular = tilt_parts(t, xp)
@@ -112,11 +118,13 @@ def merge(stacked: Any, t: Any, xp: Any) -> Any:
     f = xp.exp(d)
     s = xp.sum(s_k * f, axis=0)
     e = xp.sum(e_k * f + n_k * xp.expm1(d), axis=0)
+    q = xp.sum(q_k * f * f, axis=0)
     if not is_number(t):
         ties = xp.sum(xp.where(c_k == c, s_k, zero), axis=0)
         s = xp.where(regular, s, xp.where(is_zero, n, ties))
         e = xp.where(regular, e, zero)
-    return xp.stack([hi, lo, s, e, n, total])
+        q = xp.where(regular, q, xp.where(is_zero, n, ties))
+    return xp.stack([hi, lo, s, e, n, total, q])
 
 
 def batch_risk(stats: Any, t: Any, xp: Any) -> tuple[Any, Any, Any]:
@@ -179,6 +187,16 @@ def sample_factors(values, center, b_risk, log_mean, stats, codes, t, xp) -> Any
     u = xp.where(regular, t_fin * (values - per_sample(c)) - per_sample(log_mean), zero)
     regular_f = xp.exp(u) * per_sample(ratio)
     return xp.where(regular, regular_f, xp.where(is_zero, one, extreme))
+
+
+def ess_fraction(stats: Any, xp: Any) -> Any:
+    """Effective sample size of each group's tilted weights in the batch, as a fraction of
+    the group's size: ``s**2 / (n q)`` (1 at t = 0; NaN for an absent group)."""
+    s, n, q = stats[S, ...], stats[N, ...], stats[Q, ...]
+    present = n > 0
+    one = const(1.0, stats, xp)
+    frac = (s / xp.where(present, n, one)) * (s / xp.where(present, q, one))
+    return xp.where(present, xp.minimum(frac, one), const(math.nan, stats, xp))
 
 
 def as_tilt_array(t: Any, like: Any, xp: Any) -> Any:
@@ -261,7 +279,7 @@ def sample_weights(values, center, stats, codes, coef, t, xp) -> Any:
 
 
 def check_stats(stats: Any, n_groups: int, like: Any, xp: Any) -> Any:
-    """Combined statistics given by a user: an array of shape ``(6, n_groups)``."""
+    """Combined statistics given by a user: an array of shape ``(7, n_groups)``."""
     if getattr(stats, "shape", None) is None or tuple(stats.shape) != (N_STATS, n_groups):
         raise ValueError(
             f"`combined` must be the statistics of `combine()`, an array of shape "
@@ -272,3 +290,25 @@ def check_stats(stats: Any, n_groups: int, like: Any, xp: Any) -> Any:
     if device(stats) != device(like):
         raise ValueError("`combined` and `losses` live on different devices")
     return stats
+
+
+def report_from_state(risk: Any, counts: Any, ess: Any, t_group: Any, xp: Any) -> dict:
+    """A group report (the keys of :func:`tiltlab.diagnostics.group_report`) of a running
+    state: risks, masses from the counts, outer weights at ``t_group``, the last ESS."""
+    import numpy as np
+
+    total = xp.sum(counts)
+    mass = counts / xp.where(total > 0, total, const(1.0, counts, xp))
+    _, weight, _ = tilted_columns(
+        xp.reshape(risk, (-1, 1)), xp.reshape(mass, (-1, 1)), as_tilt_array(t_group, risk, xp), xp
+    )
+    if ess is None:
+        ess = xp.full(risk.shape, math.nan, dtype=risk.dtype, device=device(risk))
+    return {
+        "group": np.arange(risk.shape[0]),
+        "risk": risk,
+        "mass": mass,
+        "weight": xp.reshape(weight, (-1,)),
+        "ess": ess,
+        "size": xp.astype(xp.round(counts), xp.int64),
+    }

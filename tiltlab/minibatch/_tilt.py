@@ -14,8 +14,10 @@ from ._stats import (
     N_STATS,
     batch_stats,
     check_stats,
+    ess_fraction,
     fit_tilt,
     merge,
+    report_from_state,
     running_from_stats,
     sample_weights,
     variational_from_stats,
@@ -214,6 +216,41 @@ class MinibatchTilt:
         """Forget every batch seen (the step counter restarts at 0)."""
         self.step = 0
         self._state: dict[str, Any] | None = None
+        self._last_ess: Any = None
+
+    def group_report(self) -> dict:
+        """The running state per group, with the keys of
+        :func:`tiltlab.diagnostics.group_report`.
+
+        ``"risk"``: the running tilted risk of each group at the inner tilt; ``"mass"``:
+        its share of the samples seen; ``"weight"``: its weight in the outer tilt at the
+        current step (sum 1); ``"ess"``: the effective sample size of the last batch's
+        weights inside the group, as a fraction of the group's samples in that batch (the
+        state keeps no per-sample weights; NaN for a group not in the last batch, which
+        then keeps its earlier value); ``"size"``: the samples seen; ``"group"``: the
+        labels ``0..n_groups-1``. A sample-level estimator reports one group. Arrays in
+        the namespace and on the device of the losses; running estimator only.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from tiltlab.minibatch import MinibatchTilt
+        >>> tilt = MinibatchTilt(tilts=(1.0, 0.0), n_groups=2)
+        >>> _ = tilt.weights(np.array([0.1, 0.3, 2.0, 4.0]), groups=np.array([0, 0, 1, 1]))
+        >>> rep = tilt.group_report()
+        >>> rep["risk"].tolist(), rep["mass"].tolist(), rep["ess"].tolist()
+        ([0.2, 3.0], [0.5, 0.5], [1.0, 1.0])
+        >>> bool(np.isclose(rep["weight"][1], np.exp(3.0) / (np.exp(0.2) + np.exp(3.0))))
+        True
+        """
+        if self.estimator != "running":
+            raise ValueError("`group_report` is for the running estimator")
+        if self._state is None:
+            raise ValueError("`group_report`: no batch seen yet")
+        risk, counts = self._state["risk"], self._state["counts"]
+        xp = namespace_of(risk=risk)
+        t_group = fit_tilt(self.current_tilts()[0], risk.dtype, xp)
+        return report_from_state(risk, counts, self._last_ess, t_group, xp)
 
     def state_dict(self) -> dict[str, Any]:
         """The state as a dict (arrays in the namespace and on the device of the losses).
@@ -330,7 +367,7 @@ class MinibatchTilt:
 
         For data-parallel training without :class:`tiltlab.torch.TiltedLoss`: each process
         computes the statistics of its batch, the processes exchange them (an all-gather
-        of ``6 * n_groups`` numbers), :meth:`combine` merges them, and
+        of ``7 * n_groups`` numbers), :meth:`combine` merges them, and
         ``weights(losses, groups, combined=...)`` on each process gives the weights of one
         call on the union of the batches. Those weights are normalised over the union:
         *sum* the gradients across processes (or multiply by the number of processes
@@ -338,9 +375,10 @@ class MinibatchTilt:
 
         Returns
         -------
-        array, shape (6, n_groups)
+        array, shape (7, n_groups)
             Per group: the largest and the smallest loss, the shifted sums of ``exp`` and
-            ``expm1`` of ``t (l - shift)``, the count and the sum of the losses.
+            ``expm1`` of ``t (l - shift)``, the count and the sum of the losses, and the
+            shifted sum of ``exp(2 t (l - shift))``.
 
         Examples
         --------
@@ -363,7 +401,7 @@ class MinibatchTilt:
 
     def combine(self, statistics: Any) -> Any:
         """Merge the :meth:`statistics` of disjoint batches (a sequence of arrays, or one
-        array of shape ``(P, 6, n_groups)``) into the statistics of their union; exact, in
+        array of shape ``(P, 7, n_groups)``) into the statistics of their union; exact, in
         the log domain."""
         if is_array_api_obj(statistics):
             stacked = statistics
@@ -421,6 +459,12 @@ class MinibatchTilt:
                 weights = sample_weights(values, risk, stats, codes, coef, t_sample, xp)
                 new = {"risk": risk, "seen": seen, "counts": counts}
                 new_state = {k: xp.where(ok, v, state[k]) for k, v in new.items()}
+                # a group absent from this batch (or a skipped batch) keeps its last ESS
+                ess = xp.where(ok, ess_fraction(stats, xp), nan)
+                last = self._last_ess
+                if last is not None and type(last) is type(ess) and last.dtype == ess.dtype:
+                    ess = xp.where(xp.isnan(ess), last, ess)
+                self._last_ess = ess
             else:
                 ready = K.const(float(self._state is not None), values, xp) > 0
                 value, eta, _, b_risk, coef = variational_from_stats(

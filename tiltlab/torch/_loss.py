@@ -12,13 +12,17 @@ from tiltlab.minibatch import _kernels as K
 from tiltlab.minibatch import _stats as S
 from tiltlab.minibatch._sampling import level_probabilities
 from tiltlab.minibatch._validation import (
+    check_ess,
     check_estimator,
     check_lam,
     check_positive_int,
     check_tilt_spec,
     resolve,
 )
+from tiltlab.risk import tilt_for_ess
 
+from ._accumulate import finish, micro_batch
+from ._checks import check_call, mlmc_level
 from ._parallel import gather_stats, keep_state_dtypes, lean_running_step, widen_state
 
 __all__ = ["TiltedLoss"]
@@ -62,7 +66,7 @@ class TiltedLoss(torch.nn.Module):
     breaks.
 
     **Data-parallel and gradient accumulation.** ``distributed=True`` exchanges each
-    batch's statistics (per group: extremes, shifted sums, counts: ``6 * n_groups``
+    batch's statistics (per group: extremes, shifted sums, counts: ``7 * n_groups``
     numbers) with one all-gather in the forward pass, so that every process holds the
     same state and the gradient averaged by ``DistributedDataParallel`` is the gradient of
     one process that saw the global batch (running and variational estimators, sample and
@@ -95,6 +99,15 @@ class TiltedLoss(torch.nn.Module):
         Combine each step's statistics over the processes of ``process_group``.
     process_group : optional
         The ``torch.distributed`` group (default: the default group).
+    ess : float or callable, optional
+        Instead of ``t``: the effective sample size of each batch's tilted weights as a
+        fraction of the batch, in (0, 1] (or a schedule of the step, e.g.
+        ``linear_schedule(1.0, 0.6, steps)``). Before each call the tilt of sign
+        ``ess_sign`` at which this batch's weights keep that fraction is solved with
+        :func:`tiltlab.tilt_for_ess` (on the host, so not inside ``torch.compile``) and
+        used for the step with the running normaliser; ``loss_fn.t`` reads it.
+    ess_sign : {-1, +1}, default -1
+        The sign of the tilt solved for with ``ess``.
 
     Examples
     --------
@@ -127,6 +140,8 @@ class TiltedLoss(torch.nn.Module):
         accumulation_steps: int = 1,
         distributed: bool = False,
         process_group: Any = None,
+        ess: Any = None,
+        ess_sign: int = -1,
     ):
         super().__init__()
         if criterion is not None and not callable(criterion):
@@ -134,8 +149,16 @@ class TiltedLoss(torch.nn.Module):
         self.criterion = criterion
         self.estimator = check_estimator(estimator)
         self.lam = check_lam(lam)
-        if t is not None and tilts is not None:
-            raise ValueError("give at most one of `t` (sample level) and `tilts` (group level)")
+        if sum(x is not None for x in (t, tilts, ess)) > 1:
+            raise ValueError(
+                "give at most one of `t` (sample level), `tilts` (group level) and `ess`"
+            )
+        self._ess = None if ess is None else check_ess(ess)
+        if ess_sign not in (-1, 1) or isinstance(ess_sign, bool):
+            raise ValueError(f"`ess_sign` must be -1 or +1, got {ess_sign!r}")
+        self.ess_sign = int(ess_sign)
+        if self._ess is not None and estimator == "mlmc":
+            raise ValueError("`ess` needs estimator='running' or 'variational'")
         self.hierarchical = tilts is not None
         if self.hierarchical:
             if isinstance(tilts, (str, bytes)) or not hasattr(tilts, "__len__") or len(tilts) != 2:
@@ -174,6 +197,8 @@ class TiltedLoss(torch.nn.Module):
         if self.estimator == "running":
             for name in ("risk", "seen", "counts"):
                 self.register_buffer(name, torch.zeros(g, dtype=torch.float32))
+            nan = torch.full((g,), math.nan, dtype=torch.float32)
+            self.register_buffer("ess", nan, persistent=False)
             if self.accumulation_steps > 1:
                 zeros = torch.zeros(S.N_STATS, g, dtype=torch.float32)
                 self.register_buffer("pending", zeros, persistent=False)
@@ -273,6 +298,48 @@ class TiltedLoss(torch.nn.Module):
             out.append(value)
         return out
 
+    def _tilt_for_ess(self, losses: torch.Tensor) -> None:
+        """Solve this batch's tilt from the ESS fraction (on the host: a few reads)."""
+        spec = self._ess
+        step = self._host_step() if self.training else max(self._host_step() - 1, 0)
+        fraction = check_ess(resolve(spec, step, "ess") if callable(spec) else spec)
+        t = 0.0
+        if fraction < 1.0:
+            try:
+                t = float(tilt_for_ess(losses.detach(), fraction, sign=self.ess_sign))
+            except ValueError:  # equal losses (F = 1 at every tilt) or a non-finite batch
+                t = 0.0
+        self._values[1] = t
+
+    def group_report(self) -> dict:
+        """The running state per group, with the keys of
+        :func:`tiltlab.diagnostics.group_report` (see
+        :meth:`tiltlab.minibatch.MinibatchTilt.group_report`): ``"risk"``, ``"mass"``,
+        ``"weight"`` (outer tilt at the current step), ``"ess"`` (of the last training
+        batch, per group), ``"size"``, ``"group"``. Tensors on the state's device (nothing
+        is read here); running estimator only.
+
+        Examples
+        --------
+        >>> import torch
+        >>> from tiltlab.torch import TiltedLoss
+        >>> loss_fn = TiltedLoss(tilts=(1.0, 0.0), n_groups=2)
+        >>> _ = loss_fn(torch.tensor([0.1, 0.3, 2.0, 4.0]), groups=torch.tensor([0, 0, 1, 1]))
+        >>> rep = loss_fn.group_report()
+        >>> [round(v, 4) for v in rep["risk"].tolist()], rep["mass"].tolist()
+        ([0.2, 3.0], [0.5, 0.5])
+        """
+        if self.estimator != "running":
+            raise ValueError("`group_report` is for the running estimator")
+        dtype = self.risk.dtype
+        schedule = self._schedules[0]
+        if schedule is None:
+            t_group = self._values[0]
+        else:
+            t_group = resolve(schedule, self._host_step(), "tilts[0]")
+        t_group = S.fit_tilt(t_group, dtype, xp_torch)
+        return S.report_from_state(self.risk, self.counts, self.ess.to(dtype), t_group, xp_torch)
+
     # -- state ---------------------------------------------------------------------------
 
     def reset(self) -> None:
@@ -331,52 +398,6 @@ class TiltedLoss(torch.nn.Module):
 
     # -- forward -------------------------------------------------------------------------
 
-    def _check(self, losses: Any, groups: Any) -> None:
-        if not isinstance(losses, torch.Tensor):
-            what = "the criterion's result" if self.criterion is not None else "`losses`"
-            raise TypeError(
-                f"{what} must be a torch.Tensor of per-sample losses, got {type(losses).__name__}"
-            )
-        if losses.ndim != 1:
-            raise ValueError(
-                f"`losses` must be one-dimensional (one loss per sample), got shape "
-                f"{tuple(losses.shape)}; use reduction='none' in the criterion"
-            )
-        if losses.shape[0] == 0:
-            raise ValueError("`losses` is empty")
-        if not losses.is_floating_point():
-            raise TypeError(f"`losses` must hold real floating values, got {losses.dtype}")
-        if self.hierarchical:
-            if groups is None:
-                raise ValueError("`groups` is required with `tilts` (one label per loss)")
-            if not isinstance(groups, torch.Tensor):
-                raise TypeError("`groups` must be a tensor of integer labels")
-            if groups.shape != losses.shape:
-                raise ValueError(
-                    f"`groups` must have one label per loss (shape {tuple(losses.shape)}), "
-                    f"got shape {tuple(groups.shape)}"
-                )
-            if groups.is_floating_point() or groups.dtype == torch.bool:
-                raise TypeError(f"`groups` must hold integer labels, got {groups.dtype}")
-            if groups.device != losses.device:
-                raise ValueError("`groups` and `losses` live on different devices")
-        elif groups is not None:
-            raise ValueError("`groups` is for group-level tilting: pass `tilts=` and `n_groups=`")
-
-    def _mlmc_level(self, n: int) -> int | None:
-        if self.n_samples is not None and n == self.n_samples:
-            return None
-        ratio = n // self.base_batch_size
-        if n % self.base_batch_size == 0 and ratio >= 2 and ratio & (ratio - 1) == 0:
-            level = ratio.bit_length() - 1
-            if level <= self.max_level:
-                return level
-        sizes = [self.base_batch_size * 2**j for j in range(1, self.max_level + 1)]
-        raise ValueError(
-            f"`losses` has {n} samples; estimator='mlmc' needs a batch of one of the sizes "
-            f"{sizes} or of `n_samples`"
-        )
-
     def forward(self, input: Any, target: Any = None, groups: Any = None):
         """The tilted loss of this batch (see the class documentation); updates the state.
 
@@ -396,7 +417,9 @@ class TiltedLoss(torch.nn.Module):
             losses = input
         compiling = torch.compiler.is_compiling()
         if not compiling:
-            self._check(losses, groups)
+            check_call(self, losses, groups)
+            if self._ess is not None:
+                self._tilt_for_ess(losses)
             acc = K.accumulation_dtype(losses.dtype, torch)
             if self.step.device != losses.device:
                 self.to(losses.device)
@@ -474,6 +497,8 @@ class TiltedLoss(torch.nn.Module):
         weights = S.sample_weights(values, risk, stats, codes, coef, t_sample, xp)
         if update:
             with torch.no_grad():
+                ess = S.ess_fraction(stats, xp)
+                self.ess.copy_(torch.where(ok & ~torch.isnan(ess), ess, self.ess.to(dtype)))
                 for buf, new, old in zip(
                     (self.risk, self.seen, self.counts), (risk, seen, counts), state, strict=True
                 ):
@@ -481,34 +506,7 @@ class TiltedLoss(torch.nn.Module):
         return value, weights
 
     def _accumulate(self, values, stats, t_group, t_sample, ok, compiling):
-        """A micro-batch: merge its statistics into the pending ones and weight it relative
-        to the provisional state of the first micro-batch (``anchor``);
-        :meth:`finish_step` rescales the accumulated gradient to the final state."""
-        xp = xp_torch
-        if S.is_number(t_sample) and math.isinf(t_sample):
-            raise ValueError("`t` must be finite with `accumulation_steps` > 1")
-        if not compiling and self._micro >= self.accumulation_steps:
-            raise RuntimeError(
-                f"{self._micro} micro-batches since the last `finish_step`: call "
-                f"`loss_fn.finish_step(parameters)` before each optimiser step"
-            )
-        dtype = values.dtype
-        pending = self.pending.to(dtype)
-        first = self._micro == 0
-        merged = stats if first else S.merge(xp.stack([pending, stats]), t_sample, xp)
-        state = [b.to(dtype) for b in (self.risk, self.seen, self.counts)]
-        value, coef, risk, _, _ = S.running_from_stats(
-            merged, t_group, t_sample, *state, self.lam, xp
-        )
-        with torch.no_grad():
-            self.pending.copy_(torch.where(ok, merged, pending))
-            if first:
-                self.anchor.copy_(risk)
-                self.anchor_coef.copy_(torch.where(ok, coef, torch.zeros_like(coef)))
-        anchor, anchor_coef = self.anchor.to(dtype), self.anchor_coef.to(dtype)
-        weights = S.sample_weights(values, anchor, stats, None, anchor_coef, t_sample, xp)
-        self._micro += 1
-        return value, weights
+        return micro_batch(self, values, stats, t_group, t_sample, ok, compiling, xp_torch)
 
     def finish_step(self, parameters: Any) -> None:
         """End an accumulation step: rescale the gradients accumulated over the
@@ -523,30 +521,7 @@ class TiltedLoss(torch.nn.Module):
         gradients by ``(c / c_0) exp(t (a - R))`` gives that call's gradient. Without
         pending micro-batches it does nothing.
         """
-        if self.accumulation_steps == 1 or self._micro == 0:
-            return
-        t_group, t_sample = self._tilts_now(self.pending, False)
-        dtype = self.pending.dtype
-        state = [b.to(dtype) for b in (self.risk, self.seen, self.counts)]
-        with torch.no_grad():
-            _, coef, risk, seen, counts = S.running_from_stats(
-                self.pending, t_group, t_sample, *state, self.lam, xp_torch
-            )
-            ok = self.anchor_coef > 0
-            anchor = self.anchor.to(dtype)
-            factor = coef / torch.where(ok, self.anchor_coef.to(dtype), torch.ones_like(coef))
-            if t_sample != 0:
-                factor = factor * torch.exp(t_sample * (anchor - risk))
-            factor = torch.where(ok, factor, torch.zeros_like(factor)).reshape(())
-            for p in parameters:
-                if p.grad is not None:
-                    p.grad.mul_(factor.to(p.grad.dtype))
-            for buf, new, old in zip(
-                (self.risk, self.seen, self.counts), (risk, seen, counts), state, strict=True
-            ):
-                buf.copy_(torch.where(ok.all(), new, old))
-        self._micro = 0
-        self._advance(False)
+        finish(self, parameters, xp_torch)
 
     def attach(self, optimizer: torch.optim.Optimizer) -> Any:
         """Call :meth:`finish_step` on the optimiser's parameters before each of its steps;
@@ -582,7 +557,7 @@ class TiltedLoss(torch.nn.Module):
     def _mlmc(self, losses, values, t_sample, update, compiling):
         xp = xp_torch
         n = values.shape[0]
-        level = self._mlmc_level(n)
+        level = mlmc_level(self, n)
         prob = 1.0 if level is None else self._level_p[level - 1]
         t = K.const(t_sample, values, xp) if S.is_number(t_sample) else t_sample
         weights, value = K.mlmc_step(

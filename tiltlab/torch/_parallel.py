@@ -67,7 +67,7 @@ def world_size(process_group: Any) -> int:
 
 def gather_stats(local: torch.Tensor, t: Any, process_group: Any, xp: Any) -> tuple[Any, int]:
     """The statistics of the union of every process's batch, and the number of processes:
-    one all-gather of ``6 * n_groups`` numbers per process, merged in the log domain (the
+    one all-gather of ``7 * n_groups`` numbers per process, merged in the log domain (the
     same merge on every process, so every process holds the same statistics)."""
     import torch.distributed as dist
 
@@ -93,12 +93,19 @@ def lean_running_step(loss, losses, values, t: float, update: bool, compiling: b
     lam = loss.lam
     if t == 0:
         batch = values.mean()
+        if update:
+            with torch.no_grad():
+                loss.ess.fill_(1.0)
         new = batch if lam == 1.0 else risk[0] + lam * (batch - risk[0])
     else:
         c = hi if t > 0 else lo
         u = (values - c) * t
         ex = torch.exp(u)
         s = ex.sum()
+        if update:  # the effective sample size fraction of this batch's weights
+            with torch.no_grad():
+                ess = (s / n) * (s / torch.dot(ex, ex))
+                loss.ess.copy_(torch.where(ok, ess, loss.ess[0]))
         log_mean = torch.where(
             spread * abs(t) <= 1, torch.log1p(torch.expm1(u).sum() / n), torch.log(s / n)
         )
