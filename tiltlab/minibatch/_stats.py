@@ -40,7 +40,8 @@ def is_number(t: Any) -> bool:
 
 def fit_tilt(t: float, dtype: Any, xp: Any) -> float:
     """A Python tilt beyond the range of ``dtype`` acts there as +-inf."""
-    if math.isfinite(t) and abs(t) > float(xp.finfo(dtype).max):
+    # 65504 is the largest float16: below it every floating dtype holds t (no finfo call)
+    if math.isfinite(t) and abs(t) > 65504.0 and abs(t) > float(xp.finfo(dtype).max):
         return math.copysign(math.inf, t)
     return t
 

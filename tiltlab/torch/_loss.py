@@ -382,6 +382,7 @@ class TiltedLoss(torch.nn.Module):
         if legacy is not None and prefix + "_extra_state" not in state_dict:
             state_dict[prefix + "_extra_state"] = {"tilts": [float(v) for v in legacy]}
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        self.__dict__["_widened_for"] = None  # a load with assign=True may replace buffers
 
     def _apply(self, fn, recurse=True):
         # a module-wide cast (.half(), a parent's .to(dtype)) must not narrow the state;
@@ -389,6 +390,7 @@ class TiltedLoss(torch.nn.Module):
         cache, step = self.__dict__.get("_step_cache"), self._buffers.get("step")
         known = cache is not None and cache[0] is step and cache[1] == step._version
         out = keep_state_dtypes(self, lambda: super(TiltedLoss, self)._apply(fn, recurse))
+        self.__dict__["_widened_for"] = None
         if known:
             self.__dict__["_step_cache"] = (self.step, self.step._version, cache[2])
         return out
@@ -423,7 +425,9 @@ class TiltedLoss(torch.nn.Module):
             acc = K.accumulation_dtype(losses.dtype, torch)
             if self.step.device != losses.device:
                 self.to(losses.device)
-            widen_state(self, acc)
+            if self.__dict__.get("_widened_for") is not acc:
+                widen_state(self, acc)
+                self.__dict__["_widened_for"] = acc
         kind = losses.device.type
         if not torch.amp.is_autocast_available(kind) or not torch.is_autocast_enabled(kind):
             return self._tilted(losses, groups, compiling)
