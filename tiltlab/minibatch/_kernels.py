@@ -118,17 +118,27 @@ def running_update(previous: Any, batch: Any, t: Any, lam: float, xp: Any) -> An
     """
     if lam == 1.0:  # no memory: every batch is its own normaliser (the plug-in)
         return batch
-    t_fin, is_zero, regular = tilt_parts(t, xp)
     gap = batch - previous
+    if isinstance(t, (int, float)):  # a Python tilt: its special values are branches
+        if t == 0:
+            return previous + lam * gap
+        if math.isinf(t):
+            return batch
+        return previous + _running_f(t * gap, lam, xp) / t
+    t_fin, is_zero, regular = tilt_parts(t, xp)
     u = t_fin * gap
+    out = xp.where(regular, previous + _running_f(u, lam, xp) / t_fin, batch)
+    return xp.where(is_zero, previous + lam * gap, out)
+
+
+def _running_f(u: Any, lam: float, xp: Any) -> Any:
+    """``log((1 - lam) + lam e^u)`` without overflow, exact to rounding at every u."""
     u_neg = xp.where(u <= 0, u, const(0.0, u, xp))
     u_pos = xp.where(u > 0, u, const(0.0, u, xp))
     shrink = lam * xp.expm1(u_neg)  # in (-lam, 0]
     # far below, log1p(shrink) would lose the small 1 - lam + lam e^u: take the log directly
     f_neg = xp.where(shrink > -0.5, xp.log1p(shrink), xp.log((1.0 - lam) + lam * xp.exp(u_neg)))
-    f = xp.where(u <= 0, f_neg, u_pos + xp.log1p((1.0 - lam) * xp.expm1(-u_pos)))
-    out = xp.where(regular, previous + f / t_fin, batch)
-    return xp.where(is_zero, previous + lam * gap, out)
+    return xp.where(u <= 0, f_neg, u_pos + xp.log1p((1.0 - lam) * xp.expm1(-u_pos)))
 
 
 def ratio_factor(batch: Any, reference: Any, t: Any, xp: Any) -> Any:

@@ -10,7 +10,7 @@ import numpy as np
 
 from ._validation import check_positive_int, tilt_value
 
-__all__ = ["linear_schedule", "MLMCBatchSampler", "level_probabilities"]
+__all__ = ["linear_schedule", "LinearSchedule", "MLMCBatchSampler", "level_probabilities"]
 
 
 def linear_schedule(start: float, stop: float, steps: int):
@@ -43,20 +43,28 @@ def linear_schedule(start: float, stop: float, steps: int):
     >>> schedule(0), schedule(50), schedule(100), schedule(1000)
     (0.0, -1.0, -2.0, -2.0)
     """
-    start = tilt_value(start, "start")
-    stop = tilt_value(stop, "stop")
-    if not (math.isfinite(start) and math.isfinite(stop)):
-        raise ValueError("`start` and `stop` must be finite")
-    steps = check_positive_int(steps, "steps")
-    span = stop - start
+    return LinearSchedule(start, stop, steps)
 
-    def schedule(step: Any) -> Any:
-        frac = step / steps
+
+class LinearSchedule:
+    """The schedule :func:`linear_schedule` returns: a module-level class, so that objects
+    holding one pickle (``torch.save(model)``, spawn-based workers)."""
+
+    def __init__(self, start: float, stop: float, steps: int):
+        start = tilt_value(start, "start")
+        stop = tilt_value(stop, "stop")
+        if not (math.isfinite(start) and math.isfinite(stop)):
+            raise ValueError("`start` and `stop` must be finite")
+        self.start, self.stop = start, stop
+        self.steps = check_positive_int(steps, "steps")
+
+    def __call__(self, step: Any) -> Any:
+        frac = step / self.steps
         frac = frac - (frac - 1) * (frac > 1)  # min(frac, 1) without a Python branch
-        return start + span * frac
+        return self.start + (self.stop - self.start) * frac
 
-    schedule.__doc__ = f"Linear tilt schedule {start} -> {stop} over {steps} steps."
-    return schedule
+    def __repr__(self) -> str:
+        return f"linear_schedule({self.start!r}, {self.stop!r}, steps={self.steps})"
 
 
 def level_probabilities(max_level: int) -> np.ndarray:

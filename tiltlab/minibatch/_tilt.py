@@ -7,9 +7,21 @@ from typing import Any
 
 import numpy as np
 
-from .._compat import device, is_array_api_obj, to_numpy
+from .._compat import device, is_array_api_obj, namespace_of, to_numpy
 from . import _kernels as K
 from ._sampling import MLMCBatchSampler, level_probabilities
+from ._stats import (
+    N_STATS,
+    batch_stats,
+    check_stats,
+    ess_fraction,
+    fit_tilt,
+    merge,
+    report_from_state,
+    running_from_stats,
+    sample_weights,
+    variational_from_stats,
+)
 from ._validation import (
     check_estimator,
     check_groups,
@@ -100,7 +112,8 @@ class MinibatchTilt:
         Size of the data set, for ``"mlmc"``: a batch of that size is the whole data and
         gets the exact weights.
     check_finite : bool, default True
-        Raise on NaN or infinite losses.
+        Raise on NaN or infinite losses. With False, such a batch gets NaN weights and
+        value and leaves the state as it was (at every tilt).
 
     Examples
     --------
@@ -203,6 +216,41 @@ class MinibatchTilt:
         """Forget every batch seen (the step counter restarts at 0)."""
         self.step = 0
         self._state: dict[str, Any] | None = None
+        self._last_ess: Any = None
+
+    def group_report(self) -> dict:
+        """The running state per group, with the keys of
+        :func:`tiltlab.diagnostics.group_report`.
+
+        ``"risk"``: the running tilted risk of each group at the inner tilt; ``"mass"``:
+        its share of the samples seen; ``"weight"``: its weight in the outer tilt at the
+        current step (sum 1); ``"ess"``: the effective sample size of the last batch's
+        weights inside the group, as a fraction of the group's samples in that batch (the
+        state keeps no per-sample weights; NaN for a group not in the last batch, which
+        then keeps its earlier value); ``"size"``: the samples seen; ``"group"``: the
+        labels ``0..n_groups-1``. A sample-level estimator reports one group. Arrays in
+        the namespace and on the device of the losses; running estimator only.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from tiltlab.minibatch import MinibatchTilt
+        >>> tilt = MinibatchTilt(tilts=(1.0, 0.0), n_groups=2)
+        >>> _ = tilt.weights(np.array([0.1, 0.3, 2.0, 4.0]), groups=np.array([0, 0, 1, 1]))
+        >>> rep = tilt.group_report()
+        >>> rep["risk"].tolist(), rep["mass"].tolist(), rep["ess"].tolist()
+        ([0.2, 3.0], [0.5, 0.5], [1.0, 1.0])
+        >>> bool(np.isclose(rep["weight"][1], np.exp(3.0) / (np.exp(0.2) + np.exp(3.0))))
+        True
+        """
+        if self.estimator != "running":
+            raise ValueError("`group_report` is for the running estimator")
+        if self._state is None:
+            raise ValueError("`group_report`: no batch seen yet")
+        risk, counts = self._state["risk"], self._state["counts"]
+        xp = namespace_of(risk=risk)
+        t_group = fit_tilt(self.current_tilts()[0], risk.dtype, xp)
+        return report_from_state(risk, counts, self._last_ess, t_group, xp)
 
     def state_dict(self) -> dict[str, Any]:
         """The state as a dict (arrays in the namespace and on the device of the losses).
@@ -297,65 +345,151 @@ class MinibatchTilt:
             f"{sizes} (draw them with `batch_sampler`) or of `n_samples`"
         )
 
-    def _step(self, losses: Any, groups: Any) -> tuple[Any, Any, Any]:
+    def _prepare(self, losses: Any, groups: Any) -> tuple:
+        """Validated ``(xp, losses, values, t_group, t_sample, codes, mask)`` of a batch."""
         xp, losses = check_losses(losses, self.check_finite)
         acc = K.accumulation_dtype(losses.dtype, xp)
         values = xp.astype(_detach(losses), acc)
         t_group, t_sample = self.current_tilts()
         if self.estimator == "variational" and math.isinf(t_sample):
             raise ValueError("`t` must be finite for estimator='variational'")
-        t_s = K.const(t_sample, values, xp)
-        n = values.shape[0]
+        t_group, t_sample = fit_tilt(t_group, acc, xp), fit_tilt(t_sample, acc, xp)
+        codes = mask = None
         if self.hierarchical:
-            codes = check_groups(groups, n, self.n_groups, xp, values)
+            codes = check_groups(groups, values.shape[0], self.n_groups, xp, values)
+            mask = K.group_mask(codes, self.n_groups, acc, xp)
         elif groups is not None:
             raise ValueError("`groups` is for group-level tilting: pass `tilts=` and `n_groups=`")
+        return xp, losses, values, t_group, t_sample, codes, mask
+
+    def statistics(self, losses: Any, groups: Any = None) -> Any:
+        """Mergeable statistics of this batch at the current tilt (does not change the state).
+
+        For data-parallel training without :class:`tiltlab.torch.TiltedLoss`: each process
+        computes the statistics of its batch, the processes exchange them (an all-gather
+        of ``7 * n_groups`` numbers), :meth:`combine` merges them, and
+        ``weights(losses, groups, combined=...)`` on each process gives the weights of one
+        call on the union of the batches. Those weights are normalised over the union:
+        *sum* the gradients across processes (or multiply by the number of processes
+        where they are averaged). Running and variational estimators.
+
+        Returns
+        -------
+        array, shape (7, n_groups)
+            Per group: the largest and the smallest loss, the shifted sums of ``exp`` and
+            ``expm1`` of ``t (l - shift)``, the count and the sum of the losses, and the
+            shifted sum of ``exp(2 t (l - shift))``.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> import tiltlab
+        >>> from tiltlab.minibatch import MinibatchTilt
+        >>> losses = np.array([0.2, 0.5, 0.1, 3.0])
+        >>> tilts = [MinibatchTilt(-2.0), MinibatchTilt(-2.0)]    # one per process
+        >>> parts = [losses[:2], losses[2:]]                        # their batches
+        >>> stats = [a.statistics(b) for a, b in zip(tilts, parts)]  # all-gathered
+        >>> w = [a.weights(b, combined=a.combine(stats)) for a, b in zip(tilts, parts)]
+        >>> w = np.concatenate(w)
+        >>> bool(np.allclose(w, tiltlab.tilted_weights(losses, -2.0)))
+        True
+        """
+        if self.estimator == "mlmc":
+            raise ValueError("`statistics` is for the running and variational estimators")
+        xp, _, values, _, t_sample, _, mask = self._prepare(losses, groups)
+        return batch_stats(values, mask, t_sample, xp)
+
+    def combine(self, statistics: Any) -> Any:
+        """Merge the :meth:`statistics` of disjoint batches (a sequence of arrays, or one
+        array of shape ``(P, 7, n_groups)``) into the statistics of their union; exact, in
+        the log domain."""
+        if is_array_api_obj(statistics):
+            stacked = statistics
+            xp = namespace_of(statistics=stacked)
+        else:
+            parts = list(statistics)
+            if not parts or not all(is_array_api_obj(p) for p in parts):
+                raise TypeError("`statistics` must be a non-empty sequence of arrays")
+            xp = namespace_of(statistics=parts[0])
+            stacked = xp.stack(parts)
+        if stacked.ndim != 3 or tuple(stacked.shape[1:]) != (N_STATS, self.n_groups):
+            raise ValueError(
+                f"`statistics` must hold arrays of shape ({N_STATS}, {self.n_groups}), got "
+                f"{tuple(stacked.shape)}"
+            )
+        t_sample = fit_tilt(self.current_tilts()[1], stacked.dtype, xp)
+        return merge(stacked, t_sample, xp)
+
+    def _step(self, losses: Any, groups: Any, combined: Any = None) -> tuple[Any, Any, Any]:
+        xp, losses, values, t_group, t_sample, codes, mask = self._prepare(losses, groups)
+        n = values.shape[0]
         state = self._state_like(values, xp)
+        if self.estimator == "mlmc":
+            if combined is not None:
+                raise ValueError("`combined` is for the running and variational estimators")
+            with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+                level = self._mlmc_level(n)
+                prob = 1.0 if level is None else float(self._level_p[level - 1])
+                t_s = K.const(t_sample, values, xp)
+                weights, value = K.mlmc_step(
+                    values, self.base_batch_size, level or 0, prob, level is None, t_s, xp
+                )
+            self.step += 1
+            return losses, weights, value
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            if combined is None:
+                stats = batch_stats(values, mask, t_sample, xp)
+            else:
+                stats = check_stats(combined, self.n_groups, values, xp)
+            # a batch with a NaN or infinite loss (check_finite=False) leaves the state as
+            # it was and gets NaN weights, at every tilt
+            ok = xp.all(xp.isfinite(values)) & xp.all(xp.isfinite(stats))
+            nan = K.const(math.nan, values, xp)
             if self.estimator == "running":
-                if self.hierarchical:
-                    mask = K.group_mask(codes, self.n_groups, acc, xp)
-                else:
-                    mask = xp.ones((n, 1), dtype=acc, device=device(values))
-                weights, value, risk, seen, counts = K.hierarchical_step(
-                    values,
-                    mask,
-                    K.const(t_group, values, xp),
-                    t_s,
+                value, coef, risk, seen, counts = running_from_stats(
+                    stats,
+                    t_group,
+                    t_sample,
                     state["risk"],
                     state["seen"],
                     state["counts"],
                     self.lam,
                     xp,
                 )
-                new_state = {"risk": risk, "seen": seen, "counts": counts}
-            elif self.estimator == "mlmc":
-                level = self._mlmc_level(n)
-                prob = 1.0 if level is None else float(self._level_p[level - 1])
-                weights, value = K.mlmc_step(
-                    values, self.base_batch_size, level or 0, prob, level is None, t_s, xp
-                )
-                new_state = {}
+                weights = sample_weights(values, risk, stats, codes, coef, t_sample, xp)
+                new = {"risk": risk, "seen": seen, "counts": counts}
+                new_state = {k: xp.where(ok, v, state[k]) for k, v in new.items()}
+                # a group absent from this batch (or a skipped batch) keeps its last ESS
+                ess = xp.where(ok, ess_fraction(stats, xp), nan)
+                last = self._last_ess
+                if last is not None and type(last) is type(ess) and last.dtype == ess.dtype:
+                    ess = xp.where(xp.isnan(ess), last, ess)
+                self._last_ess = ess
             else:
                 ready = K.const(float(self._state is not None), values, xp) > 0
-                weights, value, eta, _, batch_risk = K.variational_step(
-                    values, t_s, state["eta"], ready, xp
+                value, eta, _, b_risk, coef = variational_from_stats(
+                    stats, t_sample, state["eta"], ready, xp
                 )
-                if not bool(xp.all(xp.isfinite(weights))):
-                    raise ValueError(
-                        "`losses`: the variational weights exp(t (loss - eta)) overflowed; "
-                        "this batch is far from the current eta: lower `t` or use "
-                        "estimator='running' (its weights are bounded by 1/lam)"
-                    )
-                # a step of size lam in s = e^{t eta}, preconditioned by the curvature at the
-                # optimum: s <- (1 - lam) s + lam e^{t R_B}, in the log domain
-                eta = K.running_update(eta, batch_risk, t_s, self.lam, xp)
-                new_state = {"eta": eta}
+                weights = sample_weights(values, eta, stats, None, coef, t_sample, xp)
+                if not bool(ok):
+                    new_state = self._state
+                else:
+                    if not bool(xp.all(xp.isfinite(weights))):
+                        raise ValueError(
+                            "`losses`: the variational weights exp(t (loss - eta)) "
+                            "overflowed; this batch is far from the current eta: lower `t` "
+                            "or use estimator='running' (its weights are bounded by 1/lam)"
+                        )
+                    # a step of size lam in s = e^{t eta}, preconditioned by the curvature
+                    # at the optimum: s <- (1 - lam) s + lam e^{t R_B}, in the log domain
+                    new_state = {"eta": K.running_update(eta, b_risk, t_sample, self.lam, xp)}
+            weights = xp.where(ok, weights, nan)
+            value = xp.where(ok, value, nan)
         self._state = new_state
         self.step += 1
         return losses, weights, value
 
-    def weights(self, losses: Any, groups: Any = None) -> Any:
+    def weights(self, losses: Any, groups: Any = None, *, combined: Any = None) -> Any:
         """Weights of this batch's samples in the estimated full-data gradient.
 
         Updates the state and advances the step.
@@ -366,6 +500,10 @@ class MinibatchTilt:
             Per-sample losses of the batch (any array-API library; not differentiated).
         groups : array of int, shape (B,), optional
             Group labels in ``[0, n_groups)``; required with ``tilts``.
+        combined : array, optional
+            The :meth:`combine`-d statistics of this batch and the batches of the other
+            processes at this step: the weights are then those of one call on the union
+            (see :meth:`statistics`).
 
         Returns
         -------
@@ -384,9 +522,9 @@ class MinibatchTilt:
         >>> bool(np.allclose(w, tiltlab.hierarchical_weights(l, g, (1.0, -2.0))))
         True
         """
-        return self._step(losses, groups)[1]
+        return self._step(losses, groups, combined)[1]
 
-    def __call__(self, losses: Any, groups: Any = None) -> Any:
+    def __call__(self, losses: Any, groups: Any = None, *, combined: Any = None) -> Any:
         """A scalar whose gradient is the estimate and whose value is the risk estimate.
 
         For autograd backends (PyTorch) the result is ``value + sum_i w_i (l_i -
@@ -402,7 +540,7 @@ class MinibatchTilt:
         >>> losses.grad.tolist()
         [0.5, 0.5]
         """
-        losses, weights, value = self._step(losses, groups)
+        losses, weights, value = self._step(losses, groups, combined)
         if not getattr(losses, "requires_grad", False):
             return value
         return value + (weights * (losses - losses.detach())).sum()

@@ -110,3 +110,13 @@ def resolve(spec: Any, step: int, name: str) -> float:
     if isinstance(spec, Callable):  # type: ignore[arg-type]
         return tilt_value(spec(step), f"{name}(step={step})")
     return spec
+
+
+def check_ess(value: Any) -> Any:
+    """An effective-sample-size fraction in (0, 1], or a schedule (a callable)."""
+    if callable(value):
+        return value
+    value = tilt_value(value, "ess")
+    if not 0.0 < value <= 1.0:
+        raise ValueError(f"`ess` must lie in (0, 1], got {value!r}")
+    return value

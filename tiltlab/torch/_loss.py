@@ -1,0 +1,580 @@
+"""`TiltedLoss`: tilted losses as a PyTorch module, for training on minibatches."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from tiltlab._compat import library_namespace
+from tiltlab.minibatch import _kernels as K
+from tiltlab.minibatch import _stats as S
+from tiltlab.minibatch._sampling import level_probabilities
+from tiltlab.minibatch._validation import (
+    check_ess,
+    check_estimator,
+    check_lam,
+    check_positive_int,
+    check_tilt_spec,
+    resolve,
+)
+from tiltlab.risk import tilt_for_ess
+
+from ._accumulate import finish, micro_batch
+from ._checks import check_call, mlmc_level
+from ._parallel import gather_stats, keep_state_dtypes, lean_running_step, widen_state
+
+__all__ = ["TiltedLoss"]
+
+#: the array-API namespace of PyTorch tensors (the minibatch kernels are written for it)
+xp_torch = library_namespace(torch.empty(0))
+
+
+class TiltedLoss(torch.nn.Module):
+    r"""A tilted loss for minibatch training (the ``torch.nn.Module`` form of
+    :class:`tiltlab.minibatch.MinibatchTilt`).
+
+    Wraps a per-sample criterion, ``TiltedLoss(nn.CrossEntropyLoss(reduction="none"),
+    t=-2)`` called as ``loss_fn(logits, target)``, or, without a criterion, takes a vector
+    of per-sample losses, ``TiltedLoss(t=-2)(losses)``. It returns a scalar whose gradient
+    is the estimator's tilted gradient :math:`\sum_i w_i \nabla \ell_i` and whose value is
+    the current estimate of the tilted risk of the whole data (at t = 0: exactly the mean
+    of the batch, as ``reduction="mean"``). Estimators and their state are those of
+    :class:`~tiltlab.minibatch.MinibatchTilt`; the state lives in registered buffers, so
+    ``.to(device)``, ``state_dict()``/``load_state_dict()`` and checkpoints carry it, and
+    it moves to the device of the losses on the first call.
+
+    The tilt is a Python number (kept in float64; settable, ``loss_fn.t = -1.0``) or a
+    schedule, a callable of the step (see :func:`~tiltlab.minibatch.linear_schedule`).
+    For noisy labels the paper ramps t from 0 to its final value; see the user guide for
+    what that changes.
+
+    In evaluation mode (``loss_fn.eval()``) a call uses the state without changing it and
+    does not advance the step.
+
+    **Precision.** The running state is kept in float32 or wider, and in float64 for
+    float64 losses: a module-wide cast (``.half()``, ``.bfloat16()``, a parent model's
+    ``.to(dtype)``) never narrows it, and float16/bfloat16/autocast losses are accumulated
+    in float32 (autocast is switched off inside).
+
+    **No host synchronisation.** A call never reads a value from the device: a batch with
+    a NaN or infinite loss (or a group label out of range) is detected on the device,
+    returns NaN, leaves the state as it was and is counted; :meth:`check` reports it (one
+    read). On the CPU, where reading costs nothing, a call with ``check_finite=True``
+    raises at once instead. ``torch.compile(fullgraph=True)`` traces it without graph
+    breaks.
+
+    **Data-parallel and gradient accumulation.** ``distributed=True`` exchanges each
+    batch's statistics (per group: extremes, shifted sums, counts: ``7 * n_groups``
+    numbers) with one all-gather in the forward pass, so that every process holds the
+    same state and the gradient averaged by ``DistributedDataParallel`` is the gradient of
+    one process that saw the global batch (running and variational estimators, sample and
+    group level). ``accumulation_steps=k`` (running estimator, sample level) makes k
+    micro-batches and :meth:`finish_step` equal one call on their union.
+
+    Parameters
+    ----------
+    criterion : callable, optional
+        Per-sample loss ``criterion(input, target) -> (B,)`` (``reduction="none"``).
+    t : float or callable, optional
+        Sample-level tilt or schedule (default 0 when ``tilts`` is not given).
+    tilts : pair, optional
+        ``(t_group, t_sample)`` for group-level tilting (class labels, annotators...),
+        with ``n_groups`` and ``groups=`` at each call. Running estimator only.
+    estimator : {"running", "mlmc", "variational"}, default "running"
+        For ``"variational"`` the auxiliary variable ``eta`` (in loss units, ``v = -t
+        eta``) is a parameter of this module: give ``loss_fn.parameters()`` to the
+        optimiser too. Its gradient is reversed for t < 0 (the saddle point: descent in
+        the model, ascent in ``eta``). It starts at the first batch's tilted risk.
+    lam, n_groups, base_batch_size, max_level, n_samples
+        As for :class:`~tiltlab.minibatch.MinibatchTilt`.
+    check_finite : bool, default True
+        Report batches with NaN or infinite losses (at once on the CPU, by :meth:`check`
+        elsewhere). With False they are still skipped (NaN value, state unchanged).
+    accumulation_steps : int, default 1
+        Micro-batches per optimiser step; with k > 1 call :meth:`finish_step` (or
+        :meth:`attach` the optimiser) before each optimiser step.
+    distributed : bool, default False
+        Combine each step's statistics over the processes of ``process_group``.
+    process_group : optional
+        The ``torch.distributed`` group (default: the default group).
+    ess : float or callable, optional
+        Instead of ``t``: the effective sample size of each batch's tilted weights as a
+        fraction of the batch, in (0, 1] (or a schedule of the step, e.g.
+        ``linear_schedule(1.0, 0.6, steps)``). Before each call the tilt of sign
+        ``ess_sign`` at which this batch's weights keep that fraction is solved with
+        :func:`tiltlab.tilt_for_ess` (on the host, so not inside ``torch.compile``) and
+        used for the step with the running normaliser; ``loss_fn.t`` reads it.
+    ess_sign : {-1, +1}, default -1
+        The sign of the tilt solved for with ``ess``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from tiltlab.torch import TiltedLoss
+    >>> torch.manual_seed(0)
+    <torch._C.Generator object at ...>
+    >>> model = torch.nn.Linear(4, 3)
+    >>> loss_fn = TiltedLoss(torch.nn.CrossEntropyLoss(reduction="none"), t=-1.0)
+    >>> X, y = torch.randn(16, 4), torch.randint(0, 3, (16,))
+    >>> loss = loss_fn(model(X), y)
+    >>> loss.backward()
+    >>> loss.ndim, model.weight.grad.shape
+    (0, torch.Size([3, 4]))
+    """
+
+    def __init__(
+        self,
+        criterion: Any = None,
+        *,
+        t: Any = None,
+        tilts: Any = None,
+        estimator: str = "running",
+        lam: float = 0.1,
+        n_groups: int | None = None,
+        base_batch_size: int | None = None,
+        max_level: int | None = None,
+        n_samples: int | None = None,
+        check_finite: bool = True,
+        accumulation_steps: int = 1,
+        distributed: bool = False,
+        process_group: Any = None,
+        ess: Any = None,
+        ess_sign: int = -1,
+    ):
+        super().__init__()
+        if criterion is not None and not callable(criterion):
+            raise TypeError("`criterion` must be callable (a per-sample loss)")
+        self.criterion = criterion
+        self.estimator = check_estimator(estimator)
+        self.lam = check_lam(lam)
+        if sum(x is not None for x in (t, tilts, ess)) > 1:
+            raise ValueError(
+                "give at most one of `t` (sample level), `tilts` (group level) and `ess`"
+            )
+        self._ess = None if ess is None else check_ess(ess)
+        if ess_sign not in (-1, 1) or isinstance(ess_sign, bool):
+            raise ValueError(f"`ess_sign` must be -1 or +1, got {ess_sign!r}")
+        self.ess_sign = int(ess_sign)
+        if self._ess is not None and estimator == "mlmc":
+            raise ValueError("`ess` needs estimator='running' or 'variational'")
+        self.hierarchical = tilts is not None
+        if self.hierarchical:
+            if isinstance(tilts, (str, bytes)) or not hasattr(tilts, "__len__") or len(tilts) != 2:
+                raise ValueError("`tilts` must be a pair (t_group, t_sample)")
+            if self.estimator != "running":
+                raise ValueError("`tilts` (group-level tilting) needs estimator='running'")
+            if n_groups is None:
+                raise ValueError("`n_groups` is required with `tilts`")
+            self.n_groups = check_positive_int(n_groups, "n_groups")
+            specs = (check_tilt_spec(tilts[0], "tilts[0]"), check_tilt_spec(tilts[1], "tilts[1]"))
+        else:
+            self.n_groups = 1
+            specs = (0.0, check_tilt_spec(0.0 if t is None else t, "t"))
+        self.check_finite = bool(check_finite)
+        self.accumulation_steps = check_positive_int(accumulation_steps, "accumulation_steps")
+        if self.accumulation_steps > 1 and (self.estimator != "running" or self.hierarchical):
+            raise ValueError(
+                "`accumulation_steps` > 1 needs the running estimator at sample level: at "
+                "group level the final gradient weighs each group's accumulated gradient "
+                "by its own factor, which one gradient buffer per parameter cannot hold"
+            )
+        self.distributed = bool(distributed)
+        self.process_group = process_group
+        if self.distributed and self.estimator == "mlmc":
+            raise ValueError("`distributed=True` needs estimator='running' or 'variational'")
+        self._values: list[float] = [0.0, 0.0]
+        self._schedules: list[Any] = [None, None]
+        self.register_buffer("step", torch.zeros((), dtype=torch.int64))
+        self.register_buffer("nonfinite", torch.zeros((), dtype=torch.int64), persistent=False)
+        self._reported = 0
+        self._micro = 0
+        self.__dict__["_step_cache"] = (self.step, self.step._version, 0)
+        for i, spec in enumerate(specs):
+            self._set_tilt(i, spec)
+        g = self.n_groups
+        if self.estimator == "running":
+            for name in ("risk", "seen", "counts"):
+                self.register_buffer(name, torch.zeros(g, dtype=torch.float32))
+            nan = torch.full((g,), math.nan, dtype=torch.float32)
+            self.register_buffer("ess", nan, persistent=False)
+            if self.accumulation_steps > 1:
+                zeros = torch.zeros(S.N_STATS, g, dtype=torch.float32)
+                self.register_buffer("pending", zeros, persistent=False)
+                self.register_buffer("anchor", torch.zeros(g), persistent=False)
+                self.register_buffer("anchor_coef", torch.zeros(g), persistent=False)
+        elif self.estimator == "variational":
+            if specs[1] is not None and not callable(specs[1]) and math.isinf(specs[1]):
+                raise ValueError("`t` must be finite for estimator='variational'")
+            self.eta = torch.nn.Parameter(torch.zeros((), dtype=torch.float32))
+            self.register_buffer("ready", torch.zeros((), dtype=torch.float32))
+        else:
+            if base_batch_size is None:
+                raise ValueError("`base_batch_size` is required for estimator='mlmc'")
+            self.base_batch_size = check_positive_int(base_batch_size, "base_batch_size")
+            self.max_level = check_positive_int(4 if max_level is None else max_level, "max_level")
+            self._level_p = level_probabilities(self.max_level).tolist()
+        self.n_samples = None if n_samples is None else check_positive_int(n_samples, "n_samples")
+        # the common case (one process, sample level, running) has a path of few operations
+        self._lean = (
+            self.estimator == "running"
+            and not self.hierarchical
+            and not self.distributed
+            and self.accumulation_steps == 1
+        )
+
+    # -- the tilt ------------------------------------------------------------------------
+
+    def _set_tilt(self, index: int, spec: Any) -> None:
+        if callable(spec):
+            self._schedules[index] = spec
+        else:
+            self._schedules[index] = None
+            self._values[index] = float(spec)
+
+    @property
+    def t(self) -> Any:
+        """The sample-level tilt: a number, or the schedule; settable."""
+        return self._schedules[1] if self._schedules[1] is not None else self._values[1]
+
+    @t.setter
+    def t(self, value: Any) -> None:
+        spec = check_tilt_spec(value, "t")
+        if self.estimator == "variational" and not callable(spec) and math.isinf(spec):
+            raise ValueError("`t` must be finite for estimator='variational'")
+        self._set_tilt(1, spec)
+
+    @property
+    def tilts(self) -> tuple:
+        """``(t_group, t_sample)`` (numbers or schedules); settable on a group-level loss."""
+        return tuple(s if s is not None else self._values[i] for i, s in enumerate(self._schedules))
+
+    @tilts.setter
+    def tilts(self, value: Any) -> None:
+        if not self.hierarchical:
+            raise ValueError("`tilts` can be set only on a group-level loss")
+        self._set_tilt(0, check_tilt_spec(value[0], "tilts[0]"))
+        self._set_tilt(1, check_tilt_spec(value[1], "tilts[1]"))
+
+    def _host_step(self) -> int:
+        """The step as a Python int, read from the device only after the buffer was
+        written elsewhere (a load, a compiled call): its version counter tells."""
+        step, cache = self.step, self.__dict__.get("_step_cache")
+        if cache is None or cache[0] is not step or cache[1] != step._version:
+            cache = (step, step._version, int(step))
+            self.__dict__["_step_cache"] = cache
+        return cache[2]
+
+    def _advance(self, compiling: bool) -> None:
+        host = None if compiling else self._host_step()
+        with torch.no_grad():
+            self.step.add_(1)
+        if host is not None:
+            self.__dict__["_step_cache"] = (self.step, self.step._version, host + 1)
+
+    def _tilts_now(self, like: torch.Tensor, compiling: bool) -> list[Any]:
+        """``[t_group, t_sample]`` of this step: Python floats (validated on the host), or
+        0-d tensors where a schedule runs inside a compiled graph (flagged on the device)."""
+        out: list[Any] = []
+        names = ("tilts[0]", "tilts[1]" if self.hierarchical else "t")
+        for i, schedule in enumerate(self._schedules):
+            if schedule is None:
+                value: Any = self._values[i]
+            elif compiling:
+                value = schedule(self.step.to(torch.float64))
+                if isinstance(value, torch.Tensor):
+                    if value.ndim != 0 or not value.is_floating_point():
+                        raise TypeError(f"`{names[i]}` must return a real number or a 0-d tensor")
+                    value = value.to(like.dtype)
+                else:
+                    value = resolve(value, 0, names[i])
+            else:
+                value = resolve(schedule, self._host_step(), names[i])
+            if S.is_number(value):
+                if self.estimator == "variational" and math.isinf(value):
+                    raise ValueError(f"`{names[i]}` must be finite for estimator='variational'")
+                value = S.fit_tilt(value, like.dtype, xp_torch)
+            out.append(value)
+        return out
+
+    def _tilt_for_ess(self, losses: torch.Tensor) -> None:
+        """Solve this batch's tilt from the ESS fraction (on the host: a few reads)."""
+        spec = self._ess
+        step = self._host_step() if self.training else max(self._host_step() - 1, 0)
+        fraction = check_ess(resolve(spec, step, "ess") if callable(spec) else spec)
+        t = 0.0
+        if fraction < 1.0:
+            try:
+                t = float(tilt_for_ess(losses.detach(), fraction, sign=self.ess_sign))
+            except ValueError:  # equal losses (F = 1 at every tilt) or a non-finite batch
+                t = 0.0
+        self._values[1] = t
+
+    def group_report(self) -> dict:
+        """The running state per group, with the keys of
+        :func:`tiltlab.diagnostics.group_report` (see
+        :meth:`tiltlab.minibatch.MinibatchTilt.group_report`): ``"risk"``, ``"mass"``,
+        ``"weight"`` (outer tilt at the current step), ``"ess"`` (of the last training
+        batch, per group), ``"size"``, ``"group"``. Tensors on the state's device (nothing
+        is read here); running estimator only.
+
+        Examples
+        --------
+        >>> import torch
+        >>> from tiltlab.torch import TiltedLoss
+        >>> loss_fn = TiltedLoss(tilts=(1.0, 0.0), n_groups=2)
+        >>> _ = loss_fn(torch.tensor([0.1, 0.3, 2.0, 4.0]), groups=torch.tensor([0, 0, 1, 1]))
+        >>> rep = loss_fn.group_report()
+        >>> [round(v, 4) for v in rep["risk"].tolist()], rep["mass"].tolist()
+        ([0.2, 3.0], [0.5, 0.5])
+        """
+        if self.estimator != "running":
+            raise ValueError("`group_report` is for the running estimator")
+        dtype = self.risk.dtype
+        schedule = self._schedules[0]
+        if schedule is None:
+            t_group = self._values[0]
+        else:
+            t_group = resolve(schedule, self._host_step(), "tilts[0]")
+        t_group = S.fit_tilt(t_group, dtype, xp_torch)
+        return S.report_from_state(self.risk, self.counts, self.ess.to(dtype), t_group, xp_torch)
+
+    # -- state ---------------------------------------------------------------------------
+
+    def reset(self) -> None:
+        """Forget every batch seen (the step counter restarts at 0)."""
+        with torch.no_grad():
+            self.step.zero_()
+            for name in ("risk", "seen", "counts", "eta", "ready", "nonfinite"):
+                if hasattr(self, name):
+                    getattr(self, name).zero_()
+        self.__dict__["_step_cache"] = (self.step, self.step._version, 0)
+        self._reported = 0
+        self._micro = 0
+
+    def check(self) -> None:
+        """Raise if a batch since the last check had a NaN or infinite loss (or a group label
+        out of range); such batches were skipped. One read from the device."""
+        count = int(self.nonfinite)
+        new, self._reported = count - self._reported, count
+        if new > 0 and self.check_finite:
+            raise ValueError(
+                f"`losses`: {new} batch(es) contained NaN or infinite losses (or group labels "
+                f"outside [0, n_groups)); they were skipped (NaN value, state unchanged)"
+            )
+
+    def get_extra_state(self) -> dict:
+        return {
+            "tilts": [
+                v if s is None else None for v, s in zip(self._values, self._schedules, strict=True)
+            ]
+        }
+
+    def set_extra_state(self, state: Any) -> None:
+        for i, value in enumerate(state.get("tilts", [])):
+            if value is not None:
+                self._set_tilt(i, check_tilt_spec(value, "state['tilts']"))
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # checkpoints of earlier versions keep the tilt in a buffer named "tilt"
+        legacy = state_dict.pop(prefix + "tilt", None)
+        if legacy is not None and prefix + "_extra_state" not in state_dict:
+            state_dict[prefix + "_extra_state"] = {"tilts": [float(v) for v in legacy]}
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        self.__dict__["_widened_for"] = None  # a load with assign=True may replace buffers
+
+    def _apply(self, fn, recurse=True):
+        # a module-wide cast (.half(), a parent's .to(dtype)) must not narrow the state;
+        # a move keeps the host copy of the step (no read from the new device)
+        cache, step = self.__dict__.get("_step_cache"), self._buffers.get("step")
+        known = cache is not None and cache[0] is step and cache[1] == step._version
+        out = keep_state_dtypes(self, lambda: super(TiltedLoss, self)._apply(fn, recurse))
+        self.__dict__["_widened_for"] = None
+        if known:
+            self.__dict__["_step_cache"] = (self.step, self.step._version, cache[2])
+        return out
+
+    def extra_repr(self) -> str:
+        return f"estimator={self.estimator!r}, tilts={self.tilts}, lam={self.lam}"
+
+    # -- forward -------------------------------------------------------------------------
+
+    def forward(self, input: Any, target: Any = None, groups: Any = None):
+        """The tilted loss of this batch (see the class documentation); updates the state.
+
+        ``loss_fn(input, target, groups=None)`` with a criterion, ``loss_fn(losses,
+        groups=None)`` without.
+        """
+        if self.criterion is not None:
+            if target is None:
+                raise ValueError("`target` is required: this loss wraps a criterion")
+            losses = self.criterion(input, target)
+        else:
+            if target is not None:
+                raise ValueError(
+                    "`target` given but no criterion: pass per-sample losses, or build the "
+                    "loss as TiltedLoss(criterion, ...)"
+                )
+            losses = input
+        compiling = torch.compiler.is_compiling()
+        if not compiling:
+            check_call(self, losses, groups)
+            if self._ess is not None:
+                self._tilt_for_ess(losses)
+            acc = K.accumulation_dtype(losses.dtype, torch)
+            if self.step.device != losses.device:
+                self.to(losses.device)
+            if self.__dict__.get("_widened_for") is not acc:
+                widen_state(self, acc)
+                self.__dict__["_widened_for"] = acc
+        kind = losses.device.type
+        if not torch.amp.is_autocast_available(kind) or not torch.is_autocast_enabled(kind):
+            return self._tilted(losses, groups, compiling)
+        with torch.autocast(device_type=losses.device.type, enabled=False):
+            return self._tilted(losses, groups, compiling)
+
+    def _tilted(self, losses: torch.Tensor, groups: Any, compiling: bool) -> torch.Tensor:
+        xp = xp_torch
+        acc = K.accumulation_dtype(losses.dtype, torch)
+        values = losses.detach().to(acc)
+        t_group, t_sample = self._tilts_now(values, compiling)
+        update = self.training  # eval mode: evaluate with the state, leave it as it is
+        if (
+            self._lean
+            and S.is_number(t_sample)
+            and (t_sample == 0 or 0.05 <= abs(t_sample) < math.inf)
+        ):
+            return lean_running_step(self, losses, values, t_sample, update, compiling)
+        if self.estimator == "mlmc":
+            return self._mlmc(losses, values, t_sample, update, compiling)
+        codes = mask = None
+        valid = None
+        if self.hierarchical:
+            codes = groups.to(torch.int64)
+            valid = ((codes >= 0) & (codes < self.n_groups)).all()
+            codes = codes.clamp(0, self.n_groups - 1)
+            mask = K.group_mask(codes, self.n_groups, acc, xp)
+        stats = S.batch_stats(values, mask, t_sample, xp)
+        world = 1
+        if self.distributed:
+            stats, world = gather_stats(stats, t_sample, self.process_group, xp)
+        ok = torch.isfinite(stats).all()
+        for tilt in (t_group, t_sample):
+            if not S.is_number(tilt):
+                ok = ok & ~torch.isnan(tilt)
+        ok = ok if valid is None else ok & valid
+        if not compiling and losses.device.type == "cpu" and self.check_finite and not bool(ok):
+            # on the CPU reading costs nothing: a bad batch raises at once
+            raise ValueError(
+                "`losses` contains NaN or infinite values (or `groups` labels outside "
+                "[0, n_groups)); every loss must be finite"
+            )
+        if self.estimator == "running":
+            if self.accumulation_steps > 1 and update:
+                value, weights = self._accumulate(values, stats, t_group, t_sample, ok, compiling)
+            else:
+                value, weights = self._running(values, stats, codes, t_group, t_sample, ok, update)
+            extra = None
+        else:
+            value, weights, extra = self._variational(values, stats, t_sample, ok, update)
+        if update:
+            with torch.no_grad():
+                self.nonfinite.add_((~ok).to(torch.int64))
+            if self.accumulation_steps == 1:
+                self._advance(compiling)
+        value = torch.where(ok, value, torch.full_like(value, math.nan)).detach()
+        if world > 1:
+            weights = weights * world  # DistributedDataParallel averages the gradients
+        if not losses.requires_grad and extra is None:
+            return value
+        out = value + torch.dot(weights.detach(), losses.to(acc) - values)
+        return out if extra is None else out + extra
+
+    def _running(self, values, stats, codes, t_group, t_sample, ok, update):
+        xp = xp_torch
+        dtype = values.dtype
+        state = [b.to(dtype) for b in (self.risk, self.seen, self.counts)]
+        value, coef, risk, seen, counts = S.running_from_stats(
+            stats, t_group, t_sample, *state, self.lam, xp
+        )
+        weights = S.sample_weights(values, risk, stats, codes, coef, t_sample, xp)
+        if update:
+            with torch.no_grad():
+                ess = S.ess_fraction(stats, xp)
+                self.ess.copy_(torch.where(ok & ~torch.isnan(ess), ess, self.ess.to(dtype)))
+                for buf, new, old in zip(
+                    (self.risk, self.seen, self.counts), (risk, seen, counts), state, strict=True
+                ):
+                    buf.copy_(torch.where(ok, new, old))
+        return value, weights
+
+    def _accumulate(self, values, stats, t_group, t_sample, ok, compiling):
+        return micro_batch(self, values, stats, t_group, t_sample, ok, compiling, xp_torch)
+
+    def finish_step(self, parameters: Any) -> None:
+        """End an accumulation step: rescale the gradients accumulated over the
+        micro-batches to the final normaliser and commit the state.
+
+        Call it after the last micro-batch's ``backward()`` and before
+        ``optimizer.step()`` (or :meth:`attach` the optimiser once). Each micro-batch's
+        backward accumulated ``c_0 sum_i exp(t (l_i - a)) grad l_i``, relative to the
+        provisional state ``a`` (and coefficient ``c_0``) after the first micro-batch; the
+        statistics of every micro-batch were merged exactly, so the final state ``R`` and
+        coefficient ``c`` are those of one call on their union, and multiplying the
+        gradients by ``(c / c_0) exp(t (a - R))`` gives that call's gradient. Without
+        pending micro-batches it does nothing.
+        """
+        finish(self, parameters, xp_torch)
+
+    def attach(self, optimizer: torch.optim.Optimizer) -> Any:
+        """Call :meth:`finish_step` on the optimiser's parameters before each of its steps;
+        returns the hook's handle (``handle.remove()`` detaches it)."""
+
+        def hook(opt, args, kwargs):
+            self.finish_step(p for group in opt.param_groups for p in group["params"])
+
+        return optimizer.register_step_pre_hook(hook)
+
+    def _variational(self, values, stats, t_sample, ok, update):
+        xp = xp_torch
+        eta_now = self.eta.detach().to(values.dtype)
+        value, eta_used, eta_grad, _, coef = S.variational_from_stats(
+            stats, t_sample, eta_now, self.ready > 0, xp
+        )
+        weights = S.sample_weights(values, eta_used, stats, None, coef, t_sample, xp)
+        ok_all = ok & torch.isfinite(weights).all()
+        if not torch.compiler.is_compiling() and values.device.type == "cpu":
+            if bool(ok) and not bool(ok_all):
+                raise ValueError(
+                    "`losses`: the variational weights exp(t (loss - eta)) overflowed; this "
+                    "batch is far from the current eta: lower `t` or use estimator='running' "
+                    "(its weights are bounded by 1/lam)"
+                )
+        if update:
+            with torch.no_grad():
+                self.eta.copy_(torch.where(ok_all, eta_used, eta_now))
+                self.ready.copy_(torch.where(ok_all, torch.ones_like(self.ready), self.ready))
+        extra = eta_grad.detach() * (self.eta - self.eta.detach())
+        return value, weights, extra
+
+    def _mlmc(self, losses, values, t_sample, update, compiling):
+        xp = xp_torch
+        n = values.shape[0]
+        level = mlmc_level(self, n)
+        prob = 1.0 if level is None else self._level_p[level - 1]
+        t = K.const(t_sample, values, xp) if S.is_number(t_sample) else t_sample
+        weights, value = K.mlmc_step(
+            values, self.base_batch_size, level or 0, prob, level is None, t, xp
+        )
+        ok = torch.isfinite(values).all()
+        if not compiling and losses.device.type == "cpu" and self.check_finite and not bool(ok):
+            raise ValueError("`losses` contains NaN or infinite values; every loss must be finite")
+        if update:
+            with torch.no_grad():
+                self.nonfinite.add_((~ok).to(torch.int64))
+            self._advance(compiling)
+        value = torch.where(ok, value, torch.full_like(value, math.nan)).detach()
+        if not losses.requires_grad:
+            return value
+        return value + torch.dot(weights.detach(), losses.to(values.dtype) - values)
