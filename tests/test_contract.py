@@ -236,12 +236,6 @@ def test_group_running_state_keeps_an_absent_group(t):
     assert abs(after[0] - want) <= 64 * np.finfo(np.float64).eps * 4.0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="TiltedLoss keeps its tilt and running risk in float32 buffers unless the module "
-    "is converted (.double()): float64 losses are tilted by a rounded t and their running "
-    "risk is rounded to float32 between batches",
-)
 def test_torch_running_state_keeps_float64_losses_in_float64():
     torch = pytest.importorskip("torch")
     from tiltlab.torch import TiltedLoss

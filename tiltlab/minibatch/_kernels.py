@@ -124,6 +124,11 @@ def running_update(previous: Any, batch: Any, t: Any, lam: float, xp: Any) -> An
             return previous + lam * gap
         if math.isinf(t):
             return batch
+        if abs(t) < float(xp.finfo(gap.dtype).smallest_normal):
+            # t is zero or subnormal in the losses' dtype (1e-300 in float32): t * gap and
+            # the division by t are formed in float64, where t is a normal number
+            wide = xp.astype(gap, xp.float64)
+            return previous + xp.astype(_running_f(t * wide, lam, xp) / t, gap.dtype)
         return previous + _running_f(t * gap, lam, xp) / t
     t_fin, is_zero, regular = tilt_parts(t, xp)
     u = t_fin * gap
