@@ -190,3 +190,132 @@ def test_bound_chunks_are_cached_and_validated_once(monkeypatch):
     y_bad[0] = 0.5
     assert ce.numpy_state(X, y_bad, None, th, None, loss, 1.0, "grad") is ce.DECLINE
     assert ce.numpy_state(X, y, None, th, None, loss, 1.0, "hess") is ce.DECLINE
+
+
+# ---------------------------------------------------------------------------------------
+# chunks of other libraries: the objective engine registered for the chunk's library
+
+
+class _StandIn:
+    """A stand-in for a library's fused engine (the CUDA kernel for CuPy): serves the
+    value and gradient of problems without prior weights with the generic array-API
+    engine, and records what it was asked."""
+
+    name = "stand-in"
+
+    def __init__(self, accept_weights=False, decline=False):
+        self.calls = []
+        self.accept_weights = accept_weights
+        self.decline = decline
+
+    def applies(self, problem):
+        return problem.weights is None or self.accept_weights
+
+    def value(self, problem, theta, ctx):
+        return None  # as the CUDA engine: value and gradient together only
+
+    def value_and_gradient(self, problem, theta, ctx):
+        from tiltlab.objective.engines.generic import GENERIC
+
+        self.calls.append((type(problem.X).__module__, problem.n_samples, problem.l2))
+        if self.decline:
+            return None
+        with np.errstate(invalid="ignore"):  # the generic kernel's where() on strict arrays
+            return GENERIC.value_and_gradient(problem, theta, ctx)
+
+    def hvp(self, problem, theta, v, ctx):
+        raise AssertionError("a Hessian-vector product needs sums the engines do not return")
+
+
+@pytest.mark.parametrize("t", [0.0, 1e-9, 0.8, -2.5])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_chunks_of_another_library_take_its_engine(monkeypatch, t, weighted):
+    """array-api-strict chunks (a library without a state route): each chunk's state
+    comes from the engine registered for the library; merged in a tree and finished as on
+    Dask, they give the NumPy objective's value and gradient."""
+    xps = pytest.importorskip("array_api_strict")
+    from tiltlab.distributed._objective import finish
+    from tiltlab.distributed._states import chunk_sample_state, merge_states
+    from tiltlab.objective.engines import ENGINES
+
+    engine = _StandIn(accept_weights=True)
+    monkeypatch.setitem(ENGINES._impls, "array_api_strict", engine)
+    X, y, th, _ = _data("logistic", np.float64, seed=11, n=900, d=5)
+    w = np.random.default_rng(12).uniform(0.5, 2.0, size=900) if weighted else None
+    loss = tl.losses.get_loss("logistic")
+    bounds = [(0, 300), (300, 310), (310, 900)]
+    states = []
+    for r0, r1 in bounds:
+        Xb, yb = xps.asarray(X[r0:r1]), xps.asarray(y[r0:r1])
+        pb = None if w is None else xps.asarray(w[r0:r1])
+        states.append(chunk_sample_state(Xb, yb, pb, th, None, loss, t, "grad", True))
+    assert [c[1] for c in engine.calls] == [300, 10, 900 - 310]
+    assert all(c[0] == "array_api_strict._array_object" and c[2] == 0.0 for c in engine.calls)
+    f, g = finish(("grad", None, 0.0, "<f8"), th, None, merge_states(*states))
+    ref = tl.TiltedObjective("logistic", X, y, t=t, weights=w)
+    ref.fused = False
+    f0, g0 = ref.value_and_gradient(th)
+    _close(f, f0, np.float64)
+    _close(g, g0, np.float64)
+
+
+def test_engine_route_declines_go_to_the_generic_route(monkeypatch):
+    xps = pytest.importorskip("array_api_strict")
+    from tiltlab.distributed._states import chunk_sample_state
+    from tiltlab.objective.engines import ENGINES
+
+    X, y, th, v = _data("squared", np.float64, seed=13, n=200, d=4)
+    loss = tl.losses.get_loss("squared")
+    Xb, yb, pb = xps.asarray(X), xps.asarray(y), xps.asarray(np.ones(200))
+    ref = chunk_sample_state(X, y, None, th, None, loss, 1.5, "grad", False)  # generic
+    for engine, args in [
+        (_StandIn(decline=True), (None, "grad")),  # the engine returns None
+        (_StandIn(), (pb, "grad")),  # prior weights: the engine does not apply
+        (_StandIn(), (None, "hvp")),  # a mode the engines cannot give as a state
+    ]:
+        monkeypatch.setitem(ENGINES._impls, "array_api_strict", engine)
+        p, mode = args
+        st = chunk_sample_state(Xb, yb, p, th, v if mode == "hvp" else None, loss, 1.5, mode, True)
+        assert len(engine.calls) == (1 if engine.decline else 0)
+        assert float(st.risk()) == pytest.approx(float(ref.risk()), rel=1e-14)
+
+
+def test_engine_route_in_the_one_graph(monkeypatch):
+    """A Dask objective whose chunks' library has no state route but a registered engine
+    (NumPy here, its state route removed and a stand-in engine registered): each chunk is
+    one engine call inside the one graph of an evaluation."""
+    from dask.callbacks import Callback
+
+    from tiltlab.objective.engines import ENGINES
+
+    class Count(Callback):
+        def __init__(self):
+            super().__init__()
+            self.n = 0
+
+        def _start(self, dsk):
+            self.n += 1
+
+    engine = _StandIn()
+    monkeypatch.delitem(ce.STATE_ROUTES._impls, "numpy")
+    monkeypatch.setattr(ce, "numpy_route_applies", lambda *args: True)  # small problem
+    monkeypatch.setitem(ENGINES._impls, "numpy", engine)
+    X, y, th, _ = _data("logistic", np.float64, seed=14, n=1200, d=6)
+    obj = tl.TiltedObjective(
+        "logistic", da.from_array(X, chunks=(400, 6)), da.from_array(y, chunks=400), t=-1.0
+    )
+    from tiltlab.distributed import distribute
+
+    distribute(obj)  # rechunk and persist once (a run of its own)
+    with Count() as c:
+        f, g = obj.value_and_gradient(th)
+        assert c.n == 0
+        f, g = dask.compute(f, g)
+        assert c.n == 1
+    assert [k[1] for k in engine.calls] == [400, 400, 400]
+    monkeypatch.setitem(ENGINES._impls, "numpy", None)
+    ref = tl.TiltedObjective("logistic", X, y, t=-1.0)
+    ref.fused = False
+    f0, g0 = ref.value_and_gradient(th)
+    _close(f, f0, np.float64)
+    _close(g, g0, np.float64)

@@ -233,8 +233,15 @@ def engine_state(
         return DECLINE
     theta = np.asarray(to_numpy(theta))
     dev = device(Xb)
-    # the chunk's own problem: the prior slice both as weights and as prepared prior, so
-    # that an engine which does not take prior weights declines the chunk
+    mass = float(n)
+    prior = None
+    if pb is not None:
+        mass = float(np.sum(np.asarray(to_numpy(pb), dtype=np.float64)))
+        if not mass > 0:
+            return DECLINE
+        prior = pb / xp.asarray(mass, dtype=pb.dtype, device=dev)  # normalised, as prepared
+    # the chunk's own problem: the prior slice as weights and as the prepared (normalised)
+    # prior, so that an engine which does not take prior weights declines the chunk
     problem = TiltedProblem(
         loss=loss,
         X=Xb,
@@ -242,7 +249,7 @@ def engine_state(
         xp=xp,
         tilts=(float(t),),
         weights=pb,
-        prior=pb,
+        prior=prior,
         n_samples=n,
         n_features=d,
         shape=tuple(theta.shape),
@@ -263,9 +270,6 @@ def engine_state(
         grad = grad if mode == "grad" else None
     R = float(np.asarray(to_numpy(value), dtype=np.float64))
     if not np.isfinite(R):
-        return DECLINE
-    mass = float(n) if pb is None else float(np.sum(np.asarray(to_numpy(pb), dtype=np.float64)))
-    if not mass > 0:
         return DECLINE
     sums = () if grad is None else (np.asarray(to_numpy(grad), dtype=np.float64) * mass,)
     m = np.float64(mass)
