@@ -29,12 +29,25 @@
     ``tilted_risk`` and ``hierarchical_risk`` of Dask losses submit when called and when
     computed.
 
+(d) ``fit``: the L-BFGS fit of the logistic TERM objective (t = -1, l2 = 1e-4, ``--rows`` x
+    32 float64, default 5e5, fixed iteration budget) and of its hierarchical form (200
+    Zipf-sized groups, tilts (-1, 2)) on NumPy (one thread, in this process: the fused CPU
+    engine for the sample level) and on a ``LocalCluster`` of 2 worker processes with one
+    thread each, where the chunks of the sample-level objective take the fused CPU kernels
+    (``dask fused``) or, with ``fused = False`` on the objective, the generic NumPy
+    expressions (``dask generic``: the route before the kernels served Dask chunks).
+    Interleaved rounds, medians; reported: time per fit and per evaluation, the ratio to
+    the NumPy fit, the overhead per L-BFGS iteration and per evaluation against NumPy
+    (Dask time minus NumPy time), graphs per iteration, and the load average.
+
 Usage::
 
     PYTHONPATH=. python benchmarks/dask_scaling.py inmem [--rows 2000000] [--repeats 3]
     PYTHONPATH=. python benchmarks/dask_scaling.py ooc [--ooc-rows 100000000] [--dir /tmp/x]
     PYTHONPATH=.:/tmp/b python benchmarks/dask_scaling.py hier [--rows 1000000] \
         [--groups 200] [--repeats 7] [--in-process] [--before /tmp/b]
+    NUMBA_NUM_THREADS=1 PYTHONPATH=. python benchmarks/dask_scaling.py fit [--rows 500000] \
+        [--repeats 5] [--max-iter 15]
 
 A ``--before`` copy: ``git archive <commit> tiltlab | tar -x -C /tmp/b``, rename
 ``/tmp/b/tiltlab`` to ``/tmp/b/tiltlab_before`` and replace ``"tiltlab.`` by
@@ -374,9 +387,99 @@ def hier(rows: int, n_groups: int, repeats: int, in_process: bool, before_dir: s
     cluster.close()
 
 
+def fit(rows: int, n_groups: int, repeats: int, max_iter: int) -> None:
+    import dask.array as da
+    import distributed
+    from threadpoolctl import threadpool_limits
+
+    import tiltlab as tl
+    from tiltlab.distributed import ClientObjective, distribute
+
+    X, y = _data(rows)
+    g = _zipf_groups(rows, n_groups, np.random.default_rng(2))
+    chunk = 1 << 17
+    print(
+        f"(d) fit: {rows} x {D} float64 logistic, t={T}, l2={L2}; hierarchy: "
+        f"{int(g.max()) + 1} Zipf groups, tilts (-1, 2); lbfgs max_iter={max_iter}, tol=0; "
+        f"chunks of {chunk} rows; 2 worker processes x 1 thread; NUMBA_NUM_THREADS="
+        f"{os.environ.get('NUMBA_NUM_THREADS', 'unset')}; load average at the start "
+        f"{os.getloadavg()}"
+    )
+    cluster, client, counter = _cluster(2, "4GB")
+    kw = {"sample": {"t": T, "l2": L2}, "hier": {"groups": g, "tilts": (-1.0, 2.0), "l2": L2}}
+    objs: dict = {}
+    with client.as_current():
+        Xd, yd = da.from_array(X, chunks=(chunk, D)), da.from_array(y, chunks=chunk)
+        for name, fused, k in (
+            ("dask fused", True, "sample"),
+            ("dask generic", False, "sample"),
+            ("dask hier", True, "hier"),
+        ):
+            obj = tl.TiltedObjective("logistic", Xd, yd, **kw[k])
+            obj.fused = fused
+            plan = distribute(obj, persist=True)
+            distributed.wait([plan.X, plan.y])
+            ClientObjective(obj).value_and_gradient(np.zeros(D))  # workers import, load kernels
+            objs[name] = obj
+    for k in ("sample", "hier"):
+        objs[f"numpy {k}"] = tl.TiltedObjective("logistic", X, y, **kw[k])
+        with threadpool_limits(1):
+            objs[f"numpy {k}"].value_and_gradient(np.zeros(D))  # load the kernels
+    times: dict[str, list] = {k: [] for k in objs}
+    per_eval: dict[str, list] = {k: [] for k in objs}
+    graphs: dict[str, list] = {k: [] for k in objs}
+    nits: dict[str, list] = {k: [] for k in objs}
+    xs: dict = {}
+    for _ in range(repeats):
+        for name, obj in objs.items():
+            if name.startswith("numpy"):
+                with threadpool_limits(1):
+                    t0 = time.perf_counter()
+                    r = tl.minimize(obj, method="lbfgs", tol=0.0, max_iter=max_iter)
+                    dt = time.perf_counter() - t0
+                nfev = r.n_passes  # one pass per evaluation on NumPy
+            else:
+                with client.as_current():
+                    before = counter.n
+                    t0 = time.perf_counter()
+                    r = tl.minimize(obj, method="lbfgs", tol=0.0, max_iter=max_iter)
+                    dt = time.perf_counter() - t0
+                    graphs[name].append((counter.n - before) / max(r.nit, 1))
+                nfev = r.nfev
+            times[name].append(dt)
+            per_eval[name].append(dt / max(nfev, 1))
+            nits[name].append(r.nit)
+            xs[name] = np.asarray(r.x)
+    print(f"  load average (1, 5, 15 min) at the end: {os.getloadavg()}")
+    med = {k: statistics.median(v) for k, v in times.items()}
+    pe = {k: statistics.median(v) for k, v in per_eval.items()}
+    for name in objs:
+        base = "numpy hier" if "hier" in name else "numpy sample"
+        nit = statistics.median(nits[name])
+        line = (
+            f"  {name:13s} fit {med[name] * 1e3:8.1f} ms (runs "
+            f"{', '.join(f'{v * 1e3:.0f}' for v in times[name])}), {nit:.0f} iterations, "
+            f"per evaluation {pe[name] * 1e3:7.1f} ms"
+        )
+        if name.startswith("dask"):
+            line += (
+                f", ratio to {base} {med[name] / med[base]:.2f}, overhead per iteration "
+                f"{(med[name] - med[base]) / max(nit, 1) * 1e3:.1f} ms, per evaluation "
+                f"{(pe[name] - pe[base]) * 1e3:.1f} ms, graphs/iteration "
+                f"{statistics.median(graphs[name]):.2f}"
+            )
+        print(line)
+    for name in ("dask fused", "dask generic", "dask hier"):
+        base = "numpy hier" if "hier" in name else "numpy sample"
+        err = np.abs(xs[name] - xs[base]).max() / np.abs(xs[base]).max()
+        print(f"  {name}: max |x - x_numpy| / max |x_numpy| = {err:.1e}")
+    client.close()
+    cluster.close()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("part", choices=["inmem", "ooc", "hier"])
+    ap.add_argument("part", choices=["inmem", "ooc", "hier", "fit"])
     ap.add_argument("--rows", type=int, default=None,
                     help="rows of (a) and (c) (default 2e6 and 1e6)")
     ap.add_argument("--repeats", type=int, default=None, help="default 3 (a) and 7 (c)")
@@ -391,6 +494,8 @@ def main() -> None:
     a = ap.parse_args()
     if a.part == "inmem":
         inmem(a.rows or 2_000_000, a.repeats or 3, a.max_iter)
+    elif a.part == "fit":
+        fit(a.rows or 500_000, a.groups, a.repeats or 5, a.max_iter)
     elif a.part == "hier":
         hier(a.rows or 1_000_000, a.groups, a.repeats or 7, a.in_process, a.before)
     else:
