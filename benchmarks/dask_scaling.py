@@ -105,7 +105,7 @@ def _cluster(n_workers: int, memory_limit: str):
 
     cluster = distributed.LocalCluster(
         n_workers=n_workers, threads_per_worker=1, processes=True,
-        memory_limit=memory_limit, dashboard_address=None, silence_logs=40,
+        memory_limit=memory_limit, dashboard_address=":0", silence_logs=40,
     )
     client = distributed.Client(cluster, set_as_default=False)
     counter = _Counter()
@@ -323,7 +323,7 @@ def hier(rows: int, n_groups: int, repeats: int, in_process: bool, before_dir: s
           f"{'threads of this process' if in_process else 'worker processes'}")
     cluster = distributed.LocalCluster(
         n_workers=2, threads_per_worker=1, processes=not in_process, memory_limit="4GB",
-        dashboard_address=None, silence_logs=40,
+        dashboard_address=":0", silence_logs=40,
     )
     client = distributed.Client(cluster, set_as_default=False)
     counter = _Counter()

@@ -221,7 +221,7 @@ def cluster_client():
             self.n += 1
 
     cluster = distributed.LocalCluster(
-        n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None,
+        n_workers=2, processes=True, threads_per_worker=1, dashboard_address=":0",
         memory_limit="1GiB",
     )
     client = distributed.Client(cluster)
