@@ -408,19 +408,23 @@ def fit(rows: int, n_groups: int, repeats: int, max_iter: int) -> None:
     cluster, client, counter = _cluster(2, "4GB")
     kw = {"sample": {"t": T, "l2": L2}, "hier": {"groups": g, "tilts": (-1.0, 2.0), "l2": L2}}
     objs: dict = {}
+    fused_of: dict = {}
     with client.as_current():
         Xd, yd = da.from_array(X, chunks=(chunk, D)), da.from_array(y, chunks=chunk)
-        for name, fused, k in (
-            ("dask fused", True, "sample"),
-            ("dask generic", False, "sample"),
-            ("dask hier", True, "hier"),
-        ):
+        Xd, yd = client.persist([Xd, yd])  # the data reach the workers once
+        distributed.wait([Xd, yd])
+        for k in ("sample", "hier"):
             obj = tl.TiltedObjective("logistic", Xd, yd, **kw[k])
-            obj.fused = fused
             plan = distribute(obj, persist=True)
             distributed.wait([plan.X, plan.y])
             ClientObjective(obj).value_and_gradient(np.zeros(D))  # workers import, load kernels
-            objs[name] = obj
+            if k == "sample":  # one objective (one persisted copy), the route toggled per fit
+                objs["dask fused"], objs["dask generic"] = obj, obj
+                fused_of["dask fused"], fused_of["dask generic"] = True, False
+            else:
+                objs["dask hier"] = obj
+                fused_of["dask hier"] = True
+        del Xd, yd
     for k in ("sample", "hier"):
         objs[f"numpy {k}"] = tl.TiltedObjective("logistic", X, y, **kw[k])
         with threadpool_limits(1):
@@ -439,6 +443,7 @@ def fit(rows: int, n_groups: int, repeats: int, max_iter: int) -> None:
                     dt = time.perf_counter() - t0
                 nfev = r.n_passes  # one pass per evaluation on NumPy
             else:
+                obj.fused = fused_of[name]
                 with client.as_current():
                     before = counter.n
                     t0 = time.perf_counter()
@@ -475,6 +480,32 @@ def fit(rows: int, n_groups: int, repeats: int, max_iter: int) -> None:
         print(f"  {name}: max |x - x_numpy| / max |x_numpy| = {err:.1e}")
     client.close()
     cluster.close()
+    _chunk_times(X[:chunk], y[:chunk], repeats)
+
+
+def _chunk_times(Xb: np.ndarray, yb: np.ndarray, repeats: int) -> None:
+    """The work of one chunk's task, in this process: its state for a value and gradient
+    by the fused kernels and by the generic NumPy expressions (interleaved, medians)."""
+    from tiltlab.distributed._states import chunk_sample_state
+    from tiltlab.losses import get_loss
+
+    loss = get_loss("logistic")
+    theta = np.full(D, 0.01)
+    times: dict[bool, list] = {True: [], False: []}
+    for fused in (True, False):  # warm
+        chunk_sample_state(Xb, yb, None, theta, None, loss, T, "grad", fused)
+    for _ in range(max(repeats, 5) * 4):
+        for fused in (True, False):
+            times[fused].append(
+                _timed(lambda f=fused: chunk_sample_state(Xb, yb, None, theta, None, loss, T,
+                                                          "grad", f))
+            )
+    f, g = statistics.median(times[True]), statistics.median(times[False])
+    print(
+        f"  one chunk's task ({Xb.shape[0]} x {D}, value and gradient state, this process, "
+        f"one thread): fused {f * 1e3:.2f} ms, generic {g * 1e3:.2f} ms, ratio {g / f:.2f}; "
+        f"load average {os.getloadavg()}"
+    )
 
 
 def main() -> None:
