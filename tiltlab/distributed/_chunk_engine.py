@@ -66,6 +66,23 @@ STATE_ROUTES = Dispatch("chunk state route")
 _BOUND_MAX = 256
 _BOUND: OrderedDict = OrderedDict()
 _LOCK = threading.Lock()
+#: held around a kernel call while numba's threading layer may not take concurrent
+#: launches (its ``workqueue`` layer, or before the first parallel kernel has run)
+_KERNEL_LOCK = threading.Lock()
+
+
+def _kernel_guard() -> Any:
+    """A lock for a kernel call where numba's threading layer cannot be entered by two
+    threads at once (a Dask worker with several threads), else a no-op context."""
+    import contextlib
+
+    import numba
+
+    try:
+        safe = numba.threading_layer() != "workqueue"
+    except ValueError:  # no parallel kernel has run in this process yet
+        safe = False
+    return contextlib.nullcontext() if safe else _KERNEL_LOCK
 
 
 def chunk_state(
@@ -145,11 +162,12 @@ def numpy_state(
         at = fp._at(np.asarray(to_numpy(theta)), t)
     except (TypeError, ValueError):
         return DECLINE
-    if mode == "hvp":
-        state, sums = _hvp_blocks(at, np.asarray(to_numpy(V)))
-    else:
-        state, G, _ = _cpu_kernels._run_vg(at, mode == "grad", False)
-        sums = (G,) if mode == "grad" else ()
+    with _kernel_guard():
+        if mode == "hvp":
+            state, sums = _hvp_blocks(at, np.asarray(to_numpy(V)))
+        else:
+            state, G, _ = _cpu_kernels._run_vg(at, mode == "grad", False)
+            sums = (G,) if mode == "grad" else ()
     return _collapse(state, at.t, sums)
 
 
