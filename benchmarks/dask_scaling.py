@@ -286,6 +286,7 @@ def _risk_graphs(counter, client) -> None:
     cases = {
         "tilted_risk(l, 2.0)": lambda: tl.tilted_risk(ld, 2.0),
         "tilted_risk(l, [1, 2]) (a grid)": lambda: tl.tilted_risk(ld, np.array([1.0, 2.0])),
+        "tilted_risk(l, da.asarray(2.0))": lambda: tl.tilted_risk(ld, da.asarray(2.0)),
         "hierarchical_risk(l, numpy codes)": lambda: tl.hierarchical_risk(ld, g, (1.0, -2.0)),
         "hierarchical_risk(l, dask codes)": lambda: tl.hierarchical_risk(ld, gd, (1.0, -2.0)),
     }
