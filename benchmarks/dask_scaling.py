@@ -442,7 +442,7 @@ def fit(rows: int, n_groups: int, repeats: int, max_iter: int) -> None:
                     t0 = time.perf_counter()
                     r = tl.minimize(obj, method="lbfgs", tol=0.0, max_iter=max_iter)
                     dt = time.perf_counter() - t0
-                nfev = r.n_passes  # one pass per evaluation on NumPy
+                nfev = r.nfev
             else:
                 obj.fused = fused_of[name]
                 with client.as_current():
