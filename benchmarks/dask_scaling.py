@@ -29,12 +29,25 @@
     ``tilted_risk`` and ``hierarchical_risk`` of Dask losses submit when called and when
     computed.
 
+(d) ``fit``: the L-BFGS fit of the logistic TERM objective (t = -1, l2 = 1e-4, ``--rows`` x
+    32 float64, default 5e5, fixed iteration budget) and of its hierarchical form (200
+    Zipf-sized groups, tilts (-1, 2)) on NumPy (one thread, in this process: the fused CPU
+    engine for the sample level) and on a ``LocalCluster`` of 2 worker processes with one
+    thread each, where the chunks of the sample-level objective take the fused CPU kernels
+    (``dask fused``) or, with ``fused = False`` on the objective, the generic NumPy
+    expressions (``dask generic``: the route before the kernels served Dask chunks).
+    Interleaved rounds, medians; reported: time per fit and per evaluation, the ratio to
+    the NumPy fit, the overhead per L-BFGS iteration and per evaluation against NumPy
+    (Dask time minus NumPy time), graphs per iteration, and the load average.
+
 Usage::
 
     PYTHONPATH=. python benchmarks/dask_scaling.py inmem [--rows 2000000] [--repeats 3]
     PYTHONPATH=. python benchmarks/dask_scaling.py ooc [--ooc-rows 100000000] [--dir /tmp/x]
     PYTHONPATH=.:/tmp/b python benchmarks/dask_scaling.py hier [--rows 1000000] \
         [--groups 200] [--repeats 7] [--in-process] [--before /tmp/b]
+    NUMBA_NUM_THREADS=1 PYTHONPATH=. python benchmarks/dask_scaling.py fit [--rows 500000] \
+        [--repeats 5] [--max-iter 15]
 
 A ``--before`` copy: ``git archive <commit> tiltlab | tar -x -C /tmp/b``, rename
 ``/tmp/b/tiltlab`` to ``/tmp/b/tiltlab_before`` and replace ``"tiltlab.`` by
@@ -92,7 +105,7 @@ def _cluster(n_workers: int, memory_limit: str):
 
     cluster = distributed.LocalCluster(
         n_workers=n_workers, threads_per_worker=1, processes=True,
-        memory_limit=memory_limit, dashboard_address=None, silence_logs=40,
+        memory_limit=memory_limit, dashboard_address=":0", silence_logs=40,
     )
     client = distributed.Client(cluster, set_as_default=False)
     counter = _Counter()
@@ -273,6 +286,7 @@ def _risk_graphs(counter, client) -> None:
     cases = {
         "tilted_risk(l, 2.0)": lambda: tl.tilted_risk(ld, 2.0),
         "tilted_risk(l, [1, 2]) (a grid)": lambda: tl.tilted_risk(ld, np.array([1.0, 2.0])),
+        "tilted_risk(l, da.asarray(2.0))": lambda: tl.tilted_risk(ld, da.asarray(2.0)),
         "hierarchical_risk(l, numpy codes)": lambda: tl.hierarchical_risk(ld, g, (1.0, -2.0)),
         "hierarchical_risk(l, dask codes)": lambda: tl.hierarchical_risk(ld, gd, (1.0, -2.0)),
     }
@@ -310,7 +324,7 @@ def hier(rows: int, n_groups: int, repeats: int, in_process: bool, before_dir: s
           f"{'threads of this process' if in_process else 'worker processes'}")
     cluster = distributed.LocalCluster(
         n_workers=2, threads_per_worker=1, processes=not in_process, memory_limit="4GB",
-        dashboard_address=None, silence_logs=40,
+        dashboard_address=":0", silence_logs=40,
     )
     client = distributed.Client(cluster, set_as_default=False)
     counter = _Counter()
@@ -374,9 +388,130 @@ def hier(rows: int, n_groups: int, repeats: int, in_process: bool, before_dir: s
     cluster.close()
 
 
+def fit(rows: int, n_groups: int, repeats: int, max_iter: int) -> None:
+    import dask.array as da
+    import distributed
+    from threadpoolctl import threadpool_limits
+
+    import tiltlab as tl
+    from tiltlab.distributed import ClientObjective, distribute
+
+    X, y = _data(rows)
+    g = _zipf_groups(rows, n_groups, np.random.default_rng(2))
+    chunk = 1 << 17
+    print(
+        f"(d) fit: {rows} x {D} float64 logistic, t={T}, l2={L2}; hierarchy: "
+        f"{int(g.max()) + 1} Zipf groups, tilts (-1, 2); lbfgs max_iter={max_iter}, tol=0; "
+        f"chunks of {chunk} rows; 2 worker processes x 1 thread; NUMBA_NUM_THREADS="
+        f"{os.environ.get('NUMBA_NUM_THREADS', 'unset')}; load average at the start "
+        f"{os.getloadavg()}"
+    )
+    cluster, client, counter = _cluster(2, "4GB")
+    kw = {"sample": {"t": T, "l2": L2}, "hier": {"groups": g, "tilts": (-1.0, 2.0), "l2": L2}}
+    objs: dict = {}
+    fused_of: dict = {}
+    with client.as_current():
+        Xd, yd = da.from_array(X, chunks=(chunk, D)), da.from_array(y, chunks=chunk)
+        Xd, yd = client.persist([Xd, yd])  # the data reach the workers once
+        distributed.wait([Xd, yd])
+        for k in ("sample", "hier"):
+            obj = tl.TiltedObjective("logistic", Xd, yd, **kw[k])
+            plan = distribute(obj, persist=True)
+            distributed.wait([plan.X, plan.y])
+            ClientObjective(obj).value_and_gradient(np.zeros(D))  # workers import, load kernels
+            if k == "sample":  # one objective (one persisted copy), the route toggled per fit
+                objs["dask fused"], objs["dask generic"] = obj, obj
+                fused_of["dask fused"], fused_of["dask generic"] = True, False
+            else:
+                objs["dask hier"] = obj
+                fused_of["dask hier"] = True
+        del Xd, yd
+    for k in ("sample", "hier"):
+        objs[f"numpy {k}"] = tl.TiltedObjective("logistic", X, y, **kw[k])
+        with threadpool_limits(1):
+            objs[f"numpy {k}"].value_and_gradient(np.zeros(D))  # load the kernels
+    times: dict[str, list] = {k: [] for k in objs}
+    per_eval: dict[str, list] = {k: [] for k in objs}
+    graphs: dict[str, list] = {k: [] for k in objs}
+    nits: dict[str, list] = {k: [] for k in objs}
+    xs: dict = {}
+    for _ in range(repeats):
+        for name, obj in objs.items():
+            if name.startswith("numpy"):
+                with threadpool_limits(1):
+                    t0 = time.perf_counter()
+                    r = tl.minimize(obj, method="lbfgs", tol=0.0, max_iter=max_iter)
+                    dt = time.perf_counter() - t0
+                nfev = r.nfev
+            else:
+                obj.fused = fused_of[name]
+                with client.as_current():
+                    before = counter.n
+                    t0 = time.perf_counter()
+                    r = tl.minimize(obj, method="lbfgs", tol=0.0, max_iter=max_iter)
+                    dt = time.perf_counter() - t0
+                    graphs[name].append((counter.n - before) / max(r.nit, 1))
+                nfev = r.nfev
+            times[name].append(dt)
+            per_eval[name].append(dt / max(nfev, 1))
+            nits[name].append(r.nit)
+            xs[name] = np.asarray(r.x)
+    print(f"  load average (1, 5, 15 min) at the end: {os.getloadavg()}")
+    med = {k: statistics.median(v) for k, v in times.items()}
+    pe = {k: statistics.median(v) for k, v in per_eval.items()}
+    for name in objs:
+        base = "numpy hier" if "hier" in name else "numpy sample"
+        nit = statistics.median(nits[name])
+        line = (
+            f"  {name:13s} fit {med[name] * 1e3:8.1f} ms (runs "
+            f"{', '.join(f'{v * 1e3:.0f}' for v in times[name])}), {nit:.0f} iterations, "
+            f"per evaluation {pe[name] * 1e3:7.1f} ms"
+        )
+        if name.startswith("dask"):
+            line += (
+                f", ratio to {base} {med[name] / med[base]:.2f}, overhead per iteration "
+                f"{(med[name] - med[base]) / max(nit, 1) * 1e3:.1f} ms, per evaluation "
+                f"{(pe[name] - pe[base]) * 1e3:.1f} ms, graphs/iteration "
+                f"{statistics.median(graphs[name]):.2f}"
+            )
+        print(line)
+    for name in ("dask fused", "dask generic", "dask hier"):
+        base = "numpy hier" if "hier" in name else "numpy sample"
+        err = np.abs(xs[name] - xs[base]).max() / np.abs(xs[base]).max()
+        print(f"  {name}: max |x - x_numpy| / max |x_numpy| = {err:.1e}")
+    client.close()
+    cluster.close()
+    _chunk_times(X[:chunk], y[:chunk], repeats)
+
+
+def _chunk_times(Xb: np.ndarray, yb: np.ndarray, repeats: int) -> None:
+    """The work of one chunk's task, in this process: its state for a value and gradient
+    by the fused kernels and by the generic NumPy expressions (interleaved, medians)."""
+    from tiltlab.distributed._states import chunk_sample_state
+    from tiltlab.losses import get_loss
+
+    loss = get_loss("logistic")
+    theta = np.full(D, 0.01)
+    times: dict[bool, list] = {True: [], False: []}
+    for fused in (True, False):  # warm
+        chunk_sample_state(Xb, yb, None, theta, None, loss, T, "grad", fused)
+    for _ in range(max(repeats, 5) * 4):
+        for fused in (True, False):
+            times[fused].append(
+                _timed(lambda f=fused: chunk_sample_state(Xb, yb, None, theta, None, loss, T,
+                                                          "grad", f))
+            )
+    f, g = statistics.median(times[True]), statistics.median(times[False])
+    print(
+        f"  one chunk's task ({Xb.shape[0]} x {D}, value and gradient state, this process, "
+        f"one thread): fused {f * 1e3:.2f} ms, generic {g * 1e3:.2f} ms, ratio {g / f:.2f}; "
+        f"load average {os.getloadavg()}"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("part", choices=["inmem", "ooc", "hier"])
+    ap.add_argument("part", choices=["inmem", "ooc", "hier", "fit"])
     ap.add_argument("--rows", type=int, default=None,
                     help="rows of (a) and (c) (default 2e6 and 1e6)")
     ap.add_argument("--repeats", type=int, default=None, help="default 3 (a) and 7 (c)")
@@ -391,6 +526,8 @@ def main() -> None:
     a = ap.parse_args()
     if a.part == "inmem":
         inmem(a.rows or 2_000_000, a.repeats or 3, a.max_iter)
+    elif a.part == "fit":
+        fit(a.rows or 500_000, a.groups, a.repeats or 5, a.max_iter)
     elif a.part == "hier":
         hier(a.rows or 1_000_000, a.groups, a.repeats or 7, a.in_process, a.before)
     else:

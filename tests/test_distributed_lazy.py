@@ -327,7 +327,7 @@ def threads_cluster():
         n_workers=2,
         processes=False,
         threads_per_worker=1,
-        dashboard_address=None,
+        dashboard_address=":0",  # a free port: another cluster may hold the default one
     )
     client = distributed.Client(cluster, set_as_default=False)
     counter = GraphCounter()
@@ -441,3 +441,36 @@ def test_hierarchical_objective_on_data_read_at_each_evaluation():
     np.testing.assert_allclose(np.asarray(gr), g0, rtol=1e-12, atol=1e-14)
     hv = obj.hvp(da.from_array(th), da.from_array(v))
     np.testing.assert_allclose(np.asarray(hv), ref.hvp(th, v), rtol=1e-11, atol=1e-13)
+
+
+def test_dask_tilts_checked_inside_the_one_graph(threads_cluster):
+    """``tilted_risk`` with a Dask tilt and the default ``check_finite``: no graph at call
+    time (the finiteness check of the losses and the tilt's own check run in the result's
+    graph), one graph when computed, and the eager path's errors at compute time."""
+    client, counter = threads_cluster
+    l, _ = _risk_data(n=2000, seed=9)
+    ld = da.from_array(l, chunks=300)
+    bad = da.from_array(np.r_[l[:-1], np.nan], chunks=300)
+    grid = np.array([-1.0, 0.0, 2.5])
+    with client.as_current():
+        for t, want in [
+            (da.asarray(2.0), special.logsumexp(2.0 * l) / 2.0 - np.log(l.size) / 2.0),
+            (da.from_array(grid, chunks=2), [tl.tilted_risk(l, float(v)) for v in grid]),
+        ]:
+            before = counter.n
+            r = tl.tilted_risk(ld, t)
+            assert counter.n == before  # nothing submitted at call time
+            got = r.compute()
+            assert counter.n == before + 1  # one graph
+            assert got.shape == np.shape(want)
+            np.testing.assert_allclose(got, want, rtol=1e-13)
+        before = counter.n
+        r_bad = tl.tilted_risk(bad, da.asarray(2.0))
+        r_nan_t = tl.tilted_risk(ld, da.asarray(np.nan))
+        assert counter.n == before
+        with pytest.raises(ValueError, match="`losses` contains NaN"):
+            r_bad.compute()
+        with pytest.raises(ValueError, match="`t` must not be NaN"):
+            r_nan_t.compute()
+    keep = tl.tilted_risk(ld, da.asarray(-1.0), keepdims=True).compute()
+    np.testing.assert_allclose(keep, [tl.tilted_risk(l, -1.0)], rtol=1e-13)

@@ -56,7 +56,7 @@ def cluster():
             self.n += 1
 
     local = distributed.LocalCluster(
-        n_workers=2, processes=False, threads_per_worker=1, dashboard_address=None
+        n_workers=2, processes=False, threads_per_worker=1, dashboard_address=":0"
     )
     client = distributed.Client(local, set_as_default=False)
     counter = GraphCounter()

@@ -289,20 +289,44 @@ def evaluation(objective: Any, theta: Any, V: Any, mode: str) -> Any:
     return delayed(finish, pure=False)(spec, theta, V, *parts)
 
 
-def _evaluation_parts(objective: Any, theta: Any, V: Any, mode: str) -> tuple:
+def compiled_chunks(problem: TiltedProblem) -> bool:
+    """Whether the chunks of a sample-level evaluation may take a compiled engine: NumPy
+    chunks when the fused CPU kernels serve the loss and the problem's size
+    (:func:`~tiltlab.distributed._chunk_engine.numpy_route_applies`), chunks of another
+    library always (the engine registered for it decides, on the worker)."""
+    from ._chunk_engine import numpy_route_applies
+
+    meta = getattr(problem.X, "_meta", None)
+    if meta is not None and not isinstance(meta, np.ndarray):
+        return True
+    k = problem.shape[1] if problem.shape is not None and len(problem.shape) == 2 else 1
+    return numpy_route_applies(problem.loss, problem.n_samples or 0, problem.n_features or 0,
+                               k)
+
+
+def _fused_setting(objective: Any) -> bool:
+    return bool(getattr(objective, "fused", True))
+
+
+def _evaluation_parts(objective: Any, theta: Any, V: Any, mode: str,
+                      fused: bool | None = None) -> tuple:
     """What the finishing task of an evaluation takes: ``(spec, theta, V, parts)``, the
     parts Delayed (per-chunk states reduced to at most :data:`FAN_IN`, or the pieces of a
     hierarchy's graph that its last step combines, see
-    :func:`~tiltlab.distributed._groups.group_pieces`); counts the pass."""
+    :func:`~tiltlab.distributed._groups.group_pieces`); counts the pass. ``fused`` (default:
+    the objective's ``fused`` setting) lets compiled engines form the chunk states."""
     from dask import delayed
 
+    if fused is None:
+        fused = _fused_setting(objective)
     problem = problem_of(objective)
     plan = distribute(problem)
     theta, V = in_memory(theta), in_memory(V)
     if plan.codes is None:
         tau = float(problem.tilts[-1])
+        fast = fused and compiled_chunks(problem)
         fn = delayed(chunk_sample_state, pure=False)
-        parts = [fn(Xb, yb, pb, theta, V, problem.loss, tau, mode)
+        parts = [fn(Xb, yb, pb, theta, V, problem.loss, tau, mode, fast)
                  for Xb, yb, pb, _ in plan.blocks]
         parts = reduce_to(parts, merge_states)  # the last merge is the finishing task's
         combine = None
@@ -402,7 +426,8 @@ def finish_item(index: int, spec: tuple, theta: Any, V: Any, *parts: Any) -> Any
     return finish(spec, theta, V, *parts)[index]
 
 
-def lazy_results(objective: Any, theta: Any, V: Any, mode: str, shape: tuple) -> tuple:
+def lazy_results(objective: Any, theta: Any, V: Any, mode: str, shape: tuple,
+                 fused: bool | None = None) -> tuple:
     """Lazy Dask arrays of one evaluation: ``(value,)`` or ``(value, out)`` with ``out`` of
     ``shape``. Computed together (``dask.compute(value, out)``) they are one graph; each
     computed on its own runs the evaluation again.
@@ -415,7 +440,7 @@ def lazy_results(objective: Any, theta: Any, V: Any, mode: str, shape: tuple) ->
 
     problem = problem_of(objective)
     dtype = np.dtype(problem.dtype)
-    spec, theta, V, parts = _evaluation_parts(objective, theta, V, mode)
+    spec, theta, V, parts = _evaluation_parts(objective, theta, V, mode, fused)
     token = uuid.uuid4().hex
     shapes = [()] if mode == "value" else [(), tuple(shape)]
     fn = delayed(finish_item, pure=False)
@@ -429,7 +454,7 @@ def lazy_results(objective: Any, theta: Any, V: Any, mode: str, shape: tuple) ->
     )
 
 
-def lazy_hessian(objective: Any, theta: Any) -> tuple:
+def lazy_hessian(objective: Any, theta: Any, fused: bool | None = None) -> tuple:
     """The dense Hessian as a lazy ``(p, p)`` Dask array, and the evaluations in its graph.
 
     One evaluation for a sample-level scalar-predictor objective; otherwise one
@@ -444,7 +469,9 @@ def lazy_hessian(objective: Any, theta: Any) -> tuple:
         return lazy_results(objective, theta, None, "hess", (p, p))[1], 1
     eye = np.eye(p, dtype=np.dtype(problem.dtype))
     cols = [
-        da.reshape(lazy_results(objective, theta, np.reshape(e, shape), "hvp", shape)[1], (p,))
+        da.reshape(
+            lazy_results(objective, theta, np.reshape(e, shape), "hvp", shape, fused)[1], (p,)
+        )
         for e in eye
     ]
     H = da.stack(cols, axis=1)
@@ -465,7 +492,7 @@ class DaskEngine(Engine):
         return supported(problem)
 
     def _run(self, problem: Any, theta: Any, V: Any, mode: str, shape: Any, ctx: Context):
-        out = lazy_results(problem, theta, V, mode, shape)
+        out = lazy_results(problem, theta, V, mode, shape, ctx.fused)
         ctx.count(1)
         return out
 
@@ -479,7 +506,7 @@ class DaskEngine(Engine):
         return self._run(problem, theta, v, "hvp", v.shape, ctx)[1]
 
     def hessian(self, problem: Any, theta: Any, ctx: Context) -> Any:
-        H, evaluations = lazy_hessian(problem, theta)
+        H, evaluations = lazy_hessian(problem, theta, ctx.fused)
         ctx.count(evaluations)
         return H
 

@@ -157,8 +157,10 @@ def dask_tilted_risk(losses: Any, t: Any, *, axis: int, weights: Any, keepdims: 
     result runs it once, and nothing is computed at call time. Losses of two or more
     dimensions reduce along ``axis`` with one group state per row of each chunk, merged
     along the sample axis. NaN or infinite losses raise ``ValueError`` when the result is
-    computed. ``check_finite=False``, Dask tilts and full-shape weights of N-d losses take
-    the generic path (also lazy where it can be).
+    computed. A Dask tilt (0-d, or 1-d: a grid) of 1-d losses is read by the graph's tasks:
+    its value, and its NaN check, are part of the same graph. ``check_finite=False``, Dask
+    tilts of N-d losses and full-shape weights of N-d losses take the generic path (also
+    lazy where it can be).
     """
     import dask.array as da
 
@@ -166,6 +168,8 @@ def dask_tilted_risk(losses: Any, t: Any, *, axis: int, weights: Any, keepdims: 
         return None
     tilts = _host_tilts(t)
     ndim = getattr(losses, "ndim", 0)
+    if tilts is None and ndim == 1 and _dask_tilt_ok(t):
+        tilts = (None, t.ndim == 1)
     if _unknown_sizes(losses) and (tilts is None or weights is not None or ndim != 1):
         _require_sizes(losses=losses)
     if (
@@ -180,11 +184,13 @@ def dask_tilted_risk(losses: Any, t: Any, *, axis: int, weights: Any, keepdims: 
         return None
     ts, grid = tilts
     ax = axis % ndim
-    if ndim == 1:
+    if ts is None:  # a Dask tilt: read and validated inside the graph
+        out = _risk_graph_dask_tilt(losses, t, weights, grid)
+    elif ndim == 1:
         out = _risk_graph(losses, ts, weights)
     else:
         out = _rows_risk_graph(losses, ax, ts, weights)
-    if not grid:
+    if not grid and ts is not None:
         out = out[0]
     if keepdims:
         out = da.expand_dims(out, axis=ax + (1 if grid else 0))
@@ -209,6 +215,60 @@ def _risk_graph(losses: Any, ts: list, weights: Any) -> Any:
     root = delayed(_finish_risks, pure=False)(tree_reduce(parts, merge_state_lists), ts,
                                               dtype.str)
     return da.from_delayed(root, shape=(len(ts),), dtype=dtype)
+
+
+def _dask_tilt_ok(t: Any) -> bool:
+    """A Dask tilt the lazy graph takes: real, 0-d or 1-d of known non-zero length (its
+    values, NaN included, are checked when the graph runs)."""
+    import dask.array as da
+
+    return (
+        isinstance(t, da.Array)
+        and t.ndim in (0, 1)
+        and not _unknown_sizes(t)
+        and (t.ndim == 0 or t.shape[0] > 0)
+        and np.dtype(t.dtype).kind in "fiu"
+    )
+
+
+def _tilt_values(tv: Any) -> list:
+    """The values of a Dask tilt inside the graph; NaN raises as on the eager path."""
+    a = np.asarray(tv, dtype=np.float64).reshape(-1)
+    if np.any(np.isnan(a)):
+        raise ValueError("`t` must not be NaN")
+    return [float(v) for v in a]
+
+
+def _tilt_states(lb: Any, pb: Any, tv: Any, unit: float | None) -> list:
+    """:func:`chunk_loss_states` at the tilts of a Dask tilt (given as its value)."""
+    ts = _tilt_values(tv)
+    return chunk_loss_states(lb, pb, [t if math.isfinite(t) else 0.0 for t in ts], unit, True)
+
+
+def _finish_tilt_risks(states: Any, tv: Any, dtype: str, grid: bool) -> np.ndarray:
+    out = _finish_risks(states, _tilt_values(tv), dtype)
+    return out if grid else out[0]
+
+
+def _risk_graph_dask_tilt(losses: Any, t: Any, weights: Any, grid: bool) -> Any:
+    """:func:`_risk_graph` for a Dask tilt (0-d, or 1-d: a grid): the tilt is one more
+    input of every chunk's task, so the finiteness checks of the losses and the tilt's
+    own check run in the one graph of the result, never at call time."""
+    import dask.array as da
+    from dask import delayed
+
+    w = _weights_like(weights, losses)
+    dtype = _result_dtype(losses)
+    n = float(losses.shape[0])
+    unit = 1.0 / n if w is None and math.isfinite(n) else None
+    tv = t.rechunk(-1).to_delayed().reshape(-1)[0] if t.ndim == 1 else t.to_delayed().item()
+    fn = delayed(_tilt_states, pure=False)
+    wb = _blocks(w) or [None] * len(losses.chunks[0])
+    parts = [fn(lb, pb, tv, unit) for lb, pb in zip(_blocks(losses), wb, strict=True)]
+    root = delayed(_finish_tilt_risks, pure=False)(
+        tree_reduce(parts, merge_state_lists), tv, dtype.str, grid
+    )
+    return da.from_delayed(root, shape=(int(t.shape[0]),) if grid else (), dtype=dtype)
 
 
 def _rows_risk_graph(losses: Any, ax: int, ts: list, weights: Any) -> Any:

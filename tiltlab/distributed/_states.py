@@ -153,9 +153,20 @@ def _sub_blocks(Xb: Any, *rest: Any):
 
 
 def chunk_sample_state(Xb: Any, yb: Any, pb: Any, theta: Any, V: Any, loss: Any, t: float,
-                       mode: str) -> Any:
-    """One chunk's :class:`TiltState` for a sample-level objective (None: non-finite), merged
-    over cache-sized sub-blocks; see :func:`_block_sample_state` for ``mode``."""
+                       mode: str, fused: bool = False) -> Any:
+    """One chunk's :class:`TiltState` for a sample-level objective (None: non-finite).
+
+    With ``fused``, a compiled engine forms it when one serves the chunk (the fused CPU
+    kernels for NumPy chunks, the engine registered for the chunk's library otherwise:
+    :func:`~tiltlab.distributed._chunk_engine.chunk_state`); else, and for whatever they
+    decline, the generic route: array-API expressions merged over cache-sized sub-blocks
+    (see :func:`_block_sample_state` for ``mode``)."""
+    if fused:
+        from ._chunk_engine import DECLINE, chunk_state
+
+        st = chunk_state(aligned(Xb), aligned(yb), aligned(pb), theta, V, loss, t, mode)
+        if st is not DECLINE:
+            return st
     return merge_states(*[
         _block_sample_state(X1, y1, p1, theta, V, loss, t, mode)
         for X1, y1, p1 in _sub_blocks(Xb, yb, pb)
