@@ -136,6 +136,12 @@ def class_members(fullname: str) -> dict:
         raw = vars(owner)[name]
         if is_enum and isinstance(getattr(cls, name), cls):
             continue  # members are listed by enum_members
+        wrapped = _conditional_method(raw)
+        if wrapped is not None:  # a tiltlab method behind scikit-learn's available_if
+            methods.append(name)
+            if not inspect.getdoc(wrapped):
+                undocumented.append(name)
+            continue
         if not _is_tiltlab(owner) or not _is_tiltlab(type(raw)) and _foreign_descriptor(raw):
             if not _is_tiltlab(owner):
                 where = f"{owner.__module__}.{owner.__qualname__}"
@@ -158,6 +164,7 @@ def class_members(fullname: str) -> dict:
         "external": _external_by_owner(external),
         "undocumented": undocumented,
         "has_attributes_section": bool(described),
+        "many_members": _MANY_MEMBERS,
         "base_attributes": sorted(inherited.items()),
     }
 
@@ -173,6 +180,22 @@ def _attribute_doc(owner, name, raw) -> str:
     except Exception:
         return ""
     return "\n".join(docs.get((owner.__qualname__, name), []))
+
+
+def _conditional_method(raw):
+    """The tiltlab function behind a descriptor that exposes it conditionally
+    (scikit-learn's ``available_if``: ``predict_proba`` only for probabilistic losses),
+    else None."""
+    fn = getattr(raw, "fn", None)
+    if _foreign_descriptor(raw) and inspect.isfunction(fn) and _is_tiltlab(fn):
+        return fn
+    return None
+
+
+#: third-party base classes documented under a public name other than their own path
+_PUBLIC_NAMES = {"torch.nn.modules.module.Module": "torch.nn.Module"}
+#: from this many inherited members on, a base class is named with a count, not a list
+_MANY_MEMBERS = 12
 
 
 def _foreign_descriptor(raw) -> bool:
@@ -191,6 +214,7 @@ def _external_by_owner(pairs):
     """
     by_owner: dict[tuple[str, bool], list[str]] = {}
     for name, owner in pairs:
+        owner = _PUBLIC_NAMES.get(owner, owner)
         linkable = not any(p.startswith("_") for p in owner.split("."))
         if not linkable:
             owner = owner.split(".")[0]
