@@ -192,3 +192,4 @@ def setup(app):
     app.connect("source-read", _module_pages_toctree)
     app.connect("autodoc-process-docstring", _options_section, priority=100)
     app.connect("autodoc-process-docstring", _no_inherited_type_doc, priority=100)
+    app.connect("autodoc-process-docstring", tiltlab_sphinx.fill_attribute_doc, priority=200)

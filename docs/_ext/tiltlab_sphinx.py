@@ -156,7 +156,7 @@ def class_members(fullname: str) -> dict:
                 undocumented.append(name)
         elif name not in described and name not in inherited_names:
             attributes.append(name)
-            if not _attribute_doc(owner, name, raw):
+            if not inherited_attribute_doc(cls, name):
                 undocumented.append(name)
     return {
         "methods": methods,
@@ -174,12 +174,87 @@ def _attribute_doc(owner, name, raw) -> str:
         return inspect.getdoc(raw) or ""
     from sphinx.pycode import ModuleAnalyzer
 
+    docs: dict = {}
     try:
-        analyzer = ModuleAnalyzer.for_module(owner.__module__)
-        docs = analyzer.find_attr_docs()
+        docs = ModuleAnalyzer.for_module(owner.__module__).find_attr_docs()
+    except Exception:
+        pass
+    if (owner.__qualname__, name) not in docs:
+        # a class re-exported under another module (``__module__`` rewritten): read the
+        # ``#:`` comments of the file that defines it
+        source = _defining_file(owner)
+        try:
+            docs = ModuleAnalyzer.for_file(source, owner.__module__).find_attr_docs()
+        except Exception:
+            return ""
+    return "\n".join(docs.get((owner.__qualname__, name), []))
+
+
+def _defining_file(cls) -> str | None:
+    """The source file that defines ``cls``, read from its functions' code (the class's
+    ``__module__`` may name the package that re-exports it)."""
+    for value in vars(cls).values():
+        fn = getattr(value, "fget", None) or getattr(value, "__func__", None) or value
+        code = getattr(fn, "__code__", None)
+        if code is not None:
+            return code.co_filename
+    return None
+
+
+def _section_doc(cls, name: str) -> str:
+    """The description of ``name`` in the numpydoc Attributes or Parameters section of
+    ``cls``'s docstring (a dataclass field is often described as a parameter)."""
+    from numpydoc.docscrape import NumpyDocString
+
+    text = inspect.getdoc(cls) or ""
+    # the solvers list their options under "Options" (docs/conf.py renders it as numpydoc's
+    # "Other Parameters", which is what numpydoc parses)
+    text = text.replace("Options\n-------\n", "Other Parameters\n----------------\n")
+    try:
+        doc = NumpyDocString(text)
     except Exception:
         return ""
-    return "\n".join(docs.get((owner.__qualname__, name), []))
+    for section in ("Attributes", "Parameters", "Other Parameters"):
+        for param in doc[section]:
+            if name in (part.strip().lstrip("*") for part in param.name.split(",")):
+                return " ".join(line.strip() for line in param.desc).strip()
+    return ""
+
+
+def inherited_attribute_doc(cls, name: str) -> str:
+    """The documentation of attribute ``name`` of ``cls``: its own (a property's
+    docstring, a ``#:`` comment), else the first that a tiltlab class along the MRO gives
+    (a subclass that only overrides a value, ``label_kind = "binary"``), else the
+    description in a class docstring's Attributes or Parameters section."""
+    for klass in cls.__mro__:
+        if not _is_tiltlab(klass) or name not in vars(klass):
+            continue
+        text = _attribute_doc(klass, name, vars(klass)[name])
+        if text:
+            return text
+    for klass in cls.__mro__:
+        if _is_tiltlab(klass):
+            text = _section_doc(klass, name)
+            if text:
+                return text
+    return ""
+
+
+def fill_attribute_doc(app, what, name, obj, options, lines):
+    """``autodoc-process-docstring``: an attribute without documentation of its own
+    takes what :func:`inherited_attribute_doc` finds (no empty row in the class tables)."""
+    if what not in ("attribute", "property") or any(line.strip() for line in lines):
+        return
+    owner_name, _, attr = name.rpartition(".")
+    try:
+        owner = _import_object(owner_name)
+    except LookupError:
+        return
+    if not inspect.isclass(owner):
+        return
+    text = inherited_attribute_doc(owner, attr)
+    if text:
+        lines[:] = text.splitlines() + [""]
 
 
 def _conditional_method(raw):

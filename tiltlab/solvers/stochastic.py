@@ -73,6 +73,7 @@ class StochasticTERM(Solver):
         Step size (default ``0.5/beta`` with ``beta`` the largest Hessian eigenvalue at
         the start, by power iteration).
     batch_size : int, default 64
+        Samples per minibatch (drawn with replacement).
     lam : float, default 0.1
         Averaging rate of the running normaliser.
     average : bool, default True
