@@ -118,6 +118,8 @@ class StochasticTERM(Solver):
     lam: float = 0.1
     average: bool = True
     eval_every: int | None = None
+    #: Seed of the NumPy generator of the minibatch indices and the Gumbel noise
+    #: (``minimize``'s ``seed``).
     seed: Any = None
     decay: str = "sqrt"
 
