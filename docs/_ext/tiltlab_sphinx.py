@@ -161,6 +161,7 @@ def class_members(fullname: str) -> dict:
     return {
         "methods": methods,
         "attributes": attributes,
+        "attribute_rows": [_attribute_row(cls, name) for name in attributes],
         "external": _external_by_owner(external),
         "undocumented": undocumented,
         "has_attributes_section": bool(described),
@@ -199,6 +200,33 @@ def _defining_file(cls) -> str | None:
         if code is not None:
             return code.co_filename
     return None
+
+
+def _sphinx_finds_doc(cls, name: str) -> bool:
+    """Whether autodoc shows a description for attribute ``name`` of ``cls`` by itself
+    (a ``#:`` comment found through a class's ``__module__`` along the MRO), or fires
+    ``autodoc-process-docstring`` for it (a descriptor: :func:`fill_attribute_doc`)."""
+    from sphinx.pycode import ModuleAnalyzer
+
+    for klass in cls.__mro__:
+        try:
+            docs = ModuleAnalyzer.for_module(klass.__module__).find_attr_docs()
+        except Exception:
+            continue
+        if (klass.__qualname__, name) in docs:
+            return True
+    return inspect.isdatadescriptor(inspect.getattr_static(cls, name, None))
+
+
+def _attribute_row(cls, name: str) -> tuple[str, str, list[str]]:
+    """``(name, summary, content)`` of an attribute: the summary shown in the class's
+    table (the description's first paragraph, on one line) and the lines to give its
+    ``autoattribute`` entry where autodoc would show none (else empty)."""
+    text = inherited_attribute_doc(cls, name)
+    paragraph = text.strip().split("\n\n")[0]
+    summary = " ".join(line.strip() for line in paragraph.splitlines())
+    content = [] if _sphinx_finds_doc(cls, name) else text.strip().splitlines()
+    return name, summary, content
 
 
 def _section_doc(cls, name: str) -> str:
@@ -240,9 +268,40 @@ def inherited_attribute_doc(cls, name: str) -> str:
     return ""
 
 
+def _reexported_data_doc(name: str, obj) -> str:
+    """The ``#:`` comment of a module constant re-exported by a package: read in the
+    submodule that defines it (autodoc reads only the package's own file)."""
+    from sphinx.pycode import ModuleAnalyzer
+
+    module_name, _, attr = name.rpartition(".")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError:
+        return ""
+    candidates = [module_name]
+    if hasattr(module, "__path__"):
+        candidates += [i.name for i in pkgutil.walk_packages(module.__path__, module_name + ".")]
+    for candidate in candidates:
+        sub = sys.modules.get(candidate)
+        if sub is None or getattr(sub, attr, None) is not obj:
+            continue
+        try:
+            docs = ModuleAnalyzer.for_module(candidate).find_attr_docs()
+        except Exception:
+            continue
+        if ("", attr) in docs:
+            return "\n".join(docs[("", attr)])
+    return ""
+
+
 def fill_attribute_doc(app, what, name, obj, options, lines):
     """``autodoc-process-docstring``: an attribute without documentation of its own
     takes what :func:`inherited_attribute_doc` finds (no empty row in the class tables)."""
+    if what == "data" and not any(line.strip() for line in lines):
+        text = _reexported_data_doc(name, obj)
+        if text:
+            lines[:] = text.splitlines() + [""]
+        return
     if what not in ("attribute", "property") or any(line.strip() for line in lines):
         return
     owner_name, _, attr = name.rpartition(".")
