@@ -59,5 +59,6 @@ class FusedCudaEngine(Engine):
         return r, g
 
 
+#: The fused CUDA engine (CuPy data), one instance shared by every objective.
 FUSED_CUDA = FusedCudaEngine()
 ENGINES.register("cupy", FUSED_CUDA)

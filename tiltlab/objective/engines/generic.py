@@ -256,4 +256,5 @@ class _LinearProducts:
         return out + p.l2 * v if p.l2 else out
 
 
+#: The generic array-API engine, one instance shared by every objective.
 GENERIC = GenericEngine()
