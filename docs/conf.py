@@ -111,10 +111,22 @@ numpydoc_show_class_members = False
 numpydoc_class_members_toctree = False
 numpydoc_xref_param_type = False
 
+# --- copy buttons ----------------------------------------------------------------------
+# the button copies the code only: the ``>>> ``/``... `` prompts of the docstring examples
+# are stripped and their output lines (no prompt) left out; blocks without prompts (the
+# guides' ``python`` and ``bash`` blocks) are copied whole
+copybutton_prompt_text = r">>> |\.\.\. |\$ "
+copybutton_prompt_is_regexp = True
+copybutton_only_copy_prompt_lines = True
+copybutton_remove_prompts = True
+copybutton_exclude = ".linenos, .gp, .go"
+
 # --- HTML ----------------------------------------------------------------------------
 html_theme = "pydata_sphinx_theme"
 html_title = f"tiltlab {release}"
 html_static_path = ["_static"]
+# long page titles (full dotted names) and previous/next links wrap instead of being cut
+html_css_files = ["tiltlab.css"]
 html_theme_options = {
     "navigation_with_keys": False,
     "show_toc_level": 2,
@@ -180,3 +192,4 @@ def setup(app):
     app.connect("source-read", _module_pages_toctree)
     app.connect("autodoc-process-docstring", _options_section, priority=100)
     app.connect("autodoc-process-docstring", _no_inherited_type_doc, priority=100)
+    app.connect("autodoc-process-docstring", tiltlab_sphinx.fill_attribute_doc, priority=200)

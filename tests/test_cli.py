@@ -140,7 +140,7 @@ def test_plot_without_matplotlib_is_a_usage_error(tmp_path, capsys, monkeypatch)
     with pytest.raises(SystemExit) as exc:
         main(["reproduce", "toys", "--plot", str(tmp_path / "fig")])
     assert exc.value.code == 2
-    assert "tiltlab[plot]" in capsys.readouterr().err
+    assert "pip install matplotlib" in capsys.readouterr().err
 
 
 def test_version(capsys):
@@ -191,3 +191,65 @@ def test_json_that_cannot_be_written_fails_before_running(tmp_path, capsys, monk
     with pytest.raises(AssertionError):
         main(["reproduce", "abalone", "--json", str(fresh)])
     assert not fresh.exists()
+
+
+def _must_not_run(*args, **kwargs):  # pragma: no cover - failing path
+    raise AssertionError("the experiment ran despite unusable input")
+
+
+def _usage_error(argv, capsys) -> str:
+    """Run ``argv``; it must end as a usage error (exit 2, one error line, no traceback)."""
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    errors = [line for line in err.splitlines() if " error: " in line]
+    assert len(errors) == 1, err
+    return errors[0]
+
+
+@pytest.mark.parametrize(
+    "experiment, what",
+    [
+        ("label-noise", "CIFAR-10"),
+        ("fair-pca", ".csv"),
+        ("fair-federated", "train/"),
+    ],
+)
+def test_data_dir_without_the_expected_files_is_a_usage_error(
+    experiment, what, tmp_path, capsys, monkeypatch
+):
+    monkeypatch.setattr(tiltlab.reproduce, "run", _must_not_run)
+    (tmp_path / "notes.txt").write_text("not the data\n")
+    line = _usage_error(["reproduce", experiment, "--data-dir", str(tmp_path)], capsys)
+    assert f"--data-dir {tmp_path}:" in line and what in line
+
+
+def test_data_dir_with_unreadable_files_is_a_usage_error(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(tiltlab.reproduce, "run", _must_not_run)
+    for name in ("data_batch_1", "test_batch"):
+        (tmp_path / name).write_bytes(b"\x80\x04garbage")
+    line = _usage_error(["reproduce", "label-noise", "--data-dir", str(tmp_path)], capsys)
+    assert "--data-dir" in line
+    (tmp_path / "group.csv").write_text("a,b\n1,x\n")
+    line = _usage_error(["reproduce", "fair-pca", "--data-dir", str(tmp_path)], capsys)
+    assert "--data-dir" in line and "group.csv" in line
+
+
+def test_cuda_device_without_cuda_is_a_usage_error(capsys, monkeypatch):
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(tiltlab.reproduce, "run", _must_not_run)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    for experiment in ("label-noise", "noisy-annotators", "class-imbalance"):
+        line = _usage_error(["reproduce", experiment, "--device", "cuda"], capsys)
+        assert "--device cuda:" in line and "CUDA" in line
+    line = _usage_error(["reproduce", "label-noise", "--device", "tpu"], capsys)
+    assert "--device tpu:" in line
+
+
+def test_deep_reproduction_without_torch_is_a_usage_error(capsys, monkeypatch):
+    monkeypatch.setattr(tiltlab.reproduce, "run", _must_not_run)
+    monkeypatch.setitem(sys.modules, "torch", None)  # import fails
+    line = _usage_error(["reproduce", "class-imbalance"], capsys)
+    assert "PyTorch" in line

@@ -28,11 +28,22 @@ import tiltlab
 
 API_DIR = Path(__file__).resolve().parent.parent / "docs" / "api"
 
-#: modules that need an optional dependency, and that dependency
+#: modules that need an optional dependency to import, and that dependency
 OPTIONAL = {
     "tiltlab.estimators": "sklearn",
     "tiltlab.plot": "matplotlib",
     "tiltlab._cpu_kernels": "numba",
+    "tiltlab.torch": "torch",
+}
+#: modules that import without these packages but whose docstring examples use them (the
+#: deep reproductions import PyTorch and scikit-learn on first use); examples that import
+#: ``torch`` or ``tiltlab.torch`` themselves are found without a listing
+EXAMPLE_DEPENDENCIES = {
+    "tiltlab.reproduce._deep": ("torch", "sklearn"),
+    "tiltlab.reproduce._deep_losses": ("torch",),
+    "tiltlab.reproduce.class_imbalance": ("torch", "sklearn"),
+    "tiltlab.reproduce.label_noise": ("torch", "sklearn"),
+    "tiltlab.reproduce.noisy_annotators": ("torch", "sklearn"),
 }
 
 
@@ -51,8 +62,20 @@ def _all_module_names() -> list[str]:
     )
 
 
+def _optional_dependency(name: str) -> str | None:
+    """The optional package that module (or dotted name) ``name`` needs, if any."""
+    return next((d for m, d in OPTIONAL.items() if name == m or name.startswith(m + ".")), None)
+
+
+def _installed(package: str) -> bool:
+    try:
+        return importlib.util.find_spec(package) is not None
+    except (ImportError, ValueError):  # a package blocked in sys.modules
+        return False
+
+
 def _import(name: str):
-    dep = next((d for m, d in OPTIONAL.items() if name == m or name.startswith(m + ".")), None)
+    dep = _optional_dependency(name)
     if dep is not None:
         pytest.importorskip(dep, reason=f"{name} needs {dep}")
     return importlib.import_module(name)
@@ -66,6 +89,7 @@ def _api_sources() -> dict[str, str]:
 
 def _docs_helpers():
     """``docs/_ext/tiltlab_sphinx.py`` (it writes the generated module pages)."""
+    pytest.importorskip("docutils", reason="the docs' Sphinx extension needs docutils")
     spec = importlib.util.spec_from_file_location(
         "tiltlab_sphinx", API_DIR.parent / "_ext" / "tiltlab_sphinx.py"
     )
@@ -119,6 +143,9 @@ def test_every_listed_name_exists():
     for full_name, fname in _documented().items():
         if full_name.startswith("tiltlab.estimators.") and not have_estimators:
             continue  # docs/conf.py renders that page as a note without the module
+        dep = _optional_dependency(full_name)
+        if dep is not None and not _installed(dep):
+            continue  # checked where the dependency is installed
         try:
             _resolve(full_name)
         except (ImportError, AttributeError):
@@ -174,11 +201,83 @@ def test_docstring_examples(module_name, monkeypatch, tmp_path):
     tests = [t for t in finder.find(module, module_name) if t.examples]
     if not tests:
         pytest.skip(f"{module_name} has no docstring examples of its own")
-    failures = []
+    failures, left_out = [], {}
     for test in tests:
+        missing = [d for d in _example_dependencies(module_name, test) if not _installed(d)]
+        if missing:
+            left_out[test.name] = missing
+            continue
         result = runner.run(test, out=failures.append, clear_globs=True)
         assert result.attempted
     assert not failures, "".join(failures)
+    if left_out:
+        needs = sorted({d for deps in left_out.values() for d in deps})
+        pytest.skip(
+            f"{len(left_out)} of {len(tests)} examples of {module_name} need "
+            f"{', '.join(needs)}: {sorted(left_out)}"
+        )
+
+
+def _example_dependencies(module_name: str, test: doctest.DocTest) -> tuple[str, ...]:
+    """The optional packages one docstring's examples need."""
+    deps = set(EXAMPLE_DEPENDENCIES.get(module_name, ()))
+    source = "\n".join(example.source for example in test.examples)
+    if re.search(r"^\s*(import torch\b|from torch\b|from tiltlab\.torch\b)", source, re.M):
+        deps.add("torch")
+    return tuple(sorted(deps))
+
+
+def test_examples_that_need_torch_are_found():
+    """A docstring that imports PyTorch is found without a listing (it must skip, not fail,
+    where PyTorch is not installed)."""
+    parser = doctest.DocTestParser()
+    needs = parser.get_doctest(">>> import torch\n>>> 1\n1\n", {}, "t", None, 0)
+    plain = parser.get_doctest(">>> import numpy as np\n>>> 1\n1\n", {}, "t", None, 0)
+    assert _example_dependencies("tiltlab.somewhere", needs) == ("torch",)
+    assert _example_dependencies("tiltlab.somewhere", plain) == ()
+    assert "torch" in _example_dependencies("tiltlab.reproduce._deep", plain)
+
+
+def _documented_classes() -> list[str]:
+    import inspect
+
+    out, seen = [], set()
+    for full_name in sorted(_documented()):
+        try:
+            obj = _resolve(full_name)
+        except (ImportError, AttributeError):
+            continue
+        if inspect.isclass(obj) and id(obj) not in seen:
+            seen.add(id(obj))
+            out.append(full_name)
+    return out
+
+
+def test_every_class_member_has_a_description():
+    """No row of a class page's member tables is empty (the docs extension looks a
+    description up along the class's bases and in its docstring sections)."""
+    pytest.importorskip("sphinx", reason="attribute comments are read with Sphinx's analyzer")
+    pytest.importorskip("numpydoc")
+    helpers = _docs_helpers()
+    empty = {}
+    for full_name in _documented_classes():
+        undocumented = helpers.class_members(full_name)["undocumented"]
+        if undocumented:
+            empty[full_name] = undocumented
+    assert not empty, f"class members without a description: {empty}"
+
+
+def test_class_pages_list_conditional_methods_and_summarise_large_bases():
+    pytest.importorskip("sphinx")
+    helpers = _docs_helpers()
+    if _installed("sklearn"):
+        m = helpers.class_members("tiltlab.estimators.TiltedClassifier")
+        assert {"predict_proba", "predict_log_proba"} <= set(m["methods"])
+    if _installed("torch"):
+        m = helpers.class_members("tiltlab.torch.TiltedLoss")
+        owners = {owner: names for owner, names, _ in m["external"]}
+        assert "torch.nn.Module" in owners  # its public name (the class page exists)
+        assert len(owners["torch.nn.Module"]) >= m["many_members"]  # named by a count
 
 
 # --- the code of the narrative pages runs as shown ---------------------------------------
@@ -342,6 +441,7 @@ def _numpydoc_gaps(full_name: str, obj: object) -> list[str]:
     """
     import inspect
 
+    pytest.importorskip("numpydoc")
     from numpydoc.docscrape import NumpyDocString
     from numpydoc.validate import validate
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import warnings
 from pathlib import Path
 
@@ -17,6 +18,50 @@ import pytest
 
 NOTEBOOK_DIR = Path(__file__).resolve().parent.parent / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
+#: optional packages a notebook needs without importing them by name (the deep
+#: reproductions import PyTorch and scikit-learn on first use); imports of the packages of
+#: ``OPTIONAL_IMPORTS`` in a notebook's code are found without a listing
+NOTEBOOK_DEPENDENCIES = {"deep_learning_in_miniature.ipynb": ("torch", "sklearn")}
+#: a top-level import of the first (``tiltlab.torch``: PyTorch) needs the second; an
+#: indented one (inside ``try``/``if``, as the backends notebook probes PyTorch) does not
+OPTIONAL_IMPORTS = {
+    "torch": "torch",
+    "tiltlab.torch": "torch",
+    "sklearn": "sklearn",
+    "tiltlab.estimators": "sklearn",
+    "dask": "dask",
+    "matplotlib": "matplotlib",
+    "tiltlab.plot": "matplotlib",
+}
+
+
+def notebook_dependencies(name: str, code: str) -> list[str]:
+    """The optional packages a notebook named ``name`` with this code needs."""
+    deps = set(NOTEBOOK_DEPENDENCIES.get(name, ()))
+    for line in code.splitlines():
+        m = re.match(r"(?:import|from)\s+([\w.]+)", line)
+        if m:
+            module = m.group(1)
+            for prefix, dep in OPTIONAL_IMPORTS.items():
+                if module == prefix or module.startswith(prefix + "."):
+                    deps.add(dep)
+    return sorted(deps)
+
+
+def _installed(package: str) -> bool:
+    try:
+        return importlib.util.find_spec(package) is not None
+    except (ImportError, ValueError):  # blocked in sys.modules or by an import hook
+        return False
+
+
+def test_notebook_dependencies_are_found():
+    code = "import numpy as np\nfrom tiltlab.torch import TiltedLoss\nimport dask.array as da\n"
+    assert notebook_dependencies("x.ipynb", code) == ["dask", "torch"]
+    probe = "try:\n    import torch\nexcept ImportError:\n    torch = None\n"
+    assert notebook_dependencies("x.ipynb", probe) == []
+    assert notebook_dependencies("x.ipynb", "import tiltlab as tl\n") == []
+    assert "torch" in notebook_dependencies("deep_learning_in_miniature.ipynb", "")
 
 
 def _builder():
@@ -57,9 +102,13 @@ def test_notebook_executes(path, monkeypatch):
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
     nb = nbformat.read(path, as_version=4)
+    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    missing = [d for d in notebook_dependencies(path.name, code) if not _installed(d)]
+    if missing:
+        pytest.skip(f"{path.name} needs {', '.join(missing)}")
     client = nbclient.NotebookClient(
         nb,
-        timeout=240,  # per cell; generous for a loaded machine
+        timeout=600,  # per cell, as the docs build: a 2-core machine shared with other jobs
         kernel_name="python3",
         resources={"metadata": {"path": str(NOTEBOOK_DIR)}},
     )

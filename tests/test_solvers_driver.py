@@ -233,15 +233,28 @@ def test_results_with_their_states_pickle(obj, method):
 
 def test_lbfgs_on_a_non_smooth_loss_reaches_median_regression():
     # the absolute loss has kinks where no strong Wolfe step exists: the weak Wolfe
-    # bisection takes over there (median regression by linear programming as reference)
+    # bisection takes over there (median regression by linear programming as reference).
+    # No stopping rule bounds the final gap on a polyhedral loss: L-BFGS stops at a kink
+    # where the one gradient it sees (a subgradient) is no descent direction, and which
+    # kink that is depends on rounding. Measured over these six problems and two OpenBLAS
+    # kernels (OPENBLAS_CORETYPE Haswell and Sandybridge): relative gaps from 2e-15 to
+    # 9e-5, median 7e-7 and 1.4e-6; with the strong Wolfe search alone (no bisection)
+    # 4e-5 to 3e-4, median 1.1e-4. So the test bounds the median (1e-5: 7x above the
+    # worst median measured, 10x below the one without bisection) and every gap by 1e-3
+    # (after 10 iterations the gap is still about 1e-3, after 3 about 0.5)
     from sklearn.linear_model import QuantileRegressor
 
-    rng = np.random.default_rng(0)
-    X = np.c_[rng.normal(size=(80, 4)), np.ones(80)]
-    y = X @ np.array([1.0, -2.0, 0.5, 3.0, 2.0]) + 0.3 * rng.normal(size=80)
-    ref = QuantileRegressor(quantile=0.5, alpha=0.0, fit_intercept=False).fit(X, y)
-    obj = tl.TiltedObjective("absolute", X, y)
-    res = tl.minimize(obj, method="lbfgs", max_iter=300)
-    f_ref = float(obj.value(ref.coef_))
-    assert float(res.fun) <= f_ref + 1e-10  # the strong Wolfe search alone: 2e-8
-    np.testing.assert_allclose(res.x, ref.coef_, atol=1e-6)
+    gaps = []
+    for seed in range(6):
+        rng = np.random.default_rng(seed)
+        X = np.c_[rng.normal(size=(80, 4)), np.ones(80)]
+        y = X @ np.array([1.0, -2.0, 0.5, 3.0, 2.0]) + 0.3 * rng.normal(size=80)
+        ref = QuantileRegressor(quantile=0.5, alpha=0.0, fit_intercept=False).fit(X, y)
+        obj = tl.TiltedObjective("absolute", X, y)
+        res = tl.minimize(obj, method="lbfgs", max_iter=300)
+        f_ref = float(obj.value(ref.coef_))
+        # the LP's vertex is exact to the rounding of its 5 x 5 basis solve: never beaten
+        assert float(res.fun) >= f_ref * (1 - 1e-9)
+        gaps.append((float(res.fun) - f_ref) / f_ref)
+    assert max(gaps) <= 1e-3, gaps
+    assert np.median(gaps) <= 1e-5, gaps

@@ -226,6 +226,10 @@ def _check_outputs(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
     data_dir = getattr(args, "data_dir", None)
     if data_dir and not os.path.isdir(data_dir):
         parser.error(f"--data-dir {data_dir}: not a folder")
+    if data_dir:
+        _check_data_dir(parser, args.experiment, data_dir)
+    if getattr(args, "experiment", None) in _DEEP:
+        _check_device(parser, args.device)
     plot = getattr(args, "plot", None)
     if plot:
         if os.path.exists(plot) and not os.path.isdir(plot):
@@ -234,13 +238,57 @@ def _check_outputs(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
             try:
                 import matplotlib  # noqa: F401
             except ImportError:
-                parser.error("--plot needs matplotlib: pip install 'tiltlab[plot]'")
+                parser.error("--plot needs matplotlib: pip install matplotlib")
         try:
             os.makedirs(plot, exist_ok=True)
         except OSError as exc:
             parser.error(f"--plot {plot}: cannot create the folder ({exc})")
         if not os.access(plot, os.W_OK):
             parser.error(f"--plot {plot}: folder is not writable")
+
+
+def _data_loader(experiment: str):
+    """The function that reads ``--data-dir`` for ``experiment`` (what its run calls)."""
+    if experiment == "label-noise":
+        from .datasets import load_cifar10
+
+        return load_cifar10
+    if experiment == "fair-pca":
+        from .datasets import load_csv_groups
+
+        return load_csv_groups
+    if experiment == "fair-federated":
+        from .datasets import load_leaf_federated
+
+        return load_leaf_federated
+    raise AssertionError(f"--data-dir is not an option of {experiment}")  # pragma: no cover
+
+
+def _check_data_dir(parser: argparse.ArgumentParser, experiment: str, data_dir: str) -> None:
+    """Read ``--data-dir`` once before any work: a folder without the expected files (or
+    with unreadable ones) is a usage error naming the option, not a traceback."""
+    import pickle
+
+    try:
+        _data_loader(experiment)(data_dir)
+    except (OSError, ValueError, TypeError, EOFError, pickle.UnpicklingError) as exc:
+        message = str(exc).removeprefix("`data_dir` ")
+        for name in (repr(data_dir), data_dir):  # the loaders name the folder: once is enough
+            if message.startswith(name + ": ") or message.startswith(name + " "):
+                message = message[len(name) :].lstrip(": ")
+        parser.error(f"--data-dir {data_dir}: {message}")
+
+
+def _check_device(parser: argparse.ArgumentParser, device: str) -> None:
+    """``--device`` of the deep reproductions: PyTorch installed and the device usable."""
+    try:
+        from .reproduce._deep import check_device
+
+        check_device(device)
+    except ImportError as exc:
+        parser.error(str(exc))
+    except ValueError as exc:
+        parser.error(f"--device {device}: " + str(exc).split(": ", 1)[-1])
 
 
 def _version() -> str:

@@ -108,10 +108,12 @@ class Segments:
 
     @property
     def n_items(self) -> int:
+        """The number of items partitioned (the length of ``codes``)."""
         return int(self.codes.shape[0])
 
     @property
     def counts(self) -> np.ndarray:
+        """The number of items in each group, shape ``(n_groups,)`` (cached)."""
         if "counts" not in self._cache:
             self._cache["counts"] = _kernels.segment_counts(self.codes, self.n_groups)
         return self._cache["counts"]

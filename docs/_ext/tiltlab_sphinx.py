@@ -136,6 +136,12 @@ def class_members(fullname: str) -> dict:
         raw = vars(owner)[name]
         if is_enum and isinstance(getattr(cls, name), cls):
             continue  # members are listed by enum_members
+        wrapped = _conditional_method(raw)
+        if wrapped is not None:  # a tiltlab method behind scikit-learn's available_if
+            methods.append(name)
+            if not inspect.getdoc(wrapped):
+                undocumented.append(name)
+            continue
         if not _is_tiltlab(owner) or not _is_tiltlab(type(raw)) and _foreign_descriptor(raw):
             if not _is_tiltlab(owner):
                 where = f"{owner.__module__}.{owner.__qualname__}"
@@ -150,14 +156,16 @@ def class_members(fullname: str) -> dict:
                 undocumented.append(name)
         elif name not in described and name not in inherited_names:
             attributes.append(name)
-            if not _attribute_doc(owner, name, raw):
+            if not inherited_attribute_doc(cls, name):
                 undocumented.append(name)
     return {
         "methods": methods,
         "attributes": attributes,
+        "attribute_rows": [_attribute_row(cls, name) for name in attributes],
         "external": _external_by_owner(external),
         "undocumented": undocumented,
         "has_attributes_section": bool(described),
+        "many_members": _MANY_MEMBERS,
         "base_attributes": sorted(inherited.items()),
     }
 
@@ -167,12 +175,168 @@ def _attribute_doc(owner, name, raw) -> str:
         return inspect.getdoc(raw) or ""
     from sphinx.pycode import ModuleAnalyzer
 
+    docs: dict = {}
     try:
-        analyzer = ModuleAnalyzer.for_module(owner.__module__)
-        docs = analyzer.find_attr_docs()
+        docs = ModuleAnalyzer.for_module(owner.__module__).find_attr_docs()
+    except Exception:
+        pass
+    if (owner.__qualname__, name) not in docs:
+        # a class re-exported under another module (``__module__`` rewritten): read the
+        # ``#:`` comments of the file that defines it
+        source = _defining_file(owner)
+        try:
+            docs = ModuleAnalyzer.for_file(source, owner.__module__).find_attr_docs()
+        except Exception:
+            return ""
+    return "\n".join(docs.get((owner.__qualname__, name), []))
+
+
+def _defining_file(cls) -> str | None:
+    """The source file that defines ``cls``, read from its functions' code (the class's
+    ``__module__`` may name the package that re-exports it)."""
+    for value in vars(cls).values():
+        fn = getattr(value, "fget", None) or getattr(value, "__func__", None) or value
+        code = getattr(fn, "__code__", None)
+        if code is not None:
+            return code.co_filename
+    return None
+
+
+def _sphinx_finds_doc(cls, name: str) -> bool:
+    """Whether autodoc shows a description for attribute ``name`` of ``cls`` by itself
+    (a ``#:`` comment found through a class's ``__module__`` along the MRO), or fires
+    ``autodoc-process-docstring`` for it (a descriptor: :func:`fill_attribute_doc`)."""
+    from sphinx.pycode import ModuleAnalyzer
+
+    for klass in cls.__mro__:
+        try:
+            docs = ModuleAnalyzer.for_module(klass.__module__).find_attr_docs()
+        except Exception:
+            continue
+        if (klass.__qualname__, name) in docs:
+            return True
+    return inspect.isdatadescriptor(inspect.getattr_static(cls, name, None))
+
+
+def _attribute_row(cls, name: str) -> tuple[str, str, list[str]]:
+    """``(name, summary, content)`` of an attribute: the summary shown in the class's
+    table (the description's first paragraph, on one line) and the lines to give its
+    ``autoattribute`` entry where autodoc would show none (else empty)."""
+    text = inherited_attribute_doc(cls, name)
+    paragraph = text.strip().split("\n\n")[0]
+    summary = " ".join(line.strip() for line in paragraph.splitlines())
+    content = [] if _sphinx_finds_doc(cls, name) else text.strip().splitlines()
+    return name, summary, content
+
+
+def _section_doc(cls, name: str) -> str:
+    """The description of ``name`` in the numpydoc Attributes or Parameters section of
+    ``cls``'s docstring (a dataclass field is often described as a parameter)."""
+    from numpydoc.docscrape import NumpyDocString
+
+    text = inspect.getdoc(cls) or ""
+    # the solvers list their options under "Options" (docs/conf.py renders it as numpydoc's
+    # "Other Parameters", which is what numpydoc parses)
+    text = text.replace("Options\n-------\n", "Other Parameters\n----------------\n")
+    try:
+        doc = NumpyDocString(text)
     except Exception:
         return ""
-    return "\n".join(docs.get((owner.__qualname__, name), []))
+    for section in ("Attributes", "Parameters", "Other Parameters"):
+        for param in doc[section]:
+            if name in (part.strip().lstrip("*") for part in param.name.split(",")):
+                return " ".join(line.strip() for line in param.desc).strip()
+    return ""
+
+
+def inherited_attribute_doc(cls, name: str) -> str:
+    """The documentation of attribute ``name`` of ``cls``: its own (a property's
+    docstring, a ``#:`` comment), else the first that a tiltlab class along the MRO gives
+    (a subclass that only overrides a value, ``label_kind = "binary"``), else the
+    description in a class docstring's Attributes or Parameters section."""
+    for klass in cls.__mro__:
+        if not _is_tiltlab(klass) or name not in vars(klass):
+            continue
+        text = _attribute_doc(klass, name, vars(klass)[name])
+        if text:
+            return text
+    for klass in cls.__mro__:
+        if _is_tiltlab(klass):
+            text = _section_doc(klass, name)
+            if text:
+                return text
+    return ""
+
+
+def _reexported_data_doc(name: str, obj) -> str:
+    """The ``#:`` comment of a module constant re-exported by a package: read in the
+    submodule that defines it (autodoc reads only the package's own file)."""
+    from sphinx.pycode import ModuleAnalyzer
+
+    module_name, _, attr = name.rpartition(".")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError:
+        return ""
+    candidates = [module_name]
+    if hasattr(module, "__path__"):
+        candidates += [i.name for i in pkgutil.walk_packages(module.__path__, module_name + ".")]
+    for candidate in candidates:
+        sub = sys.modules.get(candidate)
+        if sub is None or getattr(sub, attr, None) is not obj:
+            continue
+        try:
+            docs = ModuleAnalyzer.for_module(candidate).find_attr_docs()
+        except Exception:
+            continue
+        if ("", attr) in docs:
+            return "\n".join(docs[("", attr)])
+    return ""
+
+
+def fill_attribute_doc(app, what, name, obj, options, lines):
+    """``autodoc-process-docstring``: an attribute without documentation of its own
+    takes what :func:`inherited_attribute_doc` finds (no empty row in the class tables)."""
+    if what == "data" and not any(line.strip() for line in lines):
+        text = _reexported_data_doc(name, obj)
+        if text:
+            lines[:] = text.splitlines() + [""]
+        return
+    if what not in ("attribute", "property") or any(line.strip() for line in lines):
+        return
+    owner_name, _, attr = name.rpartition(".")
+    try:
+        owner = _import_object(owner_name)
+    except LookupError:
+        return
+    if not inspect.isclass(owner):
+        return
+    text = inherited_attribute_doc(owner, attr)
+    if text:
+        lines[:] = text.splitlines() + [""]
+    elif _is_tiltlab(owner):  # an empty row in the class's table: fails the -W build
+        from sphinx.util import logging
+
+        logging.getLogger(__name__).warning(
+            f"{name}: attribute without a description (give it a docstring, a #: comment "
+            "or an entry in its class's Attributes section)"
+        )
+
+
+def _conditional_method(raw):
+    """The tiltlab function behind a descriptor that exposes it conditionally
+    (scikit-learn's ``available_if``: ``predict_proba`` only for probabilistic losses),
+    else None."""
+    fn = getattr(raw, "fn", None)
+    if _foreign_descriptor(raw) and inspect.isfunction(fn) and _is_tiltlab(fn):
+        return fn
+    return None
+
+
+#: third-party base classes documented under a public name other than their own path
+_PUBLIC_NAMES = {"torch.nn.modules.module.Module": "torch.nn.Module"}
+#: from this many inherited members on, a base class is named with a count, not a list
+_MANY_MEMBERS = 12
 
 
 def _foreign_descriptor(raw) -> bool:
@@ -191,6 +355,7 @@ def _external_by_owner(pairs):
     """
     by_owner: dict[tuple[str, bool], list[str]] = {}
     for name, owner in pairs:
+        owner = _PUBLIC_NAMES.get(owner, owner)
         linkable = not any(p.startswith("_") for p in owner.split("."))
         if not linkable:
             owner = owner.split(".")[0]

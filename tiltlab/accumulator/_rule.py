@@ -221,6 +221,7 @@ class TiltState:
 
     @property
     def spread(self) -> Any:
+        """``hi - lo``: the range of the losses summarised (per group with segments)."""
         return self.hi - self.lo
 
     @property

@@ -203,6 +203,13 @@ class LabelledLevel:
     samples in the order of their codes; :meth:`weights` spreads weights given to those
     groups over their samples.
 
+    Attributes
+    ----------
+    risk : numpy.ndarray
+        The tilted risk of each group with samples, in the order of their codes.
+    mass : numpy.ndarray
+        The number of samples of each of those groups (float64).
+
     Examples
     --------
     >>> import numpy as np

@@ -108,7 +108,7 @@ def wine_by_cultivar() -> GroupedData:
     """scikit-learn's bundled wine data (178 x 13) as three groups by cultivar.
 
     The 13 chemical measurements are z-scored over all rows together, then split.
-    Needs scikit-learn (``pip install 'tiltlab[sklearn]'``).
+    Needs scikit-learn (``pip install scikit-learn``, or the ``sklearn`` extra).
 
     Returns
     -------
@@ -129,7 +129,7 @@ def wine_by_cultivar() -> GroupedData:
         from sklearn.datasets import load_wine
     except ImportError as exc:  # pragma: no cover - scikit-learn is in the test extra
         raise ImportError(
-            "the wine data come with scikit-learn: pip install 'tiltlab[sklearn]'"
+            "the wine data come with scikit-learn: pip install scikit-learn"
         ) from exc
     bunch = load_wine()
     X = np.asarray(bunch.data, dtype=np.float64)

@@ -132,6 +132,23 @@ def distribute(objective: Any, *, persist: bool | str = "auto") -> DaskPlan:
     the data take at most half the workers' total memory) they are persisted: the data
     then stay on the workers and every evaluation only ships ``theta``.
 
+    Parameters
+    ----------
+    objective : TiltedObjective or TiltedProblem
+        An objective (or its problem) whose ``X`` is a Dask array.
+    persist : bool or "auto", default "auto"
+        Whether to persist the row chunks on the workers: ``True`` always, ``False``
+        never (every evaluation then computes the data from their source), ``"auto"``
+        when they take at most half the workers' total memory (half the machine's
+        memory without a client).
+
+    Returns
+    -------
+    DaskPlan
+        The row-chunked data, the per-chunk pieces that the evaluations' graphs read, and
+        whether they were persisted. The plan is cached on the problem: a second call
+        returns it, whatever ``persist`` says.
+
     Examples
     --------
     >>> import dask.array as da, numpy as np

@@ -61,21 +61,26 @@ class ClientObjective:
 
     @property
     def tilts(self) -> tuple:
+        """The Dask objective's tilts, outermost first."""
         return self.objective.tilts
 
     @property
     def t(self) -> float:
+        """The Dask objective's (outermost) tilt."""
         return self.objective.t
 
     @property
     def is_hierarchical(self) -> bool:
+        """The objective tilts over groups, not only over samples."""
         return self.objective.is_hierarchical
 
     @property
     def tree(self) -> Any:
+        """The Dask objective's group tree (None at sample level)."""
         return self.objective.tree
 
     def _theta(self, theta: Any, name: str = "theta") -> np.ndarray:
+        """``theta`` as a flat NumPy array of the objective's dtype, checked."""
         th = np.asarray(to_numpy(theta))
         if th.dtype.kind not in "fiub":
             raise TypeError(f"`{name}` must be real, got dtype {th.dtype}")
@@ -91,6 +96,7 @@ class ClientObjective:
     check_theta = _theta
 
     def zeros(self) -> np.ndarray:
+        """A zero parameter on the client (NumPy)."""
         return np.zeros(self.shape, dtype=self.dtype)
 
     def linearize(self, theta: Any) -> Linearization:
@@ -108,16 +114,20 @@ class ClientObjective:
         return th.shape, out
 
     def value(self, theta: Any) -> np.ndarray:
+        """The value at ``theta`` (one graph on the cluster)."""
         return self._run(theta, None, "value")[1][0]
 
     def value_and_gradient(self, theta: Any) -> tuple:
+        """The value and gradient at ``theta`` (one graph on the cluster)."""
         shape, (f, g) = self._run(theta, None, "grad")
         return f, np.reshape(g, shape)
 
     def gradient(self, theta: Any) -> np.ndarray:
+        """The gradient at ``theta`` (one graph on the cluster)."""
         return self.value_and_gradient(theta)[1]
 
     def hvp(self, theta: Any, v: Any) -> np.ndarray:
+        """The Hessian-vector product ``H(theta) v`` (one graph on the cluster)."""
         if not all(np.isfinite(self.objective.tilts)):
             raise ValueError("the Hessian is not defined at an infinite tilt")
         _, (_, hv) = self._run(theta, v, "hvp")
@@ -137,6 +147,7 @@ class ClientObjective:
         return 0.5 * (H + H.T)
 
     def prior(self) -> Any:
+        """The normalised prior on the client (NumPy), or None when uniform."""
         p = self.objective.prior()
         return None if p is None else np.asarray(to_numpy(p))
 
@@ -166,6 +177,7 @@ class ClientObjective:
         return ell, vjp
 
     def with_tilt(self, t: float | None = None, *, tilts: Any = None) -> ClientObjective:
+        """The client view of the Dask objective at another tilt."""
         return ClientObjective(self.objective.with_tilt(t, tilts=tilts))
 
 

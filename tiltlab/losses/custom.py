@@ -33,11 +33,16 @@ class ParameterLoss(PicklableNamespace):
 
     name: str = "parameter"
     is_linear: bool = False
+    #: Always False: the GLM statistics are defined for predictor losses only.
     is_glm: bool = False
+    #: 1: the loss takes one parameter vector ``theta``.
     n_outputs: int | None = 1
     convex: bool = False
+    #: Whether the per-sample losses are twice continuously differentiable in ``theta``.
     smooth: bool = True
+    #: An upper bound on the per-sample Hessians' eigenvalues, or None when not known.
     curvature_bound: float | None = None
+    #: The kind of targets: "real" (any numbers, or none).
     label_kind: str = "real"
 
     def _namespace(self, xp: Any, **arrays: Any) -> Any:

@@ -135,11 +135,11 @@ class TiltedObjective(PicklableNamespace):
     xp = property(lambda self: self._problem.xp, doc="The array namespace.")
     l2 = property(lambda self: self._problem.l2, doc="The ridge penalty.")
     tree = property(lambda self: self._problem.tree, doc="The group tree (or None).")
-    n_samples = property(lambda self: self._problem.n_samples)
-    n_features = property(lambda self: self._problem.n_features)
+    n_samples = property(lambda self: self._problem.n_samples, doc="Number of samples N.")
+    n_features = property(lambda self: self._problem.n_features, doc="Number of features d.")
     shape = property(lambda self: self._problem.shape, doc="Shape of ``theta``.")
-    dtype = property(lambda self: self._problem.dtype)
-    device = property(lambda self: self._problem.device)
+    dtype = property(lambda self: self._problem.dtype, doc="Dtype of the data and of ``theta``.")
+    device = property(lambda self: self._problem.device, doc="Device of the data and of ``theta``.")
 
     def prior(self) -> Any:
         """Normalised prior sample weights (None when uniform)."""
@@ -168,6 +168,7 @@ class TiltedObjective(PicklableNamespace):
 
     @property
     def is_hierarchical(self) -> bool:
+        """The objective tilts over groups (``groups`` given), not only over samples."""
         return self._problem.is_hierarchical
 
     def with_tilt(self, t: float | None = None, *, tilts: Any = None) -> TiltedObjective:

@@ -57,21 +57,37 @@ class TiltedProblem(PicklableNamespace):
     (None when uniform, or before the first evaluation of a parameter-space loss).
     """
 
+    #: The per-sample loss (a :class:`~tiltlab.losses.Loss`).
     loss: Any
+    #: The features, shape ``(N, d)`` (None for losses given in ``theta`` without data).
     X: Any
+    #: The targets, shape ``(N,)`` (None where the loss takes none).
     y: Any
+    #: The array namespace of the data (array-api-compat's).
     xp: Any
+    #: The sample-level tilt alone, or one tilt per level of a hierarchy, outermost first.
     tilts: tuple[float, ...]
+    #: The ridge coefficient: the objective adds ``l2 / 2 * ||theta||^2``.
     l2: float = 0.0
+    #: The prior sample weights as given (None: uniform).
     weights: Any = None
+    #: The prior normalised to sum to one (None when uniform, or not yet prepared).
     prior: Any = None
+    #: The group labels of a hierarchical objective, outermost first (None: sample level).
     groups: Any = None
+    #: The group structure built from ``groups`` (None until prepared, or sample level).
     tree: GroupTree | None = None
+    #: The number of samples N (None until known, for losses given in ``theta``).
     n_samples: int | None = None
+    #: The number of features d of ``X`` (None without ``X``).
     n_features: int | None = None
+    #: The shape of ``theta``: ``(d,)``, or ``(d, K)`` for the multinomial loss.
     shape: tuple[int, ...] | None = None
+    #: The floating dtype of the data and of ``theta``.
     dtype: Any = None
+    #: The device of the data and of ``theta``.
     device: Any = None
+    #: Values derived from the data once and kept (block plans, Dask plans, counts).
     cache: dict = dataclasses.field(default_factory=dict, repr=False)
 
     # -- construction -------------------------------------------------------------------
@@ -177,6 +193,7 @@ class TiltedProblem(PicklableNamespace):
 
     @property
     def is_hierarchical(self) -> bool:
+        """The objective tilts over groups (``groups`` given), not only over samples."""
         return self.groups is not None
 
     @property
@@ -187,6 +204,7 @@ class TiltedProblem(PicklableNamespace):
 
     @property
     def finite_tilts(self) -> bool:
+        """Every tilt is finite (no level takes a max or a min)."""
         return all(math.isfinite(t) for t in self.tilts)
 
     def check_theta(self, theta: Any, name: str = "theta") -> Any:

@@ -387,7 +387,7 @@ def require_matplotlib() -> Any:
         import matplotlib
     except ImportError as exc:
         raise ImportError(
-            "figures need matplotlib, which is not installed: pip install 'tiltlab[plot]'"
+            "figures need matplotlib, which is not installed: pip install matplotlib"
         ) from exc
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -120,7 +120,7 @@ def digits_split(seed: int, *, val_fraction: float = 0.15, test_fraction: float 
         from sklearn.datasets import load_digits
     except ImportError:  # pragma: no cover - scikit-learn is a test dependency
         raise ImportError(
-            "the digits data come with scikit-learn: pip install 'tiltlab[sklearn]'"
+            "the digits data come with scikit-learn: pip install scikit-learn"
         ) from None
     data = load_digits()
     X = (data.data / 16.0).astype(np.float32)

@@ -22,15 +22,19 @@ from .._compat import (
     check_finite,
     device,
     host_labels,
+    is_array_api_obj,
     is_numpy_namespace,
     namespace_of,
     seq_of_arrays,
+    tiny_sqrt,
 )
 from .._cpu_kernels.segments import int_range, segment_counts
 from ..accumulator import (
     NonFiniteLosses,
     TiltState,
+    finish_risk,
     group_risk,
+    series_threshold,
 )
 from ..segments import Segments
 from ._dispatch import HIERARCHICAL_RISK
@@ -360,7 +364,10 @@ def hierarchical_risk(
         outermost first, each level nested in the one before (every inner label lies in
         one outer group). Labels may be any sortable values.
     tilts : sequence of float
-        One more entry than grouping levels, outermost first.
+        One more entry than grouping levels, outermost first. PyTorch tilts that require
+        grad (a 1-d tensor, or 0-d tensors in the sequence) are differentiated through,
+        as in :func:`~tiltlab.tilted_risk` (``torch.autograd.grad`` of the risk gives the
+        derivative in each tilt).
     weights : array, optional
         Prior sample weights (default uniform).
     check_finite : bool, optional
@@ -394,7 +401,98 @@ def hierarchical_risk(
         if out is not None:
             return out
     l, p, tree, ts, half = _prepare_hierarchy(losses, groups, tilts, weights, xp, check_finite)
+    tts = _autograd_tilts(tilts, l, xp)
+    if tts is not None:  # tilts that carry autograd: a differentiable evaluation
+        if check_finite is False and not bool(xp.all(xp.isfinite(l))):
+            return narrow(_eval_or_nan(l, p, tree, ts, xp, False, False), half, xp)
+        return narrow(_autograd_eval(l, p, tree, ts, tts, xp), half, xp)
     return narrow(_eval_or_nan(l, p, tree, ts, xp, False, check_finite), half, xp)
+
+
+def _autograd_tilts(tilts: Any, like: Any, xp: Any) -> list | None:
+    """The tilts as 0-d arrays of ``like``'s dtype, outermost first, when any of them
+    carries autograd (a PyTorch tensor that requires grad), else None."""
+    if is_array_api_obj(tilts):
+        if not getattr(tilts, "requires_grad", False):
+            return None
+        entries = [tilts[k] for k in range(tilts.shape[0])]
+    else:
+        entries = list(tilts)
+        if not any(getattr(v, "requires_grad", False) for v in entries):
+            return None
+    out = []
+    for v in entries:
+        if getattr(v, "requires_grad", False):
+            v = xp.reshape(v, ())
+            out.append(v if v.dtype == like.dtype else xp.astype(v, like.dtype))
+        else:
+            out.append(xp.asarray(float(v), dtype=like.dtype, device=device(like)))
+    return out
+
+
+def _autograd_eval(
+    l: Any, p: Any, tree: GroupTree, ts: Sequence[float], tts: list, xp: Any
+) -> Any:
+    """The hierarchical risk as a differentiable function of the tilt arrays ``tts``.
+
+    The same values as :func:`hierarchy_eval` (``ts`` are the tilts on the host, which
+    choose the branches); each group level is the vectorised form of the tilted
+    reduction (:func:`tiltlab.accumulator.finish_risk` on group sums, with the cumulant
+    series near a zero tilt, so that the derivative there is the group variance over 2)
+    and the top level the sample-level kernel, which differentiates through its tilt as
+    :func:`tilted_risk` does.
+    """
+    masses = _level_masses(p, tree, l, xp)
+    values = l
+    for depth, lev in enumerate(tree.levels):
+        k = len(tree.levels) - depth
+        m = masses[depth]
+        if depth == 0 and p is None:
+            m = 1.0 / tree.n_samples
+        values = _autograd_level(values, m, masses[depth + 1], lev, ts[k], tts[k], xp)
+    top_mass = masses[-1]
+    if top_mass.ndim < values.ndim:
+        top_mass = top_mass + xp.zeros_like(values)
+    return _risk_kernel(values, top_mass, tts[0], xp)
+
+
+def _autograd_level(v: Any, m: Any, M: Any, seg: Segments, tau: float, tt: Any, xp: Any):
+    """Tilted risk of every group of ``seg`` at the tilt array ``tt`` (host value ``tau``),
+    differentiable in ``tt`` and ``v`` (see :func:`_group_level` for the arguments)."""
+    if math.isinf(tau):  # the extreme child: does not depend on the tilt (derivative 0)
+        R = _extreme_level(v, m, seg, tau, xp, False, isinstance(m, float))[0]
+        return R + xp.where(xp.isfinite(tt), tt, xp.zeros_like(tt)) * 0.0
+    Mx = _segments.expand(M, seg, xp)
+    if isinstance(m, float):
+        pm, on = m / Mx, None
+        hi = _segments.segment_max(v, seg, xp)
+        lo = _segments.segment_min(v, seg, xp)
+    else:
+        on = m > 0
+        pm = xp.where(on, m / Mx, xp.zeros_like(Mx))
+        inf = xp.asarray(xp.inf, dtype=v.dtype, device=device(v))
+        hi = _segments.segment_max(xp.where(on, v, -inf), seg, xp)
+        lo = _segments.segment_min(xp.where(on, v, inf), seg, xp)
+
+    def gsum(a):  # sum over each group of the prior-weighted children
+        if on is not None:
+            a = xp.where(on, a, xp.zeros_like(a))
+        return _segments.segment_sum(pm * a, seg, xp)
+
+    one = xp.ones_like(tt)
+    t_fin = tt if tau != 0.0 else one  # a placeholder at 0: the series takes over there
+    c = hi if tau >= 0.0 else lo
+    u = (t_fin * (v * 0.5 - _segments.expand(c, seg, xp) * 0.5)) * 2.0  # <= 0, halved: exact
+    if on is not None:  # children without mass: a finite exponent (no NaN in the backward)
+        u = xp.where(on, u, xp.zeros_like(u))
+    mean = gsum(v)
+    d = v - _segments.expand(mean, seg, xp)
+    spread = (hi * 0.5 - lo * 0.5) * 2.0
+    near = xp.abs(tt) * spread < series_threshold(v.dtype, xp)
+    series = (tt, gsum(d * d), gsum(d * d * d), near)
+    q, z = gsum(xp.expm1(u)), gsum(xp.exp(u))
+    scale = xp.abs(t_fin) * spread
+    return finish_risk(t_fin, c, scale, q, z, mean, xp, tiny=tiny_sqrt(v.dtype, xp), series=series)
 
 
 def hierarchical_weights(

@@ -44,7 +44,9 @@ def failed_state(state: SolverState, status: Status, detail: str = "") -> Solver
 class Solver:
     """Base configuration. Subclasses add their options as fields and implement ``step``."""
 
+    #: The method's name in :func:`~tiltlab.minimize` (``method=``).
     name: ClassVar[str] = "solver"
+    #: The iteration limit when ``minimize`` is given none.
     default_max_iter: ClassVar[int] = 1000
     #: False for stochastic methods, whose gradient norm is not known at each step
     checks_gradient: ClassVar[bool] = True
@@ -77,6 +79,7 @@ class Solver:
         return value_rtol(working_eps(state.x))
 
     def step(self, objective: Any, state: SolverState) -> SolverState:  # pragma: no cover
+        """One iteration from ``state``: the next state (its ``failed`` set on failure)."""
         raise NotImplementedError
 
     def terminate(

@@ -27,6 +27,7 @@ from .stochastic import StochasticTERM
 
 __all__ = ["minimize", "METHODS", "default_tol"]
 
+#: The solvers of :func:`minimize` by ``method`` name.
 METHODS: dict[str, type[Solver]] = {
     "gd": GradientDescent,
     "agd": AcceleratedGradient,

@@ -36,7 +36,9 @@ class AcceleratedGradient(Solver):
     L0 : float, optional
         Initial Lipschitz estimate (default: ``||g0||``-scaled guess).
     L_decrease : float, default 0.9
+        Factor by which the Lipschitz estimate may shrink each iteration.
     restart : bool, default True
+        Restart the momentum when the objective goes up.
 
     Examples
     --------

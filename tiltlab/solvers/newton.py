@@ -75,6 +75,7 @@ class Newton(Solver):
         Dense Hessian solved on the host (small ``d``; ``auto`` picks it for
         ``d <= 500``) or truncated conjugate gradients on Hessian-vector products.
     cg_max_iter : int, default 100
+        Iteration limit of the conjugate gradients.
 
     Examples
     --------

@@ -60,6 +60,7 @@ class TiltPath:
 
     @property
     def success(self) -> bool:
+        """Every solve along the path converged."""
         return all(r.success for r in self.results)
 
 

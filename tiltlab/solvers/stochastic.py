@@ -73,6 +73,7 @@ class StochasticTERM(Solver):
         Step size (default ``0.5/beta`` with ``beta`` the largest Hessian eigenvalue at
         the start, by power iteration).
     batch_size : int, default 64
+        Samples per minibatch (drawn with replacement).
     lam : float, default 0.1
         Averaging rate of the running normaliser.
     average : bool, default True
@@ -117,6 +118,8 @@ class StochasticTERM(Solver):
     lam: float = 0.1
     average: bool = True
     eval_every: int | None = None
+    #: Seed of the NumPy generator of the minibatch indices and the Gumbel noise
+    #: (``minimize``'s ``seed``).
     seed: Any = None
     decay: str = "sqrt"
 

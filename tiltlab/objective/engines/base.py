@@ -23,10 +23,15 @@ class Context:
     ``fused`` allows fused kernels.
     """
 
+    #: Adds ``k`` passes over the data to the objective's tally.
     count: Callable[[float], None]
+    #: Hands back a problem completed by an evaluation.
     update: Callable[[Any], None]
+    #: Rows per block of blocked engines (None: their policy, blocks of ``block_bytes``).
     block_rows: int | None = None
+    #: Whether fused kernels (CUDA, compiled CPU) may serve the call.
     fused: bool = True
+    #: The target size in bytes of one block of rows of ``X``.
     block_bytes: int = 1 << 25
 
 
@@ -50,18 +55,24 @@ class Engine:
         return True
 
     def value(self, problem: Any, theta: Any, ctx: Context) -> Any:
+        """The objective's value at ``theta`` (a 0-d array), or None to decline."""
         return None
 
     def value_and_gradient(self, problem: Any, theta: Any, ctx: Context) -> Any:
+        """``(value, gradient)`` at ``theta``, or None to decline."""
         return None
 
     def hvp(self, problem: Any, theta: Any, v: Any, ctx: Context) -> Any:
+        """The Hessian-vector product ``H(theta) v``, or None to decline."""
         return None
 
     def hessian(self, problem: Any, theta: Any, ctx: Context) -> Any:
+        """The Hessian at ``theta``, or None to decline."""
         return None
 
     def linearize(self, problem: Any, theta: Any, ctx: Context) -> Any:
+        """The value, gradient and a Hessian-vector product function at ``theta`` (one
+        evaluation for several products), or None to decline."""
         return None
 
     def __repr__(self) -> str:

@@ -119,5 +119,6 @@ class FusedCpuEngine(Engine):
         return hv + problem.l2 * v if problem.l2 else hv
 
 
+#: The fused CPU engine (compiled kernels, NumPy data), one instance shared by every objective.
 FUSED_CPU = FusedCpuEngine()
 ENGINES.register("numpy", FUSED_CPU)

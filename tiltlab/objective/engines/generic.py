@@ -120,6 +120,7 @@ class GenericEngine(Engine):
         return problem.is_linear
 
     def losses(self, problem: Any, th: Any, ctx: Context) -> Any:
+        """The per-sample losses at ``th`` (one product with ``X``)."""
         z = problem.X @ problem.xp.reshape(th, problem.shape)
         ctx.count(1)
         return problem.loss.value(z, problem.y, validate=False, xp=problem.xp)
@@ -255,4 +256,5 @@ class _LinearProducts:
         return out + p.l2 * v if p.l2 else out
 
 
+#: The generic array-API engine, one instance shared by every objective.
 GENERIC = GenericEngine()

@@ -136,4 +136,5 @@ class OnePassEngine(Engine):
         return value, (A - t * G * av if t != 0.0 else A,)
 
 
+#: The one-pass blocked engine, one instance shared by every objective.
 ONE_PASS = OnePassEngine()

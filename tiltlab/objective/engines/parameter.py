@@ -92,4 +92,5 @@ class ParameterEngine(Engine):
         return Linearization(theta, r, g, ell, w, products)
 
 
+#: The engine of losses given in ``theta``, one instance shared by every objective.
 PARAMETER = ParameterEngine()
