@@ -138,3 +138,46 @@ def test_sklearn_array_api_check_torch(estimator, dtype_name):
         dtype_name=dtype_name,
         check_values=True,
     )
+
+
+FOUR = [
+    TiltedRegressor(t=-0.5),
+    TiltedClassifier(t=0.5),
+    TiltedRegressorCV(ts=[-1.0, 0.0], cv=3),
+    TiltedClassifierCV(ts=[0.0, 1.0], cv=3),
+]
+
+
+@needs_flag
+@pytest.mark.parametrize("array_namespace", ["array_api_strict", "torch"])
+@pytest.mark.parametrize("estimator", FOUR, ids=lambda e: type(e).__name__)
+def test_sklearn_array_api_same_namespace_check(estimator, array_namespace):
+    """Predicting with NumPy data after an array-API fit raises scikit-learn's ValueError
+    naming the method (it used to fail with "Cannot interpret 'array_api_strict.float64'
+    as a data type", a dtype of one library handed to NumPy)."""
+    checks = pytest.importorskip("sklearn.utils.estimator_checks")
+    if not hasattr(checks, "check_array_api_same_namespace"):
+        pytest.skip("scikit-learn < 1.9 has no check_array_api_same_namespace")
+    pytest.importorskip(array_namespace)
+    device_name = "cpu" if array_namespace == "torch" else None
+    checks.check_array_api_same_namespace(
+        type(estimator).__name__, estimator, array_namespace, device_name
+    )
+
+
+@needs_flag
+@pytest.mark.parametrize("estimator", FOUR, ids=lambda e: type(e).__name__)
+def test_same_namespace_rule_without_sklearns_check(estimator, reg_data, monkeypatch):
+    """The rule on scikit-learn versions without ``check_same_namespace``."""
+    xps = pytest.importorskip("array_api_strict")
+    import sklearn.utils._array_api as sk_array_api
+
+    monkeypatch.delattr(sk_array_api, "check_same_namespace", raising=False)
+    X, y = reg_data
+    y = (y > np.median(y)).astype(np.float64)
+    with sklearn.config_context(array_api_dispatch=True):
+        est = sklearn.base.clone(estimator).fit(xps.asarray(X), xps.asarray(y))
+        with pytest.raises(ValueError, match=rf"{type(est).__name__}\.predict\(\)"):
+            est.predict(X)
+        pred = est.predict(xps.asarray(X))
+    assert type(pred).__module__.startswith("array_api_strict")

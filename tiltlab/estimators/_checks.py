@@ -125,9 +125,7 @@ def check_solver_options(options: Any) -> dict[str, Any]:
         if key == "max_passes":
             v = check_real(value, "solver_options['max_passes']")
             if v <= 0:
-                raise ValueError(
-                    f"`solver_options['max_passes']` must be positive, got {value!r}"
-                )
+                raise ValueError(f"`solver_options['max_passes']` must be positive, got {value!r}")
     return dict(options)
 
 
@@ -211,3 +209,35 @@ def _codes(labels: np.ndarray) -> np.ndarray:
     except TypeError as exc:
         raise TypeError(f"`groups` labels must be sortable ({exc})") from None
     return codes.reshape(-1).astype(np.int64)
+
+
+def check_same_namespace(X: Any, estimator: Any, method: str) -> None:
+    """Raise a ValueError when ``X`` is not of the namespace and device of the fit.
+
+    scikit-learn's own check (``sklearn.utils._array_api.check_same_namespace``, 1.9 and
+    later) where it exists, so the message is the one its estimators give; on older
+    versions the same rule: with ``array_api_dispatch`` on, ``X`` must come from the
+    library and device of ``coef_`` (array-likes count as NumPy).
+    """
+    try:
+        from sklearn.utils._array_api import check_same_namespace as sk_check
+    except ImportError:  # scikit-learn < 1.9
+        sk_check = None
+    if sk_check is not None:
+        sk_check(X, estimator, attribute="coef_", method=method)
+        return
+    from sklearn import get_config
+
+    if not get_config().get("array_api_dispatch", False):
+        return
+    coef = estimator.coef_
+    x = X if is_array_api_obj(X) else np.asarray(X)
+    a_xp, x_xp = library_namespace(coef), library_namespace(x)
+    if is_numpy_namespace(a_xp) and is_numpy_namespace(x_xp):
+        return
+    if a_xp is x_xp and device(x) == device(coef):
+        return
+    raise ValueError(
+        f"Inputs passed to {type(estimator).__name__}.{method}() must use the same "
+        "namespace and the same device as those passed to fit()."
+    )

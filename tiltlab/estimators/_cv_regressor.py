@@ -16,6 +16,7 @@ from ._regressor import TiltedRegressor
 from ._scores import (
     contaminated_fit,
     contaminated_log_likelihood,
+    follows_predictions,
     gaussian_logpdf_of_targets,
 )
 
@@ -228,12 +229,14 @@ class TiltedRegressorCV(_TiltCV, TiltedRegressor):
             contaminated_fit(y - np.asarray(to_numpy(held.X @ th[0]), dtype=np.float64), g)
             for th in path
         ]
-        clean = fits[int(np.argmax([f[0] for f in fits]))][1]
+        top = int(np.argmax([f[0] for f in fits]))
+        clean = fits[top][1]
         losses = [self._held_out_losses(held, th) for th in path]
         total = max(float(clean.sum()), np.finfo(np.float64).tiny)
         robust = np.array([-float(np.sum(clean * e)) / total for e in losses])
         plain = np.array([-float(e.mean()) for e in losses])
-        return robust, plain, 1.0 - float(clean.mean())
+        pred = np.asarray(to_numpy(held.X @ path[top][0]), dtype=np.float64)
+        return robust, plain, 1.0 - float(clean.mean()), follows_predictions(y, pred, 1.0 - clean)
 
     def _builtin_score(self, held: FitData, thetas: list, scoring: str) -> float:
         ell = self._held_out_losses(held, thetas)
