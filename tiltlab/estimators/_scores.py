@@ -12,6 +12,10 @@ rewards the fit under which the remaining rows cluster tightly around the predic
 Scores that summarise the losses directly (mean, median, a trimmed mean) break down once
 corrupted rows are the majority, because the fit closest to the corrupted targets then
 also has the smallest typical loss.
+
+A Gaussian core also flags the tail of skewed or heavy-tailed *clean* noise (15-35% of
+the rows for log-normal noise). :func:`follows_predictions` tells the two apart: the
+targets of corrupted rows ignore the predictions, those in a noise tail move with them.
 """
 
 from __future__ import annotations
