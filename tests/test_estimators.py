@@ -143,12 +143,39 @@ def test_positive_class_tilt_raises_rare_class_recall():
 
 def test_huber_and_absolute_losses_reference(reg_data):
     X, y = reg_data
+    # absolute loss at t = 0 is median regression. The objective is piecewise linear: the
+    # minimiser is a vertex and the objective grows only linearly away from it, with a
+    # slope that can be tiny in some direction (here an objective 3e-6 above the minimum
+    # sits 5e-3 away in the predictions). So the predictions are ill-conditioned in the
+    # objective, and L-BFGS has no gradient-based stopping certificate on a non-smooth
+    # function: it stops where its line search fails at a kink, which depends on the
+    # rounding of the BLAS kernel (5.5e-3 in the predictions on another kernel, 1.3e-5
+    # relative in the objective). What holds on every machine is the comparison of
+    # objective values with the certified optimum f*: for any u with |u_i| <= 1,
+    # f(theta) >= (u.y - ([X 1]^T u).theta) / n (weak duality), and the dual LP's u
+    # (SciPy's linprog, HiGHS) makes that bound meet the primal LP's value
+    # (QuantileRegressor) to 1e-7. L-BFGS only ever decreases the objective; the
+    # acceptance criterion is 1e-4 relative above f*, 7x what a line-search failure at a
+    # kink was seen to leave.
+    from scipy.optimize import linprog
     from sklearn.linear_model import QuantileRegressor
 
-    # absolute loss at t = 0 is median regression
     ours = TiltedRegressor(loss="absolute", max_iter=150).fit(X, y)
     ref = QuantileRegressor(quantile=0.5, alpha=0.0).fit(X, y)
-    np.testing.assert_allclose(ours.predict(X), ref.predict(X), atol=1e-5)
+    n = len(y)
+    Xa = np.c_[X, np.ones(n)]
+    dual = linprog(-y / n, A_eq=Xa.T, b_eq=np.zeros(Xa.shape[1]), bounds=(-1, 1), method="highs")
+    assert dual.status == 0
+
+    def lower(coef, intercept):  # weak duality: a lower bound of f at every theta
+        return (dual.x @ y - (Xa.T @ dual.x) @ np.r_[coef, intercept]) / n
+
+    f_ref = np.mean(np.abs(ref.predict(X) - y))
+    assert 0 <= f_ref - lower(ref.coef_, ref.intercept_) <= 1e-7 * f_ref  # f* is known
+    f_ours = np.mean(np.abs(ours.predict(X) - y))
+    assert lower(ours.coef_, ours.intercept_) <= f_ours <= f_ref * (1 + 1e-4)
+    # the same objective: the fit's reported value is the mean absolute residual
+    assert float(ours.result_.fun) == pytest.approx(f_ours, rel=1e-12)
     # huber: the stationarity condition written by hand
     est = TiltedRegressor(loss="huber", epsilon=0.5, tol=1e-10).fit(X, y)
     r = X @ est.coef_ + est.intercept_ - y

@@ -138,3 +138,97 @@ def test_sklearn_array_api_check_torch(estimator, dtype_name):
         dtype_name=dtype_name,
         check_values=True,
     )
+
+
+FOUR = [
+    TiltedRegressor(t=-0.5),
+    TiltedClassifier(t=0.5),
+    TiltedRegressorCV(ts=[-1.0, 0.0], cv=3),
+    TiltedClassifierCV(ts=[0.0, 1.0], cv=3),
+]
+
+
+@needs_flag
+@pytest.mark.parametrize("array_namespace", ["array_api_strict", "torch"])
+@pytest.mark.parametrize("estimator", FOUR, ids=lambda e: type(e).__name__)
+def test_sklearn_array_api_same_namespace_check(estimator, array_namespace):
+    """Predicting with NumPy data after an array-API fit raises scikit-learn's ValueError
+    naming the method (it used to fail with "Cannot interpret 'array_api_strict.float64'
+    as a data type", a dtype of one library handed to NumPy)."""
+    checks = pytest.importorskip("sklearn.utils.estimator_checks")
+    if not hasattr(checks, "check_array_api_same_namespace"):
+        pytest.skip("scikit-learn < 1.9 has no check_array_api_same_namespace")
+    pytest.importorskip(array_namespace)
+    device_name = "cpu" if array_namespace == "torch" else None
+    checks.check_array_api_same_namespace(
+        type(estimator).__name__, estimator, array_namespace, device_name
+    )
+
+
+@needs_flag
+@pytest.mark.parametrize("estimator", FOUR, ids=lambda e: type(e).__name__)
+def test_same_namespace_rule_without_sklearns_check(estimator, reg_data, monkeypatch):
+    """The rule on scikit-learn versions without ``check_same_namespace``."""
+    xps = pytest.importorskip("array_api_strict")
+    import sklearn.utils._array_api as sk_array_api
+
+    monkeypatch.delattr(sk_array_api, "check_same_namespace", raising=False)
+    X, y = reg_data
+    y = (y > np.median(y)).astype(np.float64)
+    with sklearn.config_context(array_api_dispatch=True):
+        est = sklearn.base.clone(estimator).fit(xps.asarray(X), xps.asarray(y))
+        with pytest.raises(ValueError, match=rf"{type(est).__name__}\.predict\(\)"):
+            est.predict(X)
+        pred = est.predict(xps.asarray(X))
+    assert type(pred).__module__.startswith("array_api_strict")
+
+
+def _same_fit_cases():
+    rng = np.random.default_rng(7)
+    n, d = 1200, 5  # from 1,000 rows: "auto" early stopping holds out a split at t != 0
+    X = rng.normal(size=(n, d))
+    w = rng.normal(size=d)
+    y = X @ w + 0.5 + 0.3 * rng.normal(size=n)
+    y[:120] = rng.normal(5.0, 5.0, size=120)
+    Xi = np.round(3 * X).astype(np.int64)
+    labels = (X @ w + rng.logistic(size=n) > 0).astype(np.int64)
+    three = np.digitize(X @ w + rng.logistic(size=n), [-1.0, 1.0])
+    return [
+        ("regressor t=-0.5, auto early stopping", TiltedRegressor(t=-0.5, random_state=3), X, y),
+        ("regressor t=0, direct", TiltedRegressor(alpha=0.01), X, y),
+        ("regressor t=1, huber", TiltedRegressor(t=1.0, loss="huber", random_state=3), X, y),
+        ("regressor, integer data", TiltedRegressor(t=-0.5, random_state=3), Xi, y),
+        ("classifier t=0.5", TiltedClassifier(t=0.5), X, labels),
+        ("classifier t=-1, early stopping",
+         TiltedClassifier(t=-1.0, early_stopping=True, random_state=3), X, labels),
+        ("classifier, integer data", TiltedClassifier(t=0.5), Xi, labels),
+        ("multinomial", TiltedClassifier(loss="multinomial", t=0.5), X, three),
+        ("regressor CV", TiltedRegressorCV(ts=[-1.0, 0.0, 1.0], cv=3, random_state=3), X, y),
+    ]  # fmt: skip
+
+
+@needs_flag
+@pytest.mark.parametrize("library", ["torch", "array_api_strict"])
+def test_every_namespace_gives_the_numpy_fit(library):
+    """Same settings and seed: the coefficients of a fit in another array library are
+    NumPy's to 1e-6 relative (early-stopping split, seeds, dtypes, tolerances and solver
+    are the same; the engines differ, NumPy's fused CPU kernel against the generic array
+    API one, so agreement is to rounding amplified by a short iteration count). Integer
+    data used to be fitted in PyTorch's default float32."""
+    mod = pytest.importorskip(library)
+    from sklearn.base import clone
+
+    def back(a):
+        return np.asarray(a.cpu().numpy() if library == "torch" else np.from_dlpack(a))
+
+    for name, est, X, y in _same_fit_cases():
+        ref = clone(est).fit(X, y)
+        with sklearn.config_context(array_api_dispatch=True):
+            got = clone(est).fit(mod.asarray(X), mod.asarray(y))
+        assert str(got.coef_.dtype).endswith("float64"), name
+        want = np.r_[np.ravel(ref.coef_), np.ravel(ref.intercept_)]
+        have = np.r_[np.ravel(back(got.coef_)), np.ravel(back(got.intercept_))]
+        err = np.linalg.norm(have - want) / np.linalg.norm(want)
+        assert err <= 1e-6, (name, err)
+        if hasattr(ref, "t_"):
+            assert got.t_ == ref.t_, name

@@ -157,3 +157,31 @@ def test_nonfinite_or_singular_host_system_declines(xp):
     y = np.arange(10.0)
     args = [xp.asarray(a, dtype=xp.float64) for a in (X, y)]
     assert newton_solve(*args, None, alpha=0.0, intercept=True, tol=1e-8, xp=xp) == (None, None)
+
+
+@pytest.mark.parametrize("n", [1000, 3000])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_default_regressor_at_t0_is_ridge_at_any_size(n, dtype):
+    """With default arguments (``early_stopping="auto"``) the untilted fit uses every row.
+
+    From 1,000 rows "auto" used to hold out 10% for early stopping even at t = 0, and the
+    coefficients differed from ``Ridge(alpha=a * N / 2)`` by 0.6-5%. float64 takes the
+    direct solve (exact to rounding). float32 runs L-BFGS to ``tol`` = 1e-6 relative to
+    the gradient at zero on data rounded to float32 (relative change ~6e-8 per entry):
+    the error of theta is then at most cond(H) times (1e-6 + a few 6e-8) relative, in norm.
+    """
+    rng = np.random.default_rng(n)
+    X = rng.normal(size=(n, 6)) + 2.0
+    y = X @ rng.normal(size=6) + 1.5 + rng.standard_t(3, size=n)
+    alpha = 0.05
+    ours = TiltedRegressor(alpha=alpha).fit(X.astype(dtype), y.astype(dtype))
+    ref = Ridge(alpha=alpha * n / 2, solver="cholesky").fit(X, y)
+    assert "validation" not in ours.result_.history  # no rows held out
+    got = np.r_[ours.coef_, ours.intercept_]
+    want = np.r_[ref.coef_, ref.intercept_]
+    Xa = np.c_[X, np.ones(n)]
+    H = 2 * Xa.T @ Xa / n + alpha * np.diag(np.r_[np.ones(6), 0.0])
+    cond = np.linalg.cond(H)
+    eps = np.finfo(dtype).eps
+    bound = cond * (1e-6 + 8 * eps) if dtype == np.float32 else cond * 1e3 * eps
+    assert np.linalg.norm(got - want) <= bound * np.linalg.norm(want)

@@ -33,6 +33,7 @@ from ._checks import (
     as_float_X,
     check_groups,
     check_real,
+    check_same_namespace,
     check_solver_options,
     check_tilts,
     namespace,
@@ -45,7 +46,6 @@ SOLVERS = ("lbfgs", "newton", "agd", "gd", "stochastic")
 
 #: ``early_stopping="auto"`` holds out a validation split from this many training rows up
 AUTO_EARLY_STOPPING_ROWS = 1000
-
 
 
 # ---------------------------------------------------------------------- the fitted problem
@@ -72,6 +72,13 @@ class TiltSpec:
         if self.tilts is None:
             return TiltSpec(t=t)
         return TiltSpec(tilts=(t,) + tuple(self.tilts[1:]), groups=self.groups)
+
+    @property
+    def tilted(self) -> bool:
+        """Whether any tilt is non-zero."""
+        if self.tilts is None:
+            return self.t != 0.0
+        return any(t != 0.0 for t in self.tilts)
 
     def tilt_kwargs(self) -> dict[str, Any]:
         """The tilt alone, as ``with_tilt`` takes it."""
@@ -284,10 +291,12 @@ class TiltedLinearBase(BaseEstimator):
             tr, va = next(splitter.split(dummy))
         return np.sort(tr), np.sort(va)
 
-    def _early_stopping_on(self, n: int) -> bool:
-        """``early_stopping="auto"``: on from ``AUTO_EARLY_STOPPING_ROWS`` rows up."""
+    def _early_stopping_on(self, n: int, spec: TiltSpec) -> bool:
+        """``early_stopping="auto"``: on from ``AUTO_EARLY_STOPPING_ROWS`` rows up for a
+        tilted objective; off for the untilted one (every tilt 0: the convex empirical
+        risk that scikit-learn's linear models minimise to their tolerance)."""
         if isinstance(self.early_stopping, str):
-            return n >= AUTO_EARLY_STOPPING_ROWS
+            return n >= AUTO_EARLY_STOPPING_ROWS and spec.tilted
         return bool(self.early_stopping)
 
     def _objective(self, data: FitData, problem: Problem, spec: TiltSpec, rows=None) -> Any:
@@ -358,7 +367,7 @@ class TiltedLinearBase(BaseEstimator):
         their tilt, instead of copying the training and validation rows again.
         """
         split = None
-        if self._early_stopping_on(data.n):
+        if self._early_stopping_on(data.n, spec):
             split = cache.get("split") if cache is not None else None
             if split is None:
                 split = self._split(data, seed)
@@ -375,9 +384,10 @@ class TiltedLinearBase(BaseEstimator):
                     results.append(res)
                     continue
                 theta0 = x if x is not None else theta0  # the tolerance was not met: go on
-            if cache is not None and k in cache:
+            key = (k, split is not None)  # the untilted start of a path may not stop early
+            if cache is not None and key in cache:
                 obj, val = (
-                    None if o is None else o.with_tilt(**spec.tilt_kwargs()) for o in cache[k]
+                    None if o is None else o.with_tilt(**spec.tilt_kwargs()) for o in cache[key]
                 )
             else:
                 rows = None if split is None else split[0]
@@ -386,13 +396,13 @@ class TiltedLinearBase(BaseEstimator):
                 if split is not None:
                     val = self._validation_objective(data, prob, spec, split[1])
                 if cache is not None:
-                    cache[k] = (obj, val)
+                    cache[key] = (obj, val)
             if theta0 is not None and tuple(theta0.shape) != tuple(obj.zeros().shape):
                 theta0 = None  # e.g. a warm-start refit that sees another number of classes
             res = self._minimize(obj, theta0, val, seed)
             thetas.append(res.x)
             results.append(res)
-        if cache is not None:
+        if cache is not None and split is not None:
             cache["split"] = split
         return thetas, results
 
@@ -469,8 +479,11 @@ class TiltedLinearBase(BaseEstimator):
             return None
         return [xp_copy(th, data.xp) for th in prev]
 
-    def _check_fitted(self) -> None:
+    def _check_fitted(self, X: Any = None, method: str | None = None) -> None:
+        """Fitted, and (with ``X``) ``X`` in the namespace and on the device of the fit."""
         check_is_fitted(self, "coef_")
+        if method is not None:
+            check_same_namespace(X, self, method)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

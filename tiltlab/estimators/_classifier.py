@@ -249,7 +249,7 @@ class TiltedClassifier(ClassifierMixin, TiltedLinearBase):
     def decision_function(self, X: Any) -> Any:
         """Scores ``X @ coef_.T + intercept_``: shape (n_samples,) for two classes
         (positive: ``classes_[1]``), else (n_samples, n_classes)."""
-        self._check_fitted()
+        self._check_fitted(X, "decision_function")
         X, xp = self._validate_X(X, reset=False)
         if X.dtype != self.coef_.dtype:
             X = xp.astype(X, self.coef_.dtype)
@@ -262,6 +262,7 @@ class TiltedClassifier(ClassifierMixin, TiltedLinearBase):
 
     def predict(self, X: Any) -> Any:
         """Predicted class labels."""
+        self._check_fitted(X, "predict")
         scores = self.decision_function(X)
         xp = namespace(scores)
         if scores.ndim == 1:
@@ -283,7 +284,7 @@ class TiltedClassifier(ClassifierMixin, TiltedLinearBase):
     @available_if(_has_proba)
     def predict_proba(self, X: Any) -> Any:
         """Class probabilities, shape (n_samples, n_classes) (logistic/multinomial only)."""
-        self._check_fitted()
+        self._check_fitted(X, "predict_proba")
         X, xp = self._validate_X(X, reset=False)
         if X.dtype != self.coef_.dtype:
             X = xp.astype(X, self.coef_.dtype)
@@ -297,5 +298,6 @@ class TiltedClassifier(ClassifierMixin, TiltedLinearBase):
     @available_if(_has_proba)
     def predict_log_proba(self, X: Any) -> Any:
         """Logarithms of :meth:`predict_proba`."""
+        self._check_fitted(X, "predict_log_proba")
         p = self.predict_proba(X)
         return namespace(p).log(p)

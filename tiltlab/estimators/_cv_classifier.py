@@ -150,17 +150,17 @@ class TiltedClassifierCV(_TiltCV, TiltedClassifier):
 
     def decision_function(self, X: Any) -> Any:
         """Scores of the estimator refitted at ``t_``."""
-        self._check_refit()
+        self._check_refit(X, "decision_function")
         return self.best_estimator_.decision_function(X)
 
     @available_if(TiltedClassifier._has_proba)
     def predict_proba(self, X: Any) -> Any:
         """Class probabilities of the estimator refitted at ``t_``."""
-        self._check_refit()
+        self._check_refit(X, "predict_proba")
         return self.best_estimator_.predict_proba(X)
 
     @available_if(TiltedClassifier._has_proba)
     def predict_log_proba(self, X: Any) -> Any:
         """Log-probabilities of the estimator refitted at ``t_``."""
-        self._check_refit()
+        self._check_refit(X, "predict_log_proba")
         return self.best_estimator_.predict_log_proba(X)

@@ -23,7 +23,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from .._compat import to_numpy
 from ._base import FitData, subset_data
-from ._checks import check_real
+from ._checks import check_real, check_same_namespace
 from ._regressor import TiltedRegressor
 
 __all__ = ["DEFAULT_TS"]
@@ -165,7 +165,7 @@ class _TiltCV:
         scores = np.full((len(splits), ts.size), np.nan)
         n_iter = np.zeros((len(splits), ts.size), dtype=np.int64)
         anchor = None
-        adaptive: list[tuple[np.ndarray, np.ndarray, float]] = []
+        adaptive: list[tuple[np.ndarray, np.ndarray, float, float]] = []
         for k, (tr, te) in enumerate(splits):
             fold = subset_data(data, np.asarray(tr))
             held = subset_data(data, np.asarray(te))
@@ -175,7 +175,7 @@ class _TiltCV:
                 path[j] = thetas
             # the next fold's t = 0 solve starts at this fold's: the folds share most rows
             # (not with early stopping: there the start is part of the regularisation)
-            if 0.0 in ts and not est._early_stopping_on(fold.n):
+            if 0.0 in ts and not est._early_stopping_on(fold.n, fold.spec.with_outer(0.0)):
                 anchor = path[int(np.argmin(np.abs(ts)))]
             if scorer is not None:
                 for j in range(ts.size):
@@ -191,7 +191,12 @@ class _TiltCV:
             # the estimated share of corrupted held-out rows decides what "good" means: the
             # plain held-out loss when the data look clean, else the loss on the rows the
             # contaminated model believes clean
-            self.contamination_ = float(np.mean([a[2] for a in adaptive]))
+            # rows in the tail of skewed clean noise are flagged too, but their targets
+            # move with the predictions, which corrupted targets do not: pooled over the
+            # folds, flagged rows that follow the predictions count as clean
+            flagged = float(np.mean([a[2] for a in adaptive]))
+            follow = float(np.sum([a[3] for a in adaptive]))
+            self.contamination_ = 0.0 if follow > 0 else flagged
             use = 0 if self.contamination_ >= CLEAN_CONTAMINATION else 1
             scores = np.array([a[use] for a in adaptive])
         mean = scores.mean(axis=0)
@@ -313,12 +318,14 @@ class _TiltCV:
 
     # ----------------------------------------------------------------- predictions
 
-    def _check_refit(self) -> None:
+    def _check_refit(self, X: Any = None, method: str | None = None) -> None:
         check_is_fitted(self, "best_estimator_")
+        if method is not None:
+            check_same_namespace(X, self, method)
 
     def predict(self, X: Any) -> Any:
         """Predictions of the estimator refitted at ``t_``."""
-        self._check_refit()
+        self._check_refit(X, "predict")
         return self.best_estimator_.predict(X)
 
     def plot(self, ax: Any = None) -> Any:

@@ -88,8 +88,11 @@ class TiltedRegressor(RegressorMixin, TiltedLinearBase):
         stopping after ``n_iter_no_change`` iterations without improvement: the validation
         protocol of the TERM paper's robust-regression experiments. The held-out rows may be
         as noisy as the training rows; the tilt makes their objective robust.
-        ``"auto"`` (default): on when the data have 1,000 rows or more, off below (then
-        the objective is minimised to ``tol``). On the Drug Discovery data, minimising
+        ``"auto"`` (default): on for a tilted objective (some tilt non-zero) when the
+        data have 1,000 rows or more; off below 1,000 rows and off for the untilted
+        objective (every tilt 0: the convex empirical risk, minimised to ``tol`` on all
+        the rows, so that ``TiltedRegressor(alpha=a)`` at ``t = 0`` is
+        ``Ridge(alpha=a * N / 2)`` at any size). On the Drug Discovery data, minimising
         a negative tilt's objective to ``tol`` takes over 1,000 iterations and fits noise
         in the null directions of the rank-deficient design; early stopping takes tens.
         scikit-learn's ``HistGradientBoostingRegressor`` has the same switch on size
@@ -254,7 +257,7 @@ class TiltedRegressor(RegressorMixin, TiltedLinearBase):
 
     def predict(self, X: Any) -> Any:
         """Predictions ``X @ coef_ + intercept_`` (in the namespace of ``X``)."""
-        self._check_fitted()
+        self._check_fitted(X, "predict")
         X, xp = self._validate_X(X, reset=False)
         coef = self.coef_
         if coef.dtype != X.dtype:
