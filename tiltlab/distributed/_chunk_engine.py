@@ -175,6 +175,7 @@ def _hvp_blocks(at: Any, V: np.ndarray) -> tuple:
     """Block states and the sums ``(A, G, av)`` of a Hessian-vector product (the pieces
     :func:`~tiltlab.objective.blocks.hvp_coefficients` defines), one kernel pass."""
     from .. import _cpu_kernels
+    from .._cpu_kernels._launch import _call
 
     lp = _cpu_kernels._kernels()
     Vc = np.ascontiguousarray(V, dtype=at.X.dtype)
@@ -184,12 +185,17 @@ def _hvp_blocks(at: Any, V: np.ndarray) -> tuple:
     state = np.zeros((at.n_chunks, lp.STATE_COLS))
     A = np.zeros(shape)
     G = np.zeros(shape)
+    # through the engine's launcher: the kernels take a range of row chunks each
     if at.loss == "multinomial":
-        lp.hvp_multi(at.X, at.y, at.p, at.theta, Vc, at.t, at.n_chunks, state, A, G)
+        _call(
+            lp.hvp_multi, at.X, at.y, at.p, at.theta, Vc, at.t, at.n_chunks, state, A, G,
+            chunks=at.n_chunks,
+        )  # fmt: skip
     else:
-        lp.hvp_scalar(
-            at.X, at.y, at.p, at.theta, Vc, at.t, at.code, at.param, at.n_chunks, state, A, G
-        )
+        _call(
+            lp.hvp_scalar, at.X, at.y, at.p, at.theta, Vc, at.t, at.code, at.param,
+            at.n_chunks, state, A, G, chunks=at.n_chunks,
+        )  # fmt: skip
     return state, (A, G, np.array(state[:, 8]))
 
 
