@@ -13,7 +13,7 @@ py="${PYTHON:-python}"
   echo "commit: $(git rev-parse HEAD 2>/dev/null || echo unknown)"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null
 } | tee "$out/device.txt"
-PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" timeout 900 "$py" -m pytest -q -p no:cacheprovider \
+TILTLAB_FULL_MATRIX=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" timeout 900 "$py" -m pytest -q -p no:cacheprovider \
   tests -k "cupy or cuda" -rfE 2>&1 | tee "$out/pytest_cupy.txt" | tail -25
 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" timeout 1200 "$py" benchmarks/gpu_report.py \
   --no-tests --json "$out/gpu_report.json" 2>&1 | tee "$out/gpu_report.txt"

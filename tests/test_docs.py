@@ -41,6 +41,7 @@ OPTIONAL = {
 EXAMPLE_DEPENDENCIES = {
     "tiltlab.reproduce._deep": ("torch", "sklearn"),
     "tiltlab.reproduce._deep_losses": ("torch",),
+    "tiltlab.reproduce._deep_report": ("torch", "sklearn"),
     "tiltlab.reproduce.class_imbalance": ("torch", "sklearn"),
     "tiltlab.reproduce.label_noise": ("torch", "sklearn"),
     "tiltlab.reproduce.noisy_annotators": ("torch", "sklearn"),
