@@ -97,8 +97,9 @@ class TiltedObjective(PicklableNamespace):
     #: target size in bytes of one block of rows of ``X`` in the one-pass engine on CPU
     BLOCK_BYTES = BLOCK_BYTES
 
-    #: use fused kernels (:mod:`tiltlab._cupy_kernels`) where they apply; set to False on
-    #: an instance to force the generic array-API path (for comparisons)
+    #: use fused kernels (the compiled CPU kernels for NumPy data, the CUDA kernels for
+    #: CuPy data) where they apply; set to False on an instance to force the generic
+    #: array-API path (for comparisons)
     fused = True
 
     def __init__(
