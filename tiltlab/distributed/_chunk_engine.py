@@ -10,15 +10,21 @@ which is also the reference the fast routes are tested against). The route is ch
 the chunk's array library:
 
 * **NumPy chunks**: the fused CPU kernels (:mod:`tiltlab._cpu_kernels`, numba) in one pass
-  over the chunk's rows. The kernels split the chunk into row blocks of their own and
-  write one tilted state per block (shift, extremes, mass, ``s``, ``q``, ``lsum``) with
-  the block's unnormalised gradient (or the pieces of a Hessian-vector product); those
-  block states are merged here by :meth:`~tiltlab.accumulator.GroupState.collapse` (the
-  accumulator's exact merge, vectorised over the blocks), so that the chunk's state is
-  the accumulator's state of the chunk up to rounding. Value, gradient and
-  Hessian-vector products; the scalar losses the kernels know and the multinomial loss.
-  The data of a chunk are validated and bound once per worker process (a small cache
-  keyed by the chunk arrays), not at every evaluation.
+  over the chunk's rows, through their public face only
+  (:meth:`~tiltlab._cpu_kernels.FusedProblem.block_states`). The kernels split the chunk
+  into row blocks of their own and return one tilted state per block
+  (:class:`~tiltlab._cpu_kernels.KernelStates`: shift, extremes, mass, ``s``, ``q``,
+  ``lsum``) with the block's unnormalised gradient (or the pieces of a Hessian-vector
+  product); those block states are merged here by
+  :meth:`~tiltlab.accumulator.GroupState.collapse` (the accumulator's exact merge,
+  vectorised over the blocks), so that the chunk's state is the accumulator's state of
+  the chunk up to rounding. Value, gradient and Hessian-vector products; the scalar
+  losses the kernels know and the multinomial loss. For a hierarchy,
+  :func:`numpy_group_state` gives the chunk's state per innermost group with per-group
+  sums (:meth:`~tiltlab._cpu_kernels.FusedProblem.group_states`, one pass; scalar
+  losses), which merges group by group with the other chunks' (the one-sweep graph of
+  :mod:`tiltlab.distributed._groups`). The data of a chunk are validated and bound once
+  per worker process (a small cache keyed by the chunk arrays), not at every evaluation.
 * **other libraries** (CuPy): the engine registered for the library in
   :data:`tiltlab.objective.engines.ENGINES` (the fused CUDA kernel for CuPy), asked for
   the value and gradient of the chunk alone. A chunk's tilted risk ``R`` and gradient

@@ -22,7 +22,9 @@ Each sweep is one BLAS product per chunk, as on NumPy; only the group states (``
 and the ``d``-vectors travel between workers, and the client receives the value and the
 gradient (or Hessian product) only. This is for persisted chunks; data read from their
 source at each evaluation take one sweep (:mod:`tiltlab.distributed._groups_stream`), so
-that no loaded chunk waits for a second one.
+that no loaded chunk waits for a second one. NumPy chunks that the fused CPU kernels
+serve take that one sweep too, each chunk's group states and per-group sums formed by one
+compiled pass (:func:`~tiltlab.distributed._chunk_engine.numpy_group_state`).
 """
 
 from __future__ import annotations
