@@ -243,16 +243,15 @@ def numpy_group_state(
         return DECLINE
     from .. import _cpu_kernels
 
-    try:
-        with _kernel_guard():
-            states = fp.group_states(
-                np.asarray(to_numpy(theta)),
-                tau,
-                np.asarray(to_numpy(cb)),
-                int(n_groups),
-                gradient=mode == "grad",
-                hvp_vector=np.asarray(to_numpy(V)) if mode == "hvp" else None,
-            )
+    try:  # one thread walks the rows (no threading layer: no guard)
+        states = fp.group_states(
+            np.asarray(to_numpy(theta)),
+            tau,
+            np.asarray(to_numpy(cb)),
+            int(n_groups),
+            gradient=mode == "grad",
+            hvp_vector=np.asarray(to_numpy(V)) if mode == "hvp" else None,
+        )
     except (TypeError, ValueError, _cpu_kernels.KernelsUnavailable):
         return DECLINE
     if states is None:
