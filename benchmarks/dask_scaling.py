@@ -388,7 +388,7 @@ def hier(rows: int, n_groups: int, repeats: int, in_process: bool, before_dir: s
     cluster.close()
 
 
-def fit(rows: int, n_groups: int, repeats: int, max_iter: int) -> None:
+def fit(rows: int, n_groups: int, repeats: int, max_iter: int, hier_only: bool = False) -> None:
     import dask.array as da
     import distributed
     from threadpoolctl import threadpool_limits
@@ -408,13 +408,14 @@ def fit(rows: int, n_groups: int, repeats: int, max_iter: int) -> None:
     )
     cluster, client, counter = _cluster(2, "4GB")
     kw = {"sample": {"t": T, "l2": L2}, "hier": {"groups": g, "tilts": (-1.0, 2.0), "l2": L2}}
+    kinds = ("hier",) if hier_only else ("sample", "hier")
     objs: dict = {}
     fused_of: dict = {}
     with client.as_current():
         Xd, yd = da.from_array(X, chunks=(chunk, D)), da.from_array(y, chunks=chunk)
         Xd, yd = client.persist([Xd, yd])  # the data reach the workers once
         distributed.wait([Xd, yd])
-        for k in ("sample", "hier"):
+        for k in kinds:
             obj = tl.TiltedObjective("logistic", Xd, yd, **kw[k])
             plan = distribute(obj, persist=True)
             distributed.wait([plan.X, plan.y])
@@ -422,11 +423,13 @@ def fit(rows: int, n_groups: int, repeats: int, max_iter: int) -> None:
             if k == "sample":  # one objective (one persisted copy), the route toggled per fit
                 objs["dask fused"], objs["dask generic"] = obj, obj
                 fused_of["dask fused"], fused_of["dask generic"] = True, False
-            else:
-                objs["dask hier"] = obj
-                fused_of["dask hier"] = True
+            else:  # NumPy chunks of a hierarchy: the fused grouped kernel, or generic
+                objs["dask hier fused"], objs["dask hier generic"] = obj, obj
+                fused_of["dask hier fused"], fused_of["dask hier generic"] = True, False
+                obj.fused = False
+                ClientObjective(obj).value_and_gradient(np.zeros(D))
         del Xd, yd
-    for k in ("sample", "hier"):
+    for k in kinds:
         objs[f"numpy {k}"] = tl.TiltedObjective("logistic", X, y, **kw[k])
         with threadpool_limits(1):
             objs[f"numpy {k}"].value_and_gradient(np.zeros(D))  # load the kernels
@@ -463,7 +466,7 @@ def fit(rows: int, n_groups: int, repeats: int, max_iter: int) -> None:
         base = "numpy hier" if "hier" in name else "numpy sample"
         nit = statistics.median(nits[name])
         line = (
-            f"  {name:13s} fit {med[name] * 1e3:8.1f} ms (runs "
+            f"  {name:17s} fit {med[name] * 1e3:8.1f} ms (runs "
             f"{', '.join(f'{v * 1e3:.0f}' for v in times[name])}), {nit:.0f} iterations, "
             f"per evaluation {pe[name] * 1e3:7.1f} ms"
         )
@@ -475,13 +478,56 @@ def fit(rows: int, n_groups: int, repeats: int, max_iter: int) -> None:
                 f"{statistics.median(graphs[name]):.2f}"
             )
         print(line)
-    for name in ("dask fused", "dask generic", "dask hier"):
+    for name in [k for k in objs if k.startswith("dask")]:
         base = "numpy hier" if "hier" in name else "numpy sample"
         err = np.abs(xs[name] - xs[base]).max() / np.abs(xs[base]).max()
         print(f"  {name}: max |x - x_numpy| / max |x_numpy| = {err:.1e}")
     client.close()
     cluster.close()
-    _chunk_times(X[:chunk], y[:chunk], repeats)
+    if not hier_only:
+        _chunk_times(X[:chunk], y[:chunk], repeats)
+    _group_chunk_times(X[:chunk], y[:chunk], g[:chunk], int(g.max()) + 1, repeats)
+
+
+def _group_chunk_times(Xb, yb, gb, n_groups: int, repeats: int) -> None:
+    """The work of one chunk of the hierarchy, in this process: its group state with the
+    per-group gradient sums by the fused grouped kernel, by the generic one-sweep NumPy
+    expressions (per-group sums, the route of data read from their source) and the
+    generic two sweeps of persisted chunks (group states, then ``X_b^T c`` at the
+    per-group factors; here the factors of this chunk alone). Interleaved, medians."""
+    from tiltlab.distributed._groups import group_products, group_root, group_sweep
+    from tiltlab.distributed._groups_stream import chunk_group_sums
+    from tiltlab.losses import get_loss
+    from tiltlab.risk import GroupTree
+
+    loss = get_loss("logistic")
+    theta = np.full(D, 0.01)
+    upper = GroupTree(n_samples=n_groups, levels=(), sample_layouts=())
+    args = (Xb, yb, None, gb, theta, None, loss, 2.0, n_groups, "grad")
+
+    def two_sweeps():
+        st = group_sweep(*args, "bench", 0)
+        root = group_root(upper, (-1.0, 2.0), "grad", "<f8", st)
+        return group_products(*args, "bench", 0, root)
+
+    runs = {
+        "fused": lambda: chunk_group_sums(*args, True),
+        "generic one sweep": lambda: chunk_group_sums(*args, False),
+        "generic two sweeps": two_sweeps,
+    }
+    times: dict[str, list] = {k: [] for k in runs}
+    for fn in runs.values():  # warm
+        fn()
+    for _ in range(max(repeats, 5) * 2):
+        for k, fn in runs.items():
+            times[k].append(_timed(fn))
+    med = {k: statistics.median(v) for k, v in times.items()}
+    print(
+        f"  one hierarchy chunk's task ({Xb.shape[0]} x {D}, {n_groups} groups, value and "
+        f"gradient, this process, one thread): "
+        + ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in med.items())
+        + f"; load average {os.getloadavg()}"
+    )
 
 
 def _chunk_times(Xb: np.ndarray, yb: np.ndarray, repeats: int) -> None:
@@ -519,6 +565,7 @@ def main() -> None:
     ap.add_argument("--in-process", action="store_true")
     ap.add_argument("--before", default=None, help="folder with a package `tiltlab_before`")
     ap.add_argument("--max-iter", type=int, default=15)
+    ap.add_argument("--hier-only", action="store_true", help="fit: the hierarchy alone")
     ap.add_argument("--ooc-rows", type=int, default=100_000_000)
     ap.add_argument("--chunk", type=int, default=1 << 20)
     ap.add_argument("--fit-iter", type=int, default=3)
@@ -527,7 +574,7 @@ def main() -> None:
     if a.part == "inmem":
         inmem(a.rows or 2_000_000, a.repeats or 3, a.max_iter)
     elif a.part == "fit":
-        fit(a.rows or 500_000, a.groups, a.repeats or 5, a.max_iter)
+        fit(a.rows or 500_000, a.groups, a.repeats or 5, a.max_iter, a.hier_only)
     elif a.part == "hier":
         hier(a.rows or 1_000_000, a.groups, a.repeats or 7, a.in_process, a.before)
     else:

@@ -485,6 +485,32 @@ def _numba_chunks_merged(blocks, t, dtype):
     return float(r), None
 
 
+def _numba_groups_merged(blocks, t, dtype):
+    """The compiled grouped kernel's per-group states (``FusedProblem.group_states``): one
+    group per block, the rows of the blocks interleaved (round robin, so that every group's
+    running state is updated between the others'), one pass; the group states are merged
+    by the accumulator's exact merge (``GroupState.collapse``). Losses as for
+    :func:`_numba_chunks_merged` (the absolute loss at ``z = l``, finite tilts)."""
+    from tiltlab._cpu_kernels import FusedProblem
+    from tiltlab.accumulator import GroupState
+
+    if math.isinf(t):
+        raise NotImplementedError("the compiled kernels serve finite tilts")
+    if any(float(v) < 0 for b in blocks for v in b):
+        raise NotImplementedError("losses of a loss function are >= 0")
+    rows = [(k, v) for j in range(max(len(b) for b in blocks)) for k, b in enumerate(blocks)
+            if j < len(b) for v in [b[j]]]  # fmt: skip
+    X = np.array([[v] for _, v in rows], dtype=dtype).reshape(len(rows), 1)
+    codes = np.array([k for k, _ in rows], dtype=np.int64)
+    fp = FusedProblem("absolute", X, np.zeros(len(rows), dtype=dtype))
+    st = fp.group_states(np.ones(1, dtype=dtype), t, codes, len(blocks))
+    groups = GroupState(
+        t=st.t, hi=st.hi, lo=st.lo, mass=st.mass, s=st.s, q=None if t == 0.0 else st.q,
+        lsum=st.lsum, sums=(),
+    )  # fmt: skip
+    return float(groups.collapse().risk(np, np.dtype(dtype))), None
+
+
 #: the engines whose tilted state is checked against the contract
 STATE_ENGINES: dict[str, StateEngine] = {
     "accumulator": StateEngine(needs=(), merged=_accumulator_merged),
@@ -492,4 +518,5 @@ STATE_ENGINES: dict[str, StateEngine] = {
     "torch": StateEngine(needs=("torch",), merged=_torch_merged, defect=_running_defect),
     "dask chunks": StateEngine(needs=("dask",), merged=_dask_merged),
     "numba chunks": StateEngine(needs=("numba",), merged=_numba_chunks_merged),
+    "numba groups": StateEngine(needs=("numba",), merged=_numba_groups_merged),
 }

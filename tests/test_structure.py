@@ -495,6 +495,66 @@ def test_nothing_outside_the_objective_reads_its_private_state():
     assert not found, found
 
 
+def _private_kernel_uses(rel: str, tree: ast.AST) -> list[str]:
+    """Uses of private names of ``tiltlab._cpu_kernels`` in one module: imports of its
+    private modules or names, and attributes ``_cpu_kernels._x``."""
+    package = ["tiltlab"] + rel[: -len(".py")].split("/")
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - node.level]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            parts = mod.split(".")
+            if parts[:2] == ["tiltlab", "_cpu_kernels"]:
+                if any(p.startswith("_") for p in parts[2:]):
+                    found.append(f"{rel}:{node.lineno} from {mod}")
+                elif len(parts) == 2:
+                    found += [f"{rel}:{node.lineno} {a.name}" for a in node.names
+                              if a.name.startswith("_")]
+        elif isinstance(node, ast.Import):
+            found += [f"{rel}:{node.lineno} import {a.name}" for a in node.names
+                      if a.name.startswith("tiltlab._cpu_kernels._")]
+        elif (isinstance(node, ast.Attribute) and node.attr.startswith("_")
+              and isinstance(node.value, ast.Name) and node.value.id == "_cpu_kernels"):
+            found.append(f"{rel}:{node.lineno} _cpu_kernels.{node.attr}")
+    return found
+
+
+def test_nothing_outside_the_cpu_kernels_uses_their_private_names():
+    """The compiled CPU kernels are used through their public names (``FusedProblem``,
+    its ``block_states`` and ``group_states``, ``segments``...): the kernels' bodies,
+    launcher and state layout may change without their callers."""
+    root = Path(tiltlab.__file__).parent
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if rel.startswith("_cpu_kernels/"):
+            continue
+        found += _private_kernel_uses(rel, ast.parse(path.read_text(encoding="utf-8")))
+    assert not found, found
+
+
+def test_the_private_kernel_rule_sees_each_form():
+    src = (
+        "from .._cpu_kernels._launch import _call\n"
+        "from .. import _cpu_kernels\n"
+        "from tiltlab._cpu_kernels import _run_vg, FusedProblem\n"
+        "import tiltlab._cpu_kernels._prepare\n"
+        "x = _cpu_kernels._kernels()\n"
+        "from .._cpu_kernels import segments\n"
+    )
+    found = _private_kernel_uses("distributed/_x.py", ast.parse(src))
+    assert [f.split(" ", 1)[1] for f in found] == [
+        "from tiltlab._cpu_kernels._launch",
+        "_run_vg",
+        "import tiltlab._cpu_kernels._prepare",
+        "_cpu_kernels._kernels",
+    ]
+
+
 # ----------------------------------------------------------------------------------------
 # sizes
 # ----------------------------------------------------------------------------------------

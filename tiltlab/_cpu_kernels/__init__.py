@@ -72,6 +72,7 @@ from ._prepare import (
     _Problem,
     default_chunks,
 )
+from ._states import KernelStates, run_groups, states_of
 
 __all__ = [
     "CHUNK_ROWS",
@@ -79,6 +80,7 @@ __all__ = [
     "MAX_CHUNKS",
     "SWITCH",
     "FusedProblem",
+    "KernelStates",
     "KernelsUnavailable",
     "Linearization",
     "available",
@@ -270,6 +272,74 @@ class FusedProblem:
         """Value, gradient and Hessian-vector-product state (see :func:`fused_linearize`)."""
         return _linearize(self._at(theta, t))
 
+    def block_states(
+        self, theta: Any, t: float, *, gradient: bool = False, hvp_vector: Any = None
+    ) -> KernelStates | None:
+        """The mergeable tilted state of each row chunk, from one fused pass.
+
+        What :meth:`value`, :meth:`value_and_gradient` and :meth:`hvp` merge and finish,
+        left unmerged (one entry per row chunk, :attr:`n_chunks` of them), so that a
+        caller can merge them with states of other data by the rule of
+        :mod:`tiltlab.accumulator` (a Dask chunk, for instance).
+
+        Parameters
+        ----------
+        theta : array_like
+            The parameters (as for :meth:`value`).
+        t : float
+            Finite tilt.
+        gradient : bool, default False
+            Also the per-chunk gradient sums.
+        hvp_vector : array_like, optional
+            A direction ``v`` of ``theta``'s shape: the per-chunk sums of a
+            Hessian-vector product along it instead (see :class:`KernelStates`).
+
+        Returns
+        -------
+        KernelStates or None
+            None when a loss on the prior's support is not finite.
+        """
+        at = self._at(theta, t)
+        if hvp_vector is not None:
+            state, A, G = _run_hvp(at, _direction(hvp_vector, at))
+            return states_of(state, at.t, (A, G, np.array(state[:, 8])))
+        state, G, _ = _run_vg(at, bool(gradient), False)
+        return states_of(state, at.t, (G,) if gradient else ())
+
+    def group_states(
+        self,
+        theta: Any,
+        t: float,
+        codes: Any,
+        n_groups: int,
+        *,
+        gradient: bool = False,
+        hvp_vector: Any = None,
+    ) -> KernelStates | None:
+        """The mergeable tilted state of each group of a partition of the rows, from one
+        fused pass (scalar-predictor losses).
+
+        As :meth:`block_states`, with one entry per group: ``codes[i]`` in
+        ``[0, n_groups)`` is the group of row ``i``; a group without rows of positive
+        prior weight is an empty entry. The vector sums are ``n_groups x d`` (one row of
+        ``X`` added to its group's row): meant for moderate numbers of groups. The rows
+        are walked by one thread.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from tiltlab._cpu_kernels import FusedProblem
+        >>> fp = FusedProblem("squared", np.eye(3), np.array([1.0, 3.0, 2.0]))
+        >>> st = fp.group_states(np.zeros(3), 0.0, np.array([0, 1, 0]), 2, gradient=True)
+        >>> (st.lsum / st.mass + st.shift).tolist()  # the group means of the losses
+        [2.5, 9.0]
+        >>> st.sums[0].tolist()
+        [[-2.0, 0.0, -4.0], [0.0, -6.0, 0.0]]
+        """
+        at = self._at(theta, t)
+        V = None if hvp_vector is None else _direction(hvp_vector, at)
+        return run_groups(at, codes, n_groups, bool(gradient), V)
+
 
 def fused_value(
     loss: str,
@@ -444,7 +514,18 @@ def _value_and_gradient(pb: _Problem) -> tuple[np.ndarray, np.ndarray] | None:
 
 
 def _hvp(pb: _Problem, v: Any) -> np.ndarray | None:
-    V = _direction(v, pb)
+    state, A, G = _run_hvp(pb, _direction(v, pb))
+    merged = _merge(state, pb.t)
+    if merged is None:
+        return None
+    out = _combine(merged.r, A, merged.s)
+    if pb.t != 0.0:
+        out = out - pb.t * merged.av * _combine(merged.r, G, merged.s)
+    return out.astype(pb.X.dtype)
+
+
+def _run_hvp(pb: _Problem, V: np.ndarray) -> tuple:
+    """Chunk states and the per-chunk sums ``A`` and ``G`` of a Hessian-vector product."""
     lp = _kernels()
     shape = (pb.n_chunks,) + pb.theta.shape
     state = np.zeros((pb.n_chunks, lp.STATE_COLS))
@@ -482,13 +563,7 @@ def _hvp(pb: _Problem, v: Any) -> np.ndarray | None:
             G,
             chunks=pb.n_chunks,
         )
-    merged = _merge(state, pb.t)
-    if merged is None:
-        return None
-    out = _combine(merged.r, A, merged.s)
-    if pb.t != 0.0:
-        out = out - pb.t * merged.av * _combine(merged.r, G, merged.s)
-    return out.astype(pb.X.dtype)
+    return state, A, G
 
 
 def _linearize(pb: _Problem) -> Linearization | None:

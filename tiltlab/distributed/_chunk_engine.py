@@ -10,15 +10,21 @@ which is also the reference the fast routes are tested against). The route is ch
 the chunk's array library:
 
 * **NumPy chunks**: the fused CPU kernels (:mod:`tiltlab._cpu_kernels`, numba) in one pass
-  over the chunk's rows. The kernels split the chunk into row blocks of their own and
-  write one tilted state per block (shift, extremes, mass, ``s``, ``q``, ``lsum``) with
-  the block's unnormalised gradient (or the pieces of a Hessian-vector product); those
-  block states are merged here by :meth:`~tiltlab.accumulator.GroupState.collapse` (the
-  accumulator's exact merge, vectorised over the blocks), so that the chunk's state is
-  the accumulator's state of the chunk up to rounding. Value, gradient and
-  Hessian-vector products; the scalar losses the kernels know and the multinomial loss.
-  The data of a chunk are validated and bound once per worker process (a small cache
-  keyed by the chunk arrays), not at every evaluation.
+  over the chunk's rows, through their public face only
+  (:meth:`~tiltlab._cpu_kernels.FusedProblem.block_states`). The kernels split the chunk
+  into row blocks of their own and return one tilted state per block
+  (:class:`~tiltlab._cpu_kernels.KernelStates`: shift, extremes, mass, ``s``, ``q``,
+  ``lsum``) with the block's unnormalised gradient (or the pieces of a Hessian-vector
+  product); those block states are merged here by
+  :meth:`~tiltlab.accumulator.GroupState.collapse` (the accumulator's exact merge,
+  vectorised over the blocks), so that the chunk's state is the accumulator's state of
+  the chunk up to rounding. Value, gradient and Hessian-vector products; the scalar
+  losses the kernels know and the multinomial loss. For a hierarchy,
+  :func:`numpy_group_state` gives the chunk's state per innermost group with per-group
+  sums (:meth:`~tiltlab._cpu_kernels.FusedProblem.group_states`, one pass; scalar
+  losses), which merges group by group with the other chunks' (the one-sweep graph of
+  :mod:`tiltlab.distributed._groups`). The data of a chunk are validated and bound once
+  per worker process (a small cache keyed by the chunk arrays), not at every evaluation.
 * **other libraries** (CuPy): the engine registered for the library in
   :data:`tiltlab.objective.engines.ENGINES` (the fused CUDA kernel for CuPy), asked for
   the value and gradient of the chunk alone. A chunk's tilted risk ``R`` and gradient
@@ -49,7 +55,10 @@ __all__ = [
     "DECLINE",
     "STATE_ROUTES",
     "chunk_state",
+    "MAX_GROUP_SUM_ENTRIES",
     "numpy_state",
+    "numpy_group_state",
+    "numpy_groups_apply",
     "engine_state",
     "numpy_route_applies",
 ]
@@ -159,69 +168,95 @@ def numpy_state(
     from .. import _cpu_kernels
 
     try:
-        at = fp._at(np.asarray(to_numpy(theta)), t)
-    except (TypeError, ValueError):
+        with _kernel_guard():
+            states = fp.block_states(
+                np.asarray(to_numpy(theta)),
+                t,
+                gradient=mode == "grad",
+                hvp_vector=np.asarray(to_numpy(V)) if mode == "hvp" else None,
+            )
+    except (TypeError, ValueError, _cpu_kernels.KernelsUnavailable):
         return DECLINE
-    with _kernel_guard():
-        if mode == "hvp":
-            state, sums = _hvp_blocks(at, np.asarray(to_numpy(V)))
-        else:
-            state, G, _ = _cpu_kernels._run_vg(at, mode == "grad", False)
-            sums = (G,) if mode == "grad" else ()
-    return _collapse(state, at.t, sums)
-
-
-def _hvp_blocks(at: Any, V: np.ndarray) -> tuple:
-    """Block states and the sums ``(A, G, av)`` of a Hessian-vector product (the pieces
-    :func:`~tiltlab.objective.blocks.hvp_coefficients` defines), one kernel pass."""
-    from .. import _cpu_kernels
-    from .._cpu_kernels._launch import _call
-
-    lp = _cpu_kernels._kernels()
-    Vc = np.ascontiguousarray(V, dtype=at.X.dtype)
-    if Vc.shape != at.theta.shape:
-        raise ValueError(f"`v` must have the shape of `theta` {at.theta.shape}, got {V.shape}")
-    shape = (at.n_chunks,) + at.theta.shape
-    state = np.zeros((at.n_chunks, lp.STATE_COLS))
-    A = np.zeros(shape)
-    G = np.zeros(shape)
-    # through the engine's launcher: the kernels take a range of row chunks each
-    if at.loss == "multinomial":
-        _call(
-            lp.hvp_multi, at.X, at.y, at.p, at.theta, Vc, at.t, at.n_chunks, state, A, G,
-            chunks=at.n_chunks,
-        )  # fmt: skip
-    else:
-        _call(
-            lp.hvp_scalar, at.X, at.y, at.p, at.theta, Vc, at.t, at.code, at.param,
-            at.n_chunks, state, A, G, chunks=at.n_chunks,
-        )  # fmt: skip
-    return state, (A, G, np.array(state[:, 8]))
-
-
-def _collapse(state: np.ndarray, t: float, sums: tuple) -> Any:
-    """One :class:`TiltState` from the kernels' per-block states (columns: shift, hi, lo,
-    mass, s, q, lsum, non-finite flag; ``q`` is NaN where a block left the small-tilt
-    regime, and is then never read) and per-block sums (block axis first)."""
-    if np.any(state[:, 7] != 0):
+    if states is None or not np.any(states.present):
         return DECLINE  # non-finite losses: the generic route decides what they give
-    hi, lo, mass, s, q, lsum = (np.array(state[:, j]) for j in range(1, 7))
-    used = mass > 0
-    if not np.any(used):
-        return DECLINE
-    hi[~used], lo[~used] = -np.inf, np.inf  # absent blocks (their shift column is 0)
-    q = None if t == 0.0 else np.where(used, q, 0.0)
-    blocks = GroupState(t=float(t), hi=hi, lo=lo, mass=mass, s=s, q=q, lsum=lsum, sums=tuple(sums))
-    st = blocks.collapse()
-    if t == 0.0:  # the mean's state has no small-tilt sum (as the accumulator's own)
+    st = _group_state(states).collapse()
+    if st.t == 0.0:  # the mean's state has no small-tilt sum (as the accumulator's own)
         st = _replace_q(st, None)
     return st
+
+
+def _group_state(states: Any) -> GroupState:
+    """The :class:`GroupState` of the kernels' :class:`~tiltlab._cpu_kernels.KernelStates`
+    (one entry per block or group; the small-tilt sum is absent at ``t = 0``, as in the
+    accumulator's own states)."""
+    t = float(states.t)
+    return GroupState(
+        t=t, hi=states.hi, lo=states.lo, mass=states.mass, s=states.s,
+        q=None if t == 0.0 else states.q, lsum=states.lsum, sums=tuple(states.sums),
+    )  # fmt: skip
 
 
 def _replace_q(st: TiltState, q: Any) -> TiltState:
     from dataclasses import replace
 
     return replace(st, q=q)
+
+
+#: most entries of one per-group sum of a NumPy chunk (``n_groups x d``, float64) for the
+#: fused grouped route; beyond it hierarchies keep the generic two sweeps
+MAX_GROUP_SUM_ENTRIES = 1 << 21
+
+
+def numpy_groups_apply(loss: Any, n: int, d: int, n_groups: int) -> bool:
+    """Whether NumPy chunks of a hierarchical ``n x d`` problem with ``n_groups`` innermost
+    groups take the fused grouped kernel (:meth:`~tiltlab._cpu_kernels.FusedProblem.group_states`):
+    a scalar-predictor loss the kernels know, the fused engine's size policy, and
+    ``n_groups x d`` sums of at most :data:`MAX_GROUP_SUM_ENTRIES` entries."""
+    if getattr(loss, "name", None) == "multinomial":
+        return False
+    return n_groups * d <= MAX_GROUP_SUM_ENTRIES and numpy_route_applies(loss, n, d, 1)
+
+
+def numpy_group_state(
+    Xb: Any,
+    yb: Any,
+    pb: Any,
+    cb: Any,
+    theta: Any,
+    V: Any,
+    loss: Any,
+    tau: float,
+    n_groups: int,
+    mode: str,
+) -> Any:
+    """NumPy chunk of a hierarchy: the :class:`GroupState` of its innermost groups with the
+    per-group sums of ``mode`` (those of
+    :func:`~tiltlab.distributed._groups_stream.chunk_group_sums`), from one fused pass of
+    the grouped kernel; :data:`DECLINE` for a loss or data the kernels do not take, a
+    chunk without rows or prior mass, and non-finite losses."""
+    if mode not in ("value", "grad", "hvp") or not isinstance(Xb, np.ndarray):
+        return DECLINE
+    if int(Xb.shape[0]) == 0 or getattr(loss, "name", None) == "multinomial":
+        return DECLINE
+    fp = _bound(Xb, yb, pb, loss)
+    if fp is None:
+        return DECLINE
+    from .. import _cpu_kernels
+
+    try:  # one thread walks the rows (no threading layer: no guard)
+        states = fp.group_states(
+            np.asarray(to_numpy(theta)),
+            tau,
+            np.asarray(to_numpy(cb)),
+            int(n_groups),
+            gradient=mode == "grad",
+            hvp_vector=np.asarray(to_numpy(V)) if mode == "hvp" else None,
+        )
+    except (TypeError, ValueError, _cpu_kernels.KernelsUnavailable):
+        return DECLINE
+    if states is None:
+        return DECLINE  # non-finite losses: the generic route decides what they give
+    return _group_state(states)
 
 
 STATE_ROUTES.register("numpy", numpy_state)

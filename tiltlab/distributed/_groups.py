@@ -22,7 +22,9 @@ Each sweep is one BLAS product per chunk, as on NumPy; only the group states (``
 and the ``d``-vectors travel between workers, and the client receives the value and the
 gradient (or Hessian product) only. This is for persisted chunks; data read from their
 source at each evaluation take one sweep (:mod:`tiltlab.distributed._groups_stream`), so
-that no loaded chunk waits for a second one.
+that no loaded chunk waits for a second one. NumPy chunks that the fused CPU kernels
+serve take that one sweep too, each chunk's group states and per-group sums formed by one
+compiled pass (:func:`~tiltlab.distributed._chunk_engine.numpy_group_state`).
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ from ._states import (
 __all__ = [
     "add_parts",
     "finish_products",
+    "fused_groups",
     "group_graph",
     "group_pieces",
     "group_products",
@@ -303,30 +306,52 @@ def finish_products(root: Any, *parts: Any) -> Any:
     return root["value"], total
 
 
-def group_graph(plan: Any, problem: Any, theta: Any, V: Any, mode: str) -> Any:
+def group_graph(plan: Any, problem: Any, theta: Any, V: Any, mode: str, fused: bool = False) -> Any:
     """The Delayed result of one hierarchical evaluation (see the module docstring):
     ``(value, sum of products)``, or None for non-finite losses."""
     from dask import delayed
 
-    combine, pieces = group_pieces(plan, problem, theta, V, mode)
+    combine, pieces = group_pieces(plan, problem, theta, V, mode, fused)
     return delayed(combine, pure=False)(*pieces)
 
 
-def group_pieces(plan: Any, problem: Any, theta: Any, V: Any, mode: str) -> tuple:
+def fused_groups(problem: Any, plan: Any) -> bool:
+    """Whether the chunks of a hierarchical evaluation may take the fused grouped kernel
+    (NumPy chunks, see :func:`~tiltlab.distributed._chunk_engine.numpy_groups_apply`)."""
+    from ._chunk_engine import numpy_groups_apply
+
+    meta = getattr(problem.X, "_meta", None)
+    if meta is not None and not isinstance(meta, np.ndarray):
+        return False
+    return numpy_groups_apply(
+        problem.loss, problem.n_samples or 0, problem.n_features or 0, plan.n_groups
+    )
+
+
+def group_pieces(
+    plan: Any, problem: Any, theta: Any, V: Any, mode: str, fused: bool = False
+) -> tuple:
     """``(combine, pieces)``: the graph of one hierarchical evaluation but its last task,
     which is ``combine(*pieces)`` (left to the task that consumes the result, so that the
-    evaluation's finishing takes no step of its own)."""
+    evaluation's finishing takes no step of its own).
+
+    With ``fused`` and NumPy chunks the kernels serve (:func:`fused_groups`), one sweep:
+    each chunk's group state with its per-group sums from one compiled pass over its rows
+    (:func:`~tiltlab.distributed._groups_stream.chunk_group_sums`), merged group by group,
+    the upper levels finished in the last task; otherwise two sweeps over persisted chunks
+    (the module doc), one sweep of array-API code over chunks read from their source."""
     from dask import delayed
 
     tau = float(problem.tilts[-1])
     tree = problem.tree
     upper = GroupTree(n_samples=plan.n_groups, levels=tuple(tree.levels[1:]), sample_layouts=())
     dtype = np.dtype(problem.dtype).str
-    if not plan.persisted:  # read from the source at each evaluation: one sweep
+    fast = bool(fused) and fused_groups(problem, plan)
+    if fast or not plan.persisted:  # one sweep
         fn = delayed(chunk_group_sums, pure=False)
         states = reduce_to(
             [
-                fn(Xb, yb, pb, cb, theta, V, problem.loss, tau, plan.n_groups, mode)
+                fn(Xb, yb, pb, cb, theta, V, problem.loss, tau, plan.n_groups, mode, fast)
                 for Xb, yb, pb, cb in plan.blocks
             ],
             merge_states,

@@ -24,6 +24,7 @@ from ._states import (
     _ns,
     _params,
     _sub_blocks,
+    aligned,
     group_risks,
     merge_states,
 )
@@ -50,13 +51,25 @@ def chunk_group_sums(
     tau: float,
     n_groups: int,
     mode: str,
+    fused: bool = False,
 ) -> Any:
     """One chunk's :class:`~tiltlab.accumulator.GroupState` with per-group weighted sums
     (None: non-finite losses), merged over cache-sized sub-blocks.
 
     Sums per group: ``"grad"``: ``X^T (pe l')``; ``"hvp"``: ``X^T (pe (l'' u + tau l'
-    a))``, ``X^T (pe l')`` and ``sum pe a`` (``a = l' u``); ``"value"``: none.
+    a))``, ``X^T (pe l')`` and ``sum pe a`` (``a = l' u``); ``"value"``: none. With
+    ``fused``, a NumPy chunk is first offered to the fused grouped kernel
+    (:func:`~tiltlab.distributed._chunk_engine.numpy_group_state`: one compiled pass over
+    its rows); what it declines takes the array-API route here.
     """
+    if fused:
+        from ._chunk_engine import DECLINE, numpy_group_state
+
+        st = numpy_group_state(
+            aligned(Xb), aligned(yb), aligned(pb), cb, theta, V, loss, tau, n_groups, mode
+        )
+        if st is not DECLINE:
+            return st
     return merge_states(
         *[
             _block_group_sums(X1, y1, p1, c1, theta, V, loss, tau, n_groups, mode)

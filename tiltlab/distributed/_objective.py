@@ -348,7 +348,7 @@ def _evaluation_parts(objective: Any, theta: Any, V: Any, mode: str,
         parts = reduce_to(parts, merge_states)  # the last merge is the finishing task's
         combine = None
     else:
-        combine, parts = group_pieces(plan, problem, theta, V, mode)
+        combine, parts = group_pieces(plan, problem, theta, V, mode, fused)
     spec = (mode, combine, float(problem.l2), np.dtype(problem.dtype).str)
     if not isinstance(objective, TiltedProblem):
         objective.n_passes += 1

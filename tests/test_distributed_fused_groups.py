@@ -1,0 +1,256 @@
+"""NumPy chunks of a hierarchical Dask objective on the fused grouped kernel.
+
+Each chunk's innermost-group states and per-group sums come from one compiled pass
+(:meth:`tiltlab._cpu_kernels.FusedProblem.group_states`), merged group by group across
+chunks, the upper levels finished in the last task. References are independent of the
+route: the eager NumPy hierarchical objective on the generic array-API engine (per-sample
+weights, segment sums, two products with ``X``), the nested tilted risk written with
+SciPy's ``logsumexp`` (value and gradient in closed form, the Hessian-vector product by
+central differences of that gradient), and the accumulator's group states for the
+kernel itself. The route's use is checked by counting its calls.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import tiltlab as tl
+
+da = pytest.importorskip("dask.array")
+dask = pytest.importorskip("dask")
+special = pytest.importorskip("scipy.special")
+
+from tiltlab._cpu_kernels import LOSS_CODES, FusedProblem, available  # noqa: E402
+from tiltlab.distributed import _chunk_engine as ce  # noqa: E402
+
+needs_numba = pytest.mark.skipif(not available(), reason="the fused kernels need numba")
+
+#: 4096 x 64 (the fused engine's size policy serves it); uneven chunks, one empty
+N, D = 4096, 64
+CHUNKS = (1500, 0, 1296, 1300)
+SCALAR = sorted(k for k in LOSS_CODES if k != "multinomial")
+
+
+def _groups(seed=0):
+    """Labels of 7 groups (not 0..6): groups 0-2 mixed in the first chunk, group 2 and 4
+    spanning chunks, group 6 only in the last chunk, group 3 only in the third."""
+    rng = np.random.default_rng(seed)
+    codes = np.empty(N, dtype=np.int64)
+    codes[:1500] = rng.integers(0, 3, size=1500)
+    codes[1400:1600] = 2
+    codes[1600:2796] = rng.choice([3, 4], size=1196)
+    codes[2796:] = rng.choice([4, 5, 6], size=N - 2796)
+    return 10 * codes + 3
+
+
+def _data(loss, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((N, D)).astype(dtype)
+    if loss in ("logistic", "hinge", "squared_hinge"):
+        y = (rng.uniform(size=N) < 0.5).astype(dtype)
+    else:
+        y = rng.standard_normal(N).astype(dtype)
+    th = (0.1 * rng.standard_normal(D)).astype(dtype)
+    v = rng.standard_normal(D).astype(dtype)
+    w = rng.uniform(0.2, 2.0, size=N)
+    w[::7] = 0.0  # zero prior weights inside groups
+    return X, y, th, v, w
+
+
+def _dask(a):
+    return da.from_array(a, chunks=(CHUNKS,) + a.shape[1:])
+
+
+@pytest.fixture
+def route_calls(monkeypatch):
+    """Counts the chunks the fused grouped route is asked for and serves."""
+    calls = {"served": 0, "asked": 0}
+    inner = ce.numpy_group_state
+
+    def counting(*args):
+        calls["asked"] += 1
+        out = inner(*args)
+        calls["served"] += out is not ce.DECLINE
+        return out
+
+    monkeypatch.setattr(ce, "numpy_group_state", counting)
+    return calls
+
+
+def _tol(dtype):
+    # float64: sums of a few thousand terms; float32: the kernels' float32 predictors and
+    # losses (about one rounding each) against references in float32 (generic engine) or
+    # float64 (closed forms) of the same data
+    return 1e-11 if dtype == np.float64 else 5e-5
+
+
+def _close(got, want, dtype, scale=None, tol=None):
+    got = np.asarray(got, dtype=np.float64)
+    want = np.asarray(want, dtype=np.float64)
+    scale = np.abs(want).max() if scale is None else scale
+    tol = _tol(dtype) if tol is None else tol
+    assert np.abs(got - want).max() <= tol * max(scale, 1e-30), (got, want)
+
+
+@needs_numba
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("loss", SCALAR)
+@pytest.mark.parametrize("tilts", [(1.0, 0.7), (-2.0, 0.0), (0.5, 1e-9), (3.0, -3.0)])
+def test_fused_hierarchy_matches_the_numpy_objective(loss, dtype, tilts, route_calls):
+    X, y, th, v, w = _data(loss, dtype)
+    g = _groups()
+    kw = dict(groups=g, tilts=tilts, weights=w, l2=1e-2)
+    ref = tl.TiltedObjective(loss, X, y, **kw)
+    ref.fused = False
+    obj = tl.TiltedObjective(loss, _dask(X), _dask(y), **{**kw, "weights": _dask(w)})
+    f, grad = dask.compute(*obj.value_and_gradient(th))
+    hv, val = dask.compute(obj.hvp(th, v), obj.value(th))
+    assert route_calls["served"] == 3 * 3  # three non-empty chunks, three evaluations
+    assert grad.dtype == dtype and hv.dtype == dtype and grad.shape == th.shape
+    f0, g0 = ref.value_and_gradient(th)
+    _close(f, f0, dtype)
+    _close(val, f0, dtype)
+    _close(grad, g0, dtype)
+    _close(hv, ref.hvp(th, v), dtype)
+
+
+def _nested(th, X, y, codes, p, t, tau):
+    """The two-level tilted risk of the logistic loss and its gradient, float64 closed
+    form: ``R_g = (1/tau) log sum_{i in g} p_i e^{tau l_i} / M_g``, ``J = (1/t) log sum_g
+    (M_g / M) e^{t R_g}`` (means at a zero tilt, extremes at an infinite one)."""
+    z = X @ th
+    ell = np.logaddexp(0.0, z) - y * z
+    d1 = special.expit(z) - y
+    groups = [k for k in np.unique(codes) if p[codes == k].sum() > 0]
+    R, M, gR = [], [], []
+    for k in groups:
+        sel = (codes == k) & (p > 0)
+        pk, lk = p[sel] / p[sel].sum(), ell[sel]
+        if tau == 0.0:
+            r, wk = float(pk @ lk), pk
+        else:
+            lse = special.logsumexp(tau * lk, b=pk)
+            r, wk = float(lse / tau), pk * np.exp(tau * lk - lse)
+        R.append(r)
+        M.append(p[sel].sum())
+        gR.append(X[sel].T @ (wk * d1[sel]))
+    R, M, gR = np.array(R), np.array(M) / np.sum(M), np.array(gR)
+    if t == 0.0:
+        J, W = float(M @ R), M
+    elif math.isinf(t):
+        k = int(np.argmax(R) if t > 0 else np.argmin(R))
+        J, W = float(R[k]), np.eye(len(R))[k]
+    else:
+        lse = special.logsumexp(t * R, b=M)
+        J, W = float(lse / t), M * np.exp(t * R - lse)
+    return J, W @ gR
+
+
+@needs_numba
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize(
+    "tilts", [(2.0, 0.5), (0.0, 1.5), (-1.0, 0.0), (math.inf, 0.5), (-math.inf, -2.0)]
+)
+def test_fused_hierarchy_closed_form(dtype, tilts, route_calls):
+    """Value and gradient against the nested logsumexp, with prior weights that are zero
+    on a whole group of one chunk; the Hessian-vector product (finite tilts) against
+    central differences of the closed-form gradient."""
+    X, y, th, v, w = _data("logistic", dtype, seed=3)
+    g = _groups(seed=1)
+    w[(g == 43) & (np.arange(N) < 2796)] = 0.0  # group 4 has no mass in the third chunk
+    obj = tl.TiltedObjective(
+        "logistic", _dask(X), _dask(y), groups=g, tilts=tilts, weights=_dask(w)
+    )
+    f, grad = dask.compute(*obj.value_and_gradient(th))
+    assert route_calls["served"] == 3
+    Xf, yf, tf = X.astype(np.float64), y.astype(np.float64), th.astype(np.float64)
+    J, gJ = _nested(tf, Xf, yf, g, w, *tilts)
+    _close(f, J, dtype)
+    _close(grad, gJ, dtype)
+    if all(math.isfinite(t) for t in tilts):
+        hv = np.asarray(dask.compute(obj.hvp(th, v))[0], dtype=np.float64)
+        vf = v.astype(np.float64)
+        h = 1e-5
+        fd = (_nested(tf + h * vf, Xf, yf, g, w, *tilts)[1]
+              - _nested(tf - h * vf, Xf, yf, g, w, *tilts)[1]) / (2 * h)  # fmt: skip
+        # differences: truncation h^2 |g'''| and cancellation eps |g| / h
+        _close(hv, fd, dtype, tol=1e-6 if dtype == np.float64 else 5e-5)
+
+
+@needs_numba
+def test_fused_setting_off_non_finite_losses_and_multinomial(route_calls):
+    X, y, th, v, w = _data("squared", np.float64, seed=5)
+    g = _groups()
+    obj = tl.TiltedObjective("squared", _dask(X), _dask(y), groups=g, tilts=(1.0, 2.0))
+    obj.fused = False
+    f, grad = dask.compute(*obj.value_and_gradient(th))
+    assert route_calls["asked"] == 0
+    obj.fused = True
+    f1, g1 = dask.compute(*obj.value_and_gradient(th))
+    assert route_calls["served"] == 3 and route_calls["asked"] == 4  # the empty chunk declined
+    _close(f1, f, np.float64)
+    _close(g1, grad, np.float64)
+    from tiltlab.distributed import ClientObjective
+
+    with np.errstate(over="ignore", invalid="ignore"):
+        value = ClientObjective(obj).value(np.full(D, 1e160))  # overflowing losses
+    assert route_calls["asked"] == 8 and route_calls["served"] == 3  # declined
+    assert value == np.inf
+    yk = np.random.default_rng(0).integers(0, 3, size=N)
+    multi = tl.TiltedObjective("multinomial", _dask(X), _dask(yk), groups=g, tilts=(1.0, 2.0))
+    ref = tl.TiltedObjective("multinomial", X, yk, groups=g, tilts=(1.0, 2.0))
+    th3 = np.zeros((D, 3))
+    fm, gm = dask.compute(*multi.value_and_gradient(th3))
+    assert route_calls["asked"] == 8  # the grouped kernel serves scalar losses only
+    f0, g0 = ref.value_and_gradient(th3)
+    _close(fm, f0, np.float64)
+    _close(gm, g0, np.float64)
+
+
+@needs_numba
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("t", [0.0, 1e-12, 0.05, 40.0, -40.0])
+def test_group_states_match_the_accumulator(dtype, t):
+    """The kernel's per-group states against the accumulator's from the same losses
+    (formed here in float64 by NumPy), rows sorted by loss within groups so that the
+    running shift moves at every row (the lazy shift of the sums is then exercised), an
+    empty group and zero prior weights."""
+    from tiltlab.accumulator import TiltState
+    from tiltlab.segments import Segments
+
+    rng = np.random.default_rng(11)
+    n, d, G = 3000, 9, 5
+    X = rng.standard_normal((n, d)).astype(dtype)
+    y = rng.standard_normal(n).astype(dtype)
+    th = rng.standard_normal(d).astype(dtype)
+    ell = (X.astype(np.float64) @ th - y) ** 2
+    order = np.argsort(ell if t >= 0 else -ell)  # the shift moves at every row
+    X, y = X[order], y[order]
+    codes = rng.choice([0, 1, 3, 4], size=n)  # group 2 empty
+    p = rng.uniform(0.5, 1.5, size=n)
+    p[::5] = 0.0
+    st = FusedProblem("squared", X, y, p).group_states(th, t, codes, G, gradient=True)
+    Xf = X.astype(np.float64)
+    z = Xf @ th.astype(np.float64)
+    lf = (z - y.astype(np.float64)) ** 2
+    d1 = 2.0 * (z - y.astype(np.float64))
+    seg = Segments.from_codes(codes, G)
+
+    def sums(pe):
+        return (np.stack([np.bincount(codes, pe * d1 * Xf[:, j], G) for j in range(d)], 1),)
+
+    ref = TiltState.from_block(lf, t, p, segments=seg, sums=sums)
+    assert st.present.tolist() == [True, True, False, True, True]
+    on = st.present
+    tol = 1e-12 if dtype == np.float64 else 1e-5
+    np.testing.assert_allclose(st.mass[on], ref.mass[on], rtol=1e-14)
+    np.testing.assert_allclose(st.shift[on], ref.shift[on], rtol=tol, atol=tol * lf.max())
+    np.testing.assert_allclose(st.s[on], ref.s[on], rtol=1e3 * tol if abs(t) > 1 else tol)
+    got = st.sums[0][on] / st.s[on, None]
+    want = ref.sums[0][on] / ref.s[on, None]
+    np.testing.assert_allclose(got, want, rtol=0, atol=tol * np.abs(want).max())
+    risk = ce._group_state(st).risk(np, np.float64)
+    np.testing.assert_allclose(risk[on], ref.risk()[on], rtol=tol, atol=tol * lf.max())

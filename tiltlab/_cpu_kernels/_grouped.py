@@ -1,0 +1,142 @@
+"""A fused kernel for per-group tilted states (imported lazily: this module imports numba).
+
+For scalar-predictor losses and a partition of the rows into ``G`` groups (int64 codes in
+``[0, G)``), :func:`group_scalar` reads each row of ``X`` once and keeps one tilted state
+per group, with the conventions of the chunk states of :mod:`._rows` (columns: shift, hi,
+lo, mass, s, q, lsum, non-finite flag, av): an exact running shift per group (the largest
+loss for ``t > 0``, the smallest for ``t <= 0``) with ``s = sum p exp(t (l - shift))``,
+``q = sum p expm1(t (l - shift))`` and ``lsum = sum p (l - shift)`` rescaled each time it
+moves. ``q`` is bounded by the group's mass (every exponent is at most 0), so it is kept
+for every group; the reader uses it only where the group's spread allows it, as
+:class:`tiltlab.accumulator.GroupState` does.
+
+The vector sums are per group too (``G x d`` float64 accumulators, each row added to its
+group's row): the gradient ``sum p exp(t (l - shift)) l' x`` and, for a Hessian-vector
+product along ``v`` (``u = x . v``, ``a = l' u``), ``sum pe (l'' u + t l' a) x``,
+``sum pe l' x`` and ``av = sum pe a`` (state column 8). As in :mod:`._rows`, each group's
+vector sums follow a lazy second shift that moves only when the weights would exceed
+``exp(LAZY_LIMIT)``, and are brought to the exact shift at the end.
+
+The predictors and the losses come from the block steps of :mod:`._blocks` (in ``X``'s
+dtype, a block of rows at a time); the fold of each row into its group is scalar and in
+float64. The rows are walked in order by one thread (a Dask chunk is one task): the result
+does not depend on the number of threads.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ._blocks import BLOCK, KERNEL, block_rows, dots, dots2, loss_block
+from ._rows import LAZY_LIMIT
+
+
+@KERNEL
+def group_scalar(
+    X, y, p, codes, theta, v, t, code, param, want_grad, want_hvp, state, A, B, k0, k1
+):
+    """Per-group states (``state``: ``G x 9``, zeros on entry) and sums (zeros on entry):
+    ``A`` (``G x d``) the gradient sums (or the first Hessian-product sums with
+    ``want_hvp``), ``B`` (``G x d``) the second Hessian-product sums (any shape unless
+    ``want_hvp``; ``A`` too without vectors). A non-finite loss on the support sets the
+    flag (column 7) of its group and stops the pass.
+    ``k0, k1`` are the launcher's chunk range (one chunk: the whole of ``X``)."""
+    n, d = X.shape
+    G = state.shape[0]
+    has_p = p.shape[0] > 0
+    zero = np.zeros(1, dtype=X.dtype)[0]
+    step = block_rows(d, X.itemsize)
+    z = np.empty(BLOCK, dtype=X.dtype)
+    u = np.zeros(BLOCK, dtype=X.dtype)
+    lv = np.empty(BLOCK, dtype=X.dtype)
+    d1 = np.empty(BLOCK, dtype=X.dtype)
+    d2 = np.empty(BLOCK, dtype=X.dtype)
+    cg = np.zeros(G)  # the lazy shift of each group's vector sums
+    rg = np.ones(G)  # exp(t (shift - cg))
+    vectors = want_grad or want_hvp
+    for i0 in range(0, n, step):
+        nb = min(step, n - i0)
+        if want_hvp:
+            dots2(X, i0, nb, theta, v, z, u, zero)
+        else:
+            dots(X, i0, nb, theta, z, zero)
+        loss_block(code, z, y, i0, nb, param, lv, d1, d2)
+        for b in range(nb):
+            i = i0 + b
+            pi = p[i] if has_p else 1.0
+            if not pi > 0.0:
+                continue
+            lo_ = np.float64(lv[b])
+            g1 = np.float64(d1[b])
+            g = codes[i]
+            st = state[g]
+            if not (math.isfinite(lo_) and math.isfinite(g1)):
+                st[7] = 1.0
+                return
+            if st[3] == 0.0:
+                st[0] = lo_
+                st[1] = lo_
+                st[2] = lo_
+                cg[g] = lo_
+                rg[g] = 1.0
+            else:
+                if lo_ > st[1]:
+                    st[1] = lo_
+                if lo_ < st[2]:
+                    st[2] = lo_
+                new = st[1] if t > 0.0 else st[2]
+                c = st[0]
+                if new != c:
+                    du = t * (c - new)
+                    r = math.exp(du)
+                    st[5] = st[3] * math.expm1(du) + st[5] * r
+                    st[4] *= r
+                    st[8] *= r
+                    st[6] += st[3] * (c - new)
+                    st[0] = new
+                    if vectors and t * (new - cg[g]) > LAZY_LIMIT:
+                        f = math.exp(t * (cg[g] - new))
+                        for j in range(d):
+                            A[g, j] *= f
+                        if want_hvp:
+                            for j in range(d):
+                                B[g, j] *= f
+                        cg[g] = new
+                        rg[g] = 1.0
+                    elif vectors:
+                        rg[g] = math.exp(t * (new - cg[g]))
+            x = t * (lo_ - st[0])
+            e = math.exp(x)
+            pe = pi * e
+            st[3] += pi
+            st[4] += pe
+            st[5] += pi * math.expm1(x)
+            st[6] += pi * (lo_ - st[0])
+            if not vectors:
+                continue
+            w = pe * rg[g]  # p exp(t (l - cg))
+            if want_hvp:
+                ub = np.float64(u[b])
+                a = g1 * ub
+                st[8] += pe * a
+                ca = w * (np.float64(d2[b]) * ub + t * g1 * a)
+                cb = w * g1
+                for j in range(d):
+                    xj = np.float64(X[i, j])
+                    A[g, j] += ca * xj
+                    B[g, j] += cb * xj
+            else:
+                cb = w * g1
+                for j in range(d):
+                    A[g, j] += cb * np.float64(X[i, j])
+    if vectors:
+        for g in range(G):
+            if state[g, 3] > 0.0 and cg[g] != state[g, 0]:
+                f = math.exp(t * (cg[g] - state[g, 0]))
+                for j in range(d):
+                    A[g, j] *= f
+                if want_hvp:
+                    for j in range(d):
+                        B[g, j] *= f
