@@ -1,0 +1,214 @@
+"""Hierarchies on CuPy, on the CPU: the tree's kernels (``tiltlab/_cupy/kernels.cu``)
+run as host C++ under the emulation of CUDA threads (``tests/cuda_emu.h``), driven by
+the backend's Python code through the recording stand-in for CuPy. Risks and weights of
+nested levels are checked against a 50-digit mpmath evaluation of the nested definition
+and against NumPy's ``hierarchical_risk`` / ``hierarchical_weights``; the objective's
+value and gradient against the NumPy objective. Empty groups, one-member groups, tilts 0,
++-inf and tiny, equal losses and priors included."""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+
+import mpmath
+import numpy as np
+import pytest
+from cuda_fake import FakeArray, Recorder, fake_cupy
+from cuda_host import run_emulated
+
+import tiltlab as tl
+from tiltlab._cupy import hierarchy, source
+
+FULL = os.environ.get("TILTLAB_FULL_MATRIX") == "1"
+
+
+@pytest.fixture
+def rec(monkeypatch):
+    r = Recorder()
+    monkeypatch.setitem(sys.modules, "cupy", fake_cupy(r, run=run_emulated, sms=1))
+    monkeypatch.setattr(source, "_MODULES", {})
+    return r
+
+
+def _tree(rng, n, sizes, empty=True, singletons=True):
+    """Codes per level (innermost first) for ``n`` samples and ``sizes`` groups per level:
+    every group of a level reaches a random group of the next; with ``empty`` the last
+    group of each level gets no item, with ``singletons`` one group holds one sample."""
+    codes = []
+    items = n
+    for g in sizes:
+        used = g - 1 if empty and g > 1 else g
+        c = rng.integers(0, used, items)
+        c[:used] = rng.permutation(used)[: min(used, items)] if items >= used else c[:used]
+        codes.append(c.astype(np.int64))
+        items = g
+    if singletons and n > 2 and sizes[0] > 2:
+        codes[0][codes[0] == 1] = 0
+        codes[0][n - 1] = 1  # group 1 of level 0: one sample
+    return codes
+
+
+def _labels(codes):
+    """The samples' labels per level, outermost first (NumPy's ``groups`` argument)."""
+    out, c = [], codes[0]
+    for k in range(len(codes)):
+        if k:
+            c = codes[k][c]
+        out.append(c.copy())
+    return out[::-1]
+
+
+def _mp_tilted(vals, masses, t):
+    pairs = [(v, m) for v, m in zip(vals, masses, strict=True) if m > 0]
+    M = mpmath.fsum(m for _, m in pairs)
+    if t == 0:
+        return mpmath.fsum(v * m for v, m in pairs) / M
+    if math.isinf(t):
+        return max(v for v, _ in pairs) if t > 0 else min(v for v, _ in pairs)
+    t = mpmath.mpf(t)
+    c = max(v for v, _ in pairs) if t > 0 else min(v for v, _ in pairs)
+    return c + mpmath.log(mpmath.fsum(m * mpmath.exp(t * (v - c)) for v, m in pairs) / M) / t
+
+
+def _mp_risk(l, codes, tilts, prior=None):
+    """The nested definition at 50 digits: each group's tilted mean of its items at its
+    level's tilt under their masses, then the top's."""
+    with mpmath.workdps(50):
+        vals = [mpmath.mpf(float(v)) for v in l]
+        ones = [mpmath.mpf(1)] * len(l)
+        masses = ones if prior is None else [mpmath.mpf(float(p)) for p in prior]
+        D = len(codes)
+        for k, c in enumerate(codes):
+            G = int(c.max()) + 1 if k == D - 1 else None
+            G = max(G or 0, len(codes[k + 1]) if k + 1 < D else 0, int(c.max()) + 1)
+            members = [[] for _ in range(G)]
+            for i, g in enumerate(c):
+                members[int(g)].append(i)
+            t = tilts[D - k]
+            nv, nm = [], []
+            for mem in members:
+                m = mpmath.fsum(masses[i] for i in mem)
+                nm.append(m)
+                sub = ([vals[i] for i in mem], [masses[i] for i in mem])
+                nv.append(_mp_tilted(*sub, t) if m > 0 else mpmath.mpf(0))
+            vals, masses = nv, nm
+        return float(_mp_tilted(vals, masses, tilts[0]))
+
+
+def _run(rec, l, codes, sizes, tilts, dtype, prior=None):
+    host_prior = None if prior is None else prior.astype(np.float64)
+    dev_prior = None if prior is None else FakeArray(prior.astype(dtype), rec)
+    tree = hierarchy.DeviceTree.from_codes(codes, sizes, dtype, dev_prior, host_prior)
+    L = FakeArray(l.astype(dtype), rec)
+    out, _ = hierarchy.tree_eval(L, tree, tilts)
+    out_w, w = hierarchy.tree_eval(L, tree, tilts, weights=True)
+    return out._a.copy(), out_w._a.copy(), w._a.copy()
+
+
+TILTS_2 = [
+    (1.0, -2.0),
+    (0.0, 3.0),
+    (-2.0, 0.0),
+    (1e-9, 1e-300),
+    (40.0, -40.0),
+    (math.inf, 1.0),
+    (1.0, -math.inf),
+    (-math.inf, math.inf),
+]
+TILTS_3 = [(0.5, -1.0, 2.0), (0.0, math.inf, 1e-7), (-3.0, 0.0, -math.inf), (1e-12, 5.0, 0.0)]
+CASES = [(t, (7,)) for t in TILTS_2] + [(t, (9, 4)) for t in TILTS_3]
+if not FULL:
+    CASES = CASES[::2]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(("tilts", "sizes"), CASES)
+@pytest.mark.parametrize("with_prior", [False, True])
+def test_tree_risk_and_weights(rec, dtype, tilts, sizes, with_prior):
+    rng = np.random.default_rng(len(sizes) * 7 + int(with_prior))
+    n = 300
+    l = rng.standard_normal(n) * 2
+    codes = _tree(rng, n, sizes)
+    prior = rng.random(n) + 0.1 if with_prior else None
+    if with_prior:
+        prior[5] = 0.0  # a sample without mass (its weight is 0)
+    r, r_w, w = _run(rec, l, codes, sizes, tilts, dtype, prior)
+    eps = float(np.finfo(dtype).eps)
+    want = _mp_risk(l.astype(dtype).astype(np.float64), codes, tilts, prior)
+    scale = float(np.max(np.abs(l)))
+    assert r[1] == 0 and r_w[1] == 0  # the status: every loss finite
+    assert abs(float(r[0]) - want) <= 64 * eps * scale, (float(r[0]), want)
+    assert abs(float(r_w[0]) - want) <= 64 * eps * scale  # atomics: not bit-reproducible
+    groups = _labels(codes)
+    ref_w = tl.hierarchical_weights(
+        l.astype(dtype).astype(np.float64), groups, tilts, weights=prior
+    )
+    ref_r = float(
+        tl.hierarchical_risk(l.astype(dtype).astype(np.float64), groups, tilts, weights=prior)
+    )
+    assert abs(ref_r - want) <= 64 * 1e-16 * scale  # NumPy and mpmath agree
+    big = max(1.0, max(abs(t) for t in tilts if math.isfinite(t)) * 2 * scale)
+    np.testing.assert_allclose(w, ref_w, rtol=64 * eps * big, atol=64 * eps * big / n)
+    assert abs(float(np.sum(w, dtype=np.float64)) - 1.0) <= 64 * eps * big
+    if with_prior:
+        assert w[5] == 0.0
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("tilts", [(2.0, -1.0, 3.0), (0.0, 1e-9, -math.inf)])
+def test_equal_losses(rec, dtype, tilts):
+    # every loss the same: the risk is that loss at every tilt, the weights the masses
+    rng = np.random.default_rng(3)
+    n, sizes = 200, (10, 3)
+    codes = _tree(rng, n, sizes)
+    l = np.full(n, 1.375)
+    r, _, w = _run(rec, l, codes, sizes, tilts, dtype)
+    assert float(r[0]) == 1.375
+    want = tl.hierarchical_weights(l, _labels(codes), tilts)
+    eps = float(np.finfo(dtype).eps)
+    np.testing.assert_allclose(w, want, rtol=16 * eps)
+
+
+def test_one_level_against_scipy_logsumexp(rec):
+    # one level: R_g = logsumexp(t l_g - log n_g) / t, J = logsumexp(tau R - log(N/n_g)) / tau
+    from scipy.special import logsumexp
+
+    rng = np.random.default_rng(5)
+    n, G = 500, 12
+    codes = [rng.integers(0, G, n)]
+    l = rng.standard_normal(n)
+    tau, t = -1.5, 2.5
+    r, _, _ = _run(rec, l, codes, (G,), (tau, t), np.float64)
+    R = np.array(
+        [logsumexp(t * l[codes[0] == g]) / t - np.log(np.sum(codes[0] == g)) / t for g in range(G)]
+    )
+    P = np.bincount(codes[0], minlength=G) / n
+    want = logsumexp(tau * R, b=P) / tau
+    assert abs(float(r[0]) - want) <= 64e-16 * float(np.max(np.abs(l)))
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_nonfinite_losses_set_the_status(rec, bad):
+    rng = np.random.default_rng(1)
+    n, sizes = 100, (6, 2)
+    codes = _tree(rng, n, sizes)
+    l = rng.standard_normal(n)
+    l[17] = bad
+    r, _, _ = _run(rec, l, codes, sizes, (1.0, 2.0, -1.0), np.float64)
+    assert r[1] == 1
+
+
+def test_tree_eval_reads_and_uploads_nothing(rec):
+    rng = np.random.default_rng(2)
+    n, sizes = 50, (5, 2)
+    codes = _tree(rng, n, sizes)
+    tree = hierarchy.DeviceTree.from_codes(codes, sizes, np.float64)
+    assert len(rec.uploads) == 2  # the codes of every level, the masses of every group
+    rec.uploads.clear()
+    L = FakeArray(rng.standard_normal(n), rec)
+    hierarchy.tree_eval(L, tree, (1.0, 1.0, 1.0), weights=True)
+    assert rec.reads == [] and rec.uploads == []
+    D = len(sizes)
+    assert len(rec.launches) == 3 * D + 1 + D
