@@ -212,3 +212,90 @@ def test_tree_eval_reads_and_uploads_nothing(rec):
     assert rec.reads == [] and rec.uploads == []
     D = len(sizes)
     assert len(rec.launches) == 3 * D + 1 + D
+
+
+def _problem(rec, loss, X, y, labels, tilts, l2, prior=None):
+    """What the engine reads of a hierarchical problem, over device stand-ins."""
+    from types import SimpleNamespace
+
+    from tiltlab.losses import get_loss
+    from tiltlab.risk import build_tree
+
+    n, d = X.shape
+    return SimpleNamespace(
+        is_linear=True,
+        groups=labels,
+        tree=build_tree(labels, n),
+        weights=prior,
+        prior=None if prior is None else FakeArray(prior / prior.sum(), rec),
+        loss=get_loss(loss),
+        X=FakeArray(X, rec),
+        y=FakeArray(y, rec),
+        tilts=tuple(tilts),
+        shape=(d,),
+        l2=l2,
+        dtype=X.dtype,
+        cache={},
+    )
+
+
+OBJECTIVE_CASES = [
+    ("logistic", 400, 3, (1.0, -2.0), 0.0, False),
+    ("squared", 300, 40, (0.0, 2.0, -1.0), 0.3, True),
+    ("logistic", 250, 5, (-math.inf, 1e-9, 3.0), 0.0, False),
+    ("squared", 200, 1, (2.0, math.inf), 0.5, True),
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(("loss", "n", "d", "tilts", "l2", "with_prior"), OBJECTIVE_CASES)
+def test_objective_value_and_gradient(rec, loss, n, d, tilts, l2, with_prior, dtype):
+    from tiltlab._cupy.engine import FUSED_CUDA
+    from tiltlab.objective.engines import Context
+
+    rng = np.random.default_rng(n + d)
+    X = rng.standard_normal((n, d)).astype(dtype)
+    theta = (rng.standard_normal(d) / np.sqrt(d)).astype(dtype)
+    if loss == "squared":
+        y = (X.astype(np.float64) @ theta + rng.standard_normal(n)).astype(dtype)
+    else:
+        y = (rng.random(n) < 0.3).astype(dtype)
+    D = len(tilts) - 1
+    sizes = (12, 3)[:D]
+    labels = _labels(_tree(rng, n, sizes, empty=False))
+    prior = rng.random(n) + 0.5 if with_prior else None
+    problem = _problem(rec, loss, X, y, labels, tilts, l2, prior)
+    assert FUSED_CUDA.applies(problem)
+    passes = []
+    ctx = Context(count=passes.append, update=lambda p: None)
+    out = FUSED_CUDA.value_and_gradient(problem, FakeArray(theta, rec), ctx)
+    assert out is not None and passes == [2]
+    value, grad = (a._a for a in out)
+    assert value.dtype == dtype and grad.dtype == dtype and grad.shape == (d,)
+    f64 = np.float64
+    ref = tl.TiltedObjective(
+        loss, X.astype(f64), y.astype(f64), groups=labels, tilts=tilts, weights=prior, l2=l2
+    )
+    want_v, want_g = ref.value_and_gradient(theta.astype(f64))
+    eps = float(np.finfo(dtype).eps)
+    z = X.astype(f64) @ theta.astype(f64)
+    scale = 1.0 + float(np.max(np.abs(z))) + float(np.max(np.abs(y)))
+    big = max([1.0] + [abs(t) * scale for t in tilts if math.isfinite(t)])
+    np.testing.assert_allclose(float(value), float(want_v), rtol=0, atol=64 * d * eps * scale**2)
+    gscale = float(np.max(np.abs(want_g))) + scale * float(np.max(np.abs(X)))
+    np.testing.assert_allclose(grad, want_g, rtol=0, atol=64 * d * eps * gscale * big)
+
+
+def test_objective_declines_nonfinite_losses(rec):
+    from tiltlab._cupy.engine import FUSED_CUDA
+    from tiltlab.objective.engines import Context
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((64, 3))
+    X[7, 2] = np.inf
+    y = rng.standard_normal(64)
+    labels = [np.arange(64) % 4]
+    problem = _problem(rec, "squared", X, y, labels, (1.0, 1.0), 0.0)
+    ctx = Context(count=lambda k: None, update=lambda p: None)
+    assert FUSED_CUDA.value_and_gradient(problem, FakeArray(np.ones(3), rec), ctx) is None
+    assert len(rec.reads) == 1

@@ -121,7 +121,10 @@ class DeviceTree:
 
         codes = [lev.codes for lev in tree.levels]
         sizes = [lev.n_groups for lev in tree.levels]
-        host_prior = None if prior is None else cupy.asnumpy(prior)
+        host_prior = None
+        if prior is not None:
+            prior = cupy.ascontiguousarray(prior, dtype=dtype)
+            host_prior = cupy.asnumpy(prior)
         return cls.from_codes(codes, sizes, dtype, prior=prior, host_prior=host_prior)
 
     def level_codes(self, k: int) -> Any:
