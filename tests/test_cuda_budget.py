@@ -121,6 +121,8 @@ def test_the_cupy_backend_is_registered_lazily_in_one_module():
         "assert ENGINES.lookup('cupy') is b.engine.FUSED_CUDA\n"
         "from tiltlab.risk._dispatch import HIERARCHICAL_RISK\n"
         "assert HIERARCHICAL_RISK.lookup('cupy') is b.reductions.hierarchical_risk\n"
+        "from tiltlab.risk._dispatch import HIERARCHICAL_WEIGHTS\n"
+        "assert HIERARCHICAL_WEIGHTS.lookup('cupy') is b.reductions.hierarchical_weights\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
 

@@ -165,19 +165,35 @@ def test_hierarchical_risk(rec, dtype, tau, t, n, labels):
     ]
 
 
-def test_hierarchical_risk_declines_and_checks(rec):
+def test_hierarchical_risk_other_labels_and_tilts_take_the_tree(rec):
+    # what the one-level integer route does not serve (negative or float labels, host
+    # labels, infinite tilts) goes through the tree on the device (labels that are not
+    # device integers are host arrays here: the stand-in's arrays cannot be read by
+    # array-api-compat's conversion, which a device label array goes through); more tilts
+    # than levels
+    # are the NumPy path's error; non-finite losses raise, or give NaN when unchecked
     l = np.linspace(0.0, 1.0, 64)
     g = np.arange(64) % 4
     L, G = FakeArray(l, rec), FakeArray(g, rec)
-    assert reductions.hierarchical_risk(L, FakeArray(-g, rec), (1.0, 1.0)) is None
-    assert reductions.hierarchical_risk(L, FakeArray(g * 1.0, rec), (1.0, 1.0)) is None
-    assert reductions.hierarchical_risk(L, G, (1.0, np.inf)) is None
-    assert reductions.hierarchical_risk(L, G, (1.0, 1.0, 1.0)) is None
-    assert reductions.hierarchical_risk(L, G, (1.0, 1.0), weights=L) is None
-    assert reductions.hierarchical_risk(L, g, (1.0, 1.0)) is None  # host labels
+    for labels, tilts in (
+        (-g, (1.0, 1.0)),
+        (g * 1.0, (1.0, 1.0)),
+        (g, (1.0, np.inf)),
+        (g, (-2.0, 1.0)),
+    ):
+        r = reductions.hierarchical_risk(L, labels, tilts)
+        want = float(tl.hierarchical_risk(l, g, tilts))
+        assert abs(float(r._a) - want) <= 1e-14, (tilts, float(r._a), want)
+    with pytest.raises(ValueError, match="`tilts`"):
+        reductions.hierarchical_risk(L, g, (1.0, 1.0, 1.0))
     bad = l.copy()
     bad[9] = np.nan
     with pytest.raises(ValueError, match="`losses` contains NaN"):
         reductions.hierarchical_risk(FakeArray(bad, rec), G, (1.0, 1.0))
     r = reductions.hierarchical_risk(FakeArray(bad, rec), G, (1.0, 1.0), check_finite=False)
     assert np.isnan(r._a)
+    with pytest.raises(ValueError, match="`losses` contains NaN"):
+        reductions.hierarchical_risk(FakeArray(bad, rec), g, (1.0, np.inf))
+    rec.reads.clear()
+    r = reductions.hierarchical_risk(FakeArray(bad, rec), g, (1.0, np.inf), check_finite=False)
+    assert np.isnan(r._a) and rec.reads == []  # NaN on the device, nothing read

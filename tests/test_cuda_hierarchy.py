@@ -299,3 +299,54 @@ def test_objective_declines_nonfinite_losses(rec):
     ctx = Context(count=lambda k: None, update=lambda p: None)
     assert FUSED_CUDA.value_and_gradient(problem, FakeArray(np.ones(3), rec), ctx) is None
     assert len(rec.reads) == 1
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("tilts", [(1.0, -2.0, 0.5), (0.0, math.inf, 1e-9), (-3.0, 2.0, -math.inf)])
+def test_public_functions_with_nested_labels(rec, dtype, tilts):
+    # hierarchical_risk / hierarchical_weights of CuPy losses with nested label arrays of
+    # any kind (here strings outside, integers inside, one a one-member group): the tree
+    # is built on the host, uploaded, evaluated on the device; one read (the status)
+    from tiltlab._cupy import reductions
+
+    rng = np.random.default_rng(11)
+    n = 240
+    inner = rng.integers(0, 15, n)
+    inner[n - 1] = 15  # a group of one sample
+    outer = np.array(["a", "b", "c", "d"])[inner % 4]
+    groups = [outer, inner]
+    l = (rng.standard_normal(n) * 2).astype(dtype)
+    L = FakeArray(l, rec)
+    r = reductions.hierarchical_risk(L, groups, tilts)
+    assert len(rec.reads) == 1 and len(rec.uploads) == 2
+    rec.reads.clear()
+    w = reductions.hierarchical_weights(L, groups, tilts)
+    assert len(rec.reads) == 1
+    assert r._a.dtype == dtype and r.shape == () and w._a.dtype == dtype and w.shape == (n,)
+    l64 = l.astype(np.float64)
+    eps = float(np.finfo(dtype).eps)
+    scale = float(np.max(np.abs(l64)))
+    want = float(tl.hierarchical_risk(l64, groups, tilts))
+    assert abs(float(r._a) - want) <= 64 * eps * scale
+    big = max([1.0] + [abs(t) * 2 * scale for t in tilts if math.isfinite(t)])
+    np.testing.assert_allclose(
+        w._a,
+        tl.hierarchical_weights(l64, groups, tilts),
+        rtol=64 * eps * big,
+        atol=64 * eps * big / n,
+    )
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_public_weights_of_nonfinite_losses(rec, bad):
+    from tiltlab._cupy import reductions
+
+    l = np.linspace(0.0, 1.0, 50)
+    l[3] = bad
+    groups = [np.arange(50) % 2, np.arange(50) % 10]
+    with pytest.raises(ValueError, match="`losses` contains"):
+        reductions.hierarchical_weights(FakeArray(l, rec), groups, (1.0, 1.0, 1.0))
+    w = reductions.hierarchical_weights(
+        FakeArray(l, rec), groups, (1.0, 1.0, 1.0), check_finite=False
+    )
+    assert np.all(np.isnan(w._a))

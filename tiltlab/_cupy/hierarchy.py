@@ -36,6 +36,7 @@ __all__ = [
     "DeviceTree",
     "HierarchicalCudaEngine",
     "device_tree",
+    "hierarchical",
     "tree_eval",
     "value_and_gradient",
 ]
@@ -339,3 +340,53 @@ class HierarchicalCudaEngine:
 
 
 HIERARCHICAL_CUDA = HierarchicalCudaEngine()
+
+
+def _host_numbers(tilts: Any) -> bool:
+    """Whether ``tilts`` is a sequence of host real numbers (no device or autograd tilt)."""
+    if isinstance(tilts, (str, bytes)) or not isinstance(tilts, (list, tuple)):
+        return False
+    return all(
+        isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
+        for v in tilts
+    )
+
+
+def hierarchical(
+    losses: Any, groups: Any, tilts: Any, weights: Any, check_finite: bool, want: bool
+) -> Any:
+    """``hierarchical_risk`` (``want`` False) or ``hierarchical_weights`` of 1-d
+    float32/float64 CuPy losses with any nesting of label arrays, host tilts and a CuPy
+    prior or none, or None for every other case.
+
+    The labels are read and the tree built on the host (:func:`~tiltlab.risk.build_tree`,
+    the validation of the NumPy path), uploaded, and evaluated by :func:`tree_eval`. The
+    status is read once when ``check_finite`` asks for it (non-finite losses raise the
+    library's error) and, for the weights, always (their NaN result); the risk of
+    non-finite losses is NaN on the device."""
+    import cupy
+
+    from .._compat import check_finite as _check_finite
+    from .._compat import namespace_of
+    from ..risk import build_tree, check_group_mass, prepare_prior, prepare_tilts
+
+    if not isinstance(losses, cupy.ndarray) or losses.ndim != 1 or losses.shape[0] == 0:
+        return None
+    if losses.dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
+        return None
+    if (weights is not None and not isinstance(weights, cupy.ndarray)) or not _host_numbers(tilts):
+        return None
+    tree = build_tree(groups, int(losses.shape[0]))
+    ts = prepare_tilts(tilts, tree.depth)
+    prior = None
+    if weights is not None:
+        xp = namespace_of(losses=losses, weights=weights)
+        prior = prepare_prior(weights, losses, xp)
+        check_group_mass(prior, tree, xp)
+    dtree = DeviceTree.from_tree(tree, losses.dtype, prior)
+    out, w = tree_eval(losses, dtree, ts, weights=want)
+    if (check_finite or want) and out[1:2].get()[0] != 0:
+        if check_finite:
+            _check_finite(losses, cupy, name="losses", skip="check_finite=False")
+        return cupy.full(losses.shape, math.nan, dtype=losses.dtype)
+    return w if want else out[0]

@@ -489,8 +489,9 @@ extern "C" __global__ void tilted_level_finish(
     }
 }
 
-/* one block: the outermost groups' risks at t merged at the top tilt tau. out: the risk,
- * the status (kept at 1 when a lower level set it), the top state's shift and sum; with
+/* one block: the outermost groups' risks at t merged at the top tilt tau. out: the risk
+ * (NaN when a loss was not finite), the status (1 then, also when a lower level set it),
+ * the top state's shift and sum; with
  * want, w[g] = each group's weight P_g exp(tau (R_g - c)) / s */
 extern "C" __global__ void tilted_tree_top(
     const tl_key* __restrict__ hi, const tl_key* __restrict__ lo, const T* __restrict__ sums,
@@ -518,9 +519,9 @@ extern "C" __global__ void tilted_tree_top(
     tl_block_merge<TL_FINISH_THREADS>(sh, tau);
     const tl_state all = sh[0];
     if (threadIdx.x == 0) {
-        const int lower = out[1] != (T)0;
-        out[0] = tl_risk(all, tau, tiny);
-        out[1] = (lower || bad[0] || !tl_state_finite(&all)) ? (T)1 : (T)0;
+        const int fail = out[1] != (T)0 || bad[0] || !tl_state_finite(&all);
+        out[0] = fail ? tl_inf() - tl_inf() : tl_risk(all, tau, tiny);  /* NaN: not finite */
+        out[1] = fail ? (T)1 : (T)0;
         out[2] = all.c;
         out[3] = all.s;
     }
