@@ -350,3 +350,22 @@ def test_public_weights_of_nonfinite_losses(rec, bad):
         FakeArray(l, rec), groups, (1.0, 1.0, 1.0), check_finite=False
     )
     assert np.all(np.isnan(w._a))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_levels_beyond_the_shared_memory_groups(rec, dtype):
+    # a level with more groups than a block gathers in shared memory takes the global
+    # atomics; the level above it (few groups) the shared ones
+    rng = np.random.default_rng(4)
+    n, sizes = 3000, (hierarchy.SHARED_GROUPS + 200, 30)
+    codes = _tree(rng, n, sizes)
+    l = rng.standard_normal(n) * 2
+    tilts = (-1.0, 0.5, 3.0)
+    r, _, w = _run(rec, l, codes, sizes, tilts, dtype)
+    l64 = l.astype(dtype).astype(np.float64)
+    eps = float(np.finfo(dtype).eps)
+    want = _mp_risk(l64, codes, tilts)
+    assert r[1] == 0 and abs(float(r[0]) - want) <= 64 * eps * float(np.max(np.abs(l)))
+    ref_w = tl.hierarchical_weights(l64, _labels(codes), tilts)
+    big = 6 * float(np.max(np.abs(l)))
+    np.testing.assert_allclose(w, ref_w, rtol=64 * eps * big, atol=64 * eps * big / n)

@@ -106,6 +106,11 @@ def test_reduction_kernels_compile(dtype):
         assert f".entry {kernel}" in ptx
     assert ".entry tilted_vg" not in ptx  # without a loss, no value-and-gradient kernel
     assert ".entry tilted_loss_d1" not in ptx
+    # the hierarchy's levels gather their groups in shared memory with shared atomics
+    fp = "f32" if dtype == "float32" else "f64"
+    key = "s32" if dtype == "float32" else "s64"
+    for op in (f"add.{fp}", f"max.{key}", f"min.{key}"):
+        assert f"atom.shared.{op}" in ptx, op
 
 
 def test_a_misspelt_intrinsic_is_rejected_with_its_line():

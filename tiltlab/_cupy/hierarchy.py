@@ -13,7 +13,9 @@ relative to their shifts and, below the top, every group's risk; one block for t
 level) and ``D`` more for the weights (one per level, from the outermost groups down to
 the samples), with no read: the risk and a status (0 when every loss was finite) stay on
 the device for the caller. Tilts may be any real numbers, 0 and +-inf included (the rule
-of :mod:`tiltlab.accumulator`, through ``tl_risk``).
+of :mod:`tiltlab.accumulator`, through ``tl_risk``). A level of at most
+:data:`SHARED_GROUPS` groups is gathered per block in shared memory and added to the
+global sums once per block and group; larger levels use global atomics per item.
 
 :class:`HierarchicalCudaEngine` evaluates the value and gradient of a hierarchical
 objective this way: the product ``X theta``, one kernel for the losses and their
@@ -47,6 +49,8 @@ BLOCK_THREADS = 256
 MAX_BLOCKS = 4096
 #: threads of the top level's block (``TL_FINISH_THREADS`` in kernels.cu)
 FINISH_THREADS = 512
+#: the most groups of a level gathered per block in shared memory (``TL_SHARED_GROUPS``)
+SHARED_GROUPS = 1024
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -143,6 +147,18 @@ def _blocks(n: int) -> int:
     return max(1, min(MAX_BLOCKS, -(-n // BLOCK_THREADS)))
 
 
+def _level_blocks(n: int, groups: int) -> int:
+    """Blocks of a level's atomic passes: with at most :data:`SHARED_GROUPS` groups every
+    block gathers its items in shared memory and flushes each group once, so a few waves
+    of blocks (four per multiprocessor) rather than one thread per item."""
+    if groups > SHARED_GROUPS:
+        return _blocks(n)
+    import cupy
+
+    sms = int(cupy.cuda.Device().attributes["MultiProcessorCount"])
+    return max(1, min(_blocks(n), 4 * sms))
+
+
 def _check_tilts(tilts: Any, depth: int) -> list[float]:
     ts = [float(v) for v in tilts]
     if len(ts) != depth + 1 or any(math.isnan(v) for v in ts):
@@ -202,9 +218,10 @@ def tree_eval(
     for k in range(D):
         v, m, has, codes, n, h, l_, s = level(k)
         t = T(ts[D - k])
-        grid = (_blocks(tree.items[k]),)
-        fn("tilted_level_extremes")(grid, (BLOCK_THREADS,), (v, m, has, codes, n, h, l_))
-        fn("tilted_level_sums")(grid, (BLOCK_THREADS,), (v, m, has, codes, n, t, h, l_, s))
+        G = cupy.int64(tree.sizes[k])
+        grid = (_level_blocks(tree.items[k], tree.sizes[k]),)
+        fn("tilted_level_extremes")(grid, (BLOCK_THREADS,), (v, m, has, codes, n, G, h, l_))
+        fn("tilted_level_sums")(grid, (BLOCK_THREADS,), (v, m, has, codes, n, G, t, h, l_, s))
         if k < D - 1:
             a, g = tree.group_offsets[k], tree.sizes[k]
             fn("tilted_level_finish")(

@@ -401,6 +401,10 @@ extern "C" __global__ void tilted_group_finish(
  */
 
 #define TL_KEY_LOWEST (-TL_KEY_FLIP - 1)
+/* the most groups of a level whose extremes and sums a block gathers in shared memory */
+#ifndef TL_SHARED_GROUPS
+#  define TL_SHARED_GROUPS 1024
+#endif
 
 __device__ __forceinline__ T tl_item_mass(const T* m, const int has_mass, const long long i) {
     return has_mass ? m[i] : (T)1;
@@ -423,16 +427,41 @@ extern "C" __global__ void tilted_tree_init(
 
 extern "C" __global__ void tilted_level_extremes(
     const T* __restrict__ v, const T* __restrict__ m, const int has_mass,
-    const long long* __restrict__ codes, const long long n,
+    const long long* __restrict__ codes, const long long n, const long long n_groups,
     tl_key* __restrict__ hi, tl_key* __restrict__ lo)
 {
+    // up to TL_SHARED_GROUPS groups, each block gathers its extremes in shared memory and
+    // adds them to the global ones once (few global atomics on few addresses)
+    __shared__ tl_key shi[TL_SHARED_GROUPS];
+    __shared__ tl_key slo[TL_SHARED_GROUPS];
+    const bool priv = n_groups <= TL_SHARED_GROUPS;  /* the same in every thread */
+    if (priv) {
+        for (long long g = threadIdx.x; g < n_groups; g += blockDim.x) {
+            shi[g] = (tl_key)TL_KEY_LOWEST;
+            slo[g] = (tl_key)TL_KEY_FLIP;
+        }
+        __syncthreads();
+    }
     const long long stride = (long long)gridDim.x * blockDim.x;
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
         if (!(tl_item_mass(m, has_mass, i) > (T)0)) continue;
         const long long g = codes[i];
         const tl_key k = tl_to_key(v[i]);
-        atomicMax(hi + g, k);
-        atomicMin(lo + g, k);
+        if (priv) {
+            atomicMax(shi + g, k);
+            atomicMin(slo + g, k);
+        } else {
+            atomicMax(hi + g, k);
+            atomicMin(lo + g, k);
+        }
+    }
+    if (priv) {
+        __syncthreads();
+        for (long long g = threadIdx.x; g < n_groups; g += blockDim.x) {
+            if (shi[g] == (tl_key)TL_KEY_LOWEST) continue;  /* no item here */
+            atomicMax(hi + g, shi[g]);
+            atomicMin(lo + g, slo[g]);
+        }
     }
 }
 
@@ -440,9 +469,16 @@ extern "C" __global__ void tilted_level_extremes(
  * group's shift (its largest value for t > 0, else its smallest) */
 extern "C" __global__ void tilted_level_sums(
     const T* __restrict__ v, const T* __restrict__ m, const int has_mass,
-    const long long* __restrict__ codes, const long long n, const T t,
-    const tl_key* __restrict__ hi, const tl_key* __restrict__ lo, T* __restrict__ sums)
+    const long long* __restrict__ codes, const long long n, const long long n_groups,
+    const T t, const tl_key* __restrict__ hi, const tl_key* __restrict__ lo,
+    T* __restrict__ sums)
 {
+    __shared__ T ssum[3 * TL_SHARED_GROUPS];  /* as in tilted_level_extremes */
+    const bool priv = n_groups <= TL_SHARED_GROUPS;
+    if (priv) {
+        for (long long g = threadIdx.x; g < 3 * n_groups; g += blockDim.x) ssum[g] = (T)0;
+        __syncthreads();
+    }
     const long long stride = (long long)gridDim.x * blockDim.x;
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
         const T p = tl_item_mass(m, has_mass, i);
@@ -451,9 +487,21 @@ extern "C" __global__ void tilted_level_sums(
         const T c = tl_from_key(t > 0 ? hi[g] : lo[g]);
         const T x = v[i];
         const T u = tl_gap(t, x, c);
-        atomicAdd(sums + 3 * g, p * TL_EXP(u));
-        atomicAdd(sums + 3 * g + 1, p * TL_EXPM1(u));
-        atomicAdd(sums + 3 * g + 2, p * (x - c));
+        const T e = p * TL_EXP(u), em1 = p * TL_EXPM1(u), dl = p * (x - c);
+        if (priv) {
+            atomicAdd(ssum + 3 * g, e);
+            atomicAdd(ssum + 3 * g + 1, em1);
+            atomicAdd(ssum + 3 * g + 2, dl);
+        } else {
+            atomicAdd(sums + 3 * g, e);
+            atomicAdd(sums + 3 * g + 1, em1);
+            atomicAdd(sums + 3 * g + 2, dl);
+        }
+    }
+    if (priv) {
+        __syncthreads();
+        for (long long g = threadIdx.x; g < 3 * n_groups; g += blockDim.x)
+            if (ssum[g] != (T)0) atomicAdd(sums + g, ssum[g]);
     }
 }
 
