@@ -144,9 +144,10 @@ def test_risk_and_weights_report_nonfinite_losses(rec, bad):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize(
-    ("tau", "t"), [(1.0, 1.0), (-2.0, 5.0), (0.0, -3.0), (3.0, 0.0), (1e-9, 1e-300)]
+    ("tau", "t"),
+    [(1.0, 1.0), (-2.0, 5.0), (0.0, -3.0), (3.0, 0.0), (1e-9, 1e-300), (np.inf, -np.inf)],
 )
-@pytest.mark.parametrize(("n", "labels"), [(1, 1), (600, 7), (900, 40)])
+@pytest.mark.parametrize(("n", "labels"), [(1, 1), (600, 7), (900, 40), (2500, 1200)])
 def test_hierarchical_risk(rec, dtype, tau, t, n, labels):
     rng = np.random.default_rng(labels)
     l = (rng.standard_normal(n) * 2).astype(dtype)
@@ -157,11 +158,13 @@ def test_hierarchical_risk(rec, dtype, tau, t, n, labels):
     want = float(tl.hierarchical_risk(l.astype(np.float64), g, (tau, t)))
     eps = float(np.finfo(dtype).eps)
     assert abs(float(r._a) - want) <= 64 * eps * float(np.max(np.abs(l))), (float(r._a), want)
-    assert len(rec.reads) == 2  # the labels' range, the status
+    assert len(rec.reads) == 2 and rec.uploads == []  # the labels' range, the status
     assert [k for k in rec.launches if k.startswith("tilted")] == [
-        "tilted_group_extremes",
-        "tilted_group_sums",
-        "tilted_group_finish",
+        "tilted_level_count",
+        "tilted_tree_init",
+        "tilted_level_extremes",
+        "tilted_level_sums",
+        "tilted_tree_top",
     ]
 
 
@@ -179,6 +182,7 @@ def test_hierarchical_risk_other_labels_and_tilts_take_the_tree(rec):
         (-g, (1.0, 1.0)),
         (g * 1.0, (1.0, 1.0)),
         (g, (1.0, np.inf)),
+        (G, (1.0, np.inf)),
         (g, (-2.0, 1.0)),
     ):
         r = reductions.hierarchical_risk(L, labels, tilts)
@@ -193,7 +197,7 @@ def test_hierarchical_risk_other_labels_and_tilts_take_the_tree(rec):
     r = reductions.hierarchical_risk(FakeArray(bad, rec), G, (1.0, 1.0), check_finite=False)
     assert np.isnan(r._a)
     with pytest.raises(ValueError, match="`losses` contains NaN"):
-        reductions.hierarchical_risk(FakeArray(bad, rec), g, (1.0, np.inf))
+        reductions.hierarchical_risk(FakeArray(bad, rec), G, (1.0, np.inf))
     rec.reads.clear()
     r = reductions.hierarchical_risk(FakeArray(bad, rec), g, (1.0, np.inf), check_finite=False)
     assert np.isnan(r._a) and rec.reads == []  # NaN on the device, nothing read

@@ -132,6 +132,30 @@ class DeviceTree:
             host_prior = cupy.asnumpy(prior)
         return cls.from_codes(codes, sizes, dtype, prior=prior, host_prior=host_prior)
 
+    @classmethod
+    def from_device_codes(cls, codes: Any, n_groups: int, dtype: Any) -> DeviceTree:
+        """One level from device int64 codes in ``[0, n_groups)`` (unused codes are
+        empty groups) under unit masses: the groups' sizes are counted on the device (a
+        fill and one launch), nothing is uploaded or read."""
+        import cupy
+
+        n = int(codes.shape[0])
+        mass = cupy.zeros(n_groups, dtype=dtype)
+        mod = source.module(source.reduction_source(dtype))
+        mod.get_function("tilted_level_count")(
+            (_level_blocks(n, n_groups),),
+            (BLOCK_THREADS,),
+            (codes, cupy.int64(n), cupy.int64(n_groups), mass),
+        )
+        return cls(
+            sizes=(int(n_groups),),
+            items=(n,),
+            item_offsets=(0,),
+            group_offsets=(0,),
+            codes=codes,
+            mass=mass,
+        )
+
     def level_codes(self, k: int) -> Any:
         """Level ``k``'s codes (a view)."""
         a = self.item_offsets[k]

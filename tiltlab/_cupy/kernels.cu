@@ -286,10 +286,7 @@ extern "C" __global__ void tilted_weights_apply(
 }
 
 /* ------------------------------------------------------------------------------------
- * hierarchical_risk with one grouping level given by integer codes in [0, G): the
- * groups' extremes and counts (atomics on order-preserving integer keys), their sums
- * relative to their shifts, then one block forms every group's risk and the top level's
- * tilted risk of the groups' risks weighted by their counts
+ * order-preserving integer keys of the values (the groups' extremes by integer atomics)
  */
 
 #if TL_FLOAT
@@ -313,78 +310,6 @@ __device__ __forceinline__ tl_key tl_to_key(T v) {
 __device__ __forceinline__ T tl_from_key(tl_key k) {
     return tl_unbits(k >= 0 ? k : (tl_key)(k ^ TL_KEY_FLIP));
 }
-
-extern "C" __global__ void tilted_group_extremes(
-    const T* __restrict__ l, const long long* __restrict__ codes, const long long n,
-    tl_key* __restrict__ hi, tl_key* __restrict__ lo, unsigned long long* __restrict__ count)
-{
-    const long long stride = (long long)gridDim.x * blockDim.x;
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        const long long g = codes[i];
-        const tl_key k = tl_to_key(l[i]);
-        atomicMax(hi + g, k);
-        atomicMin(lo + g, k);
-        atomicAdd(count + g, 1ULL);
-    }
-}
-
-/* sums[3 g + (0, 1, 2)]: sum exp(u), sum expm1(u), sum (l - c) with u = t (l - c) and c
- * the group's shift (its largest loss for t > 0, else its smallest) */
-extern "C" __global__ void tilted_group_sums(
-    const T* __restrict__ l, const long long* __restrict__ codes, const long long n,
-    const T t, const tl_key* __restrict__ hi, const tl_key* __restrict__ lo,
-    T* __restrict__ sums)
-{
-    const long long stride = (long long)gridDim.x * blockDim.x;
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        const long long g = codes[i];
-        const T c = tl_from_key(t > 0 ? hi[g] : lo[g]);
-        const T v = l[i];
-        const T u = tl_gap(t, v, c);
-        atomicAdd(sums + 3 * g, TL_EXP(u));
-        atomicAdd(sums + 3 * g + 1, TL_EXPM1(u));
-        atomicAdd(sums + 3 * g + 2, v - c);
-    }
-}
-
-/* out: the risk and a status (0: every loss finite) */
-extern "C" __global__ void tilted_group_finish(
-    const tl_key* __restrict__ hi, const tl_key* __restrict__ lo,
-    const unsigned long long* __restrict__ count, const T* __restrict__ sums,
-    const long long n_groups, const T t, const T tau, const T tiny, T* __restrict__ out)
-{
-    __shared__ tl_state sh[TL_FINISH_THREADS];
-    __shared__ int bad[TL_FINISH_THREADS];
-    tl_state top = tl_empty();
-    int my_bad = 0;
-    T r;
-    for (long long g = threadIdx.x; g < n_groups; g += TL_FINISH_THREADS) {
-        if (count[g] == 0ULL) continue;
-        tl_state st;
-        st.hi = tl_from_key(hi[g]);
-        st.lo = tl_from_key(lo[g]);
-        st.c = t > 0 ? st.hi : st.lo;
-        st.s = sums[3 * g];
-        st.q = sums[3 * g + 1];
-        st.lsum = sums[3 * g + 2];
-        st.mass = (T)count[g];
-        if (!tl_state_finite(&st)) my_bad = 1;
-        tl_push_w(&top, tl_risk(st, t, tiny), st.mass, tau, &r);
-    }
-    sh[threadIdx.x] = top;
-    bad[threadIdx.x] = my_bad;
-    __syncthreads();
-    for (int w = TL_FINISH_THREADS / 2; w > 0; w >>= 1) {
-        if ((int)threadIdx.x < w) bad[threadIdx.x] |= bad[threadIdx.x + w];
-        __syncthreads();
-    }
-    tl_block_merge<TL_FINISH_THREADS>(sh, tau);
-    if (threadIdx.x == 0) {
-        out[0] = tl_risk(sh[0], tau, tiny);
-        out[1] = (bad[0] || !tl_state_finite(&sh[0])) ? (T)1 : (T)0;
-    }
-}
-
 
 /* ------------------------------------------------------------------------------------
  * hierarchies of any depth. Level k partitions its items (the samples for k = 0, the
@@ -502,6 +427,30 @@ extern "C" __global__ void tilted_level_sums(
         __syncthreads();
         for (long long g = threadIdx.x; g < 3 * n_groups; g += blockDim.x)
             if (ssum[g] != (T)0) atomicAdd(sums + g, ssum[g]);
+    }
+}
+
+/* mass[g] += the number of items of group g (mass zeroed by the caller); up to
+ * TL_SHARED_GROUPS groups, each block counts in shared memory and adds its counts once */
+extern "C" __global__ void tilted_level_count(
+    const long long* __restrict__ codes, const long long n, const long long n_groups,
+    T* __restrict__ mass)
+{
+    __shared__ unsigned int scount[TL_SHARED_GROUPS];
+    const bool priv = n_groups <= TL_SHARED_GROUPS;
+    if (priv) {
+        for (long long g = threadIdx.x; g < n_groups; g += blockDim.x) scount[g] = 0u;
+        __syncthreads();
+    }
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        if (priv) atomicAdd(scount + codes[i], 1u);
+        else atomicAdd(mass + codes[i], (T)1);
+    }
+    if (priv) {
+        __syncthreads();
+        for (long long g = threadIdx.x; g < n_groups; g += blockDim.x)
+            if (scount[g]) atomicAdd(mass + g, (T)scount[g]);
     }
 }
 

@@ -134,7 +134,7 @@ def tilted_weights(
 
 
 def _tilt_pair(tilts: Any) -> tuple[float, float] | None:
-    """``(top, inner)`` for two finite host tilts (outermost first), else None."""
+    """``(top, inner)`` for two host tilts (outermost first; +-inf allowed), else None."""
     if isinstance(tilts, (str, bytes)):
         return None
     try:
@@ -149,7 +149,7 @@ def _tilt_pair(tilts: Any) -> tuple[float, float] | None:
             v, (int, float, np.integer, np.floating)
         ):
             return None
-        if not math.isfinite(float(v)):
+        if math.isnan(float(v)):
             return None
         out.append(float(v))
     return out[0], out[1]
@@ -161,11 +161,12 @@ def hierarchical_risk(
     """The hierarchical risk of 1-d CuPy losses.
 
     With one grouping level given by CuPy integer labels (used as group codes: none
-    negative, all below ``2 N + 1024``), two finite host tilts and the uniform prior: one
-    read of the labels' range, three passes over the losses and labels (the groups'
-    extremes and counts, their sums, every group's risk and the top level in one block)
-    and, with ``check_finite``, one read of the status. Every other hierarchy of float
-    losses with host tilts goes through the tree on the device
+    negative, all below ``2 N + 1024``; unused codes are empty groups), two host tilts
+    and the uniform prior: one read of the labels' range, the groups' counts on the
+    device (:meth:`.hierarchy.DeviceTree.from_device_codes`), the tree's passes
+    (:func:`.hierarchy.tree_eval`: the groups' extremes, their sums, the top level in one
+    block) and, with ``check_finite``, one read of the status. Every other hierarchy of
+    float losses with host tilts goes through the tree built on the host
     (:func:`.hierarchy.hierarchical`); other cases give None."""
     import cupy
 
@@ -182,33 +183,9 @@ def hierarchical_risk(
     lo_code, hi_code = (int(v) for v in cupy.stack([codes.min(), codes.max()]).get())
     if lo_code < 0 or hi_code >= 2 * n + 1024:
         return hierarchy.hierarchical(losses, groups, tilts, weights, check_finite, False)
-    G = hi_code + 1
-    dtype = losses.dtype
-    key = np.int32 if dtype == np.float32 else np.int64
-    info = np.iinfo(key)
-    hi = cupy.full(G, info.min, dtype=key)
-    lo = cupy.full(G, info.max, dtype=key)
-    count = cupy.zeros(G, dtype=cupy.uint64)
-    sums = cupy.zeros((G, 3), dtype=dtype)
-    out = cupy.empty(2, dtype=dtype)
-    lc = cupy.ascontiguousarray(losses)
-    T = dtype.type
-    mod = source.module(source.reduction_source(dtype))
-    blocks = max(1, min(4 * MAX_BLOCKS, -(-n // BLOCK_THREADS)))
-    n64 = cupy.int64(n)
-    mod.get_function("tilted_group_extremes")(
-        (blocks,), (BLOCK_THREADS,), (lc, codes, n64, hi, lo, count)
-    )
-    mod.get_function("tilted_group_sums")(
-        (blocks,), (BLOCK_THREADS,), (lc, codes, n64, T(t), hi, lo, sums)
-    )
-    tiny = math.sqrt(float(np.finfo(dtype).tiny))
-    mod.get_function("tilted_group_finish")(
-        (1,),
-        (FINISH_THREADS,),
-        (hi, lo, count, sums, cupy.int64(G), T(t), T(tau), T(tiny), out),
-    )
-    _check(lc, out, check_finite)
+    tree = hierarchy.DeviceTree.from_device_codes(codes, hi_code + 1, losses.dtype)
+    out, _ = hierarchy.tree_eval(losses, tree, (tau, t))
+    _check(losses, out, check_finite)
     return out[0]
 
 
