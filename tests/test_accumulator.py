@@ -275,12 +275,10 @@ def test_reduction_extra_sums_are_normalised(xp):
     v = np.array([1.0, -2.0, 0.5, 4.0, 3.0])
     t = -1.3
     blocks = [(xp.asarray(l[a:b]), xp.asarray(v[a:b])) for a, b in ((0, 1), (1, 4), (4, 5))]
-    st = merge_all(
-        [
-            TiltState.from_block(lb, t, sums=lambda pe, vb=vb: (xp.sum(pe * vb),))
-            for lb, vb in blocks
-        ]
-    )
+    st = merge_all([
+        TiltState.from_block(lb, t, sums=lambda pe, vb=vb: (xp.sum(pe * vb),))
+        for lb, vb in blocks
+    ])
     (wv,) = st.normalized_sums()
     assert abs(float(to_numpy(wv)) - float(_mp_wsum(l, None, t, v))) <= 1e-15 * 4
 

@@ -58,9 +58,8 @@ def test_blocked_matches_plain(xp, xp_name, loss, t, block_rows):
     p = rng.random(n) + 0.1
     v = rng.standard_normal(d)
     for prior in (None, p):
-        obj = tl.TiltedObjective(
-            loss, _to(xp, X), _to(xp, y), t=t, weights=None if prior is None else _to(xp, prior)
-        )
+        obj = tl.TiltedObjective(loss, _to(xp, X), _to(xp, y), t=t,
+                                 weights=None if prior is None else _to(xp, prior))
         obj.block_rows = block_rows
         obj.value(_to(xp, theta))  # prepares the prior
         val, g = obj.value_and_gradient(_to(xp, theta))
@@ -101,9 +100,8 @@ def test_float32_blocked_engine(xp):
     X = rng.standard_normal((500, 6))
     theta = rng.standard_normal(6) / 3
     y = (rng.random(500) < 0.3) * 1.0
-    obj = tl.TiltedObjective(
-        "logistic", _to(xp, X.astype(np.float32)), _to(xp, y.astype(np.float32)), t=3.0
-    )
+    obj = tl.TiltedObjective("logistic", _to(xp, X.astype(np.float32)),
+                             _to(xp, y.astype(np.float32)), t=3.0)
     obj.block_rows = 50
     val, g = obj.value_and_gradient(_to(xp, theta.astype(np.float32)))
     assert g.dtype == xp.float32 and val.dtype == xp.float32
@@ -217,7 +215,6 @@ def test_hierarchical_objective_gradient_zipf(xp):
     _, grad = obj.value_and_gradient(_to(xp, th))
     ref = tl.TiltedObjective("logistic", X, y, groups=g, tilts=(2.0, -1.0))
     h = 1e-6
-    fd = np.array(
-        [(float(ref.value(th + h * e)) - float(ref.value(th - h * e))) / (2 * h) for e in np.eye(d)]
-    )
+    fd = np.array([(float(ref.value(th + h * e)) - float(ref.value(th - h * e))) / (2 * h)
+                   for e in np.eye(d)])
     np.testing.assert_allclose(to_numpy(grad), fd, rtol=1e-6, atol=1e-9)

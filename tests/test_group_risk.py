@@ -346,7 +346,7 @@ def test_labelled_risk_many_groups_against_the_group_state(dtype):
     order = np.argsort(dense, kind="stable")
     starts = np.concatenate([[0], np.cumsum(counts.astype(np.int64))])
     for g in rng.choice(present.size, 50, replace=False):
-        lg = l[order[starts[g] : starts[g + 1]]].astype(np.float64)
+        lg = l[order[starts[g]:starts[g + 1]]].astype(np.float64)
         ref = _ref_lse(lg, -2.0, None, np.zeros(lg.size, np.int64), 1)[0]
         assert abs(float(r[g]) - ref) <= tol[g], (g, r[g], ref)
 

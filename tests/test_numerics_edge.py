@@ -38,10 +38,8 @@ def test_losses_near_float_max_are_finite_and_exact(xp, xp_name, values, t):
     # warnings are errors in this suite: no RuntimeWarning may escape either, except on
     # Dask, whose worker threads do not see NumPy's error state (the values are still exact)
     if xp_name == "dask.array" and t == 0.0 and values[0] < 0:
-        pytest.skip(
-            "Dask's lazy t = 0 reduction sums losses relative to the minimum; a spread "
-            "beyond the float maximum (losses of both signs near 1.7e308) overflows it"
-        )
+        pytest.skip("Dask's lazy t = 0 reduction sums losses relative to the minimum; a spread "
+                    "beyond the float maximum (losses of both signs near 1.7e308) overflows it")
     l = xp.asarray(np.array(values))
     with warnings.catch_warnings():
         if xp_name == "dask.array":
@@ -242,9 +240,8 @@ def test_torch_half_losses(dtype_name):
         assert float(r) == pytest.approx(want, rel=float(torch.finfo(dt).eps))
     h = tl.hierarchical_risk(l, [0, 0, 1, 1], (1.0, 1.0))
     assert h.dtype == dt
-    assert float(h) == pytest.approx(
-        float(_mp_risk(list(exact), 1.0)), rel=float(torch.finfo(dt).eps)
-    )
+    assert float(h) == pytest.approx(float(_mp_risk(list(exact), 1.0)),
+                                     rel=float(torch.finfo(dt).eps))
 
 
 def test_numpy_float16_accumulates_in_float32():

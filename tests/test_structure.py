@@ -481,16 +481,8 @@ def test_only_compat_imports_array_api_compat():
 
 
 def test_nothing_outside_the_objective_reads_its_private_state():
-    private = (
-        "_prior",
-        "_weights_in",
-        "_tilts_list",
-        "_groups",
-        "_set_tree",
-        "_dask_plan",
-        "_problem",
-        "_block_rows",
-    )
+    private = ("_prior", "_weights_in", "_tilts_list", "_groups", "_set_tree", "_dask_plan",
+               "_problem", "_block_rows")
     root = Path(tiltlab.__file__).parent
     found = []
     for path in sorted(root.rglob("*.py")):
