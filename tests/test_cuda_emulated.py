@@ -170,11 +170,10 @@ def test_hierarchical_risk(rec, dtype, tau, t, n, labels):
 
 def test_hierarchical_risk_other_labels_and_tilts_take_the_tree(rec):
     # what the one-level integer route does not serve (negative or float labels, host
-    # labels, infinite tilts) goes through the tree on the device (labels that are not
-    # device integers are host arrays here: the stand-in's arrays cannot be read by
-    # array-api-compat's conversion, which a device label array goes through); more tilts
-    # than levels
-    # are the NumPy path's error; non-finite losses raise, or give NaN when unchecked
+    # labels) goes through the tree built on the host (such labels are host arrays here:
+    # the stand-in's arrays cannot be read by array-api-compat's conversion, which device
+    # labels go through); more tilts than levels are the NumPy path's error; non-finite
+    # losses raise, or give NaN when unchecked
     l = np.linspace(0.0, 1.0, 64)
     g = np.arange(64) % 4
     L, G = FakeArray(l, rec), FakeArray(g, rec)
