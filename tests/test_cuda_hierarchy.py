@@ -121,6 +121,7 @@ TILTS_3 = [(0.5, -1.0, 2.0), (0.0, math.inf, 1e-7), (-3.0, 0.0, -math.inf), (1e-
 CASES = [(t, (7,)) for t in TILTS_2] + [(t, (9, 4)) for t in TILTS_3]
 if not FULL:
     CASES = CASES[::2]
+CASES.append(((1.0, -0.5, 2.0, 1e-9), (12, 5, 2)))  # three levels
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
