@@ -318,7 +318,7 @@ def value_and_gradient(
 ) -> tuple[Any, Any] | None:
     """Value (0-d) and gradient of the hierarchical tilted risk of ``loss`` (a name in
     :data:`~.source.C_LOSSES`) plus ``l2/2 |theta|^2``, or None when a loss is not
-    finite. ``5 + 4 D`` launches (one more with ``l2``), one read."""
+    finite. ``4 + 4 D`` launches for ``D`` levels (one more with ``l2``), one read."""
     import cupy
 
     n, d = int(X.shape[0]), int(X.shape[1])
