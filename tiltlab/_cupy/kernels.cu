@@ -431,7 +431,9 @@ extern "C" __global__ void tilted_level_sums(
 }
 
 /* mass[g] += the number of items of group g (mass zeroed by the caller); up to
- * TL_SHARED_GROUPS groups, each block counts in shared memory and adds its counts once */
+ * TL_SHARED_GROUPS groups, each block counts in shared memory and adds its counts once.
+ * Beyond that the items add one at a time, as the sums of tilted_level_sums do: in float
+ * such a running sum stops growing at 2^24, so a group of more items has inexact sums */
 extern "C" __global__ void tilted_level_count(
     const long long* __restrict__ codes, const long long n, const long long n_groups,
     T* __restrict__ mass)
