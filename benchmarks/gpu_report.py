@@ -17,7 +17,12 @@ It
 4. times the same objective written in PyTorch on CUDA and differentiated by autograd
    (``logsumexp`` of ``t * losses``), and reports tiltlab's speed-up over it;
 5. checks the fused kernel, the generic path and PyTorch against each other on every case;
-6. times ``hierarchical_risk`` with 1000 groups against ``tilted_risk`` of the same losses;
+6. times ``hierarchical_risk`` with 1000 groups against ``tilted_risk`` of the same losses
+   (one level of device integer labels; and two nested levels of 100 and 1000 groups,
+   whose group tree the function builds on the host at every call), and the value and
+   gradient of hierarchical objectives (one level of 1000 groups, two levels of 100 and
+   1000; the group tree uploaded once per objective) against the generic path and
+   against the sample-level objective of the same data;
 7. times a training step of a small MLP (batch 512) with ``tiltlab.torch.TiltedLoss``
    against the same step with a mean loss, on CUDA (bf16 autocast; eager and compiled)
    and on the CPU (eager), interleaved.
@@ -25,7 +30,8 @@ It
 The report names the device and the commit measured (``git rev-parse HEAD``).
 
 Times are medians of CUDA-event timings after warm-up. It prints a table and writes JSON.
-Nothing runs without a GPU (the script exits with a message).
+Nothing runs without a GPU (the script exits with a message); ``--dry-run`` lists the
+cases and exits.
 """
 
 from __future__ import annotations
@@ -155,7 +161,13 @@ def main(argv=None):
     ap.add_argument("--repeat", type=int, default=9)
     ap.add_argument("--no-torch-step", action="store_true",
                     help="skip the TiltedLoss training-step ratios")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="list the cases and exit (no GPU needed)")
     args = ap.parse_args(argv)
+    if args.dry_run:
+        for case in _cases(args):
+            print(case)
+        return 0
     try:
         import cupy
 
@@ -211,7 +223,16 @@ def main(argv=None):
         rows.append({"call": "hierarchical_risk 1000 groups", "dtype": np.dtype(dtype).name,
                      "d": 1, "ms": sec_h * 1e3, "vs_tilted_risk": sec_h / sec_r})
         print(_fmt(rows[-1]), flush=True)
-        del l, groups
+        inner = np.arange(n) % 1000
+        nested = [cupy.asarray(inner % 100), cupy.asarray(inner)]
+        sec_n = _timeit(lambda l=l, g=nested: tl.hierarchical_risk(l, g, [1.0, -1.0, 1.0]),
+                        sync, args.repeat)
+        rows.append({"call": "hierarchical_risk 100 x 1000 nested groups (tree built per call)",
+                     "dtype": np.dtype(dtype).name, "d": 1, "ms": sec_n * 1e3,
+                     "vs_tilted_risk": sec_n / sec_r})
+        print(_fmt(rows[-1]), flush=True)
+        del l, groups, nested
+    rows += hierarchical_objective_rows(cupy, tl, n, args.dims[0], sync, args.repeat)
     for dtype in (np.float32, np.float64):
         for d in args.dims:
             X = cupy.random.default_rng(d).standard_normal((n, d), dtype=dtype)
@@ -277,6 +298,62 @@ def main(argv=None):
         with open(args.json, "w") as fh:
             json.dump(report, fh, indent=1)
     return 0
+
+
+def _cases(args):
+    """The measured cases, by name (what ``--dry-run`` prints)."""
+    out = []
+    for dtype in ("float32", "float64"):
+        out += [f"tilted_risk t={t:g} {dtype} n={args.n}" for t in (1.0, 1e-3)]
+        out += [f"tilted_weights t=1 {dtype}", f"hierarchical_risk 1000 groups {dtype}",
+                f"hierarchical_risk 100 x 1000 nested groups {dtype}"]
+    for dtype in ("float32", "float64"):
+        for levels in ("1000", "100 x 1000"):
+            out.append(f"hierarchical value_and_gradient logistic {levels} groups {dtype} "
+                       f"d={args.dims[0]}")
+    for dtype in ("float32", "float64"):
+        for d in args.dims:
+            out += [f"value_and_gradient {loss} {dtype} d={d}" for loss in ("squared",
+                                                                             "logistic")]
+    if not args.no_torch_step:
+        out.append("TiltedLoss step / mean-loss step (cuda eager, cuda compiled, cpu)")
+    return out
+
+
+def hierarchical_objective_rows(cupy, tl, n, d, sync, repeat):
+    """Value and gradient of hierarchical objectives (logistic loss, ``d`` features): the
+    device tree against the generic path and against the sample-level objective."""
+    rows = []
+    for dtype in (np.float32, np.float64):
+        X = cupy.random.default_rng(d).standard_normal((n, d), dtype=dtype)
+        y = (cupy.random.default_rng(2).random(n) < 0.3).astype(dtype)
+        theta = cupy.asarray((np.random.default_rng(0).standard_normal(d) / math.sqrt(d))
+                             .astype(dtype))
+        inner = np.arange(n) % 1000
+        flat = tl.TiltedObjective("logistic", X, y, t=1.0)
+        sec_s = _timeit(lambda o=flat, th=theta: o.value_and_gradient(th), sync, repeat)
+        for name, groups, tilts in (("1000", inner, (1.0, 1.0)),
+                                    ("100 x 1000", [inner % 100, inner], (1.0, -1.0, 1.0))):
+            obj = tl.TiltedObjective("logistic", X, y, groups=groups, tilts=tilts)
+            gen = tl.TiltedObjective("logistic", X, y, groups=groups, tilts=tilts)
+            gen.fused = False
+            obj.value_and_gradient(theta)  # the tree goes to the device once
+            sec_h = _timeit(lambda o=obj, th=theta: o.value_and_gradient(th), sync, repeat)
+            sec_g = _timeit(lambda o=gen, th=theta: o.value_and_gradient(th), sync, repeat)
+            vh, gh = obj.value_and_gradient(theta)
+            vg, gg = gen.value_and_gradient(theta)
+            rows.append({"call": f"hierarchical value_and_gradient logistic {name} groups",
+                         "dtype": np.dtype(dtype).name, "d": d, "ms": sec_h * 1e3,
+                         "generic_ms": sec_g * 1e3, "vs_sample_level": sec_h / sec_s,
+                         "vs_generic": sec_h / sec_g,
+                         "device_vs_generic_grad": float(cupy.max(cupy.abs(gh - gg))
+                                                         / cupy.max(cupy.abs(gg))),
+                         "device_vs_generic_value": abs(float(vh) - float(vg)) / abs(float(vg))})
+            print(_fmt(rows[-1]), flush=True)
+            del obj, gen
+        del X, y, flat
+        cupy.get_default_memory_pool().free_all_blocks()
+    return rows
 
 
 def _fmt(row):

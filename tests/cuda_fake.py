@@ -1,7 +1,7 @@
 """A recording stand-in for CuPy (no GPU): device arrays over NumPy buffers, every host
 read (``.get()``, ``float()``, ``.item()``, ``bool()``, ``cupy.asnumpy``, implicit
-conversions) and every launch (kernels, copies, ``matmul``) recorded; kernels optionally
-executed on the CPU."""
+conversions), every upload (``cupy.asarray`` of host data) and every launch (kernels,
+copies, ``matmul``) recorded; kernels optionally executed on the CPU."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ class Recorder:
     def __init__(self) -> None:
         self.reads: list[str] = []
         self.launches: list[str] = []
+        self.uploads: list[tuple] = []
 
 
 class FakeArray:
@@ -132,7 +133,17 @@ def fake_cupy(rec: Recorder, run=None, sms: int = 132) -> types.ModuleType:
         rec.launches.append("stack")
         return FakeArray(np.stack([a._a for a in arrays]), rec)
 
-    cp.full, cp.zeros, cp.stack = full, zeros, stack
+    def asarray(a, dtype=None):
+        if isinstance(a, FakeArray):  # already on the device
+            if dtype is None or np.dtype(dtype) == a.dtype:
+                return a
+            rec.launches.append("copy")
+            return FakeArray(a._a.astype(dtype), rec)
+        host = np.array(a, dtype=dtype, copy=True)
+        rec.uploads.append(host.shape)
+        return FakeArray(host, rec)
+
+    cp.full, cp.zeros, cp.stack, cp.asarray = full, zeros, stack, asarray
     cp.uint64 = np.uint64
     cp.empty = empty
     cp.empty_like = lambda a: empty(a.shape, a.dtype)

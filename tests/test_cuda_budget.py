@@ -121,6 +121,8 @@ def test_the_cupy_backend_is_registered_lazily_in_one_module():
         "assert ENGINES.lookup('cupy') is b.engine.FUSED_CUDA\n"
         "from tiltlab.risk._dispatch import HIERARCHICAL_RISK\n"
         "assert HIERARCHICAL_RISK.lookup('cupy') is b.reductions.hierarchical_risk\n"
+        "from tiltlab.risk._dispatch import HIERARCHICAL_WEIGHTS\n"
+        "assert HIERARCHICAL_WEIGHTS.lookup('cupy') is b.reductions.hierarchical_weights\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
 
@@ -137,3 +139,86 @@ def test_launch_sizes_match_the_kernels():
     assert macro("TL_FINISH_THREADS") == cuda_engine.FINISH_THREADS == reductions.FINISH_THREADS
     assert macro("TL_BLOCK_THREADS") == reductions.BLOCK_THREADS
     assert cuda_engine.THREADS % 32 == 0  # whole warps: the epilogue writes one state each
+
+
+def _hierarchical_problem(rec, n, d, labels, tilts, l2, prior=None, cache=None):
+    from tiltlab.risk import build_tree
+
+    dtype = np.float32
+    return SimpleNamespace(
+        is_linear=True,
+        groups=labels,
+        tree=build_tree(labels, n),
+        weights=prior,
+        prior=None if prior is None else FakeArray(prior.astype(dtype), rec),
+        loss=get_loss("logistic"),
+        X=FakeArray(np.zeros((n, d), dtype), rec),
+        y=FakeArray(np.zeros(n, dtype), rec),
+        tilts=tuple(tilts),
+        shape=(d,),
+        l2=l2,
+        dtype=np.dtype(dtype),
+        cache={} if cache is None else cache,
+    )
+
+
+@pytest.mark.parametrize("depth", [1, 2, 3])
+@pytest.mark.parametrize("l2", [0.0, 0.5])
+@pytest.mark.parametrize("with_prior", [False, True])
+def test_hierarchical_value_and_gradient_budget(rec, depth, l2, with_prior):
+    # the group tree goes to the device once (codes and masses: two uploads; with a
+    # prior, one read of it); every evaluation is then a fixed list of launches and one
+    # read, uploads nothing, whatever the number of samples and groups
+    n, d = 10_000, 8
+    labels = [np.arange(n) % 1000 // 10**k for k in range(depth)][::-1]
+    prior = np.full(n, 1.0 / n) if with_prior else None
+    tilts = [1.0, -2.0, 0.5, 3.0][: depth + 1]
+    problem = _hierarchical_problem(rec, n, d, labels, tilts, l2, prior)
+    assert cuda_engine.FUSED_CUDA.applies(problem)
+    ctx = Context(count=lambda k: None, update=lambda p: None)
+    theta = FakeArray(np.zeros(d, np.float32), rec)
+    per_level = ["tilted_level_extremes", "tilted_level_sums", "tilted_level_finish"]
+    want = (
+        ["matmul", "tilted_loss_d1", "tilted_tree_init"]
+        + per_level * (depth - 1)
+        + per_level[:2]
+        + ["tilted_tree_top"]
+        + ["tilted_level_weights"] * depth
+        + ["matmul"]
+        + (["tilted_ridge"] if l2 else [])
+    )
+    for call in range(3):
+        out = cuda_engine.FUSED_CUDA.value_and_gradient(problem, theta, ctx)
+        assert out is not None
+        value, grad = out
+        assert value.shape == () and grad.shape == (d,)
+        assert rec.launches == want, rec.launches
+        build_read = 1 if with_prior and call == 0 else 0
+        assert len(rec.reads) == 1 + build_read, rec.reads
+        assert len(rec.uploads) == (2 if call == 0 else 0), rec.uploads
+        rec.launches.clear()
+        rec.reads.clear()
+        rec.uploads.clear()
+    # another tilt shares the problem's cache (the data and the tree): nothing uploaded
+    other = _hierarchical_problem(rec, n, d, labels, [0.0] * (depth + 1), l2, cache=problem.cache)
+    other.tree = problem.tree
+    assert cuda_engine.FUSED_CUDA.value_and_gradient(other, theta, ctx) is not None
+    assert rec.uploads == [] and len(rec.reads) == 1
+
+
+def test_hierarchical_engine_declines_what_it_does_not_serve(rec):
+    labels = [np.arange(100) % 4]
+    p = _hierarchical_problem(rec, 100, 3, labels, (1.0, 1.0), 0.0)
+    assert cuda_engine.FUSED_CUDA.applies(p)
+    for change in (
+        {"loss": get_loss("multinomial")},
+        {"X": FakeArray(np.zeros((100, 3), np.float16), rec)},
+        {"X": FakeArray(np.zeros((100, 3), np.float32).T.copy().T, rec)},
+        {"X": np.zeros((100, 3), np.float32)},
+        {"shape": (3, 2)},
+    ):
+        q = SimpleNamespace(**{**vars(p), **change})
+        assert not cuda_engine.FUSED_CUDA.applies(q), change
+    ctx = Context(count=lambda k: None, update=lambda p: None, fused=False)
+    assert cuda_engine.FUSED_CUDA.value_and_gradient(p, FakeArray(np.zeros(3), rec), ctx) is None
+    assert rec.launches == [] and rec.uploads == []

@@ -144,9 +144,10 @@ def test_risk_and_weights_report_nonfinite_losses(rec, bad):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize(
-    ("tau", "t"), [(1.0, 1.0), (-2.0, 5.0), (0.0, -3.0), (3.0, 0.0), (1e-9, 1e-300)]
+    ("tau", "t"),
+    [(1.0, 1.0), (-2.0, 5.0), (0.0, -3.0), (3.0, 0.0), (1e-9, 1e-300), (np.inf, -np.inf)],
 )
-@pytest.mark.parametrize(("n", "labels"), [(1, 1), (600, 7), (900, 40)])
+@pytest.mark.parametrize(("n", "labels"), [(1, 1), (600, 7), (900, 40), (2500, 1200)])
 def test_hierarchical_risk(rec, dtype, tau, t, n, labels):
     rng = np.random.default_rng(labels)
     l = (rng.standard_normal(n) * 2).astype(dtype)
@@ -157,27 +158,45 @@ def test_hierarchical_risk(rec, dtype, tau, t, n, labels):
     want = float(tl.hierarchical_risk(l.astype(np.float64), g, (tau, t)))
     eps = float(np.finfo(dtype).eps)
     assert abs(float(r._a) - want) <= 64 * eps * float(np.max(np.abs(l))), (float(r._a), want)
-    assert len(rec.reads) == 2  # the labels' range, the status
+    assert len(rec.reads) == 2 and rec.uploads == []  # the labels' range, the status
     assert [k for k in rec.launches if k.startswith("tilted")] == [
-        "tilted_group_extremes",
-        "tilted_group_sums",
-        "tilted_group_finish",
+        "tilted_level_count",
+        "tilted_tree_init",
+        "tilted_level_extremes",
+        "tilted_level_sums",
+        "tilted_tree_top",
     ]
 
 
-def test_hierarchical_risk_declines_and_checks(rec):
+def test_hierarchical_risk_other_labels_and_tilts_take_the_tree(rec):
+    # what the one-level integer route does not serve (negative or float labels, host
+    # labels) goes through the tree built on the host (such labels are host arrays here:
+    # the stand-in's arrays cannot be read by array-api-compat's conversion, which device
+    # labels go through); more tilts than levels are the NumPy path's error; non-finite
+    # losses raise, or give NaN when unchecked
     l = np.linspace(0.0, 1.0, 64)
     g = np.arange(64) % 4
     L, G = FakeArray(l, rec), FakeArray(g, rec)
-    assert reductions.hierarchical_risk(L, FakeArray(-g, rec), (1.0, 1.0)) is None
-    assert reductions.hierarchical_risk(L, FakeArray(g * 1.0, rec), (1.0, 1.0)) is None
-    assert reductions.hierarchical_risk(L, G, (1.0, np.inf)) is None
-    assert reductions.hierarchical_risk(L, G, (1.0, 1.0, 1.0)) is None
-    assert reductions.hierarchical_risk(L, G, (1.0, 1.0), weights=L) is None
-    assert reductions.hierarchical_risk(L, g, (1.0, 1.0)) is None  # host labels
+    for labels, tilts in (
+        (-g, (1.0, 1.0)),
+        (g * 1.0, (1.0, 1.0)),
+        (g, (1.0, np.inf)),
+        (G, (1.0, np.inf)),
+        (g, (-2.0, 1.0)),
+    ):
+        r = reductions.hierarchical_risk(L, labels, tilts)
+        want = float(tl.hierarchical_risk(l, g, tilts))
+        assert abs(float(r._a) - want) <= 1e-14, (tilts, float(r._a), want)
+    with pytest.raises(ValueError, match="`tilts`"):
+        reductions.hierarchical_risk(L, g, (1.0, 1.0, 1.0))
     bad = l.copy()
     bad[9] = np.nan
     with pytest.raises(ValueError, match="`losses` contains NaN"):
         reductions.hierarchical_risk(FakeArray(bad, rec), G, (1.0, 1.0))
     r = reductions.hierarchical_risk(FakeArray(bad, rec), G, (1.0, 1.0), check_finite=False)
     assert np.isnan(r._a)
+    with pytest.raises(ValueError, match="`losses` contains NaN"):
+        reductions.hierarchical_risk(FakeArray(bad, rec), G, (1.0, np.inf))
+    rec.reads.clear()
+    r = reductions.hierarchical_risk(FakeArray(bad, rec), g, (1.0, np.inf), check_finite=False)
+    assert np.isnan(r._a) and rec.reads == []  # NaN on the device, nothing read

@@ -77,7 +77,7 @@ def test_the_buckets_cover_the_launch_shapes():
 def test_value_and_gradient_kernels_compile(loss, dtype, d):
     ptx, log = compile_ptx(source.vg_source(loss, dtype, d))
     assert ptx is not None, log
-    for kernel in ("tilted_vg", "tilted_vg_finish", "tilted_state_blocks"):
+    for kernel in ("tilted_vg", "tilted_vg_finish", "tilted_loss_d1", "tilted_state_blocks"):
         assert f".entry {kernel}" in ptx
     # float kernels keep to single precision (no double arithmetic slips in)
     if dtype == "float32":
@@ -92,12 +92,23 @@ def test_reduction_kernels_compile(dtype):
         "tilted_state_blocks",
         "tilted_state_finish",
         "tilted_weights_apply",
-        "tilted_group_extremes",
-        "tilted_group_sums",
-        "tilted_group_finish",
+        "tilted_level_count",
+        "tilted_tree_init",
+        "tilted_level_extremes",
+        "tilted_level_sums",
+        "tilted_level_finish",
+        "tilted_tree_top",
+        "tilted_level_weights",
+        "tilted_ridge",
     ):
         assert f".entry {kernel}" in ptx
     assert ".entry tilted_vg" not in ptx  # without a loss, no value-and-gradient kernel
+    assert ".entry tilted_loss_d1" not in ptx
+    # the hierarchy's levels gather their groups in shared memory with shared atomics
+    fp = "f32" if dtype == "float32" else "f64"
+    key = "s32" if dtype == "float32" else "s64"
+    for op in (f"add.{fp}", f"max.{key}", f"min.{key}"):
+        assert f"atom.shared.{op}" in ptx, op
 
 
 def test_a_misspelt_intrinsic_is_rejected_with_its_line():

@@ -126,3 +126,59 @@ def test_hierarchical_risk_matches_numpy(dtype, tilts):
     want = float(tl.hierarchical_risk(l.astype(np.float64), g, tilts))
     rtol = 1e-12 if dtype == "float64" else 2e-5
     np.testing.assert_allclose(float(r), want, rtol=rtol, atol=rtol * 4)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize(
+    "tilts", [(1.0, -1.0, 2.0), (0.0, 3.0, 1e-9), (-np.inf, 1.0, 0.0), (2.0, 0.5, np.inf)]
+)
+@pytest.mark.parametrize("with_prior", [False, True])
+def test_nested_hierarchical_risk_and_weights_match_numpy(dtype, tilts, with_prior):
+    rng = np.random.default_rng(2)
+    n = 200_003
+    l = (rng.standard_normal(n) * 2).astype(dtype)
+    inner = rng.integers(0, 1000, n)
+    groups = [inner % 37, inner]
+    p = rng.random(n) + 0.1 if with_prior else None
+    pc = None if p is None else cupy.asarray(p.astype(dtype))
+    r = tl.hierarchical_risk(cupy.asarray(l), groups, tilts, weights=pc)
+    w = tl.hierarchical_weights(cupy.asarray(l), groups, tilts, weights=pc)
+    assert isinstance(r, cupy.ndarray) and r.dtype == l.dtype and r.shape == ()
+    assert isinstance(w, cupy.ndarray) and w.dtype == l.dtype and w.shape == (n,)
+    l64 = l.astype(np.float64)
+    want_r = float(tl.hierarchical_risk(l64, groups, tilts, weights=p))
+    want_w = tl.hierarchical_weights(l64, groups, tilts, weights=p)
+    rtol = 1e-12 if dtype == "float64" else 2e-5
+    np.testing.assert_allclose(float(r), want_r, rtol=rtol, atol=rtol * 4)
+    np.testing.assert_allclose(cupy.asnumpy(w), want_w, rtol=50 * rtol, atol=rtol / n)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("levels", [1, 2])
+@pytest.mark.parametrize("loss", ["squared", "logistic"])
+def test_hierarchical_objective_on_the_device_matches_numpy(dtype, levels, loss):
+    rng = np.random.default_rng(3)
+    n, d = 50_003, 16
+    X = rng.standard_normal((n, d)).astype(dtype)
+    theta = (rng.standard_normal(d) / np.sqrt(d)).astype(dtype)
+    y = X @ theta + rng.standard_normal(n) if loss == "squared" else (rng.random(n) < 0.3) * 1.0
+    y = y.astype(dtype)
+    inner = rng.integers(0, 1000, n)
+    groups = inner if levels == 1 else [inner % 50, inner]
+    tilts = (1.0, -2.0) if levels == 1 else (1.0, 0.0, -2.0)
+    obj = tl.TiltedObjective(
+        loss, cupy.asarray(X), cupy.asarray(y), groups=groups, tilts=tilts, l2=0.1
+    )
+    assert FUSED_CUDA.applies(obj.problem)
+    vf, gf = obj.value_and_gradient(cupy.asarray(theta))
+    obj.value_and_gradient(cupy.asarray(theta))  # the second call: the tree reused
+    keys = [k for k in obj.problem.cache if k and k[0] == "cuda-tree"]
+    assert len(keys) == 1
+    vn, gn = tl.TiltedObjective(
+        loss, X.astype(np.float64), y.astype(np.float64), groups=groups, tilts=tilts, l2=0.1
+    ).value_and_gradient(theta.astype(np.float64))
+    rtol = 1e-10 if dtype == "float64" else 1e-4
+    np.testing.assert_allclose(float(vf), float(vn), rtol=rtol)
+    np.testing.assert_allclose(
+        cupy.asnumpy(gf), gn, rtol=rtol, atol=rtol * float(np.max(np.abs(gn)))
+    )

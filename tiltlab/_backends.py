@@ -11,14 +11,26 @@ from __future__ import annotations
 
 from .accumulator import EXTREMES
 from .objective.engines import ENGINES
-from .risk._dispatch import HIERARCHICAL_RISK, TILTED_RISK, TILTED_WEIGHTS
+from .risk._dispatch import (
+    HIERARCHICAL_RISK,
+    HIERARCHICAL_WEIGHTS,
+    TILTED_RISK,
+    TILTED_WEIGHTS,
+)
 from .solvers._external import DRIVERS
 
 __all__: list[str] = []
 
 # CuPy: every registration and all CUDA code in one backend package (tiltlab/_cupy/):
 # the extremes of 1-d losses, the risks and the weights, the fused objective engine
-for _table in (EXTREMES, TILTED_RISK, TILTED_WEIGHTS, HIERARCHICAL_RISK, ENGINES):
+for _table in (
+    EXTREMES,
+    TILTED_RISK,
+    TILTED_WEIGHTS,
+    HIERARCHICAL_RISK,
+    HIERARCHICAL_WEIGHTS,
+    ENGINES,
+):
     _table.register_lazy("cupy", "tiltlab._cupy")
 
 # Dask: risks of lazy arrays as one task graph (tiltlab.distributed registers them)

@@ -6,8 +6,10 @@
 - ``kernels.cu``: the kernels (the fused value and gradient and its finish, the one-pass
   reductions of the risk and the weights);
 - :mod:`.source`: the builds (NVRTC through CuPy), :mod:`.engine`: the objective engine,
-  :mod:`.reductions`: ``tilted_risk``, ``tilted_weights``, ``hierarchical_risk`` (one
-  level of integer labels) and the extremes.
+  :mod:`.reductions`: ``tilted_risk``, ``tilted_weights``, ``hierarchical_risk``,
+  ``hierarchical_weights`` and the extremes, :mod:`.hierarchy`: hierarchies on the device
+  (the group tree uploaded once, the levels' reductions, the hierarchical objective's
+  value and gradient).
 
 Importing this module registers them into the dispatch tables of the lower layers;
 ``tiltlab/_backends.py`` imports it lazily, the first time a CuPy array shows up.
@@ -17,7 +19,12 @@ from __future__ import annotations
 
 from ..accumulator import EXTREMES
 from ..objective.engines import ENGINES
-from ..risk._dispatch import HIERARCHICAL_RISK, TILTED_RISK, TILTED_WEIGHTS
+from ..risk._dispatch import (
+    HIERARCHICAL_RISK,
+    HIERARCHICAL_WEIGHTS,
+    TILTED_RISK,
+    TILTED_WEIGHTS,
+)
 from . import reductions
 from .engine import FUSED_CUDA
 
@@ -27,4 +34,5 @@ EXTREMES.register("cupy", reductions.extremes)
 TILTED_RISK.register("cupy", reductions.tilted_risk)
 TILTED_WEIGHTS.register("cupy", reductions.tilted_weights)
 HIERARCHICAL_RISK.register("cupy", reductions.hierarchical_risk)
+HIERARCHICAL_WEIGHTS.register("cupy", reductions.hierarchical_weights)
 ENGINES.register("cupy", FUSED_CUDA)

@@ -17,7 +17,9 @@ generic path raises or gives IEEE values).
 It serves ``value_and_gradient`` for the losses with C code (:data:`~.source.C_LOSSES`,
 exactly their registered classes), sample-level finite non-zero tilts, uniform priors and
 C-contiguous float32/float64 ``X`` with up to :data:`~.source.MAX_FEATURES` features on
-CuPy arrays; everything else goes on to the next engines.
+CuPy arrays. Hierarchical objectives of such losses and data (any tilts and priors) go
+to :mod:`.hierarchy`, whose group tree is uploaded once per problem. Everything else goes
+on to the next engines.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import numpy as np
 from ..losses import get_loss
 from ..objective.engines.base import Context, Engine
 from . import source
+from .hierarchy import HIERARCHICAL_CUDA
 
 __all__ = ["FUSED_CUDA", "FusedCudaEngine", "has_c_code", "supported", "value_and_gradient"]
 
@@ -134,7 +137,9 @@ class FusedCudaEngine(Engine):
     name = "fused CUDA"
 
     def applies(self, problem: Any) -> bool:
-        if not problem.is_linear or problem.groups is not None:
+        if problem.groups is not None:
+            return HIERARCHICAL_CUDA.applies(problem, has_c_code)
+        if not problem.is_linear:
             return False
         if problem.weights is not None or not has_c_code(problem.loss):
             return False
@@ -143,6 +148,8 @@ class FusedCudaEngine(Engine):
     def value_and_gradient(self, problem: Any, theta: Any, ctx: Context) -> Any:
         if not ctx.fused:
             return None
+        if problem.groups is not None:
+            return HIERARCHICAL_CUDA.value_and_gradient(problem, theta, ctx)
         out = value_and_gradient(
             problem.X,
             problem.y,

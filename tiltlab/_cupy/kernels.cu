@@ -222,6 +222,21 @@ extern "C" __global__ void tilted_vg_finish(
     for (long long g = threadIdx.x; g < n_states; g += TL_FINISH_THREADS)
         f[g] = tl_share(tl_load(st, g), all, t);
 }
+
+/* the losses and their first derivatives at the predictors z (one pass over the samples;
+ * the hierarchical objective's first step) */
+extern "C" __global__ void tilted_loss_d1(
+    const T* __restrict__ z, const T* __restrict__ y, const long long n,
+    T* __restrict__ l, T* __restrict__ d1)
+{
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        T v, g, h;
+        TL_LOSS(z[i], y[i], &v, &g, &h);
+        l[i] = v;
+        d1[i] = g;
+    }
+}
 #endif /* TL_LOSS */
 
 /* ------------------------------------------------------------------------------------
@@ -271,10 +286,7 @@ extern "C" __global__ void tilted_weights_apply(
 }
 
 /* ------------------------------------------------------------------------------------
- * hierarchical_risk with one grouping level given by integer codes in [0, G): the
- * groups' extremes and counts (atomics on order-preserving integer keys), their sums
- * relative to their shifts, then one block forms every group's risk and the top level's
- * tilted risk of the groups' risks weighted by their counts
+ * order-preserving integer keys of the values (the groups' extremes by integer atomics)
  */
 
 #if TL_FLOAT
@@ -299,44 +311,191 @@ __device__ __forceinline__ T tl_from_key(tl_key k) {
     return tl_unbits(k >= 0 ? k : (tl_key)(k ^ TL_KEY_FLIP));
 }
 
-extern "C" __global__ void tilted_group_extremes(
-    const T* __restrict__ l, const long long* __restrict__ codes, const long long n,
-    tl_key* __restrict__ hi, tl_key* __restrict__ lo, unsigned long long* __restrict__ count)
+/* ------------------------------------------------------------------------------------
+ * hierarchies of any depth. Level k partitions its items (the samples for k = 0, the
+ * groups of level k - 1 above) into the groups of level k by codes; every item has a
+ * value (a loss, or its group's risk) and a mass (the prior's, or its group's mass), and
+ * every group of level k its mass (precomputed with the tree). Per level: the groups'
+ * extremes (integer atomics on order-preserving keys), their sums relative to their
+ * shifts (tl_state's s, q, lsum, so that each group's state is the tilted state of its
+ * items), and each group's risk; the top level merges the outermost groups' states in one
+ * block. Weights go down the tree: an item's weight is its group's weight times its share
+ * in the group's state, p exp(t (v - c)) / s (tl_share's form; the ties of the extreme at
+ * an infinite tilt, since tl_gap is 0 there for the tied values and -inf otherwise).
+ * Items of zero mass are skipped (an empty group has mass 0: its state is tl_empty()).
+ */
+
+#define TL_KEY_LOWEST (-TL_KEY_FLIP - 1)
+/* the most groups of a level whose extremes and sums a block gathers in shared memory */
+#ifndef TL_SHARED_GROUPS
+#  define TL_SHARED_GROUPS 1024
+#endif
+
+__device__ __forceinline__ T tl_item_mass(const T* m, const int has_mass, const long long i) {
+    return has_mass ? m[i] : (T)1;
+}
+
+/* hi and lo keys to their neutral values, the sums to 0, the status out[1] to 0 */
+extern "C" __global__ void tilted_tree_init(
+    tl_key* __restrict__ hi, tl_key* __restrict__ lo, const long long n_keys,
+    T* __restrict__ sums, const long long n_sums, T* __restrict__ out)
 {
     const long long stride = (long long)gridDim.x * blockDim.x;
+    const long long first = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    for (long long i = first; i < n_keys; i += stride) {
+        hi[i] = (tl_key)TL_KEY_LOWEST;
+        lo[i] = (tl_key)TL_KEY_FLIP;
+    }
+    for (long long i = first; i < n_sums; i += stride) sums[i] = (T)0;
+    if (first == 0) out[1] = (T)0;
+}
+
+extern "C" __global__ void tilted_level_extremes(
+    const T* __restrict__ v, const T* __restrict__ m, const int has_mass,
+    const long long* __restrict__ codes, const long long n, const long long n_groups,
+    tl_key* __restrict__ hi, tl_key* __restrict__ lo)
+{
+    // up to TL_SHARED_GROUPS groups, each block gathers its extremes in shared memory and
+    // adds them to the global ones once (few global atomics on few addresses)
+    __shared__ tl_key shi[TL_SHARED_GROUPS];
+    __shared__ tl_key slo[TL_SHARED_GROUPS];
+    const bool priv = n_groups <= TL_SHARED_GROUPS;  /* the same in every thread */
+    if (priv) {
+        for (long long g = threadIdx.x; g < n_groups; g += blockDim.x) {
+            shi[g] = (tl_key)TL_KEY_LOWEST;
+            slo[g] = (tl_key)TL_KEY_FLIP;
+        }
+        __syncthreads();
+    }
+    const long long stride = (long long)gridDim.x * blockDim.x;
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        if (!(tl_item_mass(m, has_mass, i) > (T)0)) continue;
         const long long g = codes[i];
-        const tl_key k = tl_to_key(l[i]);
-        atomicMax(hi + g, k);
-        atomicMin(lo + g, k);
-        atomicAdd(count + g, 1ULL);
+        const tl_key k = tl_to_key(v[i]);
+        if (priv) {
+            atomicMax(shi + g, k);
+            atomicMin(slo + g, k);
+        } else {
+            atomicMax(hi + g, k);
+            atomicMin(lo + g, k);
+        }
+    }
+    if (priv) {
+        __syncthreads();
+        for (long long g = threadIdx.x; g < n_groups; g += blockDim.x) {
+            if (shi[g] == (tl_key)TL_KEY_LOWEST) continue;  /* no item here */
+            atomicMax(hi + g, shi[g]);
+            atomicMin(lo + g, slo[g]);
+        }
     }
 }
 
-/* sums[3 g + (0, 1, 2)]: sum exp(u), sum expm1(u), sum (l - c) with u = t (l - c) and c
- * the group's shift (its largest loss for t > 0, else its smallest) */
-extern "C" __global__ void tilted_group_sums(
-    const T* __restrict__ l, const long long* __restrict__ codes, const long long n,
+/* sums[3 g + (0, 1, 2)]: sum p exp(u), sum p expm1(u), sum p (v - c), u = t (v - c), c the
+ * group's shift (its largest value for t > 0, else its smallest) */
+extern "C" __global__ void tilted_level_sums(
+    const T* __restrict__ v, const T* __restrict__ m, const int has_mass,
+    const long long* __restrict__ codes, const long long n, const long long n_groups,
     const T t, const tl_key* __restrict__ hi, const tl_key* __restrict__ lo,
     T* __restrict__ sums)
 {
+    __shared__ T ssum[3 * TL_SHARED_GROUPS];  /* as in tilted_level_extremes */
+    const bool priv = n_groups <= TL_SHARED_GROUPS;
+    if (priv) {
+        for (long long g = threadIdx.x; g < 3 * n_groups; g += blockDim.x) ssum[g] = (T)0;
+        __syncthreads();
+    }
     const long long stride = (long long)gridDim.x * blockDim.x;
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        const T p = tl_item_mass(m, has_mass, i);
+        if (!(p > (T)0)) continue;
         const long long g = codes[i];
         const T c = tl_from_key(t > 0 ? hi[g] : lo[g]);
-        const T v = l[i];
-        const T u = tl_gap(t, v, c);
-        atomicAdd(sums + 3 * g, TL_EXP(u));
-        atomicAdd(sums + 3 * g + 1, TL_EXPM1(u));
-        atomicAdd(sums + 3 * g + 2, v - c);
+        const T x = v[i];
+        const T u = tl_gap(t, x, c);
+        const T e = p * TL_EXP(u), em1 = p * TL_EXPM1(u), dl = p * (x - c);
+        if (priv) {
+            atomicAdd(ssum + 3 * g, e);
+            atomicAdd(ssum + 3 * g + 1, em1);
+            atomicAdd(ssum + 3 * g + 2, dl);
+        } else {
+            atomicAdd(sums + 3 * g, e);
+            atomicAdd(sums + 3 * g + 1, em1);
+            atomicAdd(sums + 3 * g + 2, dl);
+        }
+    }
+    if (priv) {
+        __syncthreads();
+        for (long long g = threadIdx.x; g < 3 * n_groups; g += blockDim.x)
+            if (ssum[g] != (T)0) atomicAdd(sums + g, ssum[g]);
     }
 }
 
-/* out: the risk and a status (0: every loss finite) */
-extern "C" __global__ void tilted_group_finish(
-    const tl_key* __restrict__ hi, const tl_key* __restrict__ lo,
-    const unsigned long long* __restrict__ count, const T* __restrict__ sums,
-    const long long n_groups, const T t, const T tau, const T tiny, T* __restrict__ out)
+/* mass[g] += the number of items of group g (mass zeroed by the caller); up to
+ * TL_SHARED_GROUPS groups, each block counts in shared memory and adds its counts once.
+ * Beyond that the items add one at a time, as the sums of tilted_level_sums do: in float
+ * such a running sum stops growing at 2^24, so a group of more items has inexact sums */
+extern "C" __global__ void tilted_level_count(
+    const long long* __restrict__ codes, const long long n, const long long n_groups,
+    T* __restrict__ mass)
+{
+    __shared__ unsigned int scount[TL_SHARED_GROUPS];
+    const bool priv = n_groups <= TL_SHARED_GROUPS;
+    if (priv) {
+        for (long long g = threadIdx.x; g < n_groups; g += blockDim.x) scount[g] = 0u;
+        __syncthreads();
+    }
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        if (priv) atomicAdd(scount + codes[i], 1u);
+        else atomicAdd(mass + codes[i], (T)1);
+    }
+    if (priv) {
+        __syncthreads();
+        for (long long g = threadIdx.x; g < n_groups; g += blockDim.x)
+            if (scount[g]) atomicAdd(mass + g, (T)scount[g]);
+    }
+}
+
+/* the state of group g (tl_empty() for a group without mass) */
+__device__ __forceinline__ tl_state tl_group_state(
+    const tl_key* hi, const tl_key* lo, const T* sums, const T* gmass, const long long g,
+    const T t)
+{
+    if (!(gmass[g] > (T)0)) return tl_empty();
+    tl_state st;
+    st.hi = tl_from_key(hi[g]);
+    st.lo = tl_from_key(lo[g]);
+    st.c = t > 0 ? st.hi : st.lo;
+    st.s = sums[3 * g];
+    st.q = sums[3 * g + 1];
+    st.lsum = sums[3 * g + 2];
+    st.mass = gmass[g];
+    return st;
+}
+
+/* every group's risk (0 for a group without mass); out[1] = 1 when a state is not finite */
+extern "C" __global__ void tilted_level_finish(
+    const tl_key* __restrict__ hi, const tl_key* __restrict__ lo, const T* __restrict__ sums,
+    const T* __restrict__ gmass, const long long n_groups, const T t, const T tiny,
+    T* __restrict__ risk, T* __restrict__ out)
+{
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x; g < n_groups;
+         g += stride) {
+        const tl_state st = tl_group_state(hi, lo, sums, gmass, g, t);
+        risk[g] = tl_is_empty(&st) ? (T)0 : tl_risk(st, t, tiny);
+        if (!tl_state_finite(&st)) out[1] = (T)1;
+    }
+}
+
+/* one block: the outermost groups' risks at t merged at the top tilt tau. out: the risk
+ * (NaN when a loss was not finite), the status (1 then, also when a lower level set it),
+ * the top state's shift and sum; with
+ * want, w[g] = each group's weight P_g exp(tau (R_g - c)) / s */
+extern "C" __global__ void tilted_tree_top(
+    const tl_key* __restrict__ hi, const tl_key* __restrict__ lo, const T* __restrict__ sums,
+    const T* __restrict__ gmass, const long long n_groups, const T t, const T tau,
+    const T tiny, const int want, T* __restrict__ w, T* __restrict__ out)
 {
     __shared__ tl_state sh[TL_FINISH_THREADS];
     __shared__ int bad[TL_FINISH_THREADS];
@@ -344,28 +503,74 @@ extern "C" __global__ void tilted_group_finish(
     int my_bad = 0;
     T r;
     for (long long g = threadIdx.x; g < n_groups; g += TL_FINISH_THREADS) {
-        if (count[g] == 0ULL) continue;
-        tl_state st;
-        st.hi = tl_from_key(hi[g]);
-        st.lo = tl_from_key(lo[g]);
-        st.c = t > 0 ? st.hi : st.lo;
-        st.s = sums[3 * g];
-        st.q = sums[3 * g + 1];
-        st.lsum = sums[3 * g + 2];
-        st.mass = (T)count[g];
+        const tl_state st = tl_group_state(hi, lo, sums, gmass, g, t);
+        if (tl_is_empty(&st)) continue;
         if (!tl_state_finite(&st)) my_bad = 1;
         tl_push_w(&top, tl_risk(st, t, tiny), st.mass, tau, &r);
     }
     sh[threadIdx.x] = top;
     bad[threadIdx.x] = my_bad;
     __syncthreads();
-    for (int w = TL_FINISH_THREADS / 2; w > 0; w >>= 1) {
-        if ((int)threadIdx.x < w) bad[threadIdx.x] |= bad[threadIdx.x + w];
+    for (int k = TL_FINISH_THREADS / 2; k > 0; k >>= 1) {
+        if ((int)threadIdx.x < k) bad[threadIdx.x] |= bad[threadIdx.x + k];
         __syncthreads();
     }
     tl_block_merge<TL_FINISH_THREADS>(sh, tau);
+    const tl_state all = sh[0];
     if (threadIdx.x == 0) {
-        out[0] = tl_risk(sh[0], tau, tiny);
-        out[1] = (bad[0] || !tl_state_finite(&sh[0])) ? (T)1 : (T)0;
+        const int fail = out[1] != (T)0 || bad[0] || !tl_state_finite(&all);
+        out[0] = fail ? tl_inf() - tl_inf() : tl_risk(all, tau, tiny);  /* NaN: not finite */
+        out[1] = fail ? (T)1 : (T)0;
+        out[2] = all.c;
+        out[3] = all.s;
     }
+    if (!want) return;
+    for (long long g = threadIdx.x; g < n_groups; g += TL_FINISH_THREADS) {
+        const tl_state st = tl_group_state(hi, lo, sums, gmass, g, t);
+        w[g] = tl_is_empty(&st)
+                   ? (T)0
+                   : st.mass * TL_EXP(tl_gap(tau, tl_risk(st, t, tiny), all.c)) / all.s;
+    }
+}
+
+/* the items' weights from their groups' (w_items[i] = w_groups[g] p exp(t (v - c)) / s),
+ * times d1[i] when has_d1 (the gradient's coefficients at the samples) */
+extern "C" __global__ void tilted_level_weights(
+    const T* __restrict__ v, const T* __restrict__ m, const int has_mass,
+    const long long* __restrict__ codes, const long long n, const T t,
+    const tl_key* __restrict__ hi, const tl_key* __restrict__ lo, const T* __restrict__ sums,
+    const T* __restrict__ w_groups, const T* __restrict__ d1, const int has_d1,
+    T* __restrict__ w_items)
+{
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        const T p = tl_item_mass(m, has_mass, i);
+        T out = (T)0;
+        if (p > (T)0) {
+            const long long g = codes[i];
+            const T c = tl_from_key(t > 0 ? hi[g] : lo[g]);
+            out = w_groups[g] * (p * TL_EXP(tl_gap(t, v[i], c)) / sums[3 * g]);
+        }
+        w_items[i] = has_d1 ? out * d1[i] : out;
+    }
+}
+
+/* one block: g += l2 theta and out[0] += l2 / 2 |theta|^2 (the ridge term) */
+extern "C" __global__ void tilted_ridge(
+    T* __restrict__ g, const T* __restrict__ theta, const int d, const T l2,
+    T* __restrict__ out)
+{
+    __shared__ T sq[TL_FINISH_THREADS];
+    T p = 0;
+    for (int j = threadIdx.x; j < d; j += TL_FINISH_THREADS) {
+        p += theta[j] * theta[j];
+        g[j] += l2 * theta[j];
+    }
+    sq[threadIdx.x] = p;
+    __syncthreads();
+    for (int k = TL_FINISH_THREADS / 2; k > 0; k >>= 1) {
+        if ((int)threadIdx.x < k) sq[threadIdx.x] += sq[threadIdx.x + k];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) out[0] += (T)0.5 * l2 * sq[0];
 }

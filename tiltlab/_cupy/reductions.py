@@ -1,6 +1,7 @@
 """``tilted_risk`` and ``tilted_weights`` of one-dimensional CuPy losses as one-pass
-reductions over the tilted state (``tilt.cuh``), ``hierarchical_risk`` with one level of
-integer labels, and the extremes of a loss vector.
+reductions over the tilted state (``tilt.cuh``), ``hierarchical_risk`` (one level of
+integer labels here, every other hierarchy through the tree of :mod:`.hierarchy`),
+``hierarchical_weights`` (the tree), and the extremes of a loss vector.
 
 ``tilted_state_blocks`` folds the losses into one state per block (each thread an online
 state: a running shift, moved when a loss passes it, and the sums relative to it), and
@@ -21,9 +22,15 @@ from typing import Any
 import numpy as np
 
 from .._compat import check_finite as _check_finite
-from . import source
+from . import hierarchy, source
 
-__all__ = ["extremes", "hierarchical_risk", "tilted_risk", "tilted_weights"]
+__all__ = [
+    "extremes",
+    "hierarchical_risk",
+    "hierarchical_weights",
+    "tilted_risk",
+    "tilted_weights",
+]
 
 #: threads per block of the reductions (``TL_BLOCK_THREADS`` in kernels.cu)
 BLOCK_THREADS = 256
@@ -127,7 +134,7 @@ def tilted_weights(
 
 
 def _tilt_pair(tilts: Any) -> tuple[float, float] | None:
-    """``(top, inner)`` for two finite host tilts (outermost first), else None."""
+    """``(top, inner)`` for two host tilts (outermost first; +-inf allowed), else None."""
     if isinstance(tilts, (str, bytes)):
         return None
     try:
@@ -142,7 +149,7 @@ def _tilt_pair(tilts: Any) -> tuple[float, float] | None:
             v, (int, float, np.integer, np.floating)
         ):
             return None
-        if not math.isfinite(float(v)):
+        if math.isnan(float(v)):
             return None
         out.append(float(v))
     return out[0], out[1]
@@ -151,56 +158,43 @@ def _tilt_pair(tilts: Any) -> tuple[float, float] | None:
 def hierarchical_risk(
     losses: Any, groups: Any, tilts: Any, *, weights: Any = None, check_finite: bool = True
 ) -> Any:
-    """The hierarchical risk of 1-d CuPy losses with one grouping level given by CuPy
-    integer labels (used as group codes: none negative, all below ``2 N + 1024``), two
-    finite host tilts and the uniform prior, or None for every other case.
+    """The hierarchical risk of 1-d CuPy losses.
 
-    One read of the labels' range, three passes over the losses and labels (the groups'
-    extremes and counts, their sums, every group's risk and the top level in one block)
-    and, with ``check_finite``, one read of the status."""
+    With one grouping level given by CuPy integer labels (used as group codes: none
+    negative, all below ``2 N + 1024``; unused codes are empty groups), two host tilts
+    and the uniform prior: one read of the labels' range, the groups' counts on the
+    device (:meth:`.hierarchy.DeviceTree.from_device_codes`), the tree's passes
+    (:func:`.hierarchy.tree_eval`: the groups' extremes, their sums, the top level in one
+    block) and, with ``check_finite``, one read of the status. Every other hierarchy of
+    float losses with host tilts goes through the tree built on the host
+    (:func:`.hierarchy.hierarchical`); other cases give None."""
     import cupy
 
     pair = _tilt_pair(tilts)
     if pair is None or _served(losses, 1.0, -1, weights) is None:
-        return None
+        return hierarchy.hierarchical(losses, groups, tilts, weights, check_finite, False)
     if not isinstance(groups, cupy.ndarray) or groups.shape != losses.shape:
-        return None
+        return hierarchy.hierarchical(losses, groups, tilts, weights, check_finite, False)
     if groups.dtype.kind not in "iu":
-        return None
+        return hierarchy.hierarchical(losses, groups, tilts, weights, check_finite, False)
     tau, t = pair
     n = int(losses.shape[0])
     codes = cupy.ascontiguousarray(groups, dtype=cupy.int64)
     lo_code, hi_code = (int(v) for v in cupy.stack([codes.min(), codes.max()]).get())
     if lo_code < 0 or hi_code >= 2 * n + 1024:
-        return None
-    G = hi_code + 1
-    dtype = losses.dtype
-    key = np.int32 if dtype == np.float32 else np.int64
-    info = np.iinfo(key)
-    hi = cupy.full(G, info.min, dtype=key)
-    lo = cupy.full(G, info.max, dtype=key)
-    count = cupy.zeros(G, dtype=cupy.uint64)
-    sums = cupy.zeros((G, 3), dtype=dtype)
-    out = cupy.empty(2, dtype=dtype)
-    lc = cupy.ascontiguousarray(losses)
-    T = dtype.type
-    mod = source.module(source.reduction_source(dtype))
-    blocks = max(1, min(4 * MAX_BLOCKS, -(-n // BLOCK_THREADS)))
-    n64 = cupy.int64(n)
-    mod.get_function("tilted_group_extremes")(
-        (blocks,), (BLOCK_THREADS,), (lc, codes, n64, hi, lo, count)
-    )
-    mod.get_function("tilted_group_sums")(
-        (blocks,), (BLOCK_THREADS,), (lc, codes, n64, T(t), hi, lo, sums)
-    )
-    tiny = math.sqrt(float(np.finfo(dtype).tiny))
-    mod.get_function("tilted_group_finish")(
-        (1,),
-        (FINISH_THREADS,),
-        (hi, lo, count, sums, cupy.int64(G), T(t), T(tau), T(tiny), out),
-    )
-    _check(lc, out, check_finite)
+        return hierarchy.hierarchical(losses, groups, tilts, weights, check_finite, False)
+    tree = hierarchy.DeviceTree.from_device_codes(codes, hi_code + 1, losses.dtype)
+    out, _ = hierarchy.tree_eval(losses, tree, (tau, t))
+    _check(losses, out, check_finite)
     return out[0]
+
+
+def hierarchical_weights(
+    losses: Any, groups: Any, tilts: Any, *, weights: Any = None, check_finite: bool = True
+) -> Any:
+    """The hierarchical weights of 1-d CuPy losses through the tree on the device
+    (:func:`.hierarchy.hierarchical`), or None for the cases it does not serve."""
+    return hierarchy.hierarchical(losses, groups, tilts, weights, check_finite, True)
 
 
 def _split(x: Any, k: int = 1024):

@@ -21,3 +21,6 @@ HIERARCHICAL_RISK = Dispatch("hierarchical_risk")
 
 #: ``impl(losses, t, *, axis, weights, check_finite)`` -> weights or None
 TILTED_WEIGHTS = Dispatch("tilted_weights")
+
+#: ``impl(losses, groups, tilts, *, weights, check_finite)`` -> weights or None
+HIERARCHICAL_WEIGHTS = Dispatch("hierarchical_weights")

@@ -37,7 +37,7 @@ from ..accumulator import (
     series_threshold,
 )
 from ..segments import Segments
-from ._dispatch import HIERARCHICAL_RISK
+from ._dispatch import HIERARCHICAL_RISK, HIERARCHICAL_WEIGHTS
 from ._labelled import (  # _weights_from_state: re-exported by the package
     _scalar_risk_weights,
     _weights_from_state,  # noqa: F401
@@ -530,6 +530,11 @@ def hierarchical_weights(
     [0.25, 0.25, 0.25, 0.25]
     """
     xp = namespace_of(losses=losses, weights=weights) if xp is None else xp
+    impl = HIERARCHICAL_WEIGHTS.dispatch(xp)  # a library with its own evaluation (CuPy)
+    if impl is not None:
+        out = impl(losses, groups, tilts, weights=weights, check_finite=check_finite)
+        if out is not None:
+            return out
     if weights is None and check_finite and is_numpy_namespace(xp):
         out = labelled_two_levels_weights(losses, groups, tilts, xp)
         if out is not None:

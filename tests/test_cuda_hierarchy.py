@@ -1,0 +1,379 @@
+"""Hierarchies on CuPy, on the CPU: the tree's kernels (``tiltlab/_cupy/kernels.cu``)
+run as host C++ under the emulation of CUDA threads (``tests/cuda_emu.h``), driven by
+the backend's Python code through the recording stand-in for CuPy. Risks and weights of
+nested levels are checked against a 50-digit mpmath evaluation of the nested definition
+and against NumPy's ``hierarchical_risk`` / ``hierarchical_weights``; the objective's
+value and gradient against the NumPy objective. Empty groups, one-member groups, tilts 0,
++-inf and tiny, equal losses and priors included."""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+
+import mpmath
+import numpy as np
+import pytest
+from cuda_fake import FakeArray, Recorder, fake_cupy
+from cuda_host import run_emulated
+
+import tiltlab as tl
+from tiltlab._cupy import hierarchy, source
+
+FULL = os.environ.get("TILTLAB_FULL_MATRIX") == "1"
+
+
+@pytest.fixture
+def rec(monkeypatch):
+    r = Recorder()
+    monkeypatch.setitem(sys.modules, "cupy", fake_cupy(r, run=run_emulated, sms=1))
+    monkeypatch.setattr(source, "_MODULES", {})
+    return r
+
+
+def _tree(rng, n, sizes, empty=True, singletons=True):
+    """Codes per level (innermost first) for ``n`` samples and ``sizes`` groups per level:
+    every group of a level reaches a random group of the next; with ``empty`` the last
+    group of each level gets no item, with ``singletons`` one group holds one sample."""
+    codes = []
+    items = n
+    for g in sizes:
+        used = g - 1 if empty and g > 1 else g
+        c = rng.integers(0, used, items)
+        c[:used] = rng.permutation(used)[: min(used, items)] if items >= used else c[:used]
+        codes.append(c.astype(np.int64))
+        items = g
+    if singletons and n > 2 and sizes[0] > 2:
+        codes[0][codes[0] == 1] = 0
+        codes[0][n - 1] = 1  # group 1 of level 0: one sample
+    return codes
+
+
+def _labels(codes):
+    """The samples' labels per level, outermost first (NumPy's ``groups`` argument)."""
+    out, c = [], codes[0]
+    for k in range(len(codes)):
+        if k:
+            c = codes[k][c]
+        out.append(c.copy())
+    return out[::-1]
+
+
+def _mp_tilted(vals, masses, t):
+    pairs = [(v, m) for v, m in zip(vals, masses, strict=True) if m > 0]
+    M = mpmath.fsum(m for _, m in pairs)
+    if t == 0:
+        return mpmath.fsum(v * m for v, m in pairs) / M
+    if math.isinf(t):
+        return max(v for v, _ in pairs) if t > 0 else min(v for v, _ in pairs)
+    t = mpmath.mpf(t)
+    c = max(v for v, _ in pairs) if t > 0 else min(v for v, _ in pairs)
+    spread = max(v for v, _ in pairs) - min(v for v, _ in pairs)
+    if abs(t) * spread < mpmath.mpf(10) ** -20:
+        # exp(t x) = 1 + t x rounds at 50 digits: the cumulant series, whose next term
+        # (t^2 times the third cumulant) lies below 1e-40 relative here
+        mean = mpmath.fsum(v * m for v, m in pairs) / M
+        var = mpmath.fsum(m * (v - mean) ** 2 for v, m in pairs) / M
+        return mean + t * var / 2
+    return c + mpmath.log(mpmath.fsum(m * mpmath.exp(t * (v - c)) for v, m in pairs) / M) / t
+
+
+def _mp_risk(l, codes, tilts, prior=None):
+    """The nested definition at 50 digits: each group's tilted mean of its items at its
+    level's tilt under their masses, then the top's."""
+    with mpmath.workdps(50):
+        vals = [mpmath.mpf(float(v)) for v in l]
+        ones = [mpmath.mpf(1)] * len(l)
+        masses = ones if prior is None else [mpmath.mpf(float(p)) for p in prior]
+        D = len(codes)
+        for k, c in enumerate(codes):
+            G = int(c.max()) + 1 if k == D - 1 else None
+            G = max(G or 0, len(codes[k + 1]) if k + 1 < D else 0, int(c.max()) + 1)
+            members = [[] for _ in range(G)]
+            for i, g in enumerate(c):
+                members[int(g)].append(i)
+            t = tilts[D - k]
+            nv, nm = [], []
+            for mem in members:
+                m = mpmath.fsum(masses[i] for i in mem)
+                nm.append(m)
+                sub = ([vals[i] for i in mem], [masses[i] for i in mem])
+                nv.append(_mp_tilted(*sub, t) if m > 0 else mpmath.mpf(0))
+            vals, masses = nv, nm
+        return float(_mp_tilted(vals, masses, tilts[0]))
+
+
+def _run(rec, l, codes, sizes, tilts, dtype, prior=None):
+    host_prior = None if prior is None else prior.astype(np.float64)
+    dev_prior = None if prior is None else FakeArray(prior.astype(dtype), rec)
+    tree = hierarchy.DeviceTree.from_codes(codes, sizes, dtype, dev_prior, host_prior)
+    L = FakeArray(l.astype(dtype), rec)
+    out, _ = hierarchy.tree_eval(L, tree, tilts)
+    out_w, w = hierarchy.tree_eval(L, tree, tilts, weights=True)
+    return out._a.copy(), out_w._a.copy(), w._a.copy()
+
+
+TILTS_2 = [
+    (1.0, -2.0),
+    (0.0, 3.0),
+    (-2.0, 0.0),
+    (1e-9, 1e-300),
+    (40.0, -40.0),
+    (math.inf, 1.0),
+    (1.0, -math.inf),
+    (-math.inf, math.inf),
+]
+TILTS_3 = [(0.5, -1.0, 2.0), (0.0, math.inf, 1e-7), (-3.0, 0.0, -math.inf), (1e-12, 5.0, 0.0)]
+CASES = [(t, (7,)) for t in TILTS_2] + [(t, (9, 4)) for t in TILTS_3]
+if not FULL:
+    CASES = CASES[::2]
+CASES.append(((1.0, -0.5, 2.0, 1e-9), (12, 5, 2)))  # three levels
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(("tilts", "sizes"), CASES)
+@pytest.mark.parametrize("with_prior", [False, True])
+def test_tree_risk_and_weights(rec, dtype, tilts, sizes, with_prior):
+    rng = np.random.default_rng(len(sizes) * 7 + int(with_prior))
+    n = 300
+    l = rng.standard_normal(n) * 2
+    codes = _tree(rng, n, sizes)
+    prior = rng.random(n) + 0.1 if with_prior else None
+    if with_prior:
+        prior[5] = 0.0  # a sample without mass (its weight is 0)
+    r, r_w, w = _run(rec, l, codes, sizes, tilts, dtype, prior)
+    eps = float(np.finfo(dtype).eps)
+    want = _mp_risk(l.astype(dtype).astype(np.float64), codes, tilts, prior)
+    scale = float(np.max(np.abs(l)))
+    assert r[1] == 0 and r_w[1] == 0  # the status: every loss finite
+    assert abs(float(r[0]) - want) <= 64 * eps * scale, (float(r[0]), want)
+    assert abs(float(r_w[0]) - want) <= 64 * eps * scale  # atomics: not bit-reproducible
+    groups = _labels(codes)
+    ref_w = tl.hierarchical_weights(
+        l.astype(dtype).astype(np.float64), groups, tilts, weights=prior
+    )
+    ref_r = float(
+        tl.hierarchical_risk(l.astype(dtype).astype(np.float64), groups, tilts, weights=prior)
+    )
+    assert abs(ref_r - want) <= 64 * 1e-16 * scale  # NumPy and mpmath agree
+    big = max([1.0] + [abs(t) * 2 * scale for t in tilts if math.isfinite(t)])
+    np.testing.assert_allclose(w, ref_w, rtol=64 * eps * big, atol=64 * eps * big / n)
+    assert abs(float(np.sum(w, dtype=np.float64)) - 1.0) <= 64 * eps * big
+    if with_prior:
+        assert w[5] == 0.0
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("tilts", [(2.0, -1.0, 3.0), (0.0, 1e-9, -math.inf)])
+def test_equal_losses(rec, dtype, tilts):
+    # every loss the same: the risk is that loss at every tilt, the weights the masses
+    rng = np.random.default_rng(3)
+    n, sizes = 200, (10, 3)
+    codes = _tree(rng, n, sizes)
+    l = np.full(n, 1.375)
+    r, _, w = _run(rec, l, codes, sizes, tilts, dtype)
+    assert float(r[0]) == 1.375
+    want = tl.hierarchical_weights(l, _labels(codes), tilts)
+    eps = float(np.finfo(dtype).eps)
+    np.testing.assert_allclose(w, want, rtol=16 * eps)
+
+
+def test_one_level_against_scipy_logsumexp(rec):
+    # one level: R_g = logsumexp(t l_g - log n_g) / t, J = logsumexp(tau R - log(N/n_g)) / tau
+    from scipy.special import logsumexp
+
+    rng = np.random.default_rng(5)
+    n, G = 500, 12
+    codes = [rng.integers(0, G, n)]
+    l = rng.standard_normal(n)
+    tau, t = -1.5, 2.5
+    r, _, _ = _run(rec, l, codes, (G,), (tau, t), np.float64)
+    R = np.array(
+        [logsumexp(t * l[codes[0] == g]) / t - np.log(np.sum(codes[0] == g)) / t for g in range(G)]
+    )
+    P = np.bincount(codes[0], minlength=G) / n
+    want = logsumexp(tau * R, b=P) / tau
+    assert abs(float(r[0]) - want) <= 64e-16 * float(np.max(np.abs(l)))
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_nonfinite_losses_set_the_status(rec, bad):
+    rng = np.random.default_rng(1)
+    n, sizes = 100, (6, 2)
+    codes = _tree(rng, n, sizes)
+    l = rng.standard_normal(n)
+    l[17] = bad
+    r, _, _ = _run(rec, l, codes, sizes, (1.0, 2.0, -1.0), np.float64)
+    assert r[1] == 1
+
+
+def test_tree_eval_reads_and_uploads_nothing(rec):
+    rng = np.random.default_rng(2)
+    n, sizes = 50, (5, 2)
+    codes = _tree(rng, n, sizes)
+    tree = hierarchy.DeviceTree.from_codes(codes, sizes, np.float64)
+    assert len(rec.uploads) == 2  # the codes of every level, the masses of every group
+    rec.uploads.clear()
+    L = FakeArray(rng.standard_normal(n), rec)
+    hierarchy.tree_eval(L, tree, (1.0, 1.0, 1.0), weights=True)
+    assert rec.reads == [] and rec.uploads == []
+    D = len(sizes)
+    assert len(rec.launches) == 3 * D + 1 + D
+
+
+def _problem(rec, loss, X, y, labels, tilts, l2, prior=None):
+    """What the engine reads of a hierarchical problem, over device stand-ins."""
+    from types import SimpleNamespace
+
+    from tiltlab.losses import get_loss
+    from tiltlab.risk import build_tree
+
+    n, d = X.shape
+    return SimpleNamespace(
+        is_linear=True,
+        groups=labels,
+        tree=build_tree(labels, n),
+        weights=prior,
+        prior=None if prior is None else FakeArray(prior / prior.sum(), rec),
+        loss=get_loss(loss),
+        X=FakeArray(X, rec),
+        y=FakeArray(y, rec),
+        tilts=tuple(tilts),
+        shape=(d,),
+        l2=l2,
+        dtype=X.dtype,
+        cache={},
+    )
+
+
+OBJECTIVE_CASES = [
+    ("logistic", 400, 3, (1.0, -2.0), 0.0, False),
+    ("squared", 300, 40, (0.0, 2.0, -1.0), 0.3, True),
+    ("logistic", 250, 5, (-math.inf, 1e-9, 3.0), 0.0, False),
+    ("squared", 200, 1, (2.0, math.inf), 0.5, True),
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(("loss", "n", "d", "tilts", "l2", "with_prior"), OBJECTIVE_CASES)
+def test_objective_value_and_gradient(rec, loss, n, d, tilts, l2, with_prior, dtype):
+    from tiltlab._cupy.engine import FUSED_CUDA
+    from tiltlab.objective.engines import Context
+
+    rng = np.random.default_rng(n + d)
+    X = rng.standard_normal((n, d)).astype(dtype)
+    theta = (rng.standard_normal(d) / np.sqrt(d)).astype(dtype)
+    if loss == "squared":
+        y = (X.astype(np.float64) @ theta + rng.standard_normal(n)).astype(dtype)
+    else:
+        y = (rng.random(n) < 0.3).astype(dtype)
+    D = len(tilts) - 1
+    sizes = (12, 3)[:D]
+    labels = _labels(_tree(rng, n, sizes, empty=False))
+    prior = rng.random(n) + 0.5 if with_prior else None
+    problem = _problem(rec, loss, X, y, labels, tilts, l2, prior)
+    assert FUSED_CUDA.applies(problem)
+    passes = []
+    ctx = Context(count=passes.append, update=lambda p: None)
+    out = FUSED_CUDA.value_and_gradient(problem, FakeArray(theta, rec), ctx)
+    assert out is not None and passes == [2]
+    value, grad = (a._a for a in out)
+    assert value.dtype == dtype and grad.dtype == dtype and grad.shape == (d,)
+    f64 = np.float64
+    ref = tl.TiltedObjective(
+        loss, X.astype(f64), y.astype(f64), groups=labels, tilts=tilts, weights=prior, l2=l2
+    )
+    want_v, want_g = ref.value_and_gradient(theta.astype(f64))
+    eps = float(np.finfo(dtype).eps)
+    z = X.astype(f64) @ theta.astype(f64)
+    scale = 1.0 + float(np.max(np.abs(z))) + float(np.max(np.abs(y)))
+    big = max([1.0] + [abs(t) * scale for t in tilts if math.isfinite(t)])
+    np.testing.assert_allclose(float(value), float(want_v), rtol=0, atol=64 * d * eps * scale**2)
+    gscale = float(np.max(np.abs(want_g))) + scale * float(np.max(np.abs(X)))
+    np.testing.assert_allclose(grad, want_g, rtol=0, atol=64 * d * eps * gscale * big)
+
+
+def test_objective_declines_nonfinite_losses(rec):
+    from tiltlab._cupy.engine import FUSED_CUDA
+    from tiltlab.objective.engines import Context
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((64, 3))
+    X[7, 2] = np.inf
+    y = rng.standard_normal(64)
+    labels = [np.arange(64) % 4]
+    problem = _problem(rec, "squared", X, y, labels, (1.0, 1.0), 0.0)
+    ctx = Context(count=lambda k: None, update=lambda p: None)
+    assert FUSED_CUDA.value_and_gradient(problem, FakeArray(np.ones(3), rec), ctx) is None
+    assert len(rec.reads) == 1
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("tilts", [(1.0, -2.0, 0.5), (0.0, math.inf, 1e-9), (-3.0, 2.0, -math.inf)])
+def test_public_functions_with_nested_labels(rec, dtype, tilts):
+    # hierarchical_risk / hierarchical_weights of CuPy losses with nested label arrays of
+    # any kind (here strings outside, integers inside, one a one-member group): the tree
+    # is built on the host, uploaded, evaluated on the device; one read (the status)
+    from tiltlab._cupy import reductions
+
+    rng = np.random.default_rng(11)
+    n = 240
+    inner = rng.integers(0, 15, n)
+    inner[n - 1] = 15  # a group of one sample
+    outer = np.array(["a", "b", "c", "d"])[inner % 4]
+    groups = [outer, inner]
+    l = (rng.standard_normal(n) * 2).astype(dtype)
+    L = FakeArray(l, rec)
+    r = reductions.hierarchical_risk(L, groups, tilts)
+    assert len(rec.reads) == 1 and len(rec.uploads) == 2
+    rec.reads.clear()
+    w = reductions.hierarchical_weights(L, groups, tilts)
+    assert len(rec.reads) == 1
+    assert r._a.dtype == dtype and r.shape == () and w._a.dtype == dtype and w.shape == (n,)
+    l64 = l.astype(np.float64)
+    eps = float(np.finfo(dtype).eps)
+    scale = float(np.max(np.abs(l64)))
+    want = float(tl.hierarchical_risk(l64, groups, tilts))
+    assert abs(float(r._a) - want) <= 64 * eps * scale
+    big = max([1.0] + [abs(t) * 2 * scale for t in tilts if math.isfinite(t)])
+    np.testing.assert_allclose(
+        w._a,
+        tl.hierarchical_weights(l64, groups, tilts),
+        rtol=64 * eps * big,
+        atol=64 * eps * big / n,
+    )
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_public_weights_of_nonfinite_losses(rec, bad):
+    from tiltlab._cupy import reductions
+
+    l = np.linspace(0.0, 1.0, 50)
+    l[3] = bad
+    groups = [np.arange(50) % 2, np.arange(50) % 10]
+    with pytest.raises(ValueError, match="`losses` contains"):
+        reductions.hierarchical_weights(FakeArray(l, rec), groups, (1.0, 1.0, 1.0))
+    w = reductions.hierarchical_weights(
+        FakeArray(l, rec), groups, (1.0, 1.0, 1.0), check_finite=False
+    )
+    assert np.all(np.isnan(w._a))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_levels_beyond_the_shared_memory_groups(rec, dtype):
+    # a level with more groups than a block gathers in shared memory takes the global
+    # atomics; the level above it (few groups) the shared ones
+    rng = np.random.default_rng(4)
+    n, sizes = 3000, (hierarchy.SHARED_GROUPS + 200, 30)
+    codes = _tree(rng, n, sizes)
+    l = rng.standard_normal(n) * 2
+    tilts = (-1.0, 0.5, 3.0)
+    r, _, w = _run(rec, l, codes, sizes, tilts, dtype)
+    l64 = l.astype(dtype).astype(np.float64)
+    eps = float(np.finfo(dtype).eps)
+    want = _mp_risk(l64, codes, tilts)
+    assert r[1] == 0 and abs(float(r[0]) - want) <= 64 * eps * float(np.max(np.abs(l)))
+    ref_w = tl.hierarchical_weights(l64, _labels(codes), tilts)
+    big = 6 * float(np.max(np.abs(l)))
+    np.testing.assert_allclose(w, ref_w, rtol=64 * eps * big, atol=64 * eps * big / n)

@@ -1,0 +1,433 @@
+"""Hierarchies on the device: the group tree uploaded once, risks and weights as
+segment-wise reductions of the tilted state (``tilt.cuh``) level by level.
+
+:class:`DeviceTree` holds a hierarchy's partition on the device: every level's codes
+(item -> group, the samples first, then the groups of each level as the items of the
+next) in one integer array, every level's group masses in one array, and their offsets
+and sizes on the host. It is built once from a :class:`~tiltlab.risk.GroupTree` (or from
+codes) and reused by every evaluation: :func:`tree_eval` uploads nothing.
+
+An evaluation of a tree of ``D`` grouping levels is ``3 D + 1`` launches for the risk
+(one initialisation of the work space; per level, the groups' extremes, their sums
+relative to their shifts and, below the top, every group's risk; one block for the top
+level) and ``D`` more for the weights (one per level, from the outermost groups down to
+the samples), with no read: the risk and a status (0 when every loss was finite) stay on
+the device for the caller. Tilts may be any real numbers, 0 and +-inf included (the rule
+of :mod:`tiltlab.accumulator`, through ``tl_risk``). A level of at most
+:data:`SHARED_GROUPS` groups is gathered per block in shared memory and added to the
+global sums once per block and group; larger levels use global atomics per item.
+
+:class:`HierarchicalCudaEngine` evaluates the value and gradient of a hierarchical
+objective this way: the product ``X theta``, one kernel for the losses and their
+derivatives, the tree, one product with ``X^T`` (and one launch for a ridge term), then
+one read of the status. The tree is kept in the problem's cache.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import numpy as np
+
+from . import source
+
+__all__ = [
+    "HIERARCHICAL_CUDA",
+    "DeviceTree",
+    "HierarchicalCudaEngine",
+    "device_tree",
+    "hierarchical",
+    "tree_eval",
+    "value_and_gradient",
+]
+
+#: threads per block of the elementwise and atomic passes
+BLOCK_THREADS = 256
+#: the most blocks of a pass (grid-stride loops cover the rest)
+MAX_BLOCKS = 4096
+#: threads of the top level's block (``TL_FINISH_THREADS`` in kernels.cu)
+FINISH_THREADS = 512
+#: the most groups of a level gathered per block in shared memory (``TL_SHARED_GROUPS``)
+SHARED_GROUPS = 1024
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class DeviceTree:
+    """A hierarchy's partition on the device (see the module doc).
+
+    ``sizes[k]`` is the number of groups of level ``k`` (innermost first) and
+    ``items[k]`` the number of its items (``items[0]`` the samples, ``items[k] =
+    sizes[k - 1]``); ``codes[item_offsets[k]:][:items[k]]`` are level ``k``'s codes and
+    ``mass[group_offsets[k]:][:sizes[k]]`` its groups' masses (a group without mass is
+    empty). ``prior`` is the samples' masses on the device, or None (unit masses).
+    """
+
+    sizes: tuple[int, ...]
+    items: tuple[int, ...]
+    item_offsets: tuple[int, ...]
+    group_offsets: tuple[int, ...]
+    codes: Any
+    mass: Any
+    prior: Any = None
+
+    @property
+    def depth(self) -> int:
+        """The number of grouping levels."""
+        return len(self.sizes)
+
+    @property
+    def n_samples(self) -> int:
+        """The number of samples (the items of the innermost level)."""
+        return self.items[0]
+
+    @classmethod
+    def from_codes(
+        cls, codes: list, sizes: list, dtype: Any, prior: Any = None, host_prior: Any = None
+    ) -> DeviceTree:
+        """A tree from host integer codes per level (innermost first: ``codes[0]`` maps
+        the samples to the ``sizes[0]`` groups of level 0, ``codes[k]`` the groups of
+        level ``k - 1`` to those of level ``k``). ``prior`` is the samples' masses on the
+        device and ``host_prior`` the same on the host (both None: unit masses). Two
+        uploads: the codes and the groups' masses."""
+        import cupy
+
+        codes = [np.ascontiguousarray(c, dtype=np.int64) for c in codes]
+        sizes = [int(s) for s in sizes]
+        items = [int(c.shape[0]) for c in codes]
+        if len(codes) != len(sizes) or items[1:] != sizes[:-1]:
+            raise ValueError("`codes`: each level's items must be the groups below it")
+        for k, (c, g) in enumerate(zip(codes, sizes, strict=True)):
+            if c.size and (int(c.min()) < 0 or int(c.max()) >= g):
+                raise ValueError(f"`codes`: level {k}'s codes must lie in [0, {g})")
+        masses = []
+        m = None if host_prior is None else np.asarray(host_prior, dtype=np.float64)
+        for c, g in zip(codes, sizes, strict=True):
+            m = np.bincount(c, weights=m, minlength=g).astype(np.float64)
+            masses.append(m)
+        item_off = np.concatenate(([0], np.cumsum(items)[:-1])).astype(int)
+        group_off = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(int)
+        return cls(
+            sizes=tuple(sizes),
+            items=tuple(items),
+            item_offsets=tuple(int(v) for v in item_off),
+            group_offsets=tuple(int(v) for v in group_off),
+            codes=cupy.asarray(np.concatenate(codes)),
+            mass=cupy.asarray(np.concatenate(masses).astype(dtype)),
+            prior=prior,
+        )
+
+    @classmethod
+    def from_tree(cls, tree: Any, dtype: Any, prior: Any = None) -> DeviceTree:
+        """The device form of a :class:`~tiltlab.risk.GroupTree` (and of the samples'
+        normalised prior ``prior``, a CuPy array, or None: uniform), read once."""
+        import cupy
+
+        codes = [lev.codes for lev in tree.levels]
+        sizes = [lev.n_groups for lev in tree.levels]
+        host_prior = None
+        if prior is not None:
+            prior = cupy.ascontiguousarray(prior, dtype=dtype)
+            host_prior = cupy.asnumpy(prior)
+        return cls.from_codes(codes, sizes, dtype, prior=prior, host_prior=host_prior)
+
+    @classmethod
+    def from_device_codes(cls, codes: Any, n_groups: int, dtype: Any) -> DeviceTree:
+        """One level from device int64 codes in ``[0, n_groups)`` (unused codes are
+        empty groups) under unit masses: the groups' sizes are counted on the device (a
+        fill and one launch), nothing is uploaded or read."""
+        import cupy
+
+        n = int(codes.shape[0])
+        mass = cupy.zeros(n_groups, dtype=dtype)
+        mod = source.module(source.reduction_source(dtype))
+        mod.get_function("tilted_level_count")(
+            (_level_blocks(n, n_groups),),
+            (BLOCK_THREADS,),
+            (codes, cupy.int64(n), cupy.int64(n_groups), mass),
+        )
+        return cls(
+            sizes=(int(n_groups),),
+            items=(n,),
+            item_offsets=(0,),
+            group_offsets=(0,),
+            codes=codes,
+            mass=mass,
+        )
+
+    def level_codes(self, k: int) -> Any:
+        """Level ``k``'s codes (a view)."""
+        a = self.item_offsets[k]
+        return self.codes[a : a + self.items[k]]
+
+    def level_mass(self, k: int) -> Any:
+        """The masses of level ``k``'s groups (a view)."""
+        a = self.group_offsets[k]
+        return self.mass[a : a + self.sizes[k]]
+
+
+def _blocks(n: int) -> int:
+    return max(1, min(MAX_BLOCKS, -(-n // BLOCK_THREADS)))
+
+
+def _level_blocks(n: int, groups: int) -> int:
+    """Blocks of a level's atomic passes: with at most :data:`SHARED_GROUPS` groups every
+    block gathers its items in shared memory and flushes each group once, so a few waves
+    of blocks (four per multiprocessor) rather than one thread per item."""
+    if groups > SHARED_GROUPS:
+        return _blocks(n)
+    import cupy
+
+    sms = int(cupy.cuda.Device().attributes["MultiProcessorCount"])
+    return max(1, min(_blocks(n), 4 * sms))
+
+
+def _check_tilts(tilts: Any, depth: int) -> list[float]:
+    ts = [float(v) for v in tilts]
+    if len(ts) != depth + 1 or any(math.isnan(v) for v in ts):
+        raise ValueError(f"`tilts`: {depth + 1} real numbers for {depth} levels, got {tilts!r}")
+    return ts
+
+
+def tree_eval(
+    losses: Any, tree: DeviceTree, tilts: Any, *, weights: bool = False, d1: Any = None
+) -> tuple[Any, Any]:
+    """``(out, w)``: ``out`` a device array (risk, status, top shift, top sum), the status
+    1 when a loss was not finite; ``w`` the samples' weights (times ``d1`` when given),
+    or None without ``weights``. ``tilts`` outermost first, host numbers. No read, no
+    upload (see the module doc for the launches)."""
+    import cupy
+
+    D = tree.depth
+    ts = _check_tilts(tilts, D)  # ts[0]: the top; ts[D - k]: level k's groups
+    dtype = losses.dtype
+    T = dtype.type
+    key = np.int32 if dtype == np.float32 else np.int64
+    mod = source.module(source.reduction_source(dtype))
+    fn = mod.get_function
+    n_groups = sum(tree.sizes)
+    hi = cupy.empty(n_groups, dtype=key)
+    lo = cupy.empty(n_groups, dtype=key)
+    sums = cupy.empty(3 * n_groups, dtype=dtype)
+    risks = cupy.empty(max(1, n_groups), dtype=dtype)
+    out = cupy.empty(4, dtype=dtype)
+    tiny = T(math.sqrt(float(np.finfo(dtype).tiny)))
+    lc = cupy.ascontiguousarray(losses)
+    fn("tilted_tree_init")(
+        (_blocks(3 * n_groups),),
+        (BLOCK_THREADS,),
+        (hi, lo, cupy.int64(n_groups), sums, cupy.int64(3 * n_groups), out),
+    )
+
+    def level(k):  # the arrays of level k: items' values and masses, groups' work space
+        a, g = tree.group_offsets[k], tree.sizes[k]
+        if k == 0:
+            v = lc
+            m, has = (tree.prior, 1) if tree.prior is not None else (lc, 0)
+        else:
+            b, gb = tree.group_offsets[k - 1], tree.sizes[k - 1]
+            v, m, has = risks[b : b + gb], tree.level_mass(k - 1), 1
+        return (
+            v,
+            m,
+            cupy.int32(has),
+            tree.level_codes(k),
+            cupy.int64(tree.items[k]),
+            hi[a : a + g],
+            lo[a : a + g],
+            sums[3 * a : 3 * (a + g)],
+        )
+
+    for k in range(D):
+        v, m, has, codes, n, h, l_, s = level(k)
+        t = T(ts[D - k])
+        G = cupy.int64(tree.sizes[k])
+        grid = (_level_blocks(tree.items[k], tree.sizes[k]),)
+        fn("tilted_level_extremes")(grid, (BLOCK_THREADS,), (v, m, has, codes, n, G, h, l_))
+        fn("tilted_level_sums")(grid, (BLOCK_THREADS,), (v, m, has, codes, n, G, t, h, l_, s))
+        if k < D - 1:
+            a, g = tree.group_offsets[k], tree.sizes[k]
+            fn("tilted_level_finish")(
+                (_blocks(g),),
+                (BLOCK_THREADS,),
+                (h, l_, s, tree.level_mass(k), cupy.int64(g), t, tiny, risks[a : a + g], out),
+            )
+    top = D - 1
+    a, g = tree.group_offsets[top], tree.sizes[top]
+    w_groups = cupy.empty(max(1, g), dtype=dtype)
+    fn("tilted_tree_top")(
+        (1,),
+        (FINISH_THREADS,),
+        (
+            hi[a : a + g],
+            lo[a : a + g],
+            sums[3 * a : 3 * (a + g)],
+            tree.level_mass(top),
+            cupy.int64(g),
+            T(ts[1]),
+            T(ts[0]),
+            tiny,
+            cupy.int32(1 if weights else 0),
+            w_groups,
+            out,
+        ),
+    )
+    if not weights:
+        return out, None
+    for k in range(D - 1, -1, -1):
+        v, m, has, codes, n, h, l_, s = level(k)
+        w_items = cupy.empty(tree.items[k], dtype=dtype)
+        last = k == 0 and d1 is not None
+        fn("tilted_level_weights")(
+            (_blocks(tree.items[k]),),
+            (BLOCK_THREADS,),
+            (
+                v,
+                m,
+                has,
+                codes,
+                n,
+                T(ts[D - k]),
+                h,
+                l_,
+                s,
+                w_groups,
+                d1 if last else lc,
+                cupy.int32(1 if last else 0),
+                w_items,
+            ),
+        )
+        w_groups = w_items
+    return out, w_groups
+
+
+def device_tree(problem: Any) -> DeviceTree:
+    """The problem's tree on the device, built at the first call and kept in its cache
+    (shared by the copies of the problem with other tilts)."""
+    key = ("cuda-tree", np.dtype(problem.dtype).name)
+    tree = problem.cache.get(key)
+    if tree is None:
+        tree = DeviceTree.from_tree(problem.tree, problem.dtype, problem.prior)
+        problem.cache[key] = tree
+    return tree
+
+
+def value_and_gradient(
+    X: Any, y: Any, theta: Any, tree: DeviceTree, tilts: Any, loss: str, l2: float = 0.0
+) -> tuple[Any, Any] | None:
+    """Value (0-d) and gradient of the hierarchical tilted risk of ``loss`` (a name in
+    :data:`~.source.C_LOSSES`) plus ``l2/2 |theta|^2``, or None when a loss is not
+    finite. ``4 + 4 D`` launches for ``D`` levels (one more with ``l2``), one read."""
+    import cupy
+
+    n, d = int(X.shape[0]), int(X.shape[1])
+    dtype = X.dtype
+    th = cupy.ascontiguousarray(theta, dtype=dtype)
+    yy = cupy.ascontiguousarray(y, dtype=dtype)
+    z = cupy.matmul(X, th)
+    mod = source.module(source.vg_source(loss, dtype, d))
+    ell = cupy.empty(n, dtype=dtype)
+    d1 = cupy.empty(n, dtype=dtype)
+    mod.get_function("tilted_loss_d1")(
+        (_blocks(n),), (BLOCK_THREADS,), (z, yy, cupy.int64(n), ell, d1)
+    )
+    out, coef = tree_eval(ell, tree, tilts, weights=True, d1=d1)
+    grad = cupy.matmul(coef, X)
+    if l2:
+        mod.get_function("tilted_ridge")(
+            (1,), (FINISH_THREADS,), (grad, th, cupy.int32(d), dtype.type(l2), out)
+        )
+    if out[1:2].get()[0] != 0:  # the one read
+        return None
+    return out[0], grad
+
+
+class HierarchicalCudaEngine:
+    """The value and gradient of hierarchical objectives on CuPy (see the module doc):
+    predictor losses with C code, C-contiguous float32/float64 ``X``, a one-dimensional
+    parameter, any tilts and priors. The fused engine hands such problems here."""
+
+    name = "hierarchical CUDA"
+
+    def applies(self, problem: Any, has_c_code: Any) -> bool:
+        try:
+            import cupy
+        except ImportError:  # pragma: no cover - no CuPy here
+            return False
+        X = problem.X
+        if not problem.is_linear or problem.tree is None or not has_c_code(problem.loss):
+            return False
+        if not isinstance(X, cupy.ndarray) or X.ndim != 2 or len(problem.shape) != 1:
+            return False
+        if X.dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
+            return False
+        return bool(X.flags.c_contiguous) and 0 < X.shape[1] <= source.MAX_FEATURES
+
+    def value_and_gradient(self, problem: Any, theta: Any, ctx: Any) -> Any:
+        out = value_and_gradient(
+            problem.X,
+            problem.y,
+            theta,
+            device_tree(problem),
+            problem.tilts,
+            problem.loss.name,
+            float(problem.l2 or 0.0),
+        )
+        if out is None:
+            return None
+        ctx.count(2)
+        return out
+
+
+HIERARCHICAL_CUDA = HierarchicalCudaEngine()
+
+
+def _host_numbers(tilts: Any) -> bool:
+    """Whether ``tilts`` is a sequence of host real numbers (no device or autograd tilt)."""
+    if isinstance(tilts, (str, bytes)) or not isinstance(tilts, (list, tuple)):
+        return False
+    return all(
+        isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
+        for v in tilts
+    )
+
+
+def hierarchical(
+    losses: Any, groups: Any, tilts: Any, weights: Any, check_finite: bool, want: bool
+) -> Any:
+    """``hierarchical_risk`` (``want`` False) or ``hierarchical_weights`` of 1-d
+    float32/float64 CuPy losses with any nesting of label arrays, host tilts and a CuPy
+    prior or none, or None for every other case.
+
+    The labels are read and the tree built on the host (:func:`~tiltlab.risk.build_tree`,
+    the validation of the NumPy path), uploaded, and evaluated by :func:`tree_eval`. The
+    status is read once when ``check_finite`` asks for it (non-finite losses raise the
+    library's error) and, for the weights, always (their NaN result); the risk of
+    non-finite losses is NaN on the device."""
+    import cupy
+
+    from .._compat import check_finite as _check_finite
+    from .._compat import namespace_of
+    from ..risk import build_tree, check_group_mass, prepare_prior, prepare_tilts
+
+    if not isinstance(losses, cupy.ndarray) or losses.ndim != 1 or losses.shape[0] == 0:
+        return None
+    if losses.dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
+        return None
+    if (weights is not None and not isinstance(weights, cupy.ndarray)) or not _host_numbers(tilts):
+        return None
+    tree = build_tree(groups, int(losses.shape[0]))
+    ts = prepare_tilts(tilts, tree.depth)
+    prior = None
+    if weights is not None:
+        xp = namespace_of(losses=losses, weights=weights)
+        prior = prepare_prior(weights, losses, xp)
+        check_group_mass(prior, tree, xp)
+    dtree = DeviceTree.from_tree(tree, losses.dtype, prior)
+    out, w = tree_eval(losses, dtree, ts, weights=want)
+    if (check_finite or want) and out[1:2].get()[0] != 0:
+        if check_finite:
+            _check_finite(losses, cupy, name="losses", skip="check_finite=False")
+        return cupy.full(losses.shape, math.nan, dtype=losses.dtype)
+    return w if want else out[0]
