@@ -275,17 +275,15 @@ def loss_block(code, z, y, i0, nb, param, l, d1, d2):
     two = l.dtype.type(2.0)
     half = l.dtype.type(0.5)
     if code == LOGISTIC:
-        # one exp per row: e = exp(-|z|) (kept in d2 for the next two loops) gives the
+        # one exp per row: e = exp(-|z|) (kept in d2 for the next loop) gives the
         # softplus log1p(e) and the sigmoid
         for b in range(nb):
             d2[b] = exp_t(-abs(z[b]))
-        for b in range(nb):
-            zb = z[b]
-            l[b] = ((zb if zb >= zero else zero) - y[i0 + b] * zb) + log1p_unit_t(d2[b])
-        for b in range(nb):
+        for b in range(nb):  # one loop: 1 / (1 + e) is shared with the log1p
             zb = z[b]
             yb = y[i0 + b]
             e = d2[b]
+            l[b] = ((zb if zb >= zero else zero) - yb * zb) + log1p_unit_t(e)
             inv = one / (one + e)
             small = e * inv
             pos = zb >= zero

@@ -213,12 +213,18 @@ def hvp_scalar(X, y, p, theta, v, t, code, param, n_chunks, state, A, G, k0, k1)
             s += bs
             q += bq
             lsum += bl
-            for b in range(nb):
-                pb = p[i0 + b] if has_p else 1.0
-                on = e[b] != 0.0
-                pg = (pb * e[b]) * rg
-                ca[b] = pg * (d2[b] * u[b] + t * d1[b] * a[b]) if on else 0.0
-                cb[b] = pg * d1[b] if on else 0.0
+            if has_p:
+                for b in range(nb):
+                    on = e[b] != 0.0
+                    pg = (p[i0 + b] * e[b]) * rg
+                    ca[b] = pg * (d2[b] * u[b] + t * d1[b] * a[b]) if on else 0.0
+                    cb[b] = pg * d1[b] if on else 0.0
+            else:  # a loop of its own (vectorised; with the prior's test inside it is not)
+                for b in range(nb):
+                    on = e[b] != 0.0
+                    pg = e[b] * rg
+                    ca[b] = pg * (d2[b] * u[b] + t * d1[b] * a[b]) if on else 0.0
+                    cb[b] = pg * d1[b] if on else 0.0
             if tilted:
                 axpy2_rows(X, i0, nb, ca, cb, blkA, blkG, accA, accG)
             else:

@@ -159,19 +159,15 @@ def _log1p_series(f):
     """``log(1 + f)`` for ``f`` in ``[sqrt(2)/2 - 1, sqrt(2) - 1]``."""
     s = f / (2.0 + f)
     z = s * s
-    # R = 2 atanh(s) / s - 2 = sum_{k>=1} 2 z^k / (2k + 1), to z^12 (|z| <= 0.0295)
-    p = 2.0 / 25.0
-    p = p * z + 2.0 / 23.0
-    p = p * z + 2.0 / 21.0
-    p = p * z + 2.0 / 19.0
-    p = p * z + 2.0 / 17.0
-    p = p * z + 2.0 / 15.0
-    p = p * z + 2.0 / 13.0
-    p = p * z + 2.0 / 11.0
-    p = p * z + 2.0 / 9.0
-    p = p * z + 2.0 / 7.0
-    p = p * z + 2.0 / 5.0
-    p = p * z + 2.0 / 3.0
+    # R = 2 atanh(s) / s - 2 = sum_{k>=1} 2 z^k / (2k + 1), to z^12 (|z| <= 0.0295),
+    # evaluated by Estrin's scheme (a short dependency chain, as in _expm1_reduced)
+    z2 = z * z
+    z4 = z2 * z2
+    z8 = z4 * z4
+    s0 = (2.0 / 3.0 + z * (2.0 / 5.0)) + z2 * (2.0 / 7.0 + z * (2.0 / 9.0))
+    s1 = (2.0 / 11.0 + z * (2.0 / 13.0)) + z2 * (2.0 / 15.0 + z * (2.0 / 17.0))
+    s2 = (2.0 / 19.0 + z * (2.0 / 21.0)) + z2 * (2.0 / 23.0 + z * (2.0 / 25.0))
+    p = (s0 + z4 * s1) + z8 * s2
     big_r = p * z
     hfsq = 0.5 * f * f
     # 2 atanh(s) = f - s f + s R and s f = hfsq - s hfsq
