@@ -110,7 +110,9 @@ try:  # pragma: no branch - the engine is only chosen when numba imports
             ptr = builder.gep(builder.bitcast(ary.data, i8p), [args[1]])
             i32 = ir.IntType(32)
             fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
-            fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
+            # the name without the pointer type's suffix: LLVM renames it to the one its
+            # pointers need (p0i8 with typed pointers, p0 with opaque ones)
+            fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch")
             builder.call(fn, [ptr, i32(0), i32(3), i32(1)])  # read, all cache levels, data
             return context.get_dummy_value()
 
