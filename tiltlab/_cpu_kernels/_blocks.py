@@ -13,7 +13,15 @@ loops that LLVM vectorises:
    shift moves at most once per block, and the weights ``exp(t (l - c))`` (or their
    ``expm1``) for the whole block (:func:`weights_block`);
 4. the block sums of the tilted state (:func:`sums`) and the rank-one updates
-   ``acc += X_blk^T coef`` (:func:`axpy_rows`), again ``ROWS`` rows at a time.
+   ``acc += X_blk^T coef`` (:func:`axpy_rows`), again ``ROWS`` rows at a time; for rows
+   of at most ``PREFETCH_ROW_BYTES`` the updates also prefetch the next block
+   (:func:`ahead_rows`), so that ``X`` streams from memory while the block is worked on.
+
+A loop that LLVM is to vectorise must not test the prior inside an inlined ``exp``: it
+does not split such a loop on the test (the body is too large to duplicate) and leaves
+it scalar, so the weights and the Hessian-vector coefficients have loops of their own for
+the uniform prior (at 1e6 x 20 the weights took a quarter of the time they took with the
+test inside, measured with benchmarks/cpu_kernel_speed.py and copies of the kernel).
 
 Steps 1-3 work in ``X``'s dtype: for float32 data the predictors, the losses, their
 derivatives and the weights are float32 numbers computed in float32 arithmetic, with
@@ -64,8 +72,10 @@ def log1p_unit_t(x):
 
 
 try:  # pragma: no branch - the engine is only chosen when numba imports
+    from llvmlite import ir
     from numba import types
-    from numba.extending import overload
+    from numba.core import cgutils
+    from numba.extending import intrinsic, overload
 
     from ._cache import jit
 
@@ -86,6 +96,28 @@ try:  # pragma: no branch - the engine is only chosen when numba imports
 
             return double
 
+    @intrinsic
+    def _prefetch(typingctx, arr, offset):
+        """Prefetch the cache line at byte ``offset`` of the array's data (LLVM's
+        ``llvm.prefetch``: a hint, which does not fault at any address)."""
+        if not isinstance(arr, types.Array) or not isinstance(offset, types.Integer):
+            return None
+        sig = types.void(arr, types.intp)
+
+        def codegen(context, builder, signature, args):
+            ary = context.make_array(signature.args[0])(context, builder, args[0])
+            i8p = ir.IntType(8).as_pointer()
+            ptr = builder.gep(builder.bitcast(ary.data, i8p), [args[1]])
+            i32 = ir.IntType(32)
+            fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
+            # the name without the pointer type's suffix: LLVM renames it to the one its
+            # pointers need (p0i8 with typed pointers, p0 with opaque ones)
+            fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch")
+            builder.call(fn, [ptr, i32(0), i32(3), i32(1)])  # read, all cache levels, data
+            return context.get_dummy_value()
+
+        return sig, codegen
+
     _typed(exp_t, vexpf, vexp)
     _typed(expm1_t, vexpm1f, vexpm1)
     _typed(log1p_unit_t, vlog1p_unitf, vlog1p_unit)
@@ -101,6 +133,9 @@ except ImportError:  # pragma: no cover - exercised where numba is absent
 
     def _INLINE(f):
         return f
+
+    def _prefetch(arr, offset):
+        return None
 
     _REASSOC = _FINITE = _INLINE
     KERNEL = _INLINE
@@ -129,6 +164,34 @@ MIN_BLOCK = 64
 ROWS = 4
 #: rows of at most this many entries take their two dot products two rows at a time
 SHORT_ROW = 256
+#: rows of at most this many bytes have the next block prefetched during the rank-one
+#: updates of the current one (:func:`ahead_rows`)
+PREFETCH_ROW_BYTES = 256
+
+
+@_INLINE
+def ahead_rows(d, itemsize, step):
+    """How far ahead (in rows) the rank-one updates prefetch ``X``: one block (``step``
+    rows) for rows of at most ``PREFETCH_ROW_BYTES``, else 0 (none).
+
+    Short rows cost the most work per byte, so the loss, weight and update loops of a
+    block take long while ``X`` does not stream; a prefetch of the next block's rows
+    spread over the updates (a few lines per group of ``ROWS`` rows) lets memory and
+    computation overlap. With longer rows the prefetches took the line-fill buffers that
+    the updates' reads from L2 need, and made them slower (measured with
+    benchmarks/cpu_kernel_speed.py)."""
+    return step if d * itemsize <= PREFETCH_ROW_BYTES else 0
+
+
+@_INLINE
+def _prefetch_rows(X, i, rows, end):
+    """Prefetch the rows ``[i, min(i + rows, end))`` of the C-contiguous ``X`` (one hint
+    per 64-byte line)."""
+    row = X.shape[1] * X.itemsize
+    a = i * row
+    b = min(i + rows, end) * row
+    for off in range(a - a % 64, b, 64):
+        _prefetch(X, off)
 
 
 @_INLINE
@@ -198,31 +261,34 @@ def dots2(X, i0, nb, v, w, out_v, out_w, zero):
 
 
 @_INLINE
-def axpy_rows(X, i0, nb, coef, blk, acc):
+def axpy_rows(X, i0, nb, coef, blk, acc, ahead, end):
     """``acc += sum_b coef[b] X[i0 + b]``, summed in ``X``'s dtype in ``blk`` (zero on
-    entry and exit) over ``FLUSH_ROWS`` rows at a time, then added into ``acc``."""
+    entry and exit) over ``FLUSH_ROWS`` rows at a time, then added into ``acc``; with
+    ``ahead > 0`` the rows ``ahead`` further on (below ``end``) are prefetched meanwhile."""
     for s0 in range(0, nb, FLUSH_ROWS):
-        _axpy(X, i0 + s0, min(FLUSH_ROWS, nb - s0), coef, s0, blk)
+        _axpy(X, i0 + s0, min(FLUSH_ROWS, nb - s0), coef, s0, blk, ahead, end)
         _flush(blk, acc)
 
 
 @_INLINE
-def axpy2_rows(X, i0, nb, ca, cb, blk_a, blk_b, acc_a, acc_b):
+def axpy2_rows(X, i0, nb, ca, cb, blk_a, blk_b, acc_a, acc_b, ahead, end):
     """:func:`axpy_rows` with two coefficient vectors in one sweep over the block."""
     for s0 in range(0, nb, FLUSH_ROWS):
-        _axpy2(X, i0 + s0, min(FLUSH_ROWS, nb - s0), ca, cb, s0, blk_a, blk_b)
+        _axpy2(X, i0 + s0, min(FLUSH_ROWS, nb - s0), ca, cb, s0, blk_a, blk_b, ahead, end)
         _flush(blk_a, acc_a)
         _flush(blk_b, acc_b)
 
 
 @_INLINE
-def _axpy(X, i0, nb, coef, c0_at, acc):
+def _axpy(X, i0, nb, coef, c0_at, acc, ahead, end):
     """``acc += sum_b coef[c0_at + b] X[i0 + b]`` (elementwise over the columns:
-    vectorised), ``ROWS`` rows at a time."""
+    vectorised), ``ROWS`` rows at a time (prefetching the rows ``ahead`` further on)."""
     d = X.shape[1]
     b = 0
     while b + ROWS <= nb:
         i = i0 + b
+        if ahead > 0:
+            _prefetch_rows(X, i + ahead, ROWS, end)
         c0 = coef[c0_at + b]
         c1 = coef[c0_at + b + 1]
         c2 = coef[c0_at + b + 2]
@@ -239,12 +305,14 @@ def _axpy(X, i0, nb, coef, c0_at, acc):
 
 
 @_INLINE
-def _axpy2(X, i0, nb, ca, cb, c0_at, acc_a, acc_b):
+def _axpy2(X, i0, nb, ca, cb, c0_at, acc_a, acc_b, ahead, end):
     """:func:`_axpy` with two coefficient vectors, two rows at a time."""
     d = X.shape[1]
     b = 0
     while b + 2 <= nb:
         i = i0 + b
+        if ahead > 0:
+            _prefetch_rows(X, i + ahead, 2, end)
         a0 = ca[c0_at + b]
         a1 = ca[c0_at + b + 1]
         b0 = cb[c0_at + b]
@@ -275,17 +343,15 @@ def loss_block(code, z, y, i0, nb, param, l, d1, d2):
     two = l.dtype.type(2.0)
     half = l.dtype.type(0.5)
     if code == LOGISTIC:
-        # one exp per row: e = exp(-|z|) (kept in d2 for the next two loops) gives the
+        # one exp per row: e = exp(-|z|) (kept in d2 for the next loop) gives the
         # softplus log1p(e) and the sigmoid
         for b in range(nb):
             d2[b] = exp_t(-abs(z[b]))
-        for b in range(nb):
-            zb = z[b]
-            l[b] = ((zb if zb >= zero else zero) - y[i0 + b] * zb) + log1p_unit_t(d2[b])
-        for b in range(nb):
+        for b in range(nb):  # one loop: 1 / (1 + e) is shared with the log1p
             zb = z[b]
             yb = y[i0 + b]
             e = d2[b]
+            l[b] = ((zb if zb >= zero else zero) - yb * zb) + log1p_unit_t(e)
             inv = one / (one + e)
             small = e * inv
             pos = zb >= zero
@@ -380,7 +446,11 @@ def _finite_extremes(p, has_p, i0, nb, l):
 def weights_block(p, has_p, i0, nb, t, c, qlive, l, e, e1):
     """``e = exp(t (l - c))`` and, in the small-tilt regime, ``e1 = expm1(t (l - c))``
     (0 off the prior's support), in the dtype of the buffers: for float32 data ``t`` is
-    rounded to float32 here, and ``c`` is one of the losses (exact in float32)."""
+    rounded to float32 here, and ``c`` is one of the losses (exact in float32).
+
+    The uniform prior has loops of its own: with the prior's test inside one loop, LLVM
+    does not split the loop (its body, the inlined ``exp``, is too large to duplicate) and
+    leaves it scalar (measured 3-4 times slower at 1e6 x 20)."""
     zero = e.dtype.type(0.0)
     one = e.dtype.type(1.0)
     tt = e.dtype.type(t)
@@ -390,18 +460,25 @@ def weights_block(p, has_p, i0, nb, t, c, qlive, l, e, e1):
             pb = p[i0 + b] if has_p else 1.0
             e[b] = one if pb > 0.0 else zero
             e1[b] = zero
-    elif qlive:
+    elif qlive and has_p:
         for b in range(nb):
-            pb = p[i0 + b] if has_p else 1.0
             m1 = expm1_t(tt * (l[b] - cc))
-            on = pb > 0.0
+            on = p[i0 + b] > 0.0
             e[b] = m1 + one if on else zero
             e1[b] = m1 if on else zero
+    elif qlive:
+        for b in range(nb):
+            m1 = expm1_t(tt * (l[b] - cc))
+            e[b] = m1 + one
+            e1[b] = m1
+    elif has_p:
+        for b in range(nb):
+            eb = exp_t(tt * (l[b] - cc))
+            e[b] = eb if p[i0 + b] > 0.0 else zero
+            e1[b] = zero
     else:
         for b in range(nb):
-            pb = p[i0 + b] if has_p else 1.0
-            eb = exp_t(tt * (l[b] - cc))
-            e[b] = eb if pb > 0.0 else zero
+            e[b] = exp_t(tt * (l[b] - cc))
             e1[b] = zero
 
 

@@ -12,6 +12,7 @@ import numpy as np
 from ._blocks import (
     BLOCK,
     KERNEL,
+    ahead_rows,
     axpy2_rows,
     axpy_rows,
     block_rows,
@@ -36,6 +37,8 @@ def vg_scalar(
     has_p = p.shape[0] > 0
     zero = np.zeros(1, dtype=X.dtype)[0]
     step = block_rows(d, X.itemsize)
+    ahead = ahead_rows(d, X.itemsize, step)
+    end = _chunk(n, n_chunks, k1 - 1)[1]
     for k in range(k0, k1):
         r0, r1 = _chunk(n, n_chunks, k)
         acc = G[k]
@@ -113,7 +116,7 @@ def vg_scalar(
                 for b in range(nb):
                     coef[b] = (e[b] * rgx) * d1[b]
             if want_grad:
-                axpy_rows(X, i0, nb, coef, blk, acc)
+                axpy_rows(X, i0, nb, coef, blk, acc, ahead, end)
         if want_grad and mass > 0.0 and cg != c:
             f = math.exp(t * (cg - c))
             for j in range(d):
@@ -140,6 +143,8 @@ def hvp_scalar(X, y, p, theta, v, t, code, param, n_chunks, state, A, G, k0, k1)
     zero = np.zeros(1, dtype=X.dtype)[0]
     tilted = t != 0.0
     step = block_rows(d, X.itemsize)
+    ahead = ahead_rows(d, X.itemsize, step)
+    end = _chunk(n, n_chunks, k1 - 1)[1]
     for k in range(k0, k1):
         r0, r1 = _chunk(n, n_chunks, k)
         accA = A[k]
@@ -213,16 +218,22 @@ def hvp_scalar(X, y, p, theta, v, t, code, param, n_chunks, state, A, G, k0, k1)
             s += bs
             q += bq
             lsum += bl
-            for b in range(nb):
-                pb = p[i0 + b] if has_p else 1.0
-                on = e[b] != 0.0
-                pg = (pb * e[b]) * rg
-                ca[b] = pg * (d2[b] * u[b] + t * d1[b] * a[b]) if on else 0.0
-                cb[b] = pg * d1[b] if on else 0.0
+            if has_p:
+                for b in range(nb):
+                    on = e[b] != 0.0
+                    pg = (p[i0 + b] * e[b]) * rg
+                    ca[b] = pg * (d2[b] * u[b] + t * d1[b] * a[b]) if on else 0.0
+                    cb[b] = pg * d1[b] if on else 0.0
+            else:  # a loop of its own (vectorised; with the prior's test inside it is not)
+                for b in range(nb):
+                    on = e[b] != 0.0
+                    pg = e[b] * rg
+                    ca[b] = pg * (d2[b] * u[b] + t * d1[b] * a[b]) if on else 0.0
+                    cb[b] = pg * d1[b] if on else 0.0
             if tilted:
-                axpy2_rows(X, i0, nb, ca, cb, blkA, blkG, accA, accG)
+                axpy2_rows(X, i0, nb, ca, cb, blkA, blkG, accA, accG, ahead, end)
             else:
-                axpy_rows(X, i0, nb, ca, blkA, accA)
+                axpy_rows(X, i0, nb, ca, blkA, accA, ahead, end)
         if mass > 0.0 and cg != c:
             f = math.exp(t * (cg - c))
             for j in range(d):

