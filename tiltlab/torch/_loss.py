@@ -72,7 +72,10 @@ class TiltedLoss(torch.nn.Module):
     same state and the gradient averaged by ``DistributedDataParallel`` is the gradient of
     one process that saw the global batch (running and variational estimators, sample and
     group level). ``accumulation_steps=k`` (running estimator, sample level) makes k
-    micro-batches and :meth:`finish_step` equal one call on their union.
+    micro-batches and :meth:`finish_step` equal one call on their union. The two combine:
+    each micro-batch's statistics are exchanged, so k micro-batches on each of P processes
+    (the same k everywhere; DDP's ``no_sync()`` for all but the last backward) and
+    :meth:`finish_step` give the gradient and state of one call on all P k micro-batches.
 
     Parameters
     ----------
