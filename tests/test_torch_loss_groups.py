@@ -167,3 +167,42 @@ def test_bad_group_batch_is_skipped_without_raising():
         if key != "step":
             assert torch.equal(getattr(loss_fn, key), value), key
     assert int(loss_fn.nonfinite) == 2
+
+
+@pytest.mark.parametrize("tilts", [(1e-3, -1.0), (-1e-4, 0.0), (2e-3, 0.5)])
+def test_small_group_tilt_in_float32(tilts):
+    # near t_group = 0 the outer risk is shift + log1p(d) / t_group: d must be normalised
+    # by the groups' total mass exactly (masses that add up to 1 only to rounding would
+    # leave an error of eps / |t_group|)
+    rng = np.random.default_rng(5)
+    n_groups = 7
+    loss_fn = TiltedLoss(tilts=tilts, n_groups=n_groups, lam=0.5)
+    ref = RunningReference(*tilts, n_groups, 0.5)
+    for _ in range(5):
+        n = int(rng.integers(20, 60))
+        groups = rng.integers(0, n_groups, size=n)
+        losses = (rng.gamma(2.0, 0.7, size=n) + 0.3 * groups).astype(np.float32)
+        value_ref, w_ref = ref(losses.astype(np.float64), groups)
+        l = torch.tensor(losses, requires_grad=True)
+        out = loss_fn(l, groups=torch.tensor(groups))
+        out.backward()
+        assert out.item() == pytest.approx(value_ref, rel=1e-5)
+        np.testing.assert_allclose(l.grad.numpy(), w_ref, rtol=1e-4, atol=1e-9)
+
+
+@pytest.mark.parametrize("tilts", [(1.0, -1.0), (-2.0, 3.0), (0.5, 0.0)])
+def test_tied_and_single_sample_groups(tilts):
+    # a group of equal losses (every shifted sum is exact), a group of one sample and a
+    # group whose losses differ by 1e-12 (the log1p form)
+    losses = np.array([0.7, 0.7, 0.7, 2.5, 1.0, 1.0 + 1e-12, 1.0 + 3e-12, 0.7])
+    groups = np.array([0, 0, 0, 1, 2, 2, 2, 0])
+    ref = RunningReference(*tilts, 3, 0.3)
+    loss_fn = TiltedLoss(tilts=tilts, n_groups=3, lam=0.3).double()
+    for shift in (0.0, 0.25):
+        value_ref, w_ref = ref(losses + shift * groups, groups)
+        l = torch.tensor(losses + shift * groups, requires_grad=True)
+        out = loss_fn(l, groups=torch.tensor(groups))
+        out.backward()
+        assert out.item() == pytest.approx(value_ref, rel=1e-13)
+        np.testing.assert_allclose(l.grad.numpy(), w_ref, rtol=1e-12)
+        assert loss_fn.ess[0].item() == 1.0 and loss_fn.ess[1].item() == 1.0

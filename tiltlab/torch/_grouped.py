@@ -6,7 +6,9 @@ their arithmetic. This path computes the quantities of the general one (the stat
 :mod:`tiltlab.minibatch._stats`, :func:`~tiltlab.minibatch._stats.running_from_stats`,
 :func:`~tiltlab.minibatch._stats.sample_weights`) with one scatter per extreme and one
 ``index_add_`` for every per-group sum, with no loop over groups and no host read (except
-the CPU's raise on a bad batch, where reading costs nothing).
+the CPU's raise on a bad batch, where reading costs nothing). On CUDA, ``index_add_`` adds
+with atomics, so the last bits of a group's sums may change from run to run unless
+``torch.use_deterministic_algorithms(True)`` is set.
 """
 
 from __future__ import annotations
@@ -23,46 +25,47 @@ def lean_group_step(
 ):
     """The running estimator at group level for Python tilts (see the module).
 
-    Per group g of this batch: the extremes ``hi_g``, ``lo_g``, the shift ``c_g`` (``hi``
-    for t > 0, else ``lo``), ``s_g = sum exp(t (l - c_g))``, ``e_g = sum expm1(t (l -
-    c_g))``, ``q_g = sum exp(2 t (l - c_g))``, the count and the sum; the batch's risk per
-    group with the ``log1p`` form where ``|t| (hi - lo) <= 1``; the running update
-    ``logaddexp(log(1 - lam), log(lam) + t gap) / t`` (exact to rounding in the weights, in
-    the risk to ``eps / |t|``: hence the bound on |t|); the outer tilted risk of the groups
-    under the masses ``counts / sum(counts)``. A sample of group g gets the weight
-    ``W_g / (n p_g) exp(t (l - R_g))`` (``W`` the outer weights, ``p`` the masses, ``R``
-    the new running risks, ``n`` the batch size).
+    Per group g of this batch: the shift ``c_g`` (the largest loss for t > 0, else the
+    smallest), ``s_g = sum exp(t (l - c_g))``, ``e_g = sum expm1(t (l - c_g))``, ``q_g = sum
+    exp(2 t (l - c_g))``, the count ``n_g`` and the sum; the batch's risk of the group is
+    ``c_g + log(s_g / n_g) / t``, with ``log1p(e_g / n_g)`` where ``s_g >= n_g / 2`` (both
+    forms are exact to rounding where they are taken) and the mean where ``|e_g| / n_g``
+    is below ``sqrt(tiny)`` (then ``|t| (max - min) < n_g sqrt(tiny)`` and the tilted risk
+    is the mean to rounding). The running update is ``logaddexp(log(1 - lam), log(lam) + t
+    gap) / t`` (exact to rounding in the weights, in the risk to ``eps / |t|``: hence the
+    bound on |t|); the outer tilted risk of the groups takes the masses ``counts /
+    sum(counts)`` in the same forms. A sample of group g gets the weight ``W_g / (n p_g)
+    exp(t (l - R_g))`` (``W`` the outer weights, ``p`` the masses, ``R`` the new running
+    risks, ``n`` the batch size).
     """
     n_groups = loss.n_groups
     dtype = values.dtype
     n_batch = values.shape[0]
     ts, tg = t_sample, t_group
+    tiny = math.sqrt(torch.finfo(dtype).smallest_normal)
     codes = groups.to(torch.int64)
     idx = codes.clamp(0, n_groups - 1)
     valid = torch.eq(idx, codes).all()
-    zeros = values.new_zeros(n_groups)
     if ts == 0:
         cols = torch.stack([torch.ones_like(values), values])
-        n, total = values.new_zeros(2, n_groups).index_add_(1, idx, cols)
-        n_safe = n.clamp_min(1.0)
-        batch = total / n_safe
+        sums = values.new_zeros(2, n_groups).index_add_(1, idx, cols)
+        n, total = sums
+        batch = total / n.clamp_min(1.0)
     else:
-        # an absent group keeps 0 (include_self=False): every exponent below stays finite
-        hi = zeros.scatter_reduce(0, idx, values, "amax", include_self=False)
-        lo = zeros.scatter_reduce(0, idx, values, "amin", include_self=False)
-        c = hi if ts > 0 else lo
+        # an absent group keeps the shift 0 (include_self=False): its sums stay 0
+        reduce = "amax" if ts > 0 else "amin"
+        c = values.new_zeros(n_groups).scatter_reduce(0, idx, values, reduce, include_self=False)
         u = (values - c.index_select(0, idx)) * ts
         ex = torch.exp(u)
         cols = torch.stack([torch.ones_like(values), values, ex, torch.expm1(u), ex * ex])
-        n, total, s, e, q = values.new_zeros(5, n_groups).index_add_(1, idx, cols)
-        n_safe = n.clamp_min(1.0)
-        scaled = (hi - lo) * abs(ts)
-        log_mean = torch.where(scaled <= 1, torch.log1p(e / n_safe), torch.log(s / n_safe))
-        mean = total / n_safe
-        # below sqrt(tiny) the shifted values are subnormal; the mean is exact to rounding
-        tiny = math.sqrt(torch.finfo(dtype).smallest_normal)
-        batch = torch.where(scaled < tiny, mean, c + log_mean / ts)
-    ok = torch.isfinite(total).all() & valid
+        sums = values.new_zeros(5, n_groups).index_add_(1, idx, cols)
+        n, total = sums[0], sums[1]
+        # per group: 1 (0 if absent), the mean, s / n, e / n in (-1, 0], q / n
+        _, mean_b, s_mean, e_mean, q_mean = sums / n.clamp_min(1.0)
+        log_mean = torch.where(e_mean >= -0.5, torch.log1p(e_mean), torch.log(s_mean))
+        batch = torch.where(e_mean.abs() < tiny, mean_b, c + log_mean * (1.0 / ts))
+    # x - x is 0 for a finite x and NaN for an infinite or NaN one
+    ok = torch.eq(total - total, 0).all() & valid
     present = n > 0
     risk = loss.risk.to(dtype)
     lam = loss.lam
@@ -75,24 +78,22 @@ def lean_group_step(
         new = risk + torch.logaddexp(floor, (batch - risk) * ts + math.log(lam)) / ts
     new = torch.where(present, torch.where(loss.seen > 0, new, batch), risk)
     counts = loss.counts.to(dtype) + n
-    prior = counts / counts.sum()
+    mass = counts.sum()
     if tg == 0:
-        value = torch.dot(prior, new)
+        value = torch.dot(counts, new) / mass
         outer = None  # W_g / p_g = 1
     else:
         # the outer tilt over the groups seen so far (mass > 0); the others get mass 0
-        m = torch.dot(prior, new)
-        lo_r, hi_r = torch.aminmax(torch.where(prior > 0, new, m))
-        shift = hi_r if tg > 0 else lo_r
+        far = -math.inf if tg > 0 else math.inf
+        seen_risks = torch.where(counts > 0, new, far)
+        shift = seen_risks.amax() if tg > 0 else seen_risks.amin()
         u_g = ((new - shift) * tg).clamp_max(0.0)
         ex_g = torch.exp(u_g)
-        s_g = torch.dot(prior, ex_g)
-        spread = (hi_r - lo_r) * abs(tg)
-        log_mean_g = torch.where(
-            spread <= 1, torch.log1p(torch.dot(prior, torch.expm1(u_g))), torch.log(s_g)
-        )
-        tiny = math.sqrt(torch.finfo(dtype).smallest_normal)
-        value = torch.where(spread < tiny, m, shift + log_mean_g / tg)
+        # the masses' means of the risks, of exp(u) (in (0, 1]) and of expm1(u) (s_g - 1)
+        rows = torch.stack([new, ex_g, torch.expm1(u_g)])
+        mean, s_g, d_g = torch.mv(rows, counts) / mass
+        log_mean_g = torch.where(d_g >= -0.5, torch.log1p(d_g), torch.log(s_g))
+        value = torch.where(d_g.abs() < tiny, mean, shift + log_mean_g * (1.0 / tg))
         outer = ex_g / s_g  # W_g / p_g of the groups seen (present ones included)
     if tg == 0 and ts == 0:
         value = total.sum() / n_batch  # ERM: the batch mean itself
@@ -105,8 +106,8 @@ def lean_group_step(
         with torch.no_grad():
             if ts == 0:
                 ess = torch.ones_like(n)
-            else:
-                ess = ((s / n_safe) * (s / torch.where(present, q, 1.0))).clamp_max(1.0)
+            else:  # s^2 / (n q); NaN for an absent group, which keeps its last value
+                ess = (s_mean * s_mean / q_mean).clamp_max(1.0)
             keep = ok & present
             loss.ess.copy_(torch.where(keep, ess, loss.ess.to(dtype)))
             loss.risk.copy_(torch.where(ok, new, risk))
