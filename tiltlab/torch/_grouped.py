@@ -26,17 +26,17 @@ def lean_group_step(
     """The running estimator at group level for Python tilts (see the module).
 
     Per group g of this batch: the shift ``c_g`` (the largest loss for t > 0, else the
-    smallest), ``s_g = sum exp(t (l - c_g))``, ``e_g = sum expm1(t (l - c_g))``, ``q_g = sum
-    exp(2 t (l - c_g))``, the count ``n_g`` and the sum; the batch's risk of the group is
-    ``c_g + log(s_g / n_g) / t``, with ``log1p(e_g / n_g)`` where ``s_g >= n_g / 2`` (both
-    forms are exact to rounding where they are taken) and the mean where ``|e_g| / n_g``
-    is below ``sqrt(tiny)`` (then ``|t| (max - min) < n_g sqrt(tiny)`` and the tilted risk
-    is the mean to rounding). The running update is ``logaddexp(log(1 - lam), log(lam) + t
-    gap) / t`` (exact to rounding in the weights, in the risk to ``eps / |t|``: hence the
-    bound on |t|); the outer tilted risk of the groups takes the masses ``counts /
-    sum(counts)`` in the same forms. A sample of group g gets the weight ``W_g / (n p_g)
-    exp(t (l - R_g))`` (``W`` the outer weights, ``p`` the masses, ``R`` the new running
-    risks, ``n`` the batch size).
+    smallest), ``s_g = sum exp(t (l - c_g))``, ``e_g = sum expm1(t (l - c_g)) <= 0``, ``q_g =
+    sum exp(2 t (l - c_g))``, the count ``n_g`` and the sum. The batch's risk of the group
+    is ``c_g + log(s_g / n_g) / t``, with ``log1p(e_g / n_g)`` where ``s_g >= n_g / 2``
+    (each form is exact to rounding where it is taken), and the mean where ``e_g / n_g >
+    -sqrt(tiny)`` (then ``|t| (max - min) < n_g sqrt(tiny)``: the tilted risk is the mean
+    to rounding). The running update is ``logaddexp(log(1 - lam), log(lam) + t gap) / t``
+    (exact to rounding in the weights, in the risk to ``eps / |t|``: hence the bound on
+    |t|); the outer tilted risk of the groups takes the masses ``counts / sum(counts)`` in
+    the same forms. A sample of group g gets the weight ``W_g / (n p_g) exp(t (l - R_g))``
+    (``W`` the outer weights, ``p`` the masses, ``R`` the new running risks, ``n`` the
+    batch size).
     """
     n_groups = loss.n_groups
     dtype = values.dtype
@@ -63,7 +63,7 @@ def lean_group_step(
         # per group: 1 (0 if absent), the mean, s / n, e / n in (-1, 0], q / n
         _, mean_b, s_mean, e_mean, q_mean = sums / n.clamp_min(1.0)
         log_mean = torch.where(e_mean >= -0.5, torch.log1p(e_mean), torch.log(s_mean))
-        batch = torch.where(e_mean.abs() < tiny, mean_b, c + log_mean * (1.0 / ts))
+        batch = torch.where(e_mean > -tiny, mean_b, torch.add(c, log_mean, alpha=1.0 / ts))
     # x - x is 0 for a finite x and NaN for an infinite or NaN one
     ok = torch.eq(total - total, 0).all() & valid
     present = n > 0
@@ -72,10 +72,11 @@ def lean_group_step(
     if lam == 1.0:
         new = batch
     elif ts == 0:
-        new = risk + lam * (batch - risk)
+        new = torch.lerp(risk, batch, lam)
     else:
         floor = torch.full_like(risk, math.log1p(-lam))
-        new = risk + torch.logaddexp(floor, (batch - risk) * ts + math.log(lam)) / ts
+        moved = torch.logaddexp(floor, (batch - risk) * ts + math.log(lam))
+        new = torch.add(risk, moved, alpha=1.0 / ts)
     new = torch.where(present, torch.where(loss.seen > 0, new, batch), risk)
     counts = loss.counts.to(dtype) + n
     mass = counts.sum()
@@ -93,7 +94,7 @@ def lean_group_step(
         rows = torch.stack([new, ex_g, torch.expm1(u_g)])
         mean, s_g, d_g = torch.mv(rows, counts) / mass
         log_mean_g = torch.where(d_g >= -0.5, torch.log1p(d_g), torch.log(s_g))
-        value = torch.where(d_g.abs() < tiny, mean, shift + log_mean_g * (1.0 / tg))
+        value = torch.where(d_g > -tiny, mean, torch.add(shift, log_mean_g, alpha=1.0 / tg))
         outer = ex_g / s_g  # W_g / p_g of the groups seen (present ones included)
     if tg == 0 and ts == 0:
         value = total.sum() / n_batch  # ERM: the batch mean itself
