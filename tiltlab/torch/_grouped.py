@@ -14,6 +14,7 @@ with atomics, so the last bits of a group's sums may change from run to run unle
 from __future__ import annotations
 
 import math
+from typing import Any, NamedTuple
 
 import torch
 
@@ -40,9 +41,8 @@ def lean_group_step(
     """
     n_groups = loss.n_groups
     dtype = values.dtype
-    n_batch = values.shape[0]
     ts, tg = t_sample, t_group
-    tiny = math.sqrt(torch.finfo(dtype).smallest_normal)
+    k = _numbers(loss, values, ts, tg, compiling)
     codes = groups.to(torch.int64)
     idx = codes.clamp(0, n_groups - 1)
     valid = torch.eq(idx, codes).all()
@@ -55,18 +55,18 @@ def lean_group_step(
         # an absent group keeps the shift 0 (include_self=False): its sums stay 0
         reduce = "amax" if ts > 0 else "amin"
         c = values.new_zeros(n_groups).scatter_reduce(0, idx, values, reduce, include_self=False)
-        u = (values - c.index_select(0, idx)) * ts
+        u = (values - c.index_select(0, idx)) * k.ts
         ex = torch.exp(u)
         cols = torch.stack([torch.ones_like(values), values, ex, torch.expm1(u), ex * ex])
         sums = values.new_zeros(5, n_groups).index_add_(1, idx, cols)
         n, total = sums[0], sums[1]
         # per group: 1 (0 if absent), the mean, s / n, e / n in (-1, 0], q / n
         _, mean_b, s_mean, e_mean, q_mean = sums / n.clamp_min(1.0)
-        log_mean = torch.where(e_mean >= -0.5, torch.log1p(e_mean), torch.log(s_mean))
-        batch = torch.where(e_mean > -tiny, mean_b, torch.add(c, log_mean, alpha=1.0 / ts))
+        log_mean = torch.where(e_mean >= k.half, torch.log1p(e_mean), torch.log(s_mean))
+        batch = torch.where(e_mean > k.tiny, mean_b, torch.add(c, log_mean, alpha=1.0 / ts))
     # x - x is 0 for a finite x and NaN for an infinite or NaN one
-    ok = torch.eq(total - total, 0).all() & valid
-    present = n > 0
+    ok = torch.eq(total - total, k.zero).all() & valid
+    present = n > k.zero
     risk = loss.risk.to(dtype)
     lam = loss.lam
     if lam == 1.0:
@@ -74,10 +74,10 @@ def lean_group_step(
     elif ts == 0:
         new = torch.lerp(risk, batch, lam)
     else:
-        floor = torch.full_like(risk, math.log1p(-lam))
-        moved = torch.logaddexp(floor, (batch - risk) * ts + math.log(lam))
+        floor = torch.full_like(risk, k.floor) if compiling else k.floor
+        moved = torch.logaddexp(floor, (batch - risk) * k.ts + k.log_lam)
         new = torch.add(risk, moved, alpha=1.0 / ts)
-    new = torch.where(present, torch.where(loss.seen > 0, new, batch), risk)
+    new = torch.where(present, torch.where(loss.seen > k.zero, new, batch), risk)
     counts = loss.counts.to(dtype) + n
     mass = counts.sum()
     if tg == 0:
@@ -85,19 +85,18 @@ def lean_group_step(
         outer = None  # W_g / p_g = 1
     else:
         # the outer tilt over the groups seen so far (mass > 0); the others get mass 0
-        far = -math.inf if tg > 0 else math.inf
-        seen_risks = torch.where(counts > 0, new, far)
+        seen_risks = torch.where(counts > k.zero, new, k.far)
         shift = seen_risks.amax() if tg > 0 else seen_risks.amin()
-        u_g = ((new - shift) * tg).clamp_max(0.0)
+        u_g = ((new - shift) * k.tg).clamp_max(0.0)
         ex_g = torch.exp(u_g)
         # the masses' means of the risks, of exp(u) (in (0, 1]) and of expm1(u) (s_g - 1)
         rows = torch.stack([new, ex_g, torch.expm1(u_g)])
         mean, s_g, d_g = torch.mv(rows, counts) / mass
-        log_mean_g = torch.where(d_g >= -0.5, torch.log1p(d_g), torch.log(s_g))
-        value = torch.where(d_g > -tiny, mean, torch.add(shift, log_mean_g, alpha=1.0 / tg))
+        log_mean_g = torch.where(d_g >= k.half, torch.log1p(d_g), torch.log(s_g))
+        value = torch.where(d_g > k.tiny, mean, torch.add(shift, log_mean_g, alpha=1.0 / tg))
         outer = ex_g / s_g  # W_g / p_g of the groups seen (present ones included)
     if tg == 0 and ts == 0:
-        value = total.sum() / n_batch  # ERM: the batch mean itself
+        value = total.sum() * k.inv_n  # ERM: the batch mean itself
     if not compiling and values.device.type == "cpu" and loss.check_finite and not bool(ok):
         raise ValueError(
             "`losses` contains NaN or infinite values (or `groups` labels outside "
@@ -112,27 +111,71 @@ def lean_group_step(
             keep = ok & present
             loss.ess.copy_(torch.where(keep, ess, loss.ess.to(dtype)))
             loss.risk.copy_(torch.where(ok, new, risk))
-            loss.seen.copy_(torch.where(keep, 1.0, loss.seen))
+            loss.seen.copy_(torch.where(keep, k.one, loss.seen))
             loss.counts.copy_(torch.where(ok, counts, loss.counts))
             loss.nonfinite.add_(~ok)
         loss._advance(compiling)
-    value = torch.where(ok, value, math.nan).detach()
+    value = torch.where(ok, value, k.nan).detach()
     if not losses.requires_grad:
         return value
     # the weights: a factor per group times exp(t (l - c_g)) per sample
     if ts == 0:
-        per_group = None if outer is None else outer / n_batch
+        per_group = None if outer is None else outer * k.inv_n
     else:
-        factor = torch.exp((batch - new) * ts - log_mean)
+        factor = torch.exp((batch - new) * k.ts - log_mean)
         per_group = factor if outer is None else factor * outer
-        per_group = per_group / n_batch
+        per_group = per_group * k.inv_n
     delta = losses.to(dtype) - values
     if per_group is None:
-        return value + delta.sum() / n_batch
+        return value + delta.sum() * k.inv_n
     weights = per_group.index_select(0, idx)
     if ts != 0:
         weights = weights * ex
     return value + torch.dot(weights.detach(), delta)
+
+
+class _Numbers(NamedTuple):
+    zero: Any
+    one: Any
+    half: Any
+    tiny: Any
+    nan: Any
+    far: Any
+    ts: Any
+    tg: Any
+    inv_n: Any
+    log_lam: Any
+    floor: Any
+
+
+def _numbers(loss, values, ts: float, tg: float, compiling: bool) -> _Numbers:
+    """The numbers of a step as 0-d tensors of the losses' dtype and device, made once
+    (an eager operation with a Python number wraps it in a tensor at every call, which
+    costs about as much as the operation), or as Python numbers when compiling."""
+    lam = loss.lam
+    numbers = {
+        "zero": 0.0,
+        "one": 1.0,
+        "half": -0.5,
+        # e / n above this: |t| (max - min) < n sqrt(tiny), the tilted risk is the mean
+        "tiny": -math.sqrt(torch.finfo(values.dtype).smallest_normal),
+        "nan": math.nan,
+        "far": -math.inf if tg > 0 else math.inf,
+        "ts": ts,
+        "tg": tg,
+        "inv_n": 1.0 / values.shape[0],
+        "log_lam": math.log(lam),
+        "floor": math.log1p(-lam) if lam < 1.0 else -math.inf,
+    }
+    if compiling:
+        return _Numbers(**numbers)
+    key = (values.dtype, values.device, ts, tg, values.shape[0], lam)
+    cached = loss.__dict__.get("_lean_group_numbers")
+    if cached is None or cached[0] != key:
+        made = torch.tensor(list(numbers.values()), dtype=values.dtype, device=values.device)
+        cached = (key, _Numbers(**dict(zip(numbers, made.unbind(), strict=True))))
+        loss.__dict__["_lean_group_numbers"] = cached
+    return cached[1]
 
 
 def lean_tilts(t_group, t_sample) -> bool:
