@@ -5,11 +5,15 @@ batches of 512: one step is forward,
 loss, backward and the optimiser step. The plain step (``CrossEntropyLoss()``) and the
 tilted steps (``TiltedLoss(CrossEntropyLoss(reduction="none"), ...)``) alternate, step by
 step, in one process, and the script prints the median time of each and its ratio to the
-plain step's median. With ``--compile`` each step function is also compiled
-(``torch.compile``, default inductor backend) and measured the same way.
+plain step's median. The group-level losses take the class labels as groups (10 groups).
+With ``--general`` the group-level loss also runs on the general path (the array-API
+kernels shared with :class:`~tiltlab.minibatch.MinibatchTilt`, the path of data-parallel
+training) next to its few-operation path, for comparison. With ``--compile`` each step
+function is also compiled (``torch.compile``, default inductor backend) and measured the
+same way.
 
 Run: ``OMP_NUM_THREADS=1 python benchmarks/torch_loss_step.py [--steps 300] [--hidden 64]
-[--compile]``
+[--general] [--compile]``
 """
 
 from __future__ import annotations
@@ -59,16 +63,26 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--compile", action="store_true")
     parser.add_argument("--hidden", type=int, default=64)
+    parser.add_argument("--general", action="store_true")
     args = parser.parse_args()
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     ce = nn.CrossEntropyLoss(reduction="none")
-    grouped = TiltedLoss(ce, tilts=(1.0, 0.0), n_groups=10)
+
+    def by_class(tilts, general=False):
+        loss = TiltedLoss(ce, tilts=tilts, n_groups=10)
+        loss._lean_group = not general  # the general path: what distributed=True runs
+        return lambda out, y: loss(out, y, groups=y)
+
     variants = {
         "mean loss": nn.CrossEntropyLoss(),
         "TiltedLoss t=-2": TiltedLoss(ce, t=-2.0),
         "TiltedLoss ramp 0 -> -2": TiltedLoss(ce, t=linear_schedule(0.0, -2.0, 1000)),
-        "TiltedLoss tilts=(1, 0), 10 classes": lambda out, y: grouped(out, y, groups=y),
+        "TiltedLoss tilts=(1, 0), 10 classes": by_class((1.0, 0.0)),
+        "TiltedLoss tilts=(1, -1), 10 classes": by_class((1.0, -1.0)),
     }
+    if args.general:
+        variants["tilts=(1, 0), general path"] = by_class((1.0, 0.0), general=True)
+        variants["tilts=(1, -1), general path"] = by_class((1.0, -1.0), general=True)
     modes = [False, True] if args.compile else [False]
     g = torch.Generator().manual_seed(0)
     X, y = torch.randn(512, 32, generator=g), torch.randint(0, 10, (512,), generator=g)

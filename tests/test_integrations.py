@@ -1,7 +1,11 @@
 """The integration examples of docs/user_guide/choosing_tilt.md run as shown.
 
 The PyTorch Lightning and Hugging Face Trainer blocks are read from the page (each follows
-a marker comment) and executed; each test is skipped where its framework is missing.
+a marker comment) and executed; each test is skipped where its framework is missing. The
+gradient-accumulation examples run with a recording subclass of `TiltedLoss` in place of
+the class: each optimiser step's gradient (reaching the logits of its micro-batches,
+rescaled by `finish_step`) is compared with one call of a separate loss on the union of
+those micro-batches.
 """
 
 from __future__ import annotations
@@ -22,7 +26,13 @@ def _block(marker: str) -> str:
 
 
 def test_blocks_are_on_the_page():
-    for marker in ("lightning-example", "transformers-example"):
+    markers = (
+        "lightning-example",
+        "transformers-example",
+        "lightning-accumulation-example",
+        "transformers-accumulation-example",
+    )
+    for marker in markers:
         assert "TiltedLoss" in _block(marker)
 
 
@@ -71,3 +81,82 @@ def test_transformers_example(tmp_path, monkeypatch):
         ]
     assert int(trainer.tilted.step) == steps
     assert metrics["eval_loss"] == pytest.approx(sum(batches) / len(batches), rel=1e-5)
+
+
+def _record_accumulation(monkeypatch):
+    """Replace `tiltlab.torch.TiltedLoss` (as the examples import it) by a subclass that
+    records each training micro-batch (logits, targets, value, the gradient reaching the
+    logits) and the factor by which `finish_step` rescales the gradients."""
+    import tiltlab.torch
+    from tiltlab.torch import TiltedLoss
+
+    log: dict = {"steps": [[]], "factors": []}
+
+    class Recording(TiltedLoss):
+        def forward(self, input, target=None, groups=None):
+            out = super().forward(input, target, groups)
+            if self.training and input.requires_grad:
+                entry = {"logits": input.detach().clone(), "target": target.clone()}
+                entry["value"] = float(out.detach())
+                input.register_hook(lambda g: entry.__setitem__("grad", g.detach().clone()))
+                log["steps"][-1].append(entry)
+            return out
+
+        def finish_step(self, parameters):
+            params = [p for p in parameters if p.grad is not None]
+            before = [p.grad.clone() for p in params]
+            super().finish_step(params)
+            ratio = [(p.grad / b)[b != 0] for p, b in zip(params, before, strict=True)]
+            ratio = __import__("torch").cat(ratio)
+            assert float(ratio.max() - ratio.min()) <= 1e-6 * float(ratio.abs().max())
+            log["factors"].append(float(ratio.mean()))
+            log["steps"].append([])
+
+    monkeypatch.setattr(tiltlab.torch, "TiltedLoss", Recording)
+    return log, TiltedLoss
+
+
+def _check_union(log, loss_class, t, torch):
+    """Each optimiser step equals one call on the union of its micro-batches."""
+    steps = log["steps"][:-1]
+    assert len(steps) == len(log["factors"]) > 0 and not log["steps"][-1]
+    reference = loss_class(torch.nn.CrossEntropyLoss(reduction="none"), t=t)
+    for step, factor in zip(steps, log["factors"], strict=True):
+        logits = torch.cat([e["logits"] for e in step]).requires_grad_(True)
+        out = reference(logits, torch.cat([e["target"] for e in step]))
+        out.backward()
+        grad = torch.cat([e["grad"] for e in step]) * factor
+        torch.testing.assert_close(grad, logits.grad, rtol=1e-5, atol=1e-8)
+        assert step[-1]["value"] == pytest.approx(out.item(), rel=1e-5)
+    return [len(step) for step in steps]
+
+
+@pytest.mark.filterwarnings("ignore:.*isinstance\\(treespec, LeafSpec\\):FutureWarning")
+@pytest.mark.filterwarnings("ignore:.*does not have many workers")
+def test_lightning_accumulation_example(tmp_path, monkeypatch):
+    pytest.importorskip("lightning")
+    torch = pytest.importorskip("torch")
+    monkeypatch.chdir(tmp_path)
+    torch.manual_seed(0)
+    log, loss_class = _record_accumulation(monkeypatch)
+    ns: dict = {}
+    exec(compile(_block("lightning-accumulation-example"), "lightning-accumulation", "exec"), ns)
+    sizes = _check_union(log, loss_class, -2.0, torch)
+    assert sizes == 2 * ([4] * 7 + [2])  # 30 batches per epoch, k = 4
+    assert int(ns["model"].loss_fn.step) == ns["trainer"].global_step == len(sizes)
+
+
+def test_transformers_accumulation_example(tmp_path, monkeypatch):
+    pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")
+    torch = pytest.importorskip("torch")
+    monkeypatch.chdir(tmp_path)
+    torch.manual_seed(0)
+    log, loss_class = _record_accumulation(monkeypatch)
+    ns: dict = {}
+    block = _block("transformers-accumulation-example")
+    exec(compile(block, "transformers-accumulation", "exec"), ns)
+    sizes = _check_union(log, loss_class, -2.0, torch)
+    assert sizes == 2 * ([4] * 7 + [2])
+    trainer = ns["trainer"]
+    assert int(trainer.tilted.step) == trainer.state.global_step == len(sizes)

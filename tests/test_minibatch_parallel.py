@@ -1,6 +1,7 @@
 """Splitting a batch does not change the estimate: mergeable statistics (MinibatchTilt's
 combine step), gradient accumulation (TiltedLoss.finish_step) and data-parallel training
-(TiltedLoss(distributed=True), two gloo processes on the CPU).
+(TiltedLoss(distributed=True), two gloo processes on the CPU, also with k micro-batches per
+process and step).
 
 References: one call on the concatenated batch (itself exact at full batch against
 ``tilted_weights``/``hierarchical_weights``), and the autograd gradient of the tilted
@@ -168,12 +169,14 @@ def test_accumulation_rules():
 # -- data-parallel training --------------------------------------------------------------
 
 WORKER = r"""
+import contextlib
 import sys
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
+from tiltlab.minibatch import linear_schedule
 from tiltlab.torch import TiltedLoss
 
 rank, world, init, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
@@ -185,6 +188,9 @@ CASES = {
     "sample": dict(t=-2.0, lam=0.3),
     "group": dict(tilts=(2.0, -1.0), n_groups=3, lam=0.3),
     "variational": dict(t=1.0, estimator="variational"),
+    # k micro-batches per process; the single process takes the global batch in one call
+    "accumulate": dict(t=-2.0, lam=0.3, accumulation_steps=3),
+    "accumulate-ramp": dict(t=linear_schedule(0.0, 1.5, 2), lam=0.5, accumulation_steps=2),
 }
 SIZES = (10, 14)  # the two processes' batches differ in size
 results = {}
@@ -193,7 +199,9 @@ for case, kwargs in CASES.items():
     model = torch.nn.Linear(4, 3, dtype=torch.float64)
     net = torch.nn.parallel.DistributedDataParallel(model) if distributed else model
     ce = torch.nn.CrossEntropyLoss(reduction="none")
-    loss_fn = TiltedLoss(ce, distributed=distributed, **kwargs).double()
+    k = kwargs.pop("accumulation_steps", 1) if distributed else 1
+    kwargs.pop("accumulation_steps", None)
+    loss_fn = TiltedLoss(ce, distributed=distributed, accumulation_steps=k, **kwargs).double()
     params = list(model.parameters())
     opt = torch.optim.SGD(params + list(loss_fn.parameters()), lr=0.2)
     gen = torch.Generator().manual_seed(1)
@@ -205,8 +213,15 @@ for case, kwargs in CASES.items():
             X, y = X[lo : lo + SIZES[rank]], y[lo : lo + SIZES[rank]]
         groups = y if "tilts" in kwargs else None
         opt.zero_grad()
-        value = loss_fn(net(X), y, groups=groups)
-        value.backward()
+        parts = np.array_split(np.arange(X.shape[0]), k)
+        for j, part in enumerate(parts):  # DDP averages the gradients at the last backward
+            idx = torch.as_tensor(part)
+            sync = not distributed or j == k - 1
+            with contextlib.nullcontext() if sync else net.no_sync():
+                value = loss_fn(net(X[idx]), y[idx], groups=None if groups is None else groups[idx])
+                value.backward()
+        if k > 1:
+            loss_fn.finish_step(params)
         results[f"{case}/{step}/grad"] = torch.cat([p.grad.reshape(-1) for p in params]).numpy()
         results[f"{case}/{step}/value"] = np.array(float(value.detach()))
         opt.step()

@@ -196,6 +196,8 @@ def test_compiled_nan_batch_returns_nan():
         dict(t=-2.0),
         dict(t=linear_schedule(0.0, 2.0, 5)),
         dict(tilts=(1.0, -1.0), n_groups=3),
+        dict(tilts=(1.0, 0.0), n_groups=3),
+        dict(tilts=(linear_schedule(0.0, 1.0, 5), 0.01), n_groups=3),
         dict(t=1.0, estimator="variational"),
         dict(t=0.0),
     ],

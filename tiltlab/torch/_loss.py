@@ -23,6 +23,7 @@ from tiltlab.risk import tilt_for_ess
 
 from ._accumulate import finish, micro_batch
 from ._checks import check_call, mlmc_level
+from ._grouped import lean_group_step, lean_tilts
 from ._parallel import gather_stats, keep_state_dtypes, lean_running_step, widen_state
 
 __all__ = ["TiltedLoss"]
@@ -71,7 +72,10 @@ class TiltedLoss(torch.nn.Module):
     same state and the gradient averaged by ``DistributedDataParallel`` is the gradient of
     one process that saw the global batch (running and variational estimators, sample and
     group level). ``accumulation_steps=k`` (running estimator, sample level) makes k
-    micro-batches and :meth:`finish_step` equal one call on their union.
+    micro-batches and :meth:`finish_step` equal one call on their union. The two combine:
+    each micro-batch's statistics are exchanged, so k micro-batches on each of P processes
+    (the same k everywhere; DDP's ``no_sync()`` for all but the last backward) and
+    :meth:`finish_step` give the gradient and state of one call on all P k micro-batches.
 
     Parameters
     ----------
@@ -222,6 +226,9 @@ class TiltedLoss(torch.nn.Module):
             and not self.hierarchical
             and not self.distributed
             and self.accumulation_steps == 1
+        )
+        self._lean_group = (
+            self.estimator == "running" and self.hierarchical and not self.distributed
         )
 
     # -- the tilt ------------------------------------------------------------------------
@@ -446,6 +453,10 @@ class TiltedLoss(torch.nn.Module):
             and (t_sample == 0 or 0.05 <= abs(t_sample) < math.inf)
         ):
             return lean_running_step(self, losses, values, t_sample, update, compiling)
+        if self._lean_group and lean_tilts(t_group, t_sample):
+            return lean_group_step(
+                self, losses, values, groups, t_group, t_sample, update, compiling
+            )
         if self.estimator == "mlmc":
             return self._mlmc(losses, values, t_sample, update, compiling)
         codes = mask = None
