@@ -86,3 +86,33 @@ def covering(
             uncovered.discard((gg, tuple(row[j] for j in gg)))
         rows.append(tuple(values[i][v] for i, v in enumerate(row)))
     return rows
+
+
+#: the array backends of the ``xp`` fixture (``conftest.py``), the reference first
+BACKENDS = ["numpy", "array_api_strict", "torch", "dask", "cupy"]
+
+
+def backend_grid(
+    factors: dict[str, Sequence[Any]],
+    *,
+    full: Sequence[Sequence[str]] = (),
+    full_matrix: bool | None = None,
+) -> list[tuple]:
+    """Rows ``(backend, v_1, ..., v_k)`` for ``@pytest.mark.parametrize(("xp", ...), rows,
+    indirect=["xp"])``: the full product of ``factors`` on NumPy (the reference backend,
+    and the cheap one), and on the other backends a covering design (:func:`covering` with
+    the backend as one more factor): each backend meets every value of every factor and
+    the full product of each ``full`` group, and every pair of values of two factors is
+    met on some backend besides NumPy; the full product on every backend when
+    ``full_matrix``."""
+    if full_matrix is None:
+        full_matrix = FULL_MATRIX
+    product = list(itertools.product(*(list(v) for v in factors.values())))
+    if full_matrix:
+        return [(b, *row) for b in BACKENDS for row in product]
+    others = covering(
+        {"xp": BACKENDS[1:], **factors},
+        full=[("xp", *g) for g in full],
+        full_matrix=False,
+    )
+    return [("numpy", *row) for row in product] + others
