@@ -11,14 +11,13 @@ import importlib
 import os
 
 import pytest
+from _matrix import BACKENDS
 
 # The tests compare the compiled CPU kernels with the generic path: a kernel not yet
 # compiled must be compiled in the test's process, not handed to a background compile
 # while NumPy serves the problem (which would make such a comparison vacuous). The tests
 # of the background mode set the variable themselves.
 os.environ.setdefault("TILTLAB_FUSED", "wait")
-
-BACKENDS = ["numpy", "array_api_strict", "torch", "dask", "cupy"]
 
 
 def pytest_configure(config):

@@ -7,6 +7,7 @@ import math
 import mpmath
 import numpy as np
 import pytest
+from _matrix import backend_grid
 
 from tiltlab._compat import to_numpy
 from tiltlab.accumulator import (
@@ -64,8 +65,13 @@ def _states(xp, l, p, t, sizes, v=None):
     return out
 
 
-@pytest.mark.parametrize("split", list(SPLITS))
-@pytest.mark.parametrize("t", TILTS)
+#: every split at every tilt on NumPy; on the other backends (the same code on another
+#: namespace; Dask builds a graph per block, a second or more for the blocks of one) each
+#: split and each tilt at least once (``_matrix.backend_grid``; 72 tests instead of 180,
+#: all of them with ``TILTLAB_FULL_MATRIX=1``)
+@pytest.mark.parametrize(
+    ("xp", "split", "t"), backend_grid({"split": list(SPLITS), "t": TILTS}), indirect=["xp"]
+)
 def test_merge_matches_mpmath(xp, split, t):
     rng = np.random.default_rng(1)
     n = 12
@@ -186,9 +192,17 @@ REDUCTION_TILTS = [0.0, 1e8, -1e8, 1e-14, -1e-14, 1e-200, 3.0, -0.7]
 REDUCTION_SPLITS = {"one block": [13], "blocks of one": [1] * 13, "uneven": [2, 7, 1, 3]}
 
 
-@pytest.mark.parametrize("split", list(REDUCTION_SPLITS))
-@pytest.mark.parametrize("t", REDUCTION_TILTS)
-@pytest.mark.parametrize("prior", [False, True])
+#: every split, tilt and prior on NumPy; on the other backends each tilt at least once and
+#: each split with and without a prior (``_matrix.backend_grid``; 80 tests instead of
+#: 240, all of them with ``TILTLAB_FULL_MATRIX=1``)
+@pytest.mark.parametrize(
+    ("xp", "split", "t", "prior"),
+    backend_grid(
+        {"split": list(REDUCTION_SPLITS), "t": REDUCTION_TILTS, "prior": [False, True]},
+        full=[("split", "prior")],
+    ),
+    indirect=["xp"],
+)
 def test_reduction_object_matches_mpmath(xp, split, t, prior):
     from tiltlab.accumulator import TiltState
 
@@ -275,10 +289,12 @@ def test_reduction_extra_sums_are_normalised(xp):
     v = np.array([1.0, -2.0, 0.5, 4.0, 3.0])
     t = -1.3
     blocks = [(xp.asarray(l[a:b]), xp.asarray(v[a:b])) for a, b in ((0, 1), (1, 4), (4, 5))]
-    st = merge_all([
-        TiltState.from_block(lb, t, sums=lambda pe, vb=vb: (xp.sum(pe * vb),))
-        for lb, vb in blocks
-    ])
+    st = merge_all(
+        [
+            TiltState.from_block(lb, t, sums=lambda pe, vb=vb: (xp.sum(pe * vb),))
+            for lb, vb in blocks
+        ]
+    )
     (wv,) = st.normalized_sums()
     assert abs(float(to_numpy(wv)) - float(_mp_wsum(l, None, t, v))) <= 1e-15 * 4
 

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -32,6 +33,7 @@ from _contract import (
     state_tolerance,
     weight_errors,
 )
+from _matrix import FULL_MATRIX, covering
 
 from tiltlab.losses import LOSS_NAMES
 from tiltlab.losses.pointwise import POINT_LOSSES
@@ -147,11 +149,54 @@ def test_a_loss_added_to_a_table_without_its_code_is_caught(monkeypatch):
 # the tilted state
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
-@pytest.mark.parametrize("t", TILTS, ids=repr)
-@pytest.mark.parametrize("case", list(CASES))
-@pytest.mark.parametrize("split", list(splits(12)))
-@pytest.mark.parametrize("engine_name", list(STATE_ENGINES))
+def _state_id(value):
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, type):
+        return np.dtype(value).name
+    return str(value)
+
+
+#: The state grid: engines x splits x cases x tilts x dtypes is 1760 tests, most of which
+#: repeat one another (the split only decides how many merges, of which blocks; the dtype
+#: the rounding). Kept: every engine at every case and tilt (the regime of the reduction
+#: and its extremes, 220 combinations), every case at every tilt in both dtypes, every
+#: engine with every split at every case and in both dtypes, and every pair of values of
+#: any two parameters; the rest of the product only repeats these (``_matrix.covering``:
+#: 220 tests). ``TILTLAB_FULL_MATRIX=1`` runs the full product.
+STATE_GRID = covering(
+    {
+        "engine_name": list(STATE_ENGINES),
+        "split": list(splits(12)),
+        "case": list(CASES),
+        "t": TILTS,
+        "dtype": DTYPES,
+    },
+    full=[
+        ("engine_name", "case", "t"),
+        ("case", "t", "dtype"),
+        ("engine_name", "split", "case"),
+        ("engine_name", "split", "dtype"),
+    ],
+)
+
+
+def test_the_state_grid_covers_what_it_claims():
+    """Every pair of values of two parameters, and every combination of the groups kept
+    in full, is in the reduced grid (checked against the product, not the design code);
+    the full product with ``full_matrix``."""
+    names = ["engine_name", "split", "case", "t", "dtype"]
+    values = [list(STATE_ENGINES), list(splits(12)), list(CASES), TILTS, DTYPES]
+    groups = [*itertools.combinations(range(5), 2), (0, 2, 3), (2, 3, 4), (0, 1, 2), (0, 1, 4)]
+    for g in groups:
+        want = set(itertools.product(*(values[i] for i in g)))
+        assert {tuple(row[i] for i in g) for row in STATE_GRID} == want, [names[i] for i in g]
+    assert len(STATE_GRID) < len(list(itertools.product(*values))) or FULL_MATRIX
+    full = covering(dict(zip(names, values, strict=True)), full_matrix=True)
+    assert sorted(map(repr, full)) == sorted(map(repr, itertools.product(*values)))
+
+
+@pytest.mark.parametrize(("engine_name", "split", "case", "t", "dtype"), STATE_GRID, ids=_state_id)
 def test_state_engines_follow_the_contract(engine_name, split, case, t, dtype, request):
     engine = STATE_ENGINES[engine_name]
     missing = available(engine.needs)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from _matrix import FULL_MATRIX, backend_grid
 from scipy.special import logsumexp, softmax
 
 import tiltlab as tl
@@ -44,11 +45,30 @@ def _to(xp, a):
     return xp.asarray(np.asarray(a))
 
 
-@pytest.mark.parametrize("loss", ["squared", "logistic"])
-@pytest.mark.parametrize("t", [-2.0, 0.0, 1e-9, 5.0])
-@pytest.mark.parametrize("block_rows", [1, 13, None])
+BLOCKED_FACTORS = {
+    "loss": ["squared", "logistic"],
+    "t": [-2.0, 0.0, 1e-9, 5.0],
+    "block_rows": [1, 13, None],
+}
+#: every loss, tilt and block size on NumPy; on array-api-strict, PyTorch and CuPy (the
+#: same blocked code on another namespace; one block per row costs 61 passes) each value
+#: at least once and every block size with every loss (``_matrix.backend_grid``); Dask
+#: one representative tilt (each block reads a graph) with several blocks and with one.
+#: The full product on every backend with ``TILTLAB_FULL_MATRIX=1``.
+BLOCKED_GRID = [
+    row
+    for row in backend_grid(BLOCKED_FACTORS, full=[("loss", "block_rows")])
+    if row[0] != "dask" or FULL_MATRIX
+] + (
+    []
+    if FULL_MATRIX
+    else [("dask", loss, -2.0, rows) for loss in BLOCKED_FACTORS["loss"] for rows in (13, None)]
+)
+
+
+@pytest.mark.parametrize(("xp", "loss", "t", "block_rows"), BLOCKED_GRID, indirect=["xp"])
 def test_blocked_matches_plain(xp, xp_name, loss, t, block_rows):
-    if xp_name == "dask.array" and (t != -2.0 or block_rows == 1):
+    if xp_name == "dask.array" and (t != -2.0 or block_rows == 1) and not FULL_MATRIX:
         pytest.skip("dask: one representative case (each block reads a graph)")
     rng = np.random.default_rng(0)
     n, d = 61, 4
@@ -58,8 +78,9 @@ def test_blocked_matches_plain(xp, xp_name, loss, t, block_rows):
     p = rng.random(n) + 0.1
     v = rng.standard_normal(d)
     for prior in (None, p):
-        obj = tl.TiltedObjective(loss, _to(xp, X), _to(xp, y), t=t,
-                                 weights=None if prior is None else _to(xp, prior))
+        obj = tl.TiltedObjective(
+            loss, _to(xp, X), _to(xp, y), t=t, weights=None if prior is None else _to(xp, prior)
+        )
         obj.block_rows = block_rows
         obj.value(_to(xp, theta))  # prepares the prior
         val, g = obj.value_and_gradient(_to(xp, theta))
@@ -100,8 +121,9 @@ def test_float32_blocked_engine(xp):
     X = rng.standard_normal((500, 6))
     theta = rng.standard_normal(6) / 3
     y = (rng.random(500) < 0.3) * 1.0
-    obj = tl.TiltedObjective("logistic", _to(xp, X.astype(np.float32)),
-                             _to(xp, y.astype(np.float32)), t=3.0)
+    obj = tl.TiltedObjective(
+        "logistic", _to(xp, X.astype(np.float32)), _to(xp, y.astype(np.float32)), t=3.0
+    )
     obj.block_rows = 50
     val, g = obj.value_and_gradient(_to(xp, theta.astype(np.float32)))
     assert g.dtype == xp.float32 and val.dtype == xp.float32
@@ -215,6 +237,7 @@ def test_hierarchical_objective_gradient_zipf(xp):
     _, grad = obj.value_and_gradient(_to(xp, th))
     ref = tl.TiltedObjective("logistic", X, y, groups=g, tilts=(2.0, -1.0))
     h = 1e-6
-    fd = np.array([(float(ref.value(th + h * e)) - float(ref.value(th - h * e))) / (2 * h)
-                   for e in np.eye(d)])
+    fd = np.array(
+        [(float(ref.value(th + h * e)) - float(ref.value(th - h * e))) / (2 * h) for e in np.eye(d)]
+    )
     np.testing.assert_allclose(to_numpy(grad), fd, rtol=1e-6, atol=1e-9)
