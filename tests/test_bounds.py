@@ -548,6 +548,19 @@ def test_property_tail_bound_holds(l, t, frac, use_w, data):
             assert b <= c * (1 + 1e-9)
 
 
+def test_tail_bound_with_a_prior_on_subnormal_losses():
+    # two equal subnormal losses with a uniform prior: the prior-weighted mean rounds to
+    # 0 (half the smallest subnormal), which made the bound 0 below Q(a) = 1; the tilted
+    # risk lies between the smallest and largest loss on the support, whatever rounds
+    tiny = np.nextafter(0.0, 1.0)
+    l = np.array([tiny, tiny])
+    t = np.array([-1.0, 0.0, 1.0])
+    for w in (None, [1.0, 1.0], [0.5, 1.0]):
+        assert float(tb.tail_fraction(l, tiny, weights=w)) == 1.0
+        b = tb.tilted_tail_bound(l, tiny, t, weights=w)
+        assert np.all(b >= 1.0), (w, b)
+
+
 @settings(max_examples=100, deadline=None)
 @given(l=nonneg_losses, t=tilts, paper=st.booleans(), data=st.data())
 def test_property_k_loss_bound_holds(l, t, paper, data):

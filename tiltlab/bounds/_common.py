@@ -261,7 +261,13 @@ def _tail_bound_kernel(l, p, aa, tt, F, t_host, xp):
     R = _risk_kernel(l, p, tt, xp)
     Rb = xp.reshape(R, tuple(tt.shape) + (1,) * A + tuple(l.shape[:-1]))
     Fb = _bshape(F, T + A, 0, xp)
-    Rb = xp.maximum(Rb, Fb)  # R >= min(l) >= F exactly; guard against last-ulp rounding
+    # R(t) lies between the smallest and the largest loss on the prior's support (its
+    # limits at t = -inf and +inf); a computed R may leave that range by rounding, or by
+    # underflow when the prior scales subnormal losses (a weighted mean of two equal
+    # subnormal losses can round to 0), so it is brought back into it
+    lo = _risk_kernel(l, p, xp.asarray(-xp.inf, dtype=l.dtype, device=device(l)), xp)
+    hi = _risk_kernel(l, p, xp.asarray(xp.inf, dtype=l.dtype, device=device(l)), xp)
+    Rb = xp.minimum(xp.maximum(xp.maximum(Rb, lo), Fb), hi)
     ab = _bshape(aa, T, nb, xp)
     tb = _bshape(tt, 0, A + nb, xp)
     one = xp.ones_like(tb)
