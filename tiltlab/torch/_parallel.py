@@ -87,13 +87,11 @@ def lean_running_step(loss, losses, values, t: float, update: bool, compiling: b
     log(lam) + t gap) / t`` (exact to rounding in the weights; in the risk to ``eps /
     |t|``, hence the bound on |t|)."""
     k = _numbers(loss, values, t, compiling)
-    bufs = loss._buffers
-    risk_buf, seen_buf, ess_buf = bufs["risk"], bufs["seen"], bufs["ess"]
+    risk_buf, seen_buf, ess_buf, prev, seen = _state(loss, compiling)
     lo, hi = torch.aminmax(values)
     spread = hi - lo
     # x - x is 0 for a finite x and NaN for an infinite or NaN one
     ok = torch.eq(spread - spread, k.zero)
-    prev = risk_buf[0]
     if prev.dtype != values.dtype:  # a state wider than these losses
         prev = prev.to(values.dtype)
     lam = loss.lam
@@ -107,11 +105,12 @@ def lean_running_step(loss, losses, values, t: float, update: bool, compiling: b
         u = (values - c) * k.ts
         ex = torch.exp(u)
         s = ex.sum()
+        s_mean = s / k.n
         if update:  # the effective sample size fraction of this batch's weights
-            ess = (s / k.n) * (s / torch.dot(ex, ex))
-            ess_buf.copy_(torch.where(ok, ess, ess_buf))
+            ess = s_mean * (s / torch.dot(ex, ex))
+            _write(ess_buf, ok, ess, compiling)
         log_mean = torch.where(
-            spread <= k.inv_abs_t, torch.log1p(torch.expm1(u).sum() / k.n), torch.log(s / k.n)
+            spread <= k.inv_abs_t, torch.log1p(torch.expm1(u).sum() / k.n), torch.log(s_mean)
         )
         batch = torch.add(c, log_mean, alpha=1.0 / t)
         if lam == 1.0:
@@ -122,18 +121,16 @@ def lean_running_step(loss, losses, values, t: float, update: bool, compiling: b
                 floor, log_lam = torch.full_like(prev, floor), torch.full_like(prev, log_lam)
             moved = torch.logaddexp(floor, torch.add(log_lam, batch - prev, alpha=t))
             new = torch.add(prev, moved, alpha=1.0 / t)
-    seen = seen_buf[0]
     new = torch.where(seen > k.zero, new, batch)
     if not compiling and values.device.type == "cpu" and loss.check_finite and not bool(ok):
         raise ValueError("`losses` contains NaN or infinite values; every loss must be finite")
-    if update:
-        with torch.no_grad():
-            risk_buf.copy_(torch.where(ok, new, prev))
-            seen_buf.copy_(torch.where(ok, k.one, seen))
-            loss.counts.add_(ok, alpha=values.shape[0])
-            loss.nonfinite.add_(~ok)
+    if update:  # nothing here requires a gradient (the losses' values are detached)
+        _write(risk_buf, ok, new, compiling)
+        seen_buf.masked_fill_(ok, 1.0)
+        loss.counts.add_(ok, alpha=values.shape[0])
+        loss.nonfinite.add_(~ok)
         loss._advance(compiling)
-    value = torch.where(ok, batch if t == 0 else new, k.nan).detach()
+    value = torch.where(ok, batch if t == 0 else new, k.nan)
     if not losses.requires_grad:
         return value
     delta = losses - values if losses.dtype == values.dtype else losses.to(values.dtype) - values
@@ -142,7 +139,31 @@ def lean_running_step(loss, losses, values, t: float, update: bool, compiling: b
     # the weights ex * factor: the factor (a number) multiplies the dot product, so that
     # the backward pass forms ex * factor, the same products as weights formed first
     factor = torch.exp((batch - new) * k.ts) / s
-    return value + torch.dot(ex, delta) * factor
+    return torch.addcmul(value, torch.dot(ex, delta), factor)
+
+
+def _write(buf: torch.Tensor, ok: torch.Tensor, new: torch.Tensor, compiling: bool) -> None:
+    """``buf = new`` where ``ok`` (a 0-d flag), else ``buf`` as it was: written in place
+    by ``where`` eagerly (one operation), through a copy when compiling."""
+    if compiling:
+        buf.copy_(torch.where(ok, new, buf))
+    else:
+        torch.where(ok, new, buf, out=buf)
+
+
+def _state(loss, compiling: bool) -> tuple[torch.Tensor, ...]:
+    """The buffers ``risk``, ``seen``, ``ess`` and 0-d views of the first two, the views
+    kept while the buffers are the same tensors (a move, cast or load replaces them);
+    made afresh when compiling (a traced view must not outlive its graph)."""
+    bufs = loss._buffers
+    risk, seen, ess = bufs["risk"], bufs["seen"], bufs["ess"]
+    if compiling:
+        return risk, seen, ess, risk[0], seen[0]
+    cached = loss.__dict__.get("_lean_state")
+    if cached is None or cached[0] is not risk or cached[1] is not seen or cached[2] is not ess:
+        cached = (risk, seen, ess, risk[0], seen[0])
+        loss.__dict__["_lean_state"] = cached
+    return cached
 
 
 class _Numbers(NamedTuple):
