@@ -108,7 +108,7 @@ def lean_running_step(loss, losses, values, t: float, update: bool, compiling: b
         s_mean = s / k.n
         if update:  # the effective sample size fraction of this batch's weights
             ess = s_mean * (s / torch.dot(ex, ex))
-            _write(ess_buf, ok, ess, compiling)
+            write_where(ess_buf, ok, ess, compiling)
         log_mean = torch.where(
             spread <= k.inv_abs_t, torch.log1p(torch.expm1(u).sum() / k.n), torch.log(s_mean)
         )
@@ -125,7 +125,7 @@ def lean_running_step(loss, losses, values, t: float, update: bool, compiling: b
     if not compiling and values.device.type == "cpu" and loss.check_finite and not bool(ok):
         raise ValueError("`losses` contains NaN or infinite values; every loss must be finite")
     if update:  # nothing here requires a gradient (the losses' values are detached)
-        _write(risk_buf, ok, new, compiling)
+        write_where(risk_buf, ok, new, compiling)
         seen_buf.masked_fill_(ok, 1.0)
         loss.counts.add_(ok, alpha=values.shape[0])
         loss.nonfinite.add_(~ok)
@@ -142,7 +142,7 @@ def lean_running_step(loss, losses, values, t: float, update: bool, compiling: b
     return torch.addcmul(value, torch.dot(ex, delta), factor)
 
 
-def _write(buf: torch.Tensor, ok: torch.Tensor, new: torch.Tensor, compiling: bool) -> None:
+def write_where(buf: torch.Tensor, ok: torch.Tensor, new: torch.Tensor, compiling: bool) -> None:
     """``buf = new`` where ``ok`` (a 0-d flag), else ``buf`` as it was: written in place
     by ``where`` eagerly (one operation), through a copy when compiling."""
     if compiling:
