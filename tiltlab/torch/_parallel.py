@@ -170,34 +170,37 @@ class _Numbers(NamedTuple):
     zero: Any
     one: Any
     nan: Any
-    ts: Any
-    inv_abs_t: Any
     n: Any
     log_lam: Any
     floor: Any
+    ts: Any
+    inv_abs_t: Any
 
 
 def _numbers(loss, values, t: float, compiling: bool) -> _Numbers:
     """The numbers of a step as 0-d tensors of the losses' dtype and device, made once
     (an eager operation with a Python number wraps it in a new tensor at every call, which
-    costs about as much as the operation), or as Python numbers when compiling."""
+    costs about as much as the operation), or as Python numbers when compiling. The tilt's
+    two numbers become tensors once the same tilt comes a second time in a row (a schedule
+    that changes t at every step keeps them Python numbers: making them would cost more)."""
     lam = loss.lam
-    numbers = {
-        "zero": 0.0,
-        "one": 1.0,
-        "nan": math.nan,
-        "ts": t,
-        "inv_abs_t": 1.0 / abs(t) if t != 0 else math.inf,
-        "n": float(values.shape[0]),
-        "log_lam": math.log(lam),
-        "floor": math.log1p(-lam) if lam < 1.0 else -math.inf,
-    }
+    tilt = (t, 1.0 / abs(t) if t != 0 else math.inf)
     if compiling:
-        return _Numbers(**numbers)
-    key = (values.dtype, values.device, t, values.shape[0], lam)
+        fixed = (0.0, 1.0, math.nan, float(values.shape[0]), math.log(lam))
+        return _Numbers(*fixed, math.log1p(-lam) if lam < 1.0 else -math.inf, *tilt)
+    key = (values.dtype, values.device, values.shape[0], lam)
     cached = loss.__dict__.get("_lean_numbers")
     if cached is None or cached[0] != key:
-        made = torch.tensor(list(numbers.values()), dtype=values.dtype, device=values.device)
-        cached = (key, _Numbers(**dict(zip(numbers, made.unbind(), strict=True))))
+        numbers = [0.0, 1.0, math.nan, float(values.shape[0]), math.log(lam)]
+        numbers.append(math.log1p(-lam) if lam < 1.0 else -math.inf)
+        made = torch.tensor(numbers, dtype=values.dtype, device=values.device)
+        cached = (key, made.unbind(), None, None)
         loss.__dict__["_lean_numbers"] = cached
-    return cached[1]
+    if cached[2] == t:
+        if cached[3] is None:  # the same tilt a second time: keep it as tensors
+            made = torch.tensor(tilt, dtype=values.dtype, device=values.device).unbind()
+            cached = (key, cached[1], t, made)
+            loss.__dict__["_lean_numbers"] = cached
+        return _Numbers(*cached[1], *cached[3])
+    loss.__dict__["_lean_numbers"] = (key, cached[1], t, None)
+    return _Numbers(*cached[1], *tilt)
