@@ -25,6 +25,8 @@ def check_tilt_spec(value: Any, name: str) -> Any:
 
 def tilt_value(value: Any, name: str) -> float:
     """A real number (not a bool, not NaN) as a Python float."""
+    if type(value) is float and value == value:  # the common case, checked first
+        return value
     if is_array_api_obj(value) and getattr(value, "ndim", None) == 0:
         value = float(value)
     if isinstance(value, bool) or not isinstance(value, numbers.Real):

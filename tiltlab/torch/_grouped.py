@@ -18,6 +18,8 @@ from typing import Any, NamedTuple
 
 import torch
 
+from ._parallel import write_where as _write
+
 __all__: list[str] = []
 
 
@@ -102,20 +104,18 @@ def lean_group_step(
             "`losses` contains NaN or infinite values (or `groups` labels outside "
             "[0, n_groups)); every loss must be finite"
         )
-    if update:
-        with torch.no_grad():
-            if ts == 0:
-                ess = torch.ones_like(n)
-            else:  # s^2 / (n q); NaN for an absent group, which keeps its last value
-                ess = (s_mean * s_mean / q_mean).clamp_max(1.0)
-            keep = ok & present
-            loss.ess.copy_(torch.where(keep, ess, loss.ess.to(dtype)))
-            loss.risk.copy_(torch.where(ok, new, risk))
-            loss.seen.copy_(torch.where(keep, k.one, loss.seen))
-            loss.counts.copy_(torch.where(ok, counts, loss.counts))
-            loss.nonfinite.add_(~ok)
+    if update:  # nothing here requires a gradient (the losses' values are detached)
+        keep = ok & present
+        if ts == 0:
+            loss.ess.masked_fill_(keep, 1.0)
+        else:  # s^2 / (n q); NaN for an absent group, which keeps its last value
+            _write(loss.ess, keep, (s_mean * s_mean / q_mean).clamp_max(1.0), compiling)
+        _write(loss.risk, ok, new, compiling)
+        loss.seen.masked_fill_(keep, 1.0)
+        _write(loss.counts, ok, counts, compiling)
+        loss.nonfinite.add_(~ok)
         loss._advance(compiling)
-    value = torch.where(ok, value, k.nan).detach()
+    value = torch.where(ok, value, k.nan)
     if not losses.requires_grad:
         return value
     # the weights: a factor per group times exp(t (l - c_g)) per sample
@@ -131,7 +131,7 @@ def lean_group_step(
     weights = per_group.index_select(0, idx)
     if ts != 0:
         weights = weights * ex
-    return value + torch.dot(weights.detach(), delta)
+    return value + torch.dot(weights, delta)
 
 
 class _Numbers(NamedTuple):

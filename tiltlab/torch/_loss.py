@@ -275,8 +275,7 @@ class TiltedLoss(torch.nn.Module):
 
     def _advance(self, compiling: bool) -> None:
         host = None if compiling else self._host_step()
-        with torch.no_grad():
-            self.step.add_(1)
+        self.step.add_(1)  # an integer buffer: never part of a graph
         if host is not None:
             self.__dict__["_step_cache"] = (self.step, self.step._version, host + 1)
 

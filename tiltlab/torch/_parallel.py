@@ -5,7 +5,7 @@ state's dtype through a module-wide cast."""
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -82,55 +82,125 @@ def gather_stats(local: torch.Tensor, t: Any, process_group: Any, xp: Any) -> tu
 def lean_running_step(loss, losses, values, t: float, update: bool, compiling: bool):
     """The running estimator at sample level on one process, for a Python tilt t = 0 or
     0.05 <= |t| < inf: the same quantities as the general path in about 40 tensor
-    operations (a training step's overhead is their dispatch). The running update is
-    ``logaddexp(log(1 - lam), log(lam) + t gap) / t`` (exact to rounding in the weights;
-    in the risk to ``eps / |t|``, hence the bound on |t|)."""
-    n = values.shape[0]
+    operations (a training step's overhead is their dispatch; its numbers are 0-d tensors
+    made once, see :func:`_numbers`). The running update is ``logaddexp(log(1 - lam),
+    log(lam) + t gap) / t`` (exact to rounding in the weights; in the risk to ``eps /
+    |t|``, hence the bound on |t|)."""
+    k = _numbers(loss, values, t, compiling)
+    risk_buf, seen_buf, ess_buf, prev, seen = _state(loss, compiling)
     lo, hi = torch.aminmax(values)
     spread = hi - lo
-    ok = torch.isfinite(spread)
-    risk = loss.risk.to(values.dtype)
+    # x - x is 0 for a finite x and NaN for an infinite or NaN one
+    ok = torch.eq(spread - spread, k.zero)
+    if prev.dtype != values.dtype:  # a state wider than these losses
+        prev = prev.to(values.dtype)
     lam = loss.lam
     if t == 0:
         batch = values.mean()
         if update:
-            with torch.no_grad():
-                loss.ess.fill_(1.0)
-        new = batch if lam == 1.0 else risk[0] + lam * (batch - risk[0])
+            ess_buf.fill_(1.0)
+        new = batch if lam == 1.0 else torch.lerp(prev, batch, lam)
     else:
         c = hi if t > 0 else lo
-        u = (values - c) * t
+        u = (values - c) * k.ts
         ex = torch.exp(u)
         s = ex.sum()
+        s_mean = s / k.n
         if update:  # the effective sample size fraction of this batch's weights
-            with torch.no_grad():
-                ess = (s / n) * (s / torch.dot(ex, ex))
-                loss.ess.copy_(torch.where(ok, ess, loss.ess[0]))
+            ess = s_mean * (s / torch.dot(ex, ex))
+            write_where(ess_buf, ok, ess, compiling)
         log_mean = torch.where(
-            spread * abs(t) <= 1, torch.log1p(torch.expm1(u).sum() / n), torch.log(s / n)
+            spread <= k.inv_abs_t, torch.log1p(torch.expm1(u).sum() / k.n), torch.log(s_mean)
         )
-        batch = c + log_mean / t
+        batch = torch.add(c, log_mean, alpha=1.0 / t)
         if lam == 1.0:
             new = batch
         else:
-            prev = risk[0]
-            floor = torch.full_like(prev, math.log1p(-lam))
-            new = prev + torch.logaddexp(floor, (batch - prev) * t + math.log(lam)) / t
-    new = torch.where(loss.seen[0] > 0, new, batch)
+            floor, log_lam = k.floor, k.log_lam
+            if compiling:  # Python numbers there
+                floor, log_lam = torch.full_like(prev, floor), torch.full_like(prev, log_lam)
+            moved = torch.logaddexp(floor, torch.add(log_lam, batch - prev, alpha=t))
+            new = torch.add(prev, moved, alpha=1.0 / t)
+    new = torch.where(seen > k.zero, new, batch)
     if not compiling and values.device.type == "cpu" and loss.check_finite and not bool(ok):
         raise ValueError("`losses` contains NaN or infinite values; every loss must be finite")
-    if update:
-        with torch.no_grad():
-            loss.risk.copy_(torch.where(ok, new, risk[0]))
-            loss.seen.copy_(torch.where(ok, 1.0, loss.seen))
-            loss.counts.add_(ok * float(n))
-            loss.nonfinite.add_(~ok)
+    if update:  # nothing here requires a gradient (the losses' values are detached)
+        write_where(risk_buf, ok, new, compiling)
+        seen_buf.masked_fill_(ok, 1.0)
+        loss.counts.add_(ok, alpha=values.shape[0])
+        loss.nonfinite.add_(~ok)
         loss._advance(compiling)
-    value = torch.where(ok, batch if t == 0 else new, math.nan).detach()
+    value = torch.where(ok, batch if t == 0 else new, k.nan)
     if not losses.requires_grad:
         return value
-    delta = losses.to(values.dtype) - values
+    delta = losses - values if losses.dtype == values.dtype else losses.to(values.dtype) - values
     if t == 0:
-        return value + delta.sum() / n
-    weights = ex * (torch.exp((batch - new) * t) / s)
-    return value + torch.dot(weights.detach(), delta)
+        return value + delta.mean()
+    # the weights ex * factor: the factor (a number) multiplies the dot product, so that
+    # the backward pass forms ex * factor, the same products as weights formed first
+    factor = torch.exp((batch - new) * k.ts) / s
+    return torch.addcmul(value, torch.dot(ex, delta), factor)
+
+
+def write_where(buf: torch.Tensor, ok: torch.Tensor, new: torch.Tensor, compiling: bool) -> None:
+    """``buf = new`` where ``ok`` (a 0-d flag), else ``buf`` as it was: written in place
+    by ``where`` eagerly (one operation), through a copy when compiling."""
+    if compiling:
+        buf.copy_(torch.where(ok, new, buf))
+    else:
+        torch.where(ok, new, buf, out=buf)
+
+
+def _state(loss, compiling: bool) -> tuple[torch.Tensor, ...]:
+    """The buffers ``risk``, ``seen``, ``ess`` and 0-d views of the first two, the views
+    kept while the buffers are the same tensors (a move, cast or load replaces them);
+    made afresh when compiling (a traced view must not outlive its graph)."""
+    bufs = loss._buffers
+    risk, seen, ess = bufs["risk"], bufs["seen"], bufs["ess"]
+    if compiling:
+        return risk, seen, ess, risk[0], seen[0]
+    cached = loss.__dict__.get("_lean_state")
+    if cached is None or cached[0] is not risk or cached[1] is not seen or cached[2] is not ess:
+        cached = (risk, seen, ess, risk[0], seen[0])
+        loss.__dict__["_lean_state"] = cached
+    return cached
+
+
+class _Numbers(NamedTuple):
+    zero: Any
+    one: Any
+    nan: Any
+    n: Any
+    log_lam: Any
+    floor: Any
+    ts: Any
+    inv_abs_t: Any
+
+
+def _numbers(loss, values, t: float, compiling: bool) -> _Numbers:
+    """The numbers of a step as 0-d tensors of the losses' dtype and device, made once
+    (an eager operation with a Python number wraps it in a new tensor at every call, which
+    costs about as much as the operation), or as Python numbers when compiling. The tilt's
+    two numbers become tensors once the same tilt comes a second time in a row (a schedule
+    that changes t at every step keeps them Python numbers: making them would cost more)."""
+    lam = loss.lam
+    tilt = (t, 1.0 / abs(t) if t != 0 else math.inf)
+    if compiling:
+        fixed = (0.0, 1.0, math.nan, float(values.shape[0]), math.log(lam))
+        return _Numbers(*fixed, math.log1p(-lam) if lam < 1.0 else -math.inf, *tilt)
+    key = (values.dtype, values.device, values.shape[0], lam)
+    cached = loss.__dict__.get("_lean_numbers")
+    if cached is None or cached[0] != key:
+        numbers = [0.0, 1.0, math.nan, float(values.shape[0]), math.log(lam)]
+        numbers.append(math.log1p(-lam) if lam < 1.0 else -math.inf)
+        made = torch.tensor(numbers, dtype=values.dtype, device=values.device)
+        cached = (key, made.unbind(), None, None)
+        loss.__dict__["_lean_numbers"] = cached
+    if cached[2] == t:
+        if cached[3] is None:  # the same tilt a second time: keep it as tensors
+            made = torch.tensor(tilt, dtype=values.dtype, device=values.device).unbind()
+            cached = (key, cached[1], t, made)
+            loss.__dict__["_lean_numbers"] = cached
+        return _Numbers(*cached[1], *cached[3])
+    loss.__dict__["_lean_numbers"] = (key, cached[1], t, None)
+    return _Numbers(*cached[1], *tilt)
