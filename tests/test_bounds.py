@@ -548,17 +548,19 @@ def test_property_tail_bound_holds(l, t, frac, use_w, data):
             assert b <= c * (1 + 1e-9)
 
 
-def test_tail_bound_with_a_prior_on_subnormal_losses():
+def test_tail_bound_with_a_prior_on_subnormal_losses(xp):
     # two equal subnormal losses with a uniform prior: the prior-weighted mean rounds to
     # 0 (half the smallest subnormal), which made the bound 0 below Q(a) = 1; the tilted
     # risk lies between the smallest and largest loss on the support, whatever rounds
-    tiny = np.nextafter(0.0, 1.0)
-    l = np.array([tiny, tiny])
-    t = np.array([-1.0, 0.0, 1.0])
+    tiny = float(np.nextafter(0.0, 1.0))
+    l = xp.asarray([tiny, tiny], dtype=xp.float64)
+    t = xp.asarray([-1.0, 0.0, 1.0], dtype=xp.float64)
     for w in (None, [1.0, 1.0], [0.5, 1.0]):
-        assert float(tb.tail_fraction(l, tiny, weights=w)) == 1.0
-        b = tb.tilted_tail_bound(l, tiny, t, weights=w)
-        assert np.all(b >= 1.0), (w, b)
+        ww = None if w is None else xp.asarray(w, dtype=xp.float64)
+        assert float(tb.tail_fraction(l, tiny, weights=ww)) == 1.0
+        b = tb.tilted_tail_bound(l, tiny, t, weights=ww)
+        assert type(b) is type(l) and b.dtype == l.dtype
+        assert np.all(np.asarray(to_numpy(b)) >= 1.0), (w, b)
 
 
 @settings(max_examples=100, deadline=None)
