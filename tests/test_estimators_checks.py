@@ -33,9 +33,9 @@ CV_FOLDS_DIFFER = (
     "the held-out scores (and possibly the chosen t) differ"
 )
 HINGE_KINK = (
-    "the hinge loss has a kink: the solver stops where the line search stalls, and the "
-    "weighted and the repeated problem stall at different points of a flat set of "
-    "near-minimisers"
+    "the hinge loss has a kink: the solver stops where the value stalls (or the line "
+    "search does), and the weighted and the repeated problem stall at different points of "
+    "a flat set of near-minimisers"
 )
 
 

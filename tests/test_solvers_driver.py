@@ -258,3 +258,57 @@ def test_lbfgs_on_a_non_smooth_loss_reaches_median_regression():
         gaps.append((float(res.fun) - f_ref) / f_ref)
     assert max(gaps) <= 1e-3, gaps
     assert np.median(gaps) <= 1e-5, gaps
+
+
+def _median_regressions():
+    from sklearn.linear_model import QuantileRegressor
+
+    for seed in range(6):
+        rng = np.random.default_rng(seed)
+        X = np.c_[rng.normal(size=(80, 4)), np.ones(80)]
+        y = X @ np.array([1.0, -2.0, 0.5, 3.0, 2.0]) + 0.3 * rng.normal(size=80)
+        ref = QuantileRegressor(quantile=0.5, alpha=0.0, fit_intercept=False).fit(X, y)
+        obj = tl.TiltedObjective("absolute", X, y)
+        yield obj, float(obj.value(ref.coef_))
+
+
+@pytest.mark.parametrize("ftol", [1e-6, 1e-8])
+def test_value_test_ends_non_smooth_runs_early(ftol):
+    # the value test of `ftol` stops a run on a kinked loss once the objective stalls;
+    # the result must then satisfy the test it reports (from its own history), be a
+    # success, and be no worse than the median-regression bounds of the run without it
+    pytest.importorskip("sklearn")
+    gaps = []
+    for obj, f_ref in _median_regressions():
+        plain = tl.minimize(obj, method="lbfgs", max_iter=300)
+        res = tl.minimize(obj, method="lbfgs", max_iter=300, ftol=ftol)
+        assert res.status is Status.VALUE_CONVERGED and res.success
+        assert "converged in value" in res.message
+        f = np.asarray(res.history["fun"])
+        assert f[-31] - f[-1] <= ftol * max(abs(f[-31]), abs(f[-1]))
+        assert res.nit <= plain.nit
+        np.testing.assert_allclose(float(res.fun), float(obj.value(res.x)), rtol=1e-12)
+        assert float(res.fun) >= f_ref * (1 - 1e-9)
+        gaps.append((float(res.fun) - f_ref) / f_ref)
+    assert max(gaps) <= 1e-3, gaps
+    assert np.median(gaps) <= (1e-4 if ftol > 1e-7 else 1e-5), gaps
+
+
+def test_value_test_defers_to_the_gradient_test(obj):
+    # a smooth problem that meets the gradient test reports CONVERGED even with `ftol`
+    res = tl.minimize(obj, ftol=1e-3)
+    assert res.status is Status.CONVERGED
+
+
+def test_value_test_is_off_by_default():
+    pytest.importorskip("sklearn")
+    o, _ = next(_median_regressions())
+    assert tl.minimize(o, max_iter=300).status is not Status.VALUE_CONVERGED
+
+
+@pytest.mark.parametrize(
+    ("ftol", "exc"), [(-1e-6, ValueError), ("1e-6", TypeError), (np.nan, ValueError)]
+)
+def test_bad_ftol_is_named(obj, ftol, exc):
+    with pytest.raises(exc, match="`ftol`"):
+        tl.minimize(obj, ftol=ftol)

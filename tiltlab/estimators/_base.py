@@ -47,6 +47,10 @@ SOLVERS = ("lbfgs", "newton", "agd", "gd", "stochastic")
 #: ``early_stopping="auto"`` holds out a validation split from this many training rows up
 AUTO_EARLY_STOPPING_ROWS = 1000
 
+#: losses with a kink where the minimiser usually sits: their fits stop on the value test
+#: (``ftol`` of :func:`tiltlab.minimize`, set to ``tol``) as well as the gradient test
+KINKED_LOSSES = ("absolute", "hinge")
+
 
 # ---------------------------------------------------------------------- the fitted problem
 
@@ -338,6 +342,10 @@ class TiltedLinearBase(BaseEstimator):
             kw = {"validation": val, "patience": int(self.n_iter_no_change)}
         if self.solver == "stochastic":
             kw["seed"] = seed
+        elif obj.loss.name in KINKED_LOSSES and "ftol" not in opts:
+            # no gradient test can certify a minimiser at a kink: these runs also stop
+            # once the value falls by less than `tol` (relative) over 30 iterations
+            kw["ftol"] = float(self.tol)
         # `tol` is relative to the larger gradient norm at zero and at the start (minimize's
         # fixed scale), so a warm start stops where a cold start would. A tolerance below
         # what the dtype can resolve ends with status PRECISION (converged to working
@@ -454,7 +462,7 @@ class TiltedLinearBase(BaseEstimator):
     def _warn_convergence(self, results: list, problems: list) -> None:
         # the gradient test cannot be met at the kinks of non-smooth losses (absolute,
         # hinge): their runs end at max_iter or a stalled line search, silently
-        if any(p.loss.name in ("absolute", "hinge") for p in problems):
+        if any(p.loss.name in KINKED_LOSSES for p in problems):
             return
         bad = [r for r in results if not r.success]
         if bad:

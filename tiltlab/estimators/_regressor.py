@@ -130,7 +130,9 @@ class TiltedRegressor(RegressorMixin, TiltedLinearBase):
     variable ``SCIPY_ARRAY_API=1`` set before SciPy is imported.)
 
     The absolute loss has a kink, where no gradient test can certify convergence: its fits
-    stop at ``max_iter`` or when the line search stalls, without a ConvergenceWarning.
+    also stop once the objective falls by less than ``tol`` (relative) over 30 iterations
+    (status ``VALUE_CONVERGED``; ``solver_options={"ftol": 0}`` turns this off), or when
+    the line search stalls, without a ConvergenceWarning.
 
     Examples
     --------

@@ -18,7 +18,7 @@ from ._checks import check_int, check_objective, check_positive, check_real, che
 from ._external import driver_for
 from ._linalg import norm, to_float, working_eps
 from ._result import OptimizeResult, SolverState, Status
-from ._stop import Progress, StopRule, default_tol, track
+from ._stop import Progress, StopRule, default_tol, track, value_converged
 from .agd import AcceleratedGradient
 from .gd import GradientDescent
 from .lbfgs import LBFGS
@@ -46,6 +46,7 @@ def minimize(
     method: str = "lbfgs",
     tol: float | None = None,
     atol: float = 0.0,
+    ftol: float | None = None,
     max_iter: int | None = None,
     max_passes: float | None = None,
     validation: Any = None,
@@ -79,6 +80,12 @@ def minimize(
         instead of tightening the test. Default: ``1e-8`` in float64 and ``eps**(2/3)``
         of the working dtype otherwise (``2.4e-5`` in float32).
     atol : float, default 0
+    ftol : float, optional
+        A value test besides the gradient test: stop with status ``VALUE_CONVERGED`` (a
+        success) when the objective fell by less than ``ftol * max(|f_old|, |f|)`` over
+        the last 30 iterations (``f_old`` the value 30 iterations earlier). For
+        non-smooth losses (``"absolute"``, ``"hinge"``), whose kinks no gradient test can
+        certify; off by default.
     max_iter : int, optional
         Iteration budget (default depends on the method).
     max_passes : float, optional
@@ -124,9 +131,10 @@ def minimize(
     >>> res.success, np.round(res.x, 1).tolist()
     (True, [1.0, 2.0])
     """
-    args = dict(method=method, tol=tol, atol=atol, max_iter=max_iter, max_passes=max_passes,
-                validation=validation, patience=patience, callback=callback, progress=progress,
-                seed=seed, warm_state=warm_state)  # fmt: skip
+    args = dict(method=method, tol=tol, atol=atol, ftol=ftol, max_iter=max_iter,
+                max_passes=max_passes, validation=validation, patience=patience,
+                callback=callback, progress=progress, seed=seed,
+                warm_state=warm_state)  # fmt: skip
     _check_arguments(objective, args)
     drive = driver_for(objective)  # a backend that runs the solvers itself (Dask)
     if drive is not None:
@@ -151,7 +159,8 @@ def _run(solver: Solver, objective: Any, x0: Any, warm_x: bool, args: dict) -> O
     state = solver.init(objective, x0, max_iter=max_iter, warm=args["warm_state"])
     eps = working_eps(x0)
     tol = default_tol(eps) if args["tol"] is None else args["tol"]
-    rule = StopRule.make(tol, args["atol"], _gradient_scale(objective, state, warm_x), eps)
+    g_scale = _gradient_scale(objective, state, warm_x)
+    rule = StopRule.make(tol, args["atol"], g_scale, eps, ftol=args["ftol"] or 0.0)
     history: dict[str, list] = {k: [] for k in _HISTORY}
     add_f, add_g, add_step, add_passes, add_time = (history[k].append for k in _HISTORY)
     clock = time.perf_counter
@@ -190,6 +199,8 @@ def _run(solver: Solver, objective: Any, x0: Any, warm_x: bool, args: dict) -> O
                 _update_bar(bar, state)
             if callback is not None and callback(state):
                 status = Status.CONVERGED if rule.converged(state) else Status.CALLBACK
+            elif value_converged(history["fun"], state, rule):
+                status = Status.CONVERGED if rule.converged(state) else Status.VALUE_CONVERGED
             elif max_passes is not None and passes() >= max_passes:
                 status = Status.CONVERGED if rule.converged(state) else Status.MAX_PASSES
     finally:
@@ -215,6 +226,8 @@ def _check_arguments(objective: Any, args: dict[str, Any]) -> None:
     args["atol"] = check_real(args["atol"], "atol")
     if args["tol"] is not None:
         args["tol"] = check_real(args["tol"], "tol")
+    if args["ftol"] is not None:
+        args["ftol"] = check_real(args["ftol"], "ftol")
     if args["max_iter"] is not None:
         args["max_iter"] = check_int(args["max_iter"], "max_iter", 0)
     if args["max_passes"] is not None:

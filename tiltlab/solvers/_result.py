@@ -42,6 +42,7 @@ class Status(enum.IntEnum):
     PRECISION = 7
     COMPLETED = 8
     DIVERGED = 9
+    VALUE_CONVERGED = 10
 
     def describe(self, iteration: int | None = None, detail: str = "") -> str:
         """A readable message: what the status means and what to do about it.
@@ -86,6 +87,9 @@ class Status(enum.IntEnum):
             "has no convergence test); raise max_iter for a more accurate solution",
             Status.DIVERGED: f"diverged{k}: the objective became non-finite or rose far above "
             "its starting value even with a lowered step",
+            Status.VALUE_CONVERGED: f"converged in value{k}: the objective fell by less than "
+            "`ftol` (relative) over the last iterations; the gradient test was not met (at the "
+            "kinks of a non-smooth loss it cannot be)",
         }[self]
         return msg + (f" ({detail})" if detail else "")
 
@@ -95,9 +99,16 @@ class Status(enum.IntEnum):
 
         Success: ``CONVERGED`` (tolerance met), ``PRECISION`` (converged as far as the
         floating-point type allows), ``EARLY_STOPPED`` (the best validation iterate was
-        returned) and ``COMPLETED`` (a stochastic run finished its step budget).
+        returned), ``COMPLETED`` (a stochastic run finished its step budget) and
+        ``VALUE_CONVERGED`` (the value test that ``ftol`` asked for was met).
         """
-        return self in (Status.CONVERGED, Status.EARLY_STOPPED, Status.PRECISION, Status.COMPLETED)
+        return self in (
+            Status.CONVERGED,
+            Status.EARLY_STOPPED,
+            Status.PRECISION,
+            Status.COMPLETED,
+            Status.VALUE_CONVERGED,
+        )
 
 
 @dataclass

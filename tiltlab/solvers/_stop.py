@@ -8,7 +8,7 @@ from typing import NamedTuple
 
 from ._result import SolverState, Status
 
-__all__ = ["StopRule", "Progress", "default_tol", "track", "stall_status"]
+__all__ = ["StopRule", "Progress", "default_tol", "track", "stall_status", "value_converged"]
 
 
 def default_tol(eps: float) -> float:
@@ -36,11 +36,20 @@ class StopRule:
     attainable: float
     eps: float
     stall_limit: int = 10
+    #: the relative decrease of the value over ``value_window`` iterations below which a
+    #: run has converged in value (0: no value test)
+    ftol: float = 0.0
+    #: long enough to span the plateaus of quasi-Newton runs on a kinked function (runs of
+    #: 10-20 iterations with no decrease, after which the value falls again)
+    value_window: int = 30
 
     @classmethod
-    def make(cls, tol: float, atol: float, g_scale: float, eps: float) -> StopRule:
+    def make(
+        cls, tol: float, atol: float, g_scale: float, eps: float, ftol: float = 0.0
+    ) -> StopRule:
         threshold = tol * g_scale + atol
-        return cls(threshold, max(threshold, math.sqrt(eps) * g_scale + atol), eps)
+        attainable = max(threshold, math.sqrt(eps) * g_scale + atol)
+        return cls(threshold, attainable, eps, ftol=ftol)
 
     def converged(self, state: SolverState) -> bool:
         return not state.stale and state.grad_norm <= self.threshold
@@ -87,3 +96,29 @@ def stall_status(
             f"iterations; gradient norm {state.grad_norm:.3g}"
         )
     return None, ""
+
+
+def value_converged(values: list[float], state: SolverState, rule: StopRule) -> bool:
+    """Whether the value test of ``rule.ftol`` is met at ``state``.
+
+    ``values`` are the objective values of the run so far, the last one ``state``'s. The
+    test compares the value with the one ``value_window`` iterations earlier:
+    ``f_old - f <= ftol * max(|f_old|, |f|)`` (relative, so that it means the same for any
+    scale of the loss). A value that rose counts as no decrease.
+
+    Examples
+    --------
+    >>> from tiltlab.solvers._stop import StopRule, value_converged
+    >>> from tiltlab.solvers._result import SolverState
+    >>> rule = StopRule.make(1e-8, 0.0, 1.0, 2.2e-16, ftol=1e-6)
+    >>> st = SolverState(x=None, fun=None, jac=None, fun_float=1.0, grad_norm=0.5)
+    >>> value_converged([1.0 + 1e-9] + [1.0] * 30, st, rule)
+    True
+    >>> value_converged([1.1] + [1.0] * 30, st, rule)
+    False
+    """
+    n = rule.value_window
+    if not rule.ftol > 0 or state.stale or len(values) <= n:
+        return False
+    f_old, f = values[-1 - n], state.fun_float
+    return f_old - f <= rule.ftol * max(abs(f_old), abs(f))
