@@ -16,8 +16,8 @@ from ._regressor import TiltedRegressor
 from ._scores import (
     contaminated_fit,
     contaminated_log_likelihood,
-    follows_predictions,
     gaussian_logpdf_of_targets,
+    slope_sums,
 )
 
 __all__ = ["TiltedRegressorCV"]
@@ -41,8 +41,9 @@ class TiltedRegressorCV(_TiltCV, TiltedRegressor):
     fitted by EM. The tilt with the highest such likelihood gives each held-out row a
     probability of being clean. The Gaussian core also flags the tail of skewed or
     heavy-tailed clean noise; such rows are told apart by their targets, which still follow
-    the predictions (the predictions explain the flagged targets better than their mean
-    does, pooled over the folds), while corrupted targets ignore them: the share of
+    the predictions (pooled over the folds, the flagged targets' slope on the predictions
+    lies more than one standard error above 1/2), while corrupted targets ignore them
+    (slope 0): the share of
     corrupted rows (``contamination_``) is then 0, otherwise the flagged share averaged over
     the folds. When it is below 10%, every tilt is scored by its plain mean held-out loss;
     otherwise by its held-out loss weighted by those probabilities. Unlike the median or a
@@ -220,13 +221,16 @@ class TiltedRegressorCV(_TiltCV, TiltedRegressor):
             keep[:] = True
         return np.array([-float(e[keep].mean()) for e in losses])
 
-    def _adaptive_fold(self, held: FitData, path: list) -> tuple[np.ndarray, np.ndarray, float]:
+    def _adaptive_fold(
+        self, held: FitData, path: list
+    ) -> tuple[np.ndarray, np.ndarray, float, np.ndarray]:
         """Scores of one fold for ``scoring="adaptive"``.
 
         Returns minus the held-out loss weighted by the rows' probability of being clean
         (under the contaminated model fitted to the residuals of the tilt with the best
-        held-out likelihood), minus the plain mean held-out loss, and the estimated share
-        of corrupted rows.
+        held-out likelihood), minus the plain mean held-out loss, the estimated share of
+        corrupted rows, and the :func:`slope_sums` of the flagged rows' targets on the
+        predictions.
         """
         y = np.asarray(to_numpy(held.problems[0].y), dtype=np.float64)
         g = gaussian_logpdf_of_targets(y)
@@ -241,7 +245,7 @@ class TiltedRegressorCV(_TiltCV, TiltedRegressor):
         robust = np.array([-float(np.sum(clean * e)) / total for e in losses])
         plain = np.array([-float(e.mean()) for e in losses])
         pred = np.asarray(to_numpy(held.X @ path[top][0]), dtype=np.float64)
-        return robust, plain, 1.0 - float(clean.mean()), follows_predictions(y, pred, 1.0 - clean)
+        return robust, plain, 1.0 - float(clean.mean()), slope_sums(y, pred, 1.0 - clean)
 
     def _builtin_score(self, held: FitData, thetas: list, scoring: str) -> float:
         ell = self._held_out_losses(held, thetas)

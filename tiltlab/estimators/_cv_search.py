@@ -25,6 +25,7 @@ from .._compat import to_numpy
 from ._base import FitData, subset_data
 from ._checks import check_real, check_same_namespace
 from ._regressor import TiltedRegressor
+from ._scores import follows_predictions
 
 __all__ = ["DEFAULT_TS"]
 
@@ -165,7 +166,7 @@ class _TiltCV:
         scores = np.full((len(splits), ts.size), np.nan)
         n_iter = np.zeros((len(splits), ts.size), dtype=np.int64)
         anchor = None
-        adaptive: list[tuple[np.ndarray, np.ndarray, float, float]] = []
+        adaptive: list[tuple[np.ndarray, np.ndarray, float, np.ndarray]] = []
         for k, (tr, te) in enumerate(splits):
             fold = subset_data(data, np.asarray(tr))
             held = subset_data(data, np.asarray(te))
@@ -195,8 +196,8 @@ class _TiltCV:
             # move with the predictions, which corrupted targets do not: pooled over the
             # folds, flagged rows that follow the predictions count as clean
             flagged = float(np.mean([a[2] for a in adaptive]))
-            follow = float(np.sum([a[3] for a in adaptive]))
-            self.contamination_ = 0.0 if follow > 0 else flagged
+            follow = follows_predictions(np.sum([a[3] for a in adaptive], axis=0))
+            self.contamination_ = 0.0 if follow else flagged
             use = 0 if self.contamination_ >= CLEAN_CONTAMINATION else 1
             scores = np.array([a[use] for a in adaptive])
         mean = scores.mean(axis=0)
