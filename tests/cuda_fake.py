@@ -129,9 +129,9 @@ def fake_cupy(rec: Recorder, run=None, sms: int = 132) -> types.ModuleType:
         rec.launches.append("zeros")
         return FakeArray(np.zeros(shape, dtype=dtype), rec)
 
-    def stack(arrays):
+    def stack(arrays, axis=0):
         rec.launches.append("stack")
-        return FakeArray(np.stack([a._a for a in arrays]), rec)
+        return FakeArray(np.stack([a._a for a in arrays], axis=axis), rec)
 
     def asarray(a, dtype=None):
         if isinstance(a, FakeArray):  # already on the device

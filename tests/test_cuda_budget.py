@@ -5,6 +5,7 @@ launches, whatever the data size."""
 
 from __future__ import annotations
 
+import math
 import sys
 from types import SimpleNamespace
 
@@ -206,6 +207,53 @@ def test_hierarchical_value_and_gradient_budget(rec, depth, l2, with_prior):
     assert rec.uploads == [] and len(rec.reads) == 1
 
 
+@pytest.mark.parametrize("depth", [1, 2, 3])
+@pytest.mark.parametrize("l2", [0.0, 0.5])
+def test_hierarchical_value_and_hvp_budget(rec, depth, l2):
+    # the value alone: no weights, no product with X^T; the Hessian-vector product: one
+    # product with [theta v], the weights, two launches per level, one product with X^T;
+    # each one read, no upload after the tree's
+    n, d = 10_000, 8
+    labels = [np.arange(n) % 1000 // 10**k for k in range(depth)][::-1]
+    tilts = [1.0, -2.0, 0.5, 3.0][: depth + 1]
+    problem = _hierarchical_problem(rec, n, d, labels, tilts, l2)
+    ctx = Context(count=lambda k: None, update=lambda p: None)
+    theta = FakeArray(np.zeros(d, np.float32), rec)
+    v = FakeArray(np.ones(d, np.float32), rec)
+    per_level = ["tilted_level_extremes", "tilted_level_sums", "tilted_level_finish"]
+    tree = ["tilted_tree_init"] + per_level * (depth - 1) + per_level[:2] + ["tilted_tree_top"]
+    ridge = ["tilted_ridge"] if l2 else []
+    want_value = ["matmul", "tilted_loss_d1"] + tree + ridge
+    want_hvp = (
+        ["stack", "matmul", "tilted_loss_d12"]
+        + tree
+        + ["tilted_level_weights"] * depth
+        + ["zeros"]
+        + ["tilted_level_add2", "tilted_hvp_level"] * depth
+        + ["tilted_level_add2", "tilted_hvp_coef", "matmul"]
+        + ridge
+    )
+    for call in range(2):
+        value = cuda_engine.FUSED_CUDA.value(problem, theta, ctx)
+        assert value is not None and value.shape == ()
+        assert rec.launches == want_value, rec.launches
+        assert len(rec.reads) == 1, rec.reads
+        assert len(rec.uploads) == (2 if call == 0 else 0), rec.uploads
+        rec.launches.clear()
+        rec.reads.clear()
+        rec.uploads.clear()
+        prod = cuda_engine.FUSED_CUDA.hvp(problem, theta, v, ctx)
+        assert prod is not None and prod.shape == (d,)
+        assert rec.launches == want_hvp, rec.launches
+        assert len(rec.reads) == 1 and rec.uploads == [], (rec.reads, rec.uploads)
+        rec.launches.clear()
+        rec.reads.clear()
+    # an infinite tilt: no Hessian; the engine declines before any launch
+    inf = _hierarchical_problem(rec, n, d, labels, [math.inf] + tilts[1:], l2)
+    assert cuda_engine.FUSED_CUDA.hvp(inf, theta, v, ctx) is None
+    assert rec.launches == [] and rec.reads == []
+
+
 def test_hierarchical_engine_declines_what_it_does_not_serve(rec):
     labels = [np.arange(100) % 4]
     p = _hierarchical_problem(rec, 100, 3, labels, (1.0, 1.0), 0.0)
@@ -220,5 +268,8 @@ def test_hierarchical_engine_declines_what_it_does_not_serve(rec):
         q = SimpleNamespace(**{**vars(p), **change})
         assert not cuda_engine.FUSED_CUDA.applies(q), change
     ctx = Context(count=lambda k: None, update=lambda p: None, fused=False)
-    assert cuda_engine.FUSED_CUDA.value_and_gradient(p, FakeArray(np.zeros(3), rec), ctx) is None
+    zero = FakeArray(np.zeros(3), rec)
+    assert cuda_engine.FUSED_CUDA.value_and_gradient(p, zero, ctx) is None
+    assert cuda_engine.FUSED_CUDA.value(p, zero, ctx) is None
+    assert cuda_engine.FUSED_CUDA.hvp(p, zero, zero, ctx) is None
     assert rec.launches == [] and rec.uploads == []

@@ -294,6 +294,82 @@ def test_objective_value_and_gradient(rec, loss, n, d, tilts, l2, with_prior, dt
     np.testing.assert_allclose(grad, want_g, rtol=0, atol=64 * d * eps * gscale * big)
 
 
+HVP_CASES = OBJECTIVE_CASES + [
+    ("logistic", 300, 6, (0.5, 3.0, -2.0), 0.0, True),
+    ("squared", 500, 3, (-1.0, 0.0, 1.5), 0.1, False),
+]
+
+
+def _hvp_bound(loss, X, y, theta, v, tilts, l2):
+    """A bound of the terms the Hessian-vector product sums: with the weights summing to
+    1, |sum_i c_i x_i| <= max|x| (max|l'' u| + max|l'| sum|t| 2 max|l' u|) + l2 max|v|."""
+    z, u = X @ theta, X @ v
+    if loss == "squared":
+        d1, d2 = 2 * (z - y), np.full_like(z, 2.0)
+    else:
+        s = 1 / (1 + np.exp(-z))
+        d1, d2 = s - y, s * (1 - s)
+    spread = np.abs(d1).max() * sum(abs(t) for t in tilts) * 2 * np.abs(d1 * u).max()
+    return np.abs(X).max() * (np.abs(d2 * u).max() + spread) + l2 * np.abs(v).max()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(("loss", "n", "d", "tilts", "l2", "with_prior"), HVP_CASES)
+def test_objective_value_and_hvp(rec, loss, n, d, tilts, l2, with_prior, dtype):
+    # the value and the Hessian-vector product on the device tree against the NumPy
+    # objective in float64 (its generic engine: segment sums over the host tree's
+    # layouts), and the product against central differences of the NumPy gradient
+    from tiltlab._cupy.engine import FUSED_CUDA
+    from tiltlab.objective.engines import Context
+
+    rng = np.random.default_rng(n + d + 1)
+    X = rng.standard_normal((n, d)).astype(dtype)
+    theta = (rng.standard_normal(d) / np.sqrt(d)).astype(dtype)
+    v = rng.standard_normal(d).astype(dtype)
+    if loss == "squared":
+        y = (X.astype(np.float64) @ theta + rng.standard_normal(n)).astype(dtype)
+    else:
+        y = (rng.random(n) < 0.3).astype(dtype)
+    D = len(tilts) - 1
+    labels = _labels(_tree(rng, n, (12, 3)[:D], empty=False))
+    prior = rng.random(n) + 0.5 if with_prior else None
+    problem = _problem(rec, loss, X, y, labels, tilts, l2, prior)
+    passes = []
+    ctx = Context(count=passes.append, update=lambda p: None)
+    f64 = np.float64
+    ref = tl.TiltedObjective(
+        loss, X.astype(f64), y.astype(f64), groups=labels, tilts=tilts, weights=prior, l2=l2
+    )
+    eps = float(np.finfo(dtype).eps)
+    z = X.astype(f64) @ theta.astype(f64)
+    scale = 1.0 + float(np.max(np.abs(z))) + float(np.max(np.abs(y)))
+    value = FUSED_CUDA.value(problem, FakeArray(theta, rec), ctx)
+    assert value is not None and value._a.dtype == dtype
+    want_v = float(ref.value(theta.astype(f64)))
+    np.testing.assert_allclose(float(value._a), want_v, rtol=0, atol=64 * d * eps * scale**2)
+    prod = FUSED_CUDA.hvp(problem, FakeArray(theta, rec), FakeArray(v, rec), ctx)
+    if not all(math.isfinite(t) for t in tilts):
+        assert prod is None  # no Hessian at an infinite tilt (the generic path raises)
+        return
+    assert prod is not None and passes == [1, 2]
+    got = prod._a
+    assert got.dtype == dtype and got.shape == (d,)
+    want = ref.hvp(theta.astype(f64), v.astype(f64))
+    # each coefficient carries a few roundings (a mean per level, a difference of means),
+    # and the product with X^T adds them: 16 eps of the bound of the summed terms (the
+    # errors measured lie 300-1000 times below it)
+    bound = _hvp_bound(loss, X.astype(f64), y.astype(f64), theta.astype(f64), v.astype(f64),
+                       tilts, l2)  # fmt: skip
+    np.testing.assert_allclose(got, want, rtol=0, atol=16 * eps * bound)
+    # central differences of the float64 gradient: error O(h^2) from the third derivative
+    h = 1e-5
+    vf = v.astype(f64)
+    gp = ref.value_and_gradient(theta.astype(f64) + h * vf)[1]
+    gm = ref.value_and_gradient(theta.astype(f64) - h * vf)[1]
+    fd = (gp - gm) / (2 * h)
+    np.testing.assert_allclose(want, fd, rtol=1e-5, atol=1e-6 * float(np.max(np.abs(fd))))
+
+
 def test_objective_declines_nonfinite_losses(rec):
     from tiltlab._cupy.engine import FUSED_CUDA
     from tiltlab.objective.engines import Context

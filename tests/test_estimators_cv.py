@@ -362,8 +362,8 @@ def test_flagged_slope_and_its_standard_error():
 def test_follows_predictions_errs_rarely_on_few_corrupted_rows():
     """30 replaced targets (spread 5) against predictions of spread 2.3: their slope has a
     standard error of about 0.4, so the midpoint test alone (b > 1/2) took them for
-    clean noise in 10.8% of these draws; one standard error above it, in 1.4%. Clean skewed noise on as few rows is still recognised in most
-    draws (95% measured)."""
+    clean noise in 10.8% of these draws; one standard error above it, in 1.4%. Clean
+    skewed noise on as few rows is still recognised in most draws (95% measured)."""
     from tiltlab.estimators._scores import follows_predictions, slope_sums
 
     rng = np.random.default_rng(5)

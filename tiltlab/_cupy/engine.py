@@ -145,6 +145,18 @@ class FusedCudaEngine(Engine):
             return False
         return supported(problem.X, problem.tilts[0], problem.shape)
 
+    def value(self, problem: Any, theta: Any, ctx: Context) -> Any:
+        # a hierarchy's value on the device tree; a flat value is one tilted_risk of the
+        # losses (the generic path's, already one pass and one read on CuPy)
+        if not ctx.fused or problem.groups is None:
+            return None
+        return HIERARCHICAL_CUDA.value(problem, theta, ctx)
+
+    def hvp(self, problem: Any, theta: Any, v: Any, ctx: Context) -> Any:
+        if not ctx.fused or problem.groups is None:
+            return None
+        return HIERARCHICAL_CUDA.hvp(problem, theta, v, ctx)
+
     def value_and_gradient(self, problem: Any, theta: Any, ctx: Context) -> Any:
         if not ctx.fused:
             return None

@@ -20,7 +20,10 @@ global sums once per block and group; larger levels use global atomics per item.
 :class:`HierarchicalCudaEngine` evaluates the value and gradient of a hierarchical
 objective this way: the product ``X theta``, one kernel for the losses and their
 derivatives, the tree, one product with ``X^T`` (and one launch for a ridge term), then
-one read of the status. The tree is kept in the problem's cache.
+one read of the status. Its value alone skips the weights and the product with ``X^T``;
+its Hessian-vector product (:func:`hvp`) adds, per level, the weighted means of the
+directional derivatives over the groups, and also makes one read. The tree is kept in the
+problem's cache.
 """
 
 from __future__ import annotations
@@ -39,7 +42,9 @@ __all__ = [
     "HierarchicalCudaEngine",
     "device_tree",
     "hierarchical",
+    "hvp",
     "tree_eval",
+    "value",
     "value_and_gradient",
 ]
 
@@ -343,6 +348,126 @@ def value_and_gradient(
     return out[0], grad
 
 
+def value(
+    X: Any, y: Any, theta: Any, tree: DeviceTree, tilts: Any, loss: str, l2: float = 0.0
+) -> Any:
+    """Value (0-d) of the hierarchical tilted risk of ``loss`` plus ``l2/2 |theta|^2``, or
+    None when a loss is not finite: the losses (one launch after ``X theta``), the tree
+    without weights, one launch for a ridge term, one read."""
+    import cupy
+
+    n, d = int(X.shape[0]), int(X.shape[1])
+    dtype = X.dtype
+    th = cupy.ascontiguousarray(theta, dtype=dtype)
+    yy = cupy.ascontiguousarray(y, dtype=dtype)
+    z = cupy.matmul(X, th)
+    mod = source.module(source.vg_source(loss, dtype, d))
+    ell = cupy.empty(n, dtype=dtype)
+    d1 = cupy.empty(n, dtype=dtype)
+    mod.get_function("tilted_loss_d1")(
+        (_blocks(n),), (BLOCK_THREADS,), (z, yy, cupy.int64(n), ell, d1)
+    )
+    out, _ = tree_eval(ell, tree, tilts)
+    if l2:
+        scratch = cupy.empty(d, dtype=dtype)
+        mod.get_function("tilted_ridge")(
+            (1,), (FINISH_THREADS,), (scratch, th, cupy.int32(d), dtype.type(l2), out)
+        )
+    if out[1:2].get()[0] != 0:  # the one read
+        return None
+    return out[0]
+
+
+def hvp(
+    X: Any,
+    y: Any,
+    theta: Any,
+    v: Any,
+    tree: DeviceTree,
+    tilts: Any,
+    loss: str,
+    l2: float = 0.0,
+) -> Any:
+    """The Hessian-vector product ``H(theta) v`` of the hierarchical tilted risk of
+    ``loss`` plus ``l2/2 |theta|^2``, or None when a loss is not finite or a tilt is
+    infinite (where the Hessian is not defined).
+
+    The formula of :mod:`tiltlab.objective.engines.generic`: one product of ``X`` with
+    ``[theta v]``, one launch for the losses and their derivatives, the tree's weights,
+    per level two launches (the weighted sums of the directional derivatives over the
+    level's groups, and each sample's step up to its group there), one for the root and
+    the coefficients, one product with ``X^T`` and one for a ridge term: ``8 + 6 D``
+    launches for ``D`` levels (with the tree's and the zeroed sums'), one read.
+    """
+    import cupy
+
+    if not all(math.isfinite(float(t)) for t in tilts):
+        return None
+    n, d = int(X.shape[0]), int(X.shape[1])
+    dtype = X.dtype
+    T = dtype.type
+    th = cupy.ascontiguousarray(theta, dtype=dtype)
+    vv = cupy.ascontiguousarray(v, dtype=dtype)
+    yy = cupy.ascontiguousarray(y, dtype=dtype)
+    zu = cupy.matmul(X, cupy.stack([th, vv], axis=1))  # one pass for both predictors
+    mod = source.module(source.vg_source(loss, dtype, d))
+    ell, d1, a, hu = (cupy.empty(n, dtype=dtype) for _ in range(4))
+    mod.get_function("tilted_loss_d12")(
+        (_blocks(n),), (BLOCK_THREADS,), (zu, yy, cupy.int64(n), ell, d1, a, hu)
+    )
+    out, w = tree_eval(ell, tree, tilts, weights=True)
+    inner = [float(t) for t in tilts][::-1]  # innermost (the samples' groups) first
+    D = tree.depth
+    sums = cupy.zeros(2 * (sum(tree.sizes) + 1), dtype=dtype)
+    node = cupy.empty(n, dtype=np.int64)
+    prev = cupy.empty(n, dtype=dtype)
+    acc = cupy.empty(n, dtype=dtype)
+    fn = mod.get_function
+    one = cupy.int32(1)
+    zero = cupy.int32(0)
+    x_items, w_items, mul = a, w, one
+    at = 0
+    for k in range(D):
+        g = tree.sizes[k]
+        S, W = sums[at : at + g], sums[at + g : at + 2 * g]
+        at += 2 * g
+        codes = tree.level_codes(k)
+        items = cupy.int64(tree.items[k])
+        fn("tilted_level_add2")(
+            (_blocks(tree.items[k]),),
+            (BLOCK_THREADS,),
+            (x_items, w_items, mul, codes, zero, items, S, W),
+        )
+        fn("tilted_hvp_level")(
+            (_blocks(n),),
+            (BLOCK_THREADS,),
+            (codes, one if k == 0 else zero, a, S, W, T(inner[k]), cupy.int64(n), node,
+             prev, acc),
+        )  # fmt: skip
+        x_items, w_items, mul = S, W, zero
+    S_root, W_root = sums[at : at + 1], sums[at + 1 : at + 2]
+    fn("tilted_level_add2")(
+        (_blocks(tree.sizes[D - 1]),),
+        (BLOCK_THREADS,),
+        (x_items, w_items, zero, tree.level_codes(D - 1), one, cupy.int64(tree.sizes[D - 1]),
+         S_root, W_root),
+    )  # fmt: skip
+    coef = cupy.empty(n, dtype=dtype)
+    fn("tilted_hvp_coef")(
+        (_blocks(n),),
+        (BLOCK_THREADS,),
+        (w, d1, hu, prev, acc, S_root, W_root, T(inner[D]), cupy.int64(n), coef),
+    )
+    prod = cupy.matmul(coef, X)
+    if l2:
+        fn("tilted_ridge")(
+            (1,), (FINISH_THREADS,), (prod, vv, cupy.int32(d), T(l2), cupy.empty(1, dtype=dtype))
+        )
+    if out[1:2].get()[0] != 0:  # the one read
+        return None
+    return prod
+
+
 class HierarchicalCudaEngine:
     """The value and gradient of hierarchical objectives on CuPy (see the module doc):
     predictor losses with C code, C-contiguous float32/float64 ``X``, a one-dimensional
@@ -363,6 +488,37 @@ class HierarchicalCudaEngine:
         if X.dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
             return False
         return bool(X.flags.c_contiguous) and 0 < X.shape[1] <= source.MAX_FEATURES
+
+    def value(self, problem: Any, theta: Any, ctx: Any) -> Any:
+        out = value(
+            problem.X,
+            problem.y,
+            theta,
+            device_tree(problem),
+            problem.tilts,
+            problem.loss.name,
+            float(problem.l2 or 0.0),
+        )
+        if out is None:
+            return None
+        ctx.count(1)
+        return out
+
+    def hvp(self, problem: Any, theta: Any, v: Any, ctx: Any) -> Any:
+        out = hvp(
+            problem.X,
+            problem.y,
+            theta,
+            v,
+            device_tree(problem),
+            problem.tilts,
+            problem.loss.name,
+            float(problem.l2 or 0.0),
+        )
+        if out is None:
+            return None
+        ctx.count(2)
+        return out
 
     def value_and_gradient(self, problem: Any, theta: Any, ctx: Any) -> Any:
         out = value_and_gradient(

@@ -237,6 +237,25 @@ extern "C" __global__ void tilted_loss_d1(
         d1[i] = g;
     }
 }
+
+/* the hierarchical Hessian-vector product's first step: at the samples' predictors and
+ * directional predictors zu = [z u] (n x 2, row-major), the losses, their first
+ * derivatives, the directional derivatives a = l' u and the curvature terms hu = l'' u */
+extern "C" __global__ void tilted_loss_d12(
+    const T* __restrict__ zu, const T* __restrict__ y, const long long n,
+    T* __restrict__ l, T* __restrict__ d1, T* __restrict__ a, T* __restrict__ hu)
+{
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        T v, g, h;
+        TL_LOSS(zu[2 * i], y[i], &v, &g, &h);
+        const T u = zu[2 * i + 1];
+        l[i] = v;
+        d1[i] = g;
+        a[i] = g * u;
+        hu[i] = h * u;
+    }
+}
 #endif /* TL_LOSS */
 
 /* ------------------------------------------------------------------------------------
@@ -552,6 +571,66 @@ extern "C" __global__ void tilted_level_weights(
             out = w_groups[g] * (p * TL_EXP(tl_gap(t, v[i], c)) / sums[3 * g]);
         }
         w_items[i] = has_d1 ? out * d1[i] : out;
+    }
+}
+
+/* ------------------------------------------------------------------------------------
+ * the tilt terms of a hierarchical Hessian-vector product: with w the samples' weights and
+ * a their directional derivatives, s_k(i) is the w-weighted mean of a over the node of
+ * sample i at level k (s_0 = a, the root's mean last), and the product's coefficient at
+ * sample i is  w_i (l''_i u_i + l'_i sum_k t_k (s_k(i) - s_{k+1}(i)))  (tilts innermost
+ * first); see tiltlab/objective/engines/generic.py for the derivation
+ */
+
+/* out_x[g] += (mul ? w[i] x[i] : x[i]) and out_w[g] += w[i], g = codes[i] (g = 0 with
+ * one_group); the outputs zeroed by the caller */
+extern "C" __global__ void tilted_level_add2(
+    const T* __restrict__ x, const T* __restrict__ w, const int mul,
+    const long long* __restrict__ codes, const int one_group, const long long n,
+    T* __restrict__ out_x, T* __restrict__ out_w)
+{
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        const long long g = one_group ? 0 : codes[i];
+        const T wi = w[i];
+        atomicAdd(out_x + g, mul ? wi * x[i] : x[i]);
+        atomicAdd(out_w + g, wi);
+    }
+}
+
+/* one level k, per sample: node[i] moves to its group at level k (codes of level k,
+ * applied to the sample itself when first), s = S[g] / W[g] its mean there (0 in a group
+ * without weight); acc[i] += t (prev[i] - s) and prev[i] = s (prev[i] = a[i] and
+ * acc[i] = 0 before the first level) */
+extern "C" __global__ void tilted_hvp_level(
+    const long long* __restrict__ codes, const int first, const T* __restrict__ a,
+    const T* __restrict__ S, const T* __restrict__ W, const T t, const long long n,
+    long long* __restrict__ node, T* __restrict__ prev, T* __restrict__ acc)
+{
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        const long long g = codes[first ? i : node[i]];
+        const T s = W[g] > (T)0 ? S[g] / W[g] : (T)0;
+        const T p = first ? a[i] : prev[i];
+        const T before = first ? (T)0 : acc[i];
+        node[i] = g;
+        acc[i] = t == (T)0 ? before : before + t * (p - s);
+        prev[i] = s;
+    }
+}
+
+/* the last level (the root, S and W its totals) and the coefficients:
+ * coef[i] = w[i] (hu[i] + d1[i] (acc[i] + t (prev[i] - s_root))) */
+extern "C" __global__ void tilted_hvp_coef(
+    const T* __restrict__ w, const T* __restrict__ d1, const T* __restrict__ hu,
+    const T* __restrict__ prev, const T* __restrict__ acc, const T* __restrict__ S,
+    const T* __restrict__ W, const T t, const long long n, T* __restrict__ coef)
+{
+    const T s = W[0] > (T)0 ? S[0] / W[0] : (T)0;
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        const T tilt = t == (T)0 ? acc[i] : acc[i] + t * (prev[i] - s);
+        coef[i] = w[i] * (hu[i] + d1[i] * tilt);
     }
 }
 
