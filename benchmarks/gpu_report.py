@@ -324,8 +324,8 @@ def _cases(args):
                 f"hierarchical_risk 100 x 1000 nested groups {dtype}"]
     for dtype in ("float32", "float64"):
         for levels in ("1000", "100 x 1000"):
-            out.append(f"hierarchical value_and_gradient logistic {levels} groups {dtype} "
-                       f"d={args.dims[0]}")
+            out += [f"hierarchical {call} logistic {levels} groups {dtype} d={args.dims[0]}"
+                    for call in ("value_and_gradient", "hvp")]
     for dtype in ("float32", "float64"):
         for d in args.dims:
             out += [f"value_and_gradient {loss} {dtype} d={d}" for loss in ("squared",
@@ -407,8 +407,9 @@ def _estimator_fits(repeat=3):
 
 
 def hierarchical_objective_rows(cupy, tl, n, d, sync, repeat):
-    """Value and gradient of hierarchical objectives (logistic loss, ``d`` features): the
-    device tree against the generic path and against the sample-level objective."""
+    """Value and gradient, and Hessian-vector products, of hierarchical objectives
+    (logistic loss, ``d`` features): the device tree against the generic path and against
+    the sample-level objective."""
     rows = []
     for dtype in (np.float32, np.float64):
         X = cupy.random.default_rng(d).standard_normal((n, d), dtype=dtype)
@@ -435,6 +436,17 @@ def hierarchical_objective_rows(cupy, tl, n, d, sync, repeat):
                          "device_vs_generic_grad": float(cupy.max(cupy.abs(gh - gg))
                                                          / cupy.max(cupy.abs(gg))),
                          "device_vs_generic_value": abs(float(vh) - float(vg)) / abs(float(vg))})
+            print(_fmt(rows[-1]), flush=True)
+            v = cupy.asarray(np.random.default_rng(1).standard_normal(d).astype(dtype))
+            sec_ph = _timeit(lambda o=obj, th=theta, v=v: o.hvp(th, v), sync, repeat)
+            sec_pg = _timeit(lambda o=gen, th=theta, v=v: o.hvp(th, v), sync, repeat)
+            ph, pg = obj.hvp(theta, v), gen.hvp(theta, v)
+            rows.append({"call": f"hierarchical hvp logistic {name} groups",
+                         "dtype": np.dtype(dtype).name, "d": d, "ms": sec_ph * 1e3,
+                         "generic_ms": sec_pg * 1e3, "vs_generic": sec_ph / sec_pg,
+                         "vs_own_value_and_gradient": sec_ph / sec_h,
+                         "device_vs_generic": float(cupy.max(cupy.abs(ph - pg))
+                                                    / cupy.max(cupy.abs(pg)))})
             print(_fmt(rows[-1]), flush=True)
             del obj, gen
         del X, y, flat
