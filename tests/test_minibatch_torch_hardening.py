@@ -57,6 +57,32 @@ def test_float64_losses_keep_a_float64_state_and_tilt():
     assert TiltedLoss(tilts=(0.1, 0.3), n_groups=2).tilts == (0.1, 0.3)
 
 
+@pytest.mark.parametrize("tilts", [(1.0, -1.0), (0.0, 2.0), (-2.0, 0.5), (1.0, 0.0)])
+@pytest.mark.parametrize("device", ["cpu", "meta"])
+def test_float64_losses_at_group_level(tilts, device):
+    # float64 losses widen the running state to float64, not the float32 diagnostic of
+    # the effective sample size, which the step writes all the same (it used to fail to:
+    # a float64 result written in place into the float32 buffer); on the first step the
+    # value is the two-level tilted risk of the batch (NumPy's hierarchical_risk)
+    import tiltlab as tl
+
+    rng = np.random.default_rng(3)
+    loss_fn = TiltedLoss(tilts=tilts, n_groups=3)
+    for step in range(3):
+        b = rng.uniform(0.0, 3.0, size=12)
+        g = np.arange(12) % 3
+        l = torch.tensor(b, dtype=torch.float64, device=device, requires_grad=True)
+        out = loss_fn(l, groups=torch.tensor(g, device=device))
+        out.backward()
+        assert out.dtype == torch.float64 and l.grad.dtype == torch.float64
+        if device == "cpu" and step == 0:
+            want = tl.hierarchical_risk(b, [g], list(tilts))
+            assert float(out.detach()) == pytest.approx(float(want), rel=1e-12)
+    assert loss_fn.risk.dtype == torch.float64 and loss_fn.ess.dtype == torch.float32
+    if device == "cpu":
+        assert bool(torch.all((loss_fn.ess > 0) & (loss_fn.ess <= 1)))
+
+
 @pytest.mark.parametrize("cast", ["half", "bfloat16"])
 def test_module_cast_to_half_keeps_the_state_in_float32(cast):
     dtype = {"half": torch.float16, "bfloat16": torch.bfloat16}[cast]

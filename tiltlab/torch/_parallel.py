@@ -144,11 +144,15 @@ def lean_running_step(loss, losses, values, t: float, update: bool, compiling: b
 
 def write_where(buf: torch.Tensor, ok: torch.Tensor, new: torch.Tensor, compiling: bool) -> None:
     """``buf = new`` where ``ok`` (a 0-d flag), else ``buf`` as it was: written in place
-    by ``where`` eagerly (one operation), through a copy when compiling."""
+    by ``where`` eagerly (one operation), through a copy when compiling. ``new`` is cast
+    to the buffer's dtype (the state may be narrower than the losses, float32 buffers
+    with float64 losses, or wider)."""
     if compiling:
         buf.copy_(torch.where(ok, new, buf))
-    else:
-        torch.where(ok, new, buf, out=buf)
+        return
+    if new.dtype != buf.dtype:
+        new = new.to(buf.dtype)
+    torch.where(ok, new, buf, out=buf)
 
 
 def _state(loss, compiling: bool) -> tuple[torch.Tensor, ...]:
