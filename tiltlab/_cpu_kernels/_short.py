@@ -7,10 +7,11 @@ remainder, with a loop and its checks per row (at d = 20 the float32 dot product
 row ran as five 4-lane steps on one chain, the updates as two 8-lane steps and four scalar
 ones). The functions here emit the vector code themselves (numba intrinsics, plain LLVM
 vector instructions, no target-specific ones), one register width ``W`` at a time
-(:data:`LANES`: 32 bytes, 8 float32 or 4 float64 numbers):
+(:func:`lanes`: 32 bytes, 8 float32 or 4 float64 numbers):
 
 * :func:`vdot` / :func:`vdot2`: ``X[i] . v`` (and ``X[i] . w``) for ``W <= d``: the
-  full chunks of ``W`` columns, then one chunk ending at column ``d``, whose lanes that
+  full chunks of ``W`` columns (a single vector: in two registers, even and odd chunks),
+  then one chunk ending at column ``d``, whose lanes that
   the full chunks took are set to zero before the product (a select, so that the sum is
   that of the ``d`` products: no ``0 * inf``), then the ``W`` lanes summed pairwise;
 * :func:`vaxpy4` / :func:`vaxpy2x2`: the rank-one updates of 4 rows (2 rows with two
@@ -93,7 +94,10 @@ try:  # pragma: no branch - the engine is only chosen when numba imports
         return builder.extract_element(acc, _I32(0))
 
     def _dots_ir(context, builder, xty, x, i, vecs):
-        """Row ``i`` of ``x`` dotted with each 1-d array of ``vecs`` (values, types)."""
+        """Row ``i`` of ``x`` dotted with each 1-d array of ``vecs`` (values, types). One
+        vector: the even full chunks summed in one register, the odd ones and the tail in
+        another (two chains of additions), the two added; two vectors: one register each
+        (two chains already). Then the lanes summed pairwise."""
         elt, w, vty = _info(context, xty)
         align = xty.dtype.bitwidth // 8
         intp = context.get_value_type(types.intp)
@@ -102,25 +106,37 @@ try:  # pragma: no branch - the engine is only chosen when numba imports
         row = _row(builder, xa, i, elt)
         bases = [context.make_array(t)(context, builder, a).data for a, t in vecs]
         zero = ir.Constant(vty, [0.0] * w)
-        accs = [cgutils.alloca_once_value(builder, zero) for _ in vecs]
+        even = [cgutils.alloca_once_value(builder, zero) for _ in vecs]
+        odd = [cgutils.alloca_once_value(builder, zero) for _ in vecs] if len(vecs) == 1 else even
         wc = ir.Constant(intp, w)
-        full = builder.sdiv(builder.sub(d, ir.Constant(intp, 1)), wc)  # chunks before the tail
-        with cgutils.for_range(builder, full) as loop:
-            off = builder.mul(loop.index, wc)
-            xv = _load(builder, row, off, vty, align)
+        one = ir.Constant(intp, 1)
+        full = builder.sdiv(builder.sub(d, one), wc)  # chunks before the tail
+
+        def add(accs, off, xv):
             for acc, base in zip(accs, bases, strict=True):
                 prod = builder.fmul(xv, _load(builder, base, off, vty, align))
                 builder.store(builder.fadd(builder.load(acc), prod), acc)
+
+        with cgutils.for_range(builder, builder.ashr(full, one)) as loop:
+            off = builder.mul(loop.index, ir.Constant(intp, 2 * w))
+            add(even, off, _load(builder, row, off, vty, align))
+            off = builder.add(off, wc)
+            add(odd, off, _load(builder, row, off, vty, align))
+        with builder.if_then(builder.trunc(full, ir.IntType(1))):  # an odd number of them
+            off = builder.mul(builder.sub(full, one), wc)
+            add(even, off, _load(builder, row, off, vty, align))
         off = builder.sub(d, wc)
         taken = builder.sub(builder.mul(full, wc), off)  # lanes the full chunks took
         xv = builder.select(
             _lanes_ge(builder, w, taken, intp), _load(builder, row, off, vty, align), zero
         )
-        out = []
-        for acc, base in zip(accs, bases, strict=True):
-            prod = builder.fmul(xv, _load(builder, base, off, vty, align))
-            out.append(_hsum(builder, builder.fadd(builder.load(acc), prod), w))
-        return out
+        add(odd, off, xv)
+        if odd is even:
+            return [_hsum(builder, builder.load(a), w) for a in even]
+        return [
+            _hsum(builder, builder.fadd(builder.load(a), builder.load(b)), w)
+            for a, b in zip(even, odd, strict=True)
+        ]
 
     @intrinsic
     def vdot(typingctx, X, i, v):
