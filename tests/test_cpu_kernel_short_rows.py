@@ -89,7 +89,9 @@ def _dots(X, v, w):
         x, y = _short.vdot2(X, i, v, w)
         b[i] = x
         c[i] = y
-    return a, b, c
+    f = np.empty(4, X.dtype)
+    f[0], f[1], f[2], f[3] = _short.vdot4(X, 1, v)  # rows 1..4 side by side
+    return a, b, c, f
 
 
 @numba.njit
@@ -105,7 +107,7 @@ def _axpy2x2(X, i, c, acc_a, acc_b):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("d", [d for d in DS if d >= 4])
 def test_register_functions_against_numpy(d, dtype):
-    """vdot, vdot2, vaxpy4 and vaxpy2x2 directly, where they apply (a row of at least one
+    """vdot, vdot2, vdot4, vaxpy4 and vaxpy2x2 directly, where they apply (a row of at least one
     register), with infinities and NaNs in the neighbouring rows: the lanes outside the
     row are dropped (selected), so they do not leak into the row's results, and the
     accumulator's padding stays 0."""
@@ -119,11 +121,12 @@ def test_register_functions_against_numpy(d, dtype):
     X[7] = -np.inf
     v = rng.standard_normal(d).astype(dtype)
     u = rng.standard_normal(d).astype(dtype)
-    a, b, c = _dots(X, v, u)
+    a, b, c, f = _dots(X, v, u)
     X64 = X.astype(np.float64)
     rtol = 1e-13 if dtype == np.float64 else 2e-6
     for i in (1, 2, 3, 4, 6):
-        for got, vec in ((a[i], v), (b[i], v), (c[i], u)):
+        four = [(f[i - 1], v)] if 1 <= i <= 4 else []
+        for got, vec in [(a[i], v), (b[i], v), (c[i], u), *four]:
             ref = X64[i] @ vec.astype(np.float64)
             scale = np.abs(X64[i]) @ np.abs(vec.astype(np.float64))
             assert abs(float(got) - ref) <= rtol * scale

@@ -14,6 +14,9 @@ vector instructions, no target-specific ones), one register width ``W`` at a tim
   then one chunk ending at column ``d``, whose lanes that
   the full chunks took are set to zero before the product (a select, so that the sum is
   that of the ``d`` products: no ``0 * inf``), then the ``W`` lanes summed pairwise;
+* :func:`vdot4`: the dot products of 4 rows with one vector side by side, one register
+  per row, the four reduced together (pairwise sums within 128-bit halves, the pattern
+  of the ``hadd`` instructions, then the two halves added);
 * :func:`vaxpy4` / :func:`vaxpy2x2`: the rank-one updates of 4 rows (2 rows with two
   coefficient vectors) into an accumulator padded to a whole number of chunks
   (:func:`padded`): the last chunk reads past the end of the rows, into the next row of
@@ -137,6 +140,85 @@ try:  # pragma: no branch - the engine is only chosen when numba imports
             _hsum(builder, builder.fadd(builder.load(a), builder.load(b)), w)
             for a, b in zip(even, odd, strict=True)
         ]
+
+    def _dots4_ir(context, builder, xty, x, i, vty_arr, v):
+        """Rows ``i .. i + 3`` of ``x`` dotted with ``v``: one register per row, the
+        four summed together (pairwise within the rows, the rows side by side)."""
+        elt, w, vty = _info(context, xty)
+        align = xty.dtype.bitwidth // 8
+        intp = context.get_value_type(types.intp)
+        xa = context.make_array(xty)(context, builder, x)
+        d = cgutils.unpack_tuple(builder, xa.shape, 2)[1]
+        rows = [_row(builder, xa, builder.add(i, ir.Constant(intp, r)), elt) for r in range(4)]
+        base = context.make_array(vty_arr)(context, builder, v).data
+        zero = ir.Constant(vty, [0.0] * w)
+        accs = [cgutils.alloca_once_value(builder, zero) for _ in range(4)]
+        wc = ir.Constant(intp, w)
+        full = builder.sdiv(builder.sub(d, ir.Constant(intp, 1)), wc)
+
+        def add(off, mask):
+            vv = _load(builder, base, off, vty, align)
+            for acc, row in zip(accs, rows, strict=True):
+                xv = _load(builder, row, off, vty, align)
+                if mask is not None:
+                    xv = builder.select(mask, xv, zero)
+                builder.store(builder.fadd(builder.load(acc), builder.fmul(xv, vv)), acc)
+
+        with cgutils.for_range(builder, full) as loop:
+            add(builder.mul(loop.index, wc), None)
+        off = builder.sub(d, wc)
+        taken = builder.sub(builder.mul(full, wc), off)
+        add(off, _lanes_ge(builder, w, taken, intp))
+        a = [builder.load(acc) for acc in accs]
+
+        def hadd(p, q, n):  # in 128-bit halves: (p0+p1, q0+q1, p2+p3, q2+q3, ...) like vhadd
+            m = 128 // xty.dtype.bitwidth  # lanes per 128 bits
+            ev, od = [], []
+            for h in range(0, n, m):
+                for k in range(0, m, 2):
+                    ev.append(h + k)
+                    od.append(h + k + 1)
+                for k in range(0, m, 2):
+                    ev.append(n + h + k)
+                    od.append(n + h + k + 1)
+            vi = ir.VectorType(_I32, n)
+            return builder.fadd(
+                builder.shuffle_vector(p, q, ir.Constant(vi, ev)),
+                builder.shuffle_vector(p, q, ir.Constant(vi, od)),
+            )
+
+        if w == 4:  # float64: [a0 01, a1 01, a0 23, a1 23], then the halves
+            t0 = hadd(a[0], a[1], 4)
+            t1 = hadd(a[2], a[3], 4)
+            vi = ir.VectorType(_I32, 4)
+            s = builder.fadd(
+                builder.shuffle_vector(t0, t1, ir.Constant(vi, [0, 1, 4, 5])),
+                builder.shuffle_vector(t0, t1, ir.Constant(vi, [2, 3, 6, 7])),
+            )
+        else:  # float32: two in-half pair sums, then the halves
+            t0 = hadd(a[0], a[1], 8)
+            t1 = hadd(a[2], a[3], 8)
+            u = hadd(t0, t1, 8)
+            vi = ir.VectorType(_I32, 4)
+            s = builder.fadd(
+                builder.shuffle_vector(u, u, ir.Constant(vi, [0, 1, 2, 3])),
+                builder.shuffle_vector(u, u, ir.Constant(vi, [4, 5, 6, 7])),
+            )
+        return [builder.extract_element(s, _I32(r)) for r in range(4)]
+
+    @intrinsic
+    def vdot4(typingctx, X, i, v):
+        """``(X[i] . v, ..., X[i + 3] . v)``: four rows side by side."""
+        if not (isinstance(X, types.Array) and X.ndim == 2 and isinstance(v, types.Array)):
+            return None
+        tup = types.UniTuple(X.dtype, 4)
+        sig = tup(X, types.intp, v)
+
+        def codegen(context, builder, signature, args):
+            vals = _dots4_ir(context, builder, X, args[0], args[1], v, args[2])
+            return context.make_tuple(builder, tup, vals)
+
+        return sig, codegen
 
     @intrinsic
     def vdot(typingctx, X, i, v):
