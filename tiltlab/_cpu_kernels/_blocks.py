@@ -208,9 +208,11 @@ def short_rows(X):
 
 @_INLINE
 def padded_cols(d, itemsize):
-    """Length of a vector accumulator of ``d`` entries for :func:`axpy_rows`: ``d``
-    rounded up to whole chunks of ``VBYTES`` (the chunks of :mod:`._short` update it
-    whole; the padding stays 0)."""
+    """Length of a vector accumulator of ``d`` entries for :func:`axpy_rows`: for short
+    rows ``d`` rounded up to whole chunks of ``VBYTES`` (the chunks of :mod:`._short`
+    update it whole; the padding stays 0), else ``d``."""
+    if d * itemsize > SHORT_BYTES:
+        return d
     w = VBYTES // itemsize
     return (d + w - 1) // w * w
 
@@ -328,9 +330,17 @@ def _axpy(X, i0, nb, coef, c0_at, acc, ahead, end):
     """``acc += sum_b coef[c0_at + b] X[i0 + b]`` (elementwise over the columns:
     vectorised), ``ROWS`` rows at a time (prefetching the rows ``ahead`` further on)."""
     n, d = X.shape
-    short = short_rows(X)
-    whole = d % (VBYTES // X.itemsize) == 0
     b = 0
+    if short_rows(X):  # in whole registers (a loop of its own: the loop below unchanged)
+        whole = d % (VBYTES // X.itemsize) == 0
+        # the last chunk may read row i + ROWS: a group that ends X's rows goes below
+        while b + ROWS <= nb and (whole or i0 + b + ROWS < n):
+            i = i0 + b
+            if ahead > 0:
+                _prefetch_rows(X, i + ahead, ROWS, end)
+            c = c0_at + b
+            vaxpy4(X, i, coef[c], coef[c + 1], coef[c + 2], coef[c + 3], acc)
+            b += ROWS
     while b + ROWS <= nb:
         i = i0 + b
         if ahead > 0:
@@ -339,11 +349,8 @@ def _axpy(X, i0, nb, coef, c0_at, acc, ahead, end):
         c1 = coef[c0_at + b + 1]
         c2 = coef[c0_at + b + 2]
         c3 = coef[c0_at + b + 3]
-        if short and (whole or i + ROWS < n):  # the last chunk may read row i + ROWS
-            vaxpy4(X, i, c0, c1, c2, c3, acc)
-        else:
-            for j in range(d):
-                acc[j] += (c0 * X[i, j] + c1 * X[i + 1, j]) + (c2 * X[i + 2, j] + c3 * X[i + 3, j])
+        for j in range(d):
+            acc[j] += (c0 * X[i, j] + c1 * X[i + 1, j]) + (c2 * X[i + 2, j] + c3 * X[i + 3, j])
         b += ROWS
     while b < nb:
         i = i0 + b
@@ -357,9 +364,16 @@ def _axpy(X, i0, nb, coef, c0_at, acc, ahead, end):
 def _axpy2(X, i0, nb, ca, cb, c0_at, acc_a, acc_b, ahead, end):
     """:func:`_axpy` with two coefficient vectors, two rows at a time."""
     n, d = X.shape
-    short = short_rows(X)
-    whole = d % (VBYTES // X.itemsize) == 0
     b = 0
+    if short_rows(X):  # in whole registers (a loop of its own: the loop below unchanged)
+        whole = d % (VBYTES // X.itemsize) == 0
+        while b + 2 <= nb and (whole or i0 + b + 2 < n):  # the last chunk may read row i + 2
+            i = i0 + b
+            if ahead > 0:
+                _prefetch_rows(X, i + ahead, 2, end)
+            c = c0_at + b
+            vaxpy2x2(X, i, ca[c], ca[c + 1], cb[c], cb[c + 1], acc_a, acc_b)
+            b += 2
     while b + 2 <= nb:
         i = i0 + b
         if ahead > 0:
@@ -368,14 +382,11 @@ def _axpy2(X, i0, nb, ca, cb, c0_at, acc_a, acc_b, ahead, end):
         a1 = ca[c0_at + b + 1]
         b0 = cb[c0_at + b]
         b1 = cb[c0_at + b + 1]
-        if short and (whole or i + 2 < n):  # the last chunk may read row i + 2
-            vaxpy2x2(X, i, a0, a1, b0, b1, acc_a, acc_b)
-        else:
-            for j in range(d):
-                x0 = X[i, j]
-                x1 = X[i + 1, j]
-                acc_a[j] += a0 * x0 + a1 * x1
-                acc_b[j] += b0 * x0 + b1 * x1
+        for j in range(d):
+            x0 = X[i, j]
+            x1 = X[i + 1, j]
+            acc_a[j] += a0 * x0 + a1 * x1
+            acc_b[j] += b0 * x0 + b1 * x1
         b += 2
     while b < nb:
         i = i0 + b
