@@ -8,6 +8,8 @@ figures are nanoseconds per row, medians over interleaved repetitions, timed by 
 thread's CPU clock:
 
 * ``dot``: ``X[i] . theta`` per row (value and gradient);
+* ``dot4``: the same, four rows side by side in registers (``regs``; the kernels use it
+  from ``d`` of more than two registers on);
 * ``dot2``: ``X[i] . theta`` and ``X[i] . v`` (the one-pass Hessian-vector product);
 * ``axpy``: ``acc += sum_r c_r X[i + r]``, four rows at a time;
 * ``axpy2``: two such sums with two coefficient vectors, two rows at a time.
@@ -52,6 +54,12 @@ def dot_loop(X, nb, v, out):
 def dot_regs(X, nb, v, out):
     for i in range(nb):
         out[i] = _short.vdot(X, i, v)
+
+
+@_N
+def dot4_regs(X, nb, v, out):
+    for i in range(0, nb - 3, 4):
+        out[i], out[i + 1], out[i + 2], out[i + 3] = _short.vdot4(X, i, v)
 
 
 @_R
@@ -142,6 +150,7 @@ def main() -> None:
             accs = {}
             cases = {
                 "dot": (dot_loop, dot_regs, (X, nb, v, out)),
+                "dot4": (dot_loop, dot4_regs, (X, nb, v, out)),
                 "dot2": (dot2_loop, dot2_regs, (X, nb, v, w, out, out2)),
             }
             for name, loop, regs in (
