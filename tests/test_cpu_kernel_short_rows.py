@@ -206,3 +206,61 @@ def test_short_rows_do_not_depend_on_threads(dtype):
                 np.testing.assert_array_equal(a, b)
     finally:
         numba.set_num_threads(before)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_plain_python_versions(dtype):
+    """The versions used where numba is absent agree with the register code (updates bit
+    for bit, dot products to rounding)."""
+    rng = np.random.default_rng(3)
+    d = 20
+    X = rng.standard_normal((6, d)).astype(dtype)
+    v = rng.standard_normal(d).astype(dtype)
+    u = rng.standard_normal(d).astype(dtype)
+    a, b, c, f = _dots(X, v, u)
+    rtol = 1e-12 if dtype == np.float64 else 1e-5
+    np.testing.assert_allclose([_short.vdot_py(X, i, v) for i in range(6)], a, rtol=rtol)
+    np.testing.assert_allclose([_short.vdot2_py(X, i, v, u)[1] for i in range(6)], c, rtol=rtol)
+    np.testing.assert_allclose(_short.vdot4_py(X, 1, v), f, rtol=rtol)
+    coef = rng.standard_normal(4).astype(dtype)
+    pad = _short.padded(d, np.dtype(dtype).itemsize)
+    acc, ref = np.zeros(pad, dtype), np.zeros(pad, dtype)
+    _axpy4(X, 1, coef, acc)
+    _short.vaxpy4_py(X, 1, coef[0], coef[1], coef[2], coef[3], ref)
+    np.testing.assert_array_equal(acc, ref)
+    acc_a, acc_b = np.zeros(pad, dtype), np.zeros(pad, dtype)
+    ref_a, ref_b = np.zeros(pad, dtype), np.zeros(pad, dtype)
+    _axpy2x2(X, 2, coef, acc_a, acc_b)
+    _short.vaxpy2x2_py(X, 2, coef[0], coef[1], coef[2], coef[3], ref_a, ref_b)
+    np.testing.assert_array_equal(acc_a, ref_a)
+    np.testing.assert_array_equal(acc_b, ref_b)
+
+
+def test_blocks_import_and_run_without_numba():
+    """Where numba is absent the block steps import and run as plain Python (the register
+    functions fall back to loops): the dot products and a padded update against NumPy."""
+    import subprocess
+    import sys
+
+    code = """
+import sys
+sys.modules["numba"] = None
+sys.modules["llvmlite"] = None
+import numpy as np
+from tiltlab._cpu_kernels import _blocks, _short
+assert _short.vdot is _short.vdot_py
+rng = np.random.default_rng(0)
+X = rng.standard_normal((13, 20)).astype(np.float32)
+v = rng.standard_normal(20).astype(np.float32)
+out = np.empty(13, np.float32)
+_blocks.dots(X, 0, 13, v, out, np.float32(0))
+np.testing.assert_allclose(out, X.astype(float) @ v.astype(float), rtol=1e-5, atol=1e-5)
+c = rng.standard_normal(13).astype(np.float32)
+blk = np.zeros(_blocks.padded_cols(20, 4), np.float32)
+acc = np.zeros(20)
+_blocks.axpy_rows(X, 0, 13, c, blk, acc, 0, 13)
+np.testing.assert_allclose(acc, c.astype(float) @ X.astype(float), rtol=1e-5, atol=1e-5)
+assert not blk.any()
+"""
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr

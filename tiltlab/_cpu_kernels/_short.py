@@ -320,18 +320,41 @@ try:  # pragma: no branch - the engine is only chosen when numba imports
         return sig, codegen
 
 except ImportError:  # pragma: no cover - exercised where numba is absent
+    vdot = None  # replaced below by the plain-Python versions
 
-    def vdot(X, i, v):
-        return sum(X[i, j] * v[j] for j in range(X.shape[1]))
 
-    def vdot2(X, i, v, w):
-        return vdot(X, i, v), vdot(X, i, w)
+# plain-Python versions (where numba is absent; the same sums, for tiny examples)
+def vdot_py(X, i, v):
+    """``X[i] . v`` (plain Python)."""
+    s = X.dtype.type(0)
+    for j in range(X.shape[1]):
+        s += X[i, j] * v[j]
+    return s
 
-    def vaxpy4(X, i, c0, c1, c2, c3, acc):
-        for j in range(X.shape[1]):
-            acc[j] += (c0 * X[i, j] + c1 * X[i + 1, j]) + (c2 * X[i + 2, j] + c3 * X[i + 3, j])
 
-    def vaxpy2x2(X, i, a0, a1, b0, b1, acc_a, acc_b):
-        for j in range(X.shape[1]):
-            acc_a[j] += a0 * X[i, j] + a1 * X[i + 1, j]
-            acc_b[j] += b0 * X[i, j] + b1 * X[i + 1, j]
+def vdot2_py(X, i, v, w):
+    """``(X[i] . v, X[i] . w)`` (plain Python)."""
+    return vdot_py(X, i, v), vdot_py(X, i, w)
+
+
+def vdot4_py(X, i, v):
+    """The dot products of rows ``i .. i + 3`` with ``v`` (plain Python)."""
+    return tuple(vdot_py(X, i + r, v) for r in range(4))
+
+
+def vaxpy4_py(X, i, c0, c1, c2, c3, acc):
+    """``acc[:d] += c0 X[i] + ... + c3 X[i + 3]`` in the order of the register code."""
+    for j in range(X.shape[1]):
+        acc[j] += (c0 * X[i, j] + c1 * X[i + 1, j]) + (c2 * X[i + 2, j] + c3 * X[i + 3, j])
+
+
+def vaxpy2x2_py(X, i, a0, a1, b0, b1, acc_a, acc_b):
+    """The two updates of :func:`vaxpy2x2` (plain Python)."""
+    for j in range(X.shape[1]):
+        acc_a[j] += a0 * X[i, j] + a1 * X[i + 1, j]
+        acc_b[j] += b0 * X[i, j] + b1 * X[i + 1, j]
+
+
+if vdot is None:  # pragma: no cover - exercised where numba is absent
+    vdot, vdot2, vdot4 = vdot_py, vdot2_py, vdot4_py
+    vaxpy4, vaxpy2x2 = vaxpy4_py, vaxpy2x2_py
