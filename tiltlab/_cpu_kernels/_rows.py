@@ -105,7 +105,7 @@ def _chunk(n, n_chunks, k):
 
 @_INLINE
 def _flush(blk, acc):
-    for j in range(blk.shape[0]):
+    for j in range(acc.shape[0]):  # blk may be longer (padded, its padding 0)
         acc[j] += blk[j]
         blk[j] = 0
 

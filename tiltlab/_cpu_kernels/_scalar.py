@@ -20,6 +20,7 @@ from ._blocks import (
     dots2,
     extremes,
     loss_block,
+    padded_cols,
     sums,
     weights_block,
     wsum,
@@ -42,7 +43,7 @@ def vg_scalar(
     for k in range(k0, k1):
         r0, r1 = _chunk(n, n_chunks, k)
         acc = G[k]
-        blk = np.zeros(d, dtype=X.dtype)
+        blk = np.zeros(padded_cols(d, X.itemsize), dtype=X.dtype)
         z = np.empty(BLOCK, dtype=X.dtype)
         lv = np.empty(BLOCK, dtype=X.dtype)
         d1 = np.empty(BLOCK, dtype=X.dtype)
@@ -149,8 +150,8 @@ def hvp_scalar(X, y, p, theta, v, t, code, param, n_chunks, state, A, G, k0, k1)
         r0, r1 = _chunk(n, n_chunks, k)
         accA = A[k]
         accG = G[k]
-        blkA = np.zeros(d, dtype=X.dtype)
-        blkG = np.zeros(d, dtype=X.dtype)
+        blkA = np.zeros(padded_cols(d, X.itemsize), dtype=X.dtype)
+        blkG = np.zeros(padded_cols(d, X.itemsize), dtype=X.dtype)
         z = np.empty(BLOCK, dtype=X.dtype)
         u = np.empty(BLOCK, dtype=X.dtype)
         a = np.empty(BLOCK, dtype=X.dtype)
