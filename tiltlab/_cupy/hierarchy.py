@@ -490,49 +490,24 @@ class HierarchicalCudaEngine:
         return bool(X.flags.c_contiguous) and 0 < X.shape[1] <= source.MAX_FEATURES
 
     def value(self, problem: Any, theta: Any, ctx: Any) -> Any:
-        out = value(
-            problem.X,
-            problem.y,
-            theta,
-            device_tree(problem),
-            problem.tilts,
-            problem.loss.name,
-            float(problem.l2 or 0.0),
-        )
-        if out is None:
-            return None
-        ctx.count(1)
-        return out
+        return self._call(value, problem, ctx, 1, theta)
 
     def hvp(self, problem: Any, theta: Any, v: Any, ctx: Any) -> Any:
-        out = hvp(
-            problem.X,
-            problem.y,
-            theta,
-            v,
-            device_tree(problem),
-            problem.tilts,
-            problem.loss.name,
-            float(problem.l2 or 0.0),
-        )
-        if out is None:
-            return None
-        ctx.count(2)
-        return out
+        return self._call(hvp, problem, ctx, 2, theta, v)
 
     def value_and_gradient(self, problem: Any, theta: Any, ctx: Any) -> Any:
-        out = value_and_gradient(
-            problem.X,
-            problem.y,
-            theta,
-            device_tree(problem),
-            problem.tilts,
-            problem.loss.name,
-            float(problem.l2 or 0.0),
-        )
+        return self._call(value_and_gradient, problem, ctx, 2, theta)
+
+    @staticmethod
+    def _call(fn: Any, problem: Any, ctx: Any, passes: int, *vectors: Any) -> Any:
+        """``fn(X, y, *vectors, tree, tilts, loss, l2)``, counted as ``passes`` over ``X``
+        (None, uncounted, when ``fn`` declines)."""
+        tree = device_tree(problem)
+        l2 = float(problem.l2 or 0.0)
+        out = fn(problem.X, problem.y, *vectors, tree, problem.tilts, problem.loss.name, l2)
         if out is None:
             return None
-        ctx.count(2)
+        ctx.count(passes)
         return out
 
 
