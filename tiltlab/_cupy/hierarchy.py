@@ -318,6 +318,34 @@ def device_tree(problem: Any) -> DeviceTree:
     return tree
 
 
+def _losses(X: Any, y: Any, theta: Any, loss: str) -> tuple[Any, Any, Any, Any]:
+    """``(theta, module, losses, first derivatives)`` at ``X theta``: the product and one
+    launch (``theta`` made contiguous in ``X``'s dtype, the loss's compiled module)."""
+    import cupy
+
+    n, d = int(X.shape[0]), int(X.shape[1])
+    th = cupy.ascontiguousarray(theta, dtype=X.dtype)
+    yy = cupy.ascontiguousarray(y, dtype=X.dtype)
+    z = cupy.matmul(X, th)
+    mod = source.module(source.vg_source(loss, X.dtype, d))
+    ell = cupy.empty(n, dtype=X.dtype)
+    d1 = cupy.empty(n, dtype=X.dtype)
+    mod.get_function("tilted_loss_d1")(
+        (_blocks(n),), (BLOCK_THREADS,), (z, yy, cupy.int64(n), ell, d1)
+    )
+    return th, mod, ell, d1
+
+
+def _ridge(mod: Any, g: Any, theta: Any, l2: float, out: Any) -> None:
+    """One launch: ``g += l2 theta`` and ``out[0] += l2 / 2 |theta|^2``."""
+    import cupy
+
+    d = int(theta.shape[0])
+    mod.get_function("tilted_ridge")(
+        (1,), (FINISH_THREADS,), (g, theta, cupy.int32(d), theta.dtype.type(l2), out)
+    )
+
+
 def value_and_gradient(
     X: Any, y: Any, theta: Any, tree: DeviceTree, tilts: Any, loss: str, l2: float = 0.0
 ) -> tuple[Any, Any] | None:
@@ -326,23 +354,11 @@ def value_and_gradient(
     finite. ``4 + 4 D`` launches for ``D`` levels (one more with ``l2``), one read."""
     import cupy
 
-    n, d = int(X.shape[0]), int(X.shape[1])
-    dtype = X.dtype
-    th = cupy.ascontiguousarray(theta, dtype=dtype)
-    yy = cupy.ascontiguousarray(y, dtype=dtype)
-    z = cupy.matmul(X, th)
-    mod = source.module(source.vg_source(loss, dtype, d))
-    ell = cupy.empty(n, dtype=dtype)
-    d1 = cupy.empty(n, dtype=dtype)
-    mod.get_function("tilted_loss_d1")(
-        (_blocks(n),), (BLOCK_THREADS,), (z, yy, cupy.int64(n), ell, d1)
-    )
+    th, mod, ell, d1 = _losses(X, y, theta, loss)
     out, coef = tree_eval(ell, tree, tilts, weights=True, d1=d1)
     grad = cupy.matmul(coef, X)
     if l2:
-        mod.get_function("tilted_ridge")(
-            (1,), (FINISH_THREADS,), (grad, th, cupy.int32(d), dtype.type(l2), out)
-        )
+        _ridge(mod, grad, th, l2, out)
     if out[1:2].get()[0] != 0:  # the one read
         return None
     return out[0], grad
@@ -356,23 +372,10 @@ def value(
     without weights, one launch for a ridge term, one read."""
     import cupy
 
-    n, d = int(X.shape[0]), int(X.shape[1])
-    dtype = X.dtype
-    th = cupy.ascontiguousarray(theta, dtype=dtype)
-    yy = cupy.ascontiguousarray(y, dtype=dtype)
-    z = cupy.matmul(X, th)
-    mod = source.module(source.vg_source(loss, dtype, d))
-    ell = cupy.empty(n, dtype=dtype)
-    d1 = cupy.empty(n, dtype=dtype)
-    mod.get_function("tilted_loss_d1")(
-        (_blocks(n),), (BLOCK_THREADS,), (z, yy, cupy.int64(n), ell, d1)
-    )
+    th, mod, ell, _ = _losses(X, y, theta, loss)
     out, _ = tree_eval(ell, tree, tilts)
     if l2:
-        scratch = cupy.empty(d, dtype=dtype)
-        mod.get_function("tilted_ridge")(
-            (1,), (FINISH_THREADS,), (scratch, th, cupy.int32(d), dtype.type(l2), out)
-        )
+        _ridge(mod, cupy.empty(th.shape[0], dtype=th.dtype), th, l2, out)
     if out[1:2].get()[0] != 0:  # the one read
         return None
     return out[0]
@@ -460,9 +463,7 @@ def hvp(
     )
     prod = cupy.matmul(coef, X)
     if l2:
-        fn("tilted_ridge")(
-            (1,), (FINISH_THREADS,), (prod, vv, cupy.int32(d), T(l2), cupy.empty(1, dtype=dtype))
-        )
+        _ridge(mod, prod, vv, l2, cupy.empty(1, dtype=dtype))
     if out[1:2].get()[0] != 0:  # the one read
         return None
     return prod
