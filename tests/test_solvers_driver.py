@@ -242,17 +242,10 @@ def test_lbfgs_on_a_non_smooth_loss_reaches_median_regression():
     # 4e-5 to 3e-4, median 1.1e-4. So the test bounds the median (1e-5: 7x above the
     # worst median measured, 10x below the one without bisection) and every gap by 1e-3
     # (after 10 iterations the gap is still about 1e-3, after 3 about 0.5)
-    from sklearn.linear_model import QuantileRegressor
-
+    pytest.importorskip("sklearn")
     gaps = []
-    for seed in range(6):
-        rng = np.random.default_rng(seed)
-        X = np.c_[rng.normal(size=(80, 4)), np.ones(80)]
-        y = X @ np.array([1.0, -2.0, 0.5, 3.0, 2.0]) + 0.3 * rng.normal(size=80)
-        ref = QuantileRegressor(quantile=0.5, alpha=0.0, fit_intercept=False).fit(X, y)
-        obj = tl.TiltedObjective("absolute", X, y)
+    for obj, f_ref in _median_regressions():
         res = tl.minimize(obj, method="lbfgs", max_iter=300)
-        f_ref = float(obj.value(ref.coef_))
         # the LP's vertex is exact to the rounding of its 5 x 5 basis solve: never beaten
         assert float(res.fun) >= f_ref * (1 - 1e-9)
         gaps.append((float(res.fun) - f_ref) / f_ref)
@@ -312,3 +305,29 @@ def test_value_test_is_off_by_default():
 def test_bad_ftol_is_named(obj, ftol, exc):
     with pytest.raises(exc, match="`ftol`"):
         tl.minimize(obj, ftol=ftol)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_value_test_on_every_backend(xp, dtype):
+    # the value test reads the host values the driver already has: the same stop, in the
+    # data's namespace and dtype, on every backend (Dask through its client driver, one
+    # graph per evaluation as without it)
+    rng = np.random.default_rng(0)
+    X = np.c_[rng.normal(size=(120, 3)), np.ones(120)]
+    y = X @ np.array([1.0, -2.0, 0.5, 3.0]) + 0.3 * rng.normal(size=120)
+    ref = tl.minimize(tl.TiltedObjective("absolute", X, y), ftol=1e-6, max_iter=300)
+    Xb = xp.asarray(X.astype(dtype))
+    obj = tl.TiltedObjective("absolute", Xb, xp.asarray(y.astype(dtype)))
+    res = tl.minimize(obj, ftol=1e-6, max_iter=300)
+    if dtype == "float64":
+        assert res.status is Status.VALUE_CONVERGED and res.success
+    else:
+        # in float32 the line search may find no decrease at a kink first (torch's
+        # float32 products: at iteration 60 of 63), at the same value
+        assert res.status in (Status.VALUE_CONVERGED, Status.LINE_SEARCH_FAILED)
+    assert type(res.x) is type(obj.X) and str(res.x.dtype).endswith(dtype)
+    f = float(np.asarray(res.fun))
+    # which kink a run stops at depends on the rounding of the products (other backends,
+    # dtypes or BLAS kernels): on the median regressions above such gaps reached 9e-5
+    # relative; here every backend and dtype was measured within 5e-8 of NumPy float64
+    assert f == pytest.approx(float(ref.fun), rel=2e-4)

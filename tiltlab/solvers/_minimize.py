@@ -219,6 +219,7 @@ def _run(solver: Solver, objective: Any, x0: Any, warm_x: bool, args: dict) -> O
 
 def _check_arguments(objective: Any, args: dict[str, Any]) -> None:
     """Validate ``minimize``'s arguments in place (types, ranges, names in backticks)."""
+    ftol = args["ftol"]
     check_objective(objective, "objective")
     method = args["method"]
     if not isinstance(method, str) or method not in METHODS:
@@ -228,6 +229,8 @@ def _check_arguments(objective: Any, args: dict[str, Any]) -> None:
         args["tol"] = check_real(args["tol"], "tol")
     if args["ftol"] is not None:
         args["ftol"] = check_real(args["ftol"], "ftol")
+        if not args["ftol"] < float("inf"):
+            raise ValueError(f"`ftol` must be finite (0 turns the value test off), got {ftol}")
     if args["max_iter"] is not None:
         args["max_iter"] = check_int(args["max_iter"], "max_iter", 0)
     if args["max_passes"] is not None:
