@@ -4,16 +4,35 @@
 # JSON and its printed table, with the device name and the commit measured.
 #
 #   bash benchmarks/gpu_check.sh            # from the repository root
+#
+# Knobs (environment): TESTS_TIMEOUT and REPORT_TIMEOUT (seconds; 600 and 900 by default),
+# PYTEST_WORKERS (pytest-xdist workers when pytest-xdist is installed; 0 runs in one
+# process), REPORT_ARGS (extra arguments of gpu_report.py), TILTLAB_COMMIT (the commit to
+# record where the tree is not a git checkout).
 set -u
 cd "$(dirname "$0")/.."
 out="${OUT:-gpu_check}"
 mkdir -p "$out"
 py="${PYTHON:-python}"
+commit="${TILTLAB_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}"
+export TILTLAB_COMMIT="$commit"
 {
-  echo "commit: $(git rev-parse HEAD 2>/dev/null || echo unknown)"
+  echo "commit: $commit"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null
+  "$py" -c "import cupy, numpy; print('cupy', cupy.__version__, 'numpy', numpy.__version__)" 2>&1
 } | tee "$out/device.txt"
-TILTLAB_FULL_MATRIX=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" timeout 900 "$py" -m pytest -q -p no:cacheprovider \
-  tests -k "cupy or cuda" -rfE 2>&1 | tee "$out/pytest_cupy.txt" | tail -25
-PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" timeout 1200 "$py" benchmarks/gpu_report.py \
-  --no-tests --json "$out/gpu_report.json" 2>&1 | tee "$out/gpu_report.txt"
+workers=()
+if [ "${PYTEST_WORKERS:-0}" != 0 ] && "$py" -c "import xdist" 2>/dev/null; then
+  workers=(-n "$PYTEST_WORKERS")
+fi
+start=$(date +%s)
+TILTLAB_FULL_MATRIX=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" \
+  timeout "${TESTS_TIMEOUT:-600}" "$py" -m pytest -q -p no:cacheprovider "${workers[@]}" \
+  tests -k "cupy or cuda" -rfE --durations=10 2>&1 | tee "$out/pytest_cupy.txt" | tail -40
+echo "tests: $(( $(date +%s) - start )) s" | tee -a "$out/device.txt"
+start=$(date +%s)
+# shellcheck disable=SC2086
+PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" timeout "${REPORT_TIMEOUT:-900}" "$py" \
+  benchmarks/gpu_report.py --no-tests --json "$out/gpu_report.json" ${REPORT_ARGS:-} 2>&1 \
+  | tee "$out/gpu_report.txt"
+echo "report: $(( $(date +%s) - start )) s" | tee -a "$out/device.txt"

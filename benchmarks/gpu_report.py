@@ -45,6 +45,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import platform
 import subprocess
 import sys
@@ -93,6 +94,8 @@ def run_tests():
 
 
 def _commit():
+    if os.environ.get("TILTLAB_COMMIT"):
+        return os.environ["TILTLAB_COMMIT"]
     try:
         return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
                               check=True).stdout.strip()
@@ -352,7 +355,6 @@ _ESTIMATOR_SHAPES = ((500_000, 64), (1_000_000, 64))
 def estimator_rows():
     """Run :func:`_estimator_fits` in a subprocess with ``SCIPY_ARRAY_API=1`` (SciPy reads
     it once, at import) and return its rows."""
-    import os
 
     # the CPU fits use the compiled kernels from the first timed fit on (compiled in the
     # process at the warm-up, not in the background)
