@@ -272,10 +272,24 @@ def kernel_signatures(code: str) -> dict[str, list[tuple[str, str]]]:
     return {m.group(1): _params(m.group(2)) for m in _KERNEL.finditer(code)}
 
 
+def host_has_fma() -> bool:
+    """Whether this CPU runs fused multiply-add instructions (x86-64 Linux: the ``fma``
+    flag of ``/proc/cpuinfo``)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8")
+    except OSError:
+        return False
+    return any(line.startswith("flags") and " fma " in f"{line} " for line in text.splitlines())
+
+
 @cache
-def emulated(code: str) -> ctypes.CDLL | None:
+def emulated(code: str, contract: bool = False) -> ctypes.CDLL | None:
     """The kernels of ``code`` (a source the backend hands to NVRTC) built as host C++
-    over ``cuda_emu.h``, each launchable as ``emu_<kernel>(grid, block, *args)``."""
+    over ``cuda_emu.h``, each launchable as ``emu_<kernel>(grid, block, *args)``.
+
+    With ``contract`` the compiler fuses products and sums into multiply-adds, as NVRTC
+    does by default (``--fmad=true``; a fused product is not rounded, so an overflow to
+    infinity inside it is not seen); the default build rounds every operation."""
     cxx = shutil.which("g++") or shutil.which("clang++")
     if cxx is None:
         return None
@@ -289,7 +303,8 @@ def emulated(code: str) -> ctypes.CDLL | None:
             f"{{ emu_launch(grid, block, [&] {{ {name}({call}); }}); }}"
         )
     text = f"{emu}\n{code}\n" + "\n".join(wrappers) + "\n"
-    key = hashlib.sha256(text.encode()).hexdigest()[:16]
+    flags = ["-O2", "-ffp-contract=fast", "-mfma"] if contract else ["-O1", "-ffp-contract=off"]
+    key = hashlib.sha256((" ".join(flags) + "\n" + text).encode()).hexdigest()[:16]
     out = Path(tempfile.gettempdir()) / f"tiltlab-emu-{key}.so"
     if not out.exists():
         work = Path(tempfile.mkdtemp())
@@ -298,11 +313,10 @@ def emulated(code: str) -> ctypes.CDLL | None:
         cmd = [
             cxx,
             "-std=c++20",
-            "-O1",
+            *flags,
             "-fPIC",
             "-shared",
             "-pthread",
-            "-ffp-contract=off",
             str(work / "k.cpp"),
             "-o",
             str(tmp),
@@ -314,10 +328,13 @@ def emulated(code: str) -> ctypes.CDLL | None:
     return ctypes.CDLL(str(out))
 
 
-def run_emulated(code: str, name: str, grid: int, block: int, args: list) -> None:
+def run_emulated(
+    code: str, name: str, grid: int, block: int, args: list, contract: bool = False
+) -> None:
     """Launch kernel ``name`` of ``code`` on the CPU; ``args`` are NumPy arrays (device
-    buffers) and NumPy scalars, as a CuPy launch takes them."""
-    lib = emulated(code)
+    buffers) and NumPy scalars, as a CuPy launch takes them. ``contract``: the build with
+    fused multiply-adds (:func:`emulated`)."""
+    lib = emulated(code, contract)
     if lib is None:
         pytest.skip("no C++ compiler")
     params = kernel_signatures(code)[name]

@@ -16,7 +16,7 @@ import mpmath
 import numpy as np
 import pytest
 from cuda_fake import FakeArray, Recorder, fake_cupy
-from cuda_host import run_emulated
+from cuda_host import host_has_fma, run_emulated
 
 import tiltlab as tl
 from tiltlab._cupy import hierarchy, source
@@ -28,6 +28,23 @@ FULL = os.environ.get("TILTLAB_FULL_MATRIX") == "1"
 def rec(monkeypatch):
     r = Recorder()
     monkeypatch.setitem(sys.modules, "cupy", fake_cupy(r, run=run_emulated, sms=1))
+    monkeypatch.setattr(source, "_MODULES", {})
+    return r
+
+
+@pytest.fixture(params=["rounded", "fused"])
+def rec_fma(request, monkeypatch):
+    """The stand-in, with the kernels built twice: every operation rounded, and with
+    products and sums contracted into fused multiply-adds (NVRTC's default)."""
+    if request.param == "fused" and not host_has_fma():
+        pytest.skip("no fused multiply-add on this CPU")
+    r = Recorder()
+    contract = request.param == "fused"
+
+    def run(code, name, grid, block, args):
+        run_emulated(code, name, grid, block, args, contract=contract)
+
+    monkeypatch.setitem(sys.modules, "cupy", fake_cupy(r, run=run, sms=1))
     monkeypatch.setattr(source, "_MODULES", {})
     return r
 
@@ -206,6 +223,56 @@ def test_nonfinite_losses_set_the_status(rec, bad):
     l[17] = bad
     r, _, _ = _run(rec, l, codes, sizes, (1.0, 2.0, -1.0), np.float64)
     assert r[1] == 1
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("sizes", [(2,), (3, 2)])
+@pytest.mark.parametrize("t", [0.0, 1.0, -1.0, 1e-300, math.inf, -math.inf])
+def test_nonfinite_losses_give_nan(rec_fma, dtype, sizes, t):
+    # the risk is NaN (not -inf: a NaN formed as inf - inf becomes -inf once the compiler
+    # fuses the product that overflows to inf into the subtraction) and the status is set
+    l = np.array([1.0, np.nan, 2.0, 0.5, 0.25, 3.0])
+    codes = [np.array([0, 0, 1, 1, 0, 1])]
+    if len(sizes) == 2:
+        codes = [np.array([0, 0, 1, 1, 2, 2]), np.array([0, 1, 1])]
+    r, r_w, w = _run(rec_fma, l, codes, sizes, (t,) * (len(sizes) + 1), dtype)
+    assert np.isnan(r[0]) and r[1] == 1 and np.isnan(r_w[0]) and r_w[1] == 1
+
+
+@pytest.mark.parametrize("tilts", [(0.0, 0.0), (1.0, 0.0), (0.0, -2.0), (-1.0, 0.0), (2.0, 1e-300)])
+def test_losses_near_the_largest_float(rec_fma, tilts):
+    # under the uniform prior each sample's mass is 1 / N: the sums of the gaps to a
+    # group's shift stay below the largest gap (unit masses overflowed here, 200 gaps of
+    # up to 3e307 each)
+    rng = np.random.default_rng(0)
+    values = rng.uniform(1.4e308, 1.7e308, 600)
+    codes = [np.repeat(np.arange(3), 200)]
+    r, r_w, w = _run(rec_fma, values, codes, (3,), tilts, np.float64)
+    want = _mp_risk(values, codes, tilts)
+    assert r[1] == 0 and r_w[1] == 0
+    assert abs(float(r[0]) - want) <= 1e-12 * want
+    assert abs(float(np.sum(w)) - 1.0) <= 1e-12
+
+
+def test_public_risk_near_the_largest_float_and_of_nan(rec_fma):
+    # through the public functions: a finite answer for finite losses near the largest
+    # float, NaN (shape ()) for a NaN loss without the check, and the library's error with it
+    from tiltlab._cupy import reductions
+
+    rng = np.random.default_rng(0)
+    values = rng.uniform(1.4e308, 1.7e308, 600)
+    groups = np.repeat(np.arange(3), 200)
+    r = reductions.hierarchical_risk(FakeArray(values, rec_fma), groups, (0.0, 0.0))
+    assert r is None or r.shape == ()
+    if r is not None:
+        want = float(tl.hierarchical_risk(values, groups, (0.0, 0.0)))
+        assert abs(float(r._a) - want) <= 1e-12 * want
+    l = np.array([1.0, np.nan, 2.0, 0.5])
+    r = reductions.hierarchical_risk(FakeArray(l, rec_fma), [0, 0, 1, 1], (1.0, 1.0),
+                                     check_finite=False)
+    assert r.shape == () and np.isnan(r._a)
+    with pytest.raises(ValueError, match="`losses` contains"):
+        reductions.hierarchical_risk(FakeArray(l, rec_fma), [0, 0, 1, 1], (1.0, 1.0))
 
 
 def test_tree_eval_reads_and_uploads_nothing(rec):

@@ -8,7 +8,8 @@ O(n) time and O(G) extra memory whatever the group sizes (no padding to the larg
   (:mod:`tiltlab._cpu_kernels.segments`, numba), else ``np.bincount`` with weights, and
   ``np.maximum.at``/``np.minimum.at``;
 * PyTorch: ``index_add`` and ``scatter_reduce``;
-* CuPy: ``cupyx.scatter_add``/``scatter_max``/``scatter_min``;
+* CuPy: the ufuncs' ``at`` (``cupy.add.at``, ``cupy.maximum.at``, ``cupy.minimum.at``;
+  ``cupyx.scatter_*`` on CuPy releases without them);
 * other namespaces (array-api-strict, Dask): a padded ``(G, L)`` gather, correct but with
   memory proportional to ``G`` times the largest group.
 
@@ -199,11 +200,9 @@ def segment_sum(values: Any, seg: Segments, xp: Any) -> Any:
         out = out.index_add(0, flat, xp.reshape(values, (-1,)))
         return xp.reshape(out, batch + (G,))
     if is_cupy_namespace(xp):
-        import cupyx
-
         flat, batch, rows = _flat_codes(seg, values, xp)
         out = xp.zeros((G * rows,), dtype=values.dtype, device=device(values))
-        cupyx.scatter_add(out, flat, xp.reshape(values, (-1,)))
+        _cupy_scatter("add")(out, flat, xp.reshape(values, (-1,)))
         return xp.reshape(out, batch + (G,))
     return xp.sum(_padded_gather(values, seg, xp, 0.0), axis=-1)
 
@@ -245,6 +244,20 @@ def expand(group_values: Any, seg: Segments, xp: Any) -> Any:
     return xp.take(group_values, seg.codes_on(xp, device(group_values)), axis=-1)
 
 
+def _cupy_scatter(ufunc: str) -> Any:
+    """CuPy's unbuffered in-place ``ufunc`` at indices: ``cupy.<ufunc>.at`` (``cupyx``'s
+    ``scatter_*`` functions, deprecated since, where a release lacks it)."""
+    import cupy
+
+    at = getattr(getattr(cupy, ufunc), "at", None)
+    if at is not None:
+        return at
+    import cupyx
+
+    return getattr(cupyx, {"add": "scatter_add", "maximum": "scatter_max",
+                           "minimum": "scatter_min"}[ufunc])
+
+
 def _cupy_extreme(values: Any, seg: Segments, xp: Any, kind: str, fill: float) -> Any:
     """Segment max/min on CuPy through integer atomics on an order-preserving key.
 
@@ -253,7 +266,6 @@ def _cupy_extreme(values: Any, seg: Segments, xp: Any, kind: str, fill: float) -
     the numbers do (and the map is its own inverse).
     """
     import cupy
-    import cupyx
 
     flat, batch, rows = _flat_codes(seg, values, xp)
     itype = cupy.int64 if values.dtype == cupy.float64 else cupy.int32
@@ -264,7 +276,7 @@ def _cupy_extreme(values: Any, seg: Segments, xp: Any, kind: str, fill: float) -
         return cupy.where(bits >= 0, bits, bits ^ flip)
 
     out = key(cupy.full((seg.n_groups * rows,), fill, dtype=values.dtype))
-    scatter = cupyx.scatter_max if kind == "max" else cupyx.scatter_min
+    scatter = _cupy_scatter("maximum" if kind == "max" else "minimum")
     scatter(out, flat, key(cupy.reshape(values, (-1,))))
     res = cupy.where(out >= 0, out, out ^ flip).view(values.dtype)
     return cupy.reshape(res, batch + (seg.n_groups,))

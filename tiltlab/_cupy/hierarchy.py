@@ -66,7 +66,8 @@ class DeviceTree:
     ``items[k]`` the number of its items (``items[0]`` the samples, ``items[k] =
     sizes[k - 1]``); ``codes[item_offsets[k]:][:items[k]]`` are level ``k``'s codes and
     ``mass[group_offsets[k]:][:sizes[k]]`` its groups' masses (a group without mass is
-    empty). ``prior`` is the samples' masses on the device, or None (unit masses).
+    empty). ``prior`` is the samples' masses on the device, or None (the uniform prior:
+    every sample has the mass ``1 / N``, and a group its size over ``N``).
     """
 
     sizes: tuple[int, ...]
@@ -94,7 +95,7 @@ class DeviceTree:
         """A tree from host integer codes per level (innermost first: ``codes[0]`` maps
         the samples to the ``sizes[0]`` groups of level 0, ``codes[k]`` the groups of
         level ``k - 1`` to those of level ``k``). ``prior`` is the samples' masses on the
-        device and ``host_prior`` the same on the host (both None: unit masses). Two
+        device and ``host_prior`` the same on the host (both None: the uniform prior). Two
         uploads: the codes and the groups' masses."""
         import cupy
 
@@ -110,6 +111,8 @@ class DeviceTree:
         m = None if host_prior is None else np.asarray(host_prior, dtype=np.float64)
         for c, g in zip(codes, sizes, strict=True):
             m = np.bincount(c, weights=m, minlength=g).astype(np.float64)
+            if not masses and host_prior is None:
+                m = m / max(items[0], 1)
             masses.append(m)
         item_off = np.concatenate(([0], np.cumsum(items)[:-1])).astype(int)
         group_off = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(int)
@@ -140,8 +143,8 @@ class DeviceTree:
     @classmethod
     def from_device_codes(cls, codes: Any, n_groups: int, dtype: Any) -> DeviceTree:
         """One level from device int64 codes in ``[0, n_groups)`` (unused codes are
-        empty groups) under unit masses: the groups' sizes are counted on the device (a
-        fill and one launch), nothing is uploaded or read."""
+        empty groups) under the uniform prior: the groups' sizes over ``N`` are counted
+        on the device (a fill and one launch), nothing is uploaded or read."""
         import cupy
 
         n = int(codes.shape[0])
@@ -150,7 +153,8 @@ class DeviceTree:
         mod.get_function("tilted_level_count")(
             (_level_blocks(n, n_groups),),
             (BLOCK_THREADS,),
-            (codes, cupy.int64(n), cupy.int64(n_groups), mass),
+            (codes, cupy.int64(n), cupy.int64(n_groups),
+             np.dtype(dtype).type(1.0 / max(n, 1)), mass),
         )
         return cls(
             sizes=(int(n_groups),),
@@ -218,6 +222,7 @@ def tree_eval(
     risks = cupy.empty(max(1, n_groups), dtype=dtype)
     out = cupy.empty(4, dtype=dtype)
     tiny = T(math.sqrt(float(np.finfo(dtype).tiny)))
+    unit_mass = 1.0 / tree.n_samples  # the uniform prior's mass of a sample
     lc = cupy.ascontiguousarray(losses)
     fn("tilted_tree_init")(
         (_blocks(3 * n_groups),),
@@ -229,14 +234,14 @@ def tree_eval(
         a, g = tree.group_offsets[k], tree.sizes[k]
         if k == 0:
             v = lc
-            m, has = (tree.prior, 1) if tree.prior is not None else (lc, 0)
+            m, unit = (tree.prior, 0.0) if tree.prior is not None else (lc, unit_mass)
         else:
             b, gb = tree.group_offsets[k - 1], tree.sizes[k - 1]
-            v, m, has = risks[b : b + gb], tree.level_mass(k - 1), 1
+            v, m, unit = risks[b : b + gb], tree.level_mass(k - 1), 0.0
         return (
             v,
             m,
-            cupy.int32(has),
+            T(unit),
             tree.level_codes(k),
             cupy.int64(tree.items[k]),
             hi[a : a + g],
@@ -245,12 +250,12 @@ def tree_eval(
         )
 
     for k in range(D):
-        v, m, has, codes, n, h, l_, s = level(k)
+        v, m, unit, codes, n, h, l_, s = level(k)
         t = T(ts[D - k])
         G = cupy.int64(tree.sizes[k])
         grid = (_level_blocks(tree.items[k], tree.sizes[k]),)
-        fn("tilted_level_extremes")(grid, (BLOCK_THREADS,), (v, m, has, codes, n, G, h, l_))
-        fn("tilted_level_sums")(grid, (BLOCK_THREADS,), (v, m, has, codes, n, G, t, h, l_, s))
+        fn("tilted_level_extremes")(grid, (BLOCK_THREADS,), (v, m, unit, codes, n, G, h, l_))
+        fn("tilted_level_sums")(grid, (BLOCK_THREADS,), (v, m, unit, codes, n, G, t, h, l_, s))
         if k < D - 1:
             a, g = tree.group_offsets[k], tree.sizes[k]
             fn("tilted_level_finish")(
@@ -281,7 +286,7 @@ def tree_eval(
     if not weights:
         return out, None
     for k in range(D - 1, -1, -1):
-        v, m, has, codes, n, h, l_, s = level(k)
+        v, m, unit, codes, n, h, l_, s = level(k)
         w_items = cupy.empty(tree.items[k], dtype=dtype)
         last = k == 0 and d1 is not None
         fn("tilted_level_weights")(
@@ -290,7 +295,7 @@ def tree_eval(
             (
                 v,
                 m,
-                has,
+                unit,
                 codes,
                 n,
                 T(ts[D - k]),
@@ -536,7 +541,8 @@ def hierarchical(
     the validation of the NumPy path), uploaded, and evaluated by :func:`tree_eval`. The
     status is read once when ``check_finite`` asks for it (non-finite losses raise the
     library's error) and, for the weights, always (their NaN result); the risk of
-    non-finite losses is NaN on the device."""
+    non-finite losses is NaN on the device. Where the status flags finite losses (a
+    group's sums beyond the largest float), the answer is None: the caller's path."""
     import cupy
 
     from .._compat import check_finite as _check_finite
@@ -561,5 +567,7 @@ def hierarchical(
     if (check_finite or want) and out[1:2].get()[0] != 0:
         if check_finite:
             _check_finite(losses, cupy, name="losses", skip="check_finite=False")
-        return cupy.full(losses.shape, math.nan, dtype=losses.dtype)
+        if bool(cupy.all(cupy.isfinite(losses))):
+            return None  # finite losses whose sums left the range: the host tree's path
+        return cupy.full(losses.shape if want else (), math.nan, dtype=losses.dtype)
     return w if want else out[0]

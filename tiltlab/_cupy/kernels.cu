@@ -342,6 +342,9 @@ __device__ __forceinline__ T tl_from_key(tl_key k) {
  * in the group's state, p exp(t (v - c)) / s (tl_share's form; the ties of the extreme at
  * an infinite tilt, since tl_gap is 0 there for the tied values and -inf otherwise).
  * Items of zero mass are skipped (an empty group has mass 0: its state is tl_empty()).
+ * Under the uniform prior every sample has the mass unit = 1 / N (passed as a number, no
+ * array read), as on the host: the sums of gaps p (v - c) then stay below the largest gap,
+ * where unit masses would overflow for losses near the largest float.
  */
 
 #define TL_KEY_LOWEST (-TL_KEY_FLIP - 1)
@@ -350,8 +353,9 @@ __device__ __forceinline__ T tl_from_key(tl_key k) {
 #  define TL_SHARED_GROUPS 1024
 #endif
 
-__device__ __forceinline__ T tl_item_mass(const T* m, const int has_mass, const long long i) {
-    return has_mass ? m[i] : (T)1;
+/* item i's mass: the shared unit mass when unit > 0, else m[i] */
+__device__ __forceinline__ T tl_item_mass(const T* m, const T unit, const long long i) {
+    return unit > (T)0 ? unit : m[i];
 }
 
 /* hi and lo keys to their neutral values, the sums to 0, the status out[1] to 0 */
@@ -370,7 +374,7 @@ extern "C" __global__ void tilted_tree_init(
 }
 
 extern "C" __global__ void tilted_level_extremes(
-    const T* __restrict__ v, const T* __restrict__ m, const int has_mass,
+    const T* __restrict__ v, const T* __restrict__ m, const T unit,
     const long long* __restrict__ codes, const long long n, const long long n_groups,
     tl_key* __restrict__ hi, tl_key* __restrict__ lo)
 {
@@ -388,7 +392,7 @@ extern "C" __global__ void tilted_level_extremes(
     }
     const long long stride = (long long)gridDim.x * blockDim.x;
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        if (!(tl_item_mass(m, has_mass, i) > (T)0)) continue;
+        if (!(tl_item_mass(m, unit, i) > (T)0)) continue;
         const long long g = codes[i];
         const tl_key k = tl_to_key(v[i]);
         if (priv) {
@@ -412,7 +416,7 @@ extern "C" __global__ void tilted_level_extremes(
 /* sums[3 g + (0, 1, 2)]: sum p exp(u), sum p expm1(u), sum p (v - c), u = t (v - c), c the
  * group's shift (its largest value for t > 0, else its smallest) */
 extern "C" __global__ void tilted_level_sums(
-    const T* __restrict__ v, const T* __restrict__ m, const int has_mass,
+    const T* __restrict__ v, const T* __restrict__ m, const T unit,
     const long long* __restrict__ codes, const long long n, const long long n_groups,
     const T t, const tl_key* __restrict__ hi, const tl_key* __restrict__ lo,
     T* __restrict__ sums)
@@ -425,7 +429,7 @@ extern "C" __global__ void tilted_level_sums(
     }
     const long long stride = (long long)gridDim.x * blockDim.x;
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        const T p = tl_item_mass(m, has_mass, i);
+        const T p = tl_item_mass(m, unit, i);
         if (!(p > (T)0)) continue;
         const long long g = codes[i];
         const T c = tl_from_key(t > 0 ? hi[g] : lo[g]);
@@ -449,13 +453,13 @@ extern "C" __global__ void tilted_level_sums(
     }
 }
 
-/* mass[g] += the number of items of group g (mass zeroed by the caller); up to
+/* mass[g] += unit times the number of items of group g (mass zeroed by the caller); up to
  * TL_SHARED_GROUPS groups, each block counts in shared memory and adds its counts once.
  * Beyond that the items add one at a time, as the sums of tilted_level_sums do: in float
  * such a running sum stops growing at 2^24, so a group of more items has inexact sums */
 extern "C" __global__ void tilted_level_count(
     const long long* __restrict__ codes, const long long n, const long long n_groups,
-    T* __restrict__ mass)
+    const T unit, T* __restrict__ mass)
 {
     __shared__ unsigned int scount[TL_SHARED_GROUPS];
     const bool priv = n_groups <= TL_SHARED_GROUPS;
@@ -466,12 +470,12 @@ extern "C" __global__ void tilted_level_count(
     const long long stride = (long long)gridDim.x * blockDim.x;
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
         if (priv) atomicAdd(scount + codes[i], 1u);
-        else atomicAdd(mass + codes[i], (T)1);
+        else atomicAdd(mass + codes[i], unit);
     }
     if (priv) {
         __syncthreads();
         for (long long g = threadIdx.x; g < n_groups; g += blockDim.x)
-            if (scount[g]) atomicAdd(mass + g, (T)scount[g]);
+            if (scount[g]) atomicAdd(mass + g, (T)scount[g] * unit);
     }
 }
 
@@ -538,7 +542,7 @@ extern "C" __global__ void tilted_tree_top(
     const tl_state all = sh[0];
     if (threadIdx.x == 0) {
         const int fail = out[1] != (T)0 || bad[0] || !tl_state_finite(&all);
-        out[0] = fail ? tl_inf() - tl_inf() : tl_risk(all, tau, tiny);  /* NaN: not finite */
+        out[0] = fail ? tl_nan() : tl_risk(all, tau, tiny);  /* NaN: not finite */
         out[1] = fail ? (T)1 : (T)0;
         out[2] = all.c;
         out[3] = all.s;
@@ -555,7 +559,7 @@ extern "C" __global__ void tilted_tree_top(
 /* the items' weights from their groups' (w_items[i] = w_groups[g] p exp(t (v - c)) / s),
  * times d1[i] when has_d1 (the gradient's coefficients at the samples) */
 extern "C" __global__ void tilted_level_weights(
-    const T* __restrict__ v, const T* __restrict__ m, const int has_mass,
+    const T* __restrict__ v, const T* __restrict__ m, const T unit,
     const long long* __restrict__ codes, const long long n, const T t,
     const tl_key* __restrict__ hi, const tl_key* __restrict__ lo, const T* __restrict__ sums,
     const T* __restrict__ w_groups, const T* __restrict__ d1, const int has_d1,
@@ -563,7 +567,7 @@ extern "C" __global__ void tilted_level_weights(
 {
     const long long stride = (long long)gridDim.x * blockDim.x;
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        const T p = tl_item_mass(m, has_mass, i);
+        const T p = tl_item_mass(m, unit, i);
         T out = (T)0;
         if (p > (T)0) {
             const long long g = codes[i];

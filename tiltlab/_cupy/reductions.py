@@ -167,7 +167,8 @@ def hierarchical_risk(
     (:func:`.hierarchy.tree_eval`: the groups' extremes, their sums, the top level in one
     block) and, with ``check_finite``, one read of the status. Every other hierarchy of
     float losses with host tilts goes through the tree built on the host
-    (:func:`.hierarchy.hierarchical`); other cases give None."""
+    (:func:`.hierarchy.hierarchical`); other cases give None, as do finite losses whose
+    group sums leave the floating-point range (the status flags them)."""
     import cupy
 
     pair = _tilt_pair(tilts)
@@ -185,7 +186,9 @@ def hierarchical_risk(
         return hierarchy.hierarchical(losses, groups, tilts, weights, check_finite, False)
     tree = hierarchy.DeviceTree.from_device_codes(codes, hi_code + 1, losses.dtype)
     out, _ = hierarchy.tree_eval(losses, tree, (tau, t))
-    _check(losses, out, check_finite)
+    if check_finite and out[1:2].get()[0] != 0:
+        _check_finite(losses, cupy, name="losses", skip="check_finite=False")
+        return None  # finite losses whose sums left the range: the host's path
     return out[0]
 
 

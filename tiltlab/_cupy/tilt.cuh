@@ -57,10 +57,26 @@ typedef struct {
 /* the number of tl_real fields of a state (states are stored as rows of this many) */
 #define TL_STATE_FIELDS 7
 
-TL_HD tl_real tl_inf(void) {
-    volatile tl_real big = (tl_real)1e30;  /* volatile: no constant folding of overflow */
-    return big * big * big * big * big * big * big * big * big * big * big;
-}
+/* infinity and NaN from their bits, never by arithmetic: the GPU compiler contracts a
+ * product and a sum into one fused multiply-add (NVRTC's default), which keeps the product
+ * unrounded, so an expression such as big * big - inf can give -inf there where the host
+ * gives NaN (the tests build the kernels with and without contraction) */
+#ifdef __CUDACC_RTC__
+#  if TL_FLOAT
+#    define TL_INF_BITS __int_as_float(0x7f800000)
+#    define TL_NAN_BITS __int_as_float(0x7fc00000)
+#  else
+#    define TL_INF_BITS __longlong_as_double(0x7ff0000000000000LL)
+#    define TL_NAN_BITS __longlong_as_double(0x7ff8000000000000LL)
+#  endif
+#else
+#  define TL_INF_BITS ((tl_real)INFINITY)
+#  define TL_NAN_BITS ((tl_real)NAN)
+#endif
+
+TL_HD tl_real tl_inf(void) { return TL_INF_BITS; }
+
+TL_HD tl_real tl_nan(void) { return TL_NAN_BITS; }
 
 TL_HD int tl_finite(tl_real v) { return v - v == (tl_real)0; }
 
@@ -219,7 +235,7 @@ TL_HD tl_real tl_add_scaled(tl_real c, tl_real logz, tl_real t) {
  * |t| (hi - lo) <= 1, the log of the exp sums otherwise; the largest (smallest) loss at
  * t = +inf (-inf); NaN for the empty state */
 TL_HD tl_real tl_risk(tl_state st, tl_real t, tl_real tiny) {
-    if (tl_is_empty(&st)) return tl_inf() - tl_inf();
+    if (tl_is_empty(&st)) return tl_nan();
     if (t == (tl_real)0) return st.c + st.lsum / st.mass;
     if (!tl_finite(t)) return t > (tl_real)0 ? st.hi : st.lo;
     const tl_real scale = tl_gap(TL_FABS(t), st.hi, st.lo);
