@@ -27,7 +27,7 @@ if [ "${PYTEST_WORKERS:-0}" != 0 ] && "$py" -c "import xdist" 2>/dev/null; then
 fi
 start=$(date +%s)
 TILTLAB_FULL_MATRIX=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" \
-  timeout "${TESTS_TIMEOUT:-600}" "$py" -m pytest -q -p no:cacheprovider "${workers[@]}" \
+  timeout "${TESTS_TIMEOUT:-600}" "$py" -m pytest -q -p no:cacheprovider -p no:benchmark "${workers[@]}" \
   tests -k "cupy or cuda" -rfE --durations=10 2>&1 | tee "$out/pytest_cupy.txt" | tail -40
 echo "tests: $(( $(date +%s) - start )) s" | tee -a "$out/device.txt"
 start=$(date +%s)

@@ -277,3 +277,18 @@ def test_buffers_follow_to():
     assert all(b.device.type == "meta" for b in loss_fn.buffers())
     assert TiltedLoss(t=1.0).double().risk.dtype == torch.float64
     assert TiltedLoss(t=1.0).half().risk.dtype == torch.float32  # never narrowed
+
+
+def test_compile_places_the_state_before_the_graph():
+    # a fresh loss whose first call is compiled, with float64 losses: the state is widened
+    # to float64 outside the graph (as an eager first call does), not kept in float32
+    torch._dynamo.reset()
+    eager = TiltedLoss(t=1.0, lam=0.5)
+    module = TiltedLoss(t=1.0, lam=0.5)
+    compiled = torch.compile(module, backend="aot_eager")
+    gen = torch.Generator().manual_seed(2)
+    for _ in range(3):
+        l = torch.rand(16, generator=gen, dtype=torch.float64) * 3
+        torch.testing.assert_close(compiled(l), eager(l), rtol=1e-13, atol=0)
+    assert module.risk.dtype == torch.float64
+    torch.testing.assert_close(module.risk, eager.risk, rtol=1e-13, atol=0)
