@@ -268,8 +268,9 @@ def test_public_risk_near_the_largest_float_and_of_nan(rec_fma):
         want = float(tl.hierarchical_risk(values, groups, (0.0, 0.0)))
         assert abs(float(r._a) - want) <= 1e-12 * want
     l = np.array([1.0, np.nan, 2.0, 0.5])
-    r = reductions.hierarchical_risk(FakeArray(l, rec_fma), [0, 0, 1, 1], (1.0, 1.0),
-                                     check_finite=False)
+    r = reductions.hierarchical_risk(
+        FakeArray(l, rec_fma), [0, 0, 1, 1], (1.0, 1.0), check_finite=False
+    )
     assert r.shape == () and np.isnan(r._a)
     with pytest.raises(ValueError, match="`losses` contains"):
         reductions.hierarchical_risk(FakeArray(l, rec_fma), [0, 0, 1, 1], (1.0, 1.0))
@@ -520,3 +521,79 @@ def test_levels_beyond_the_shared_memory_groups(rec, dtype):
     ref_w = tl.hierarchical_weights(l64, _labels(codes), tilts)
     big = 6 * float(np.max(np.abs(l)))
     np.testing.assert_allclose(w, ref_w, rtol=64 * eps * big, atol=64 * eps * big / n)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(
+    ("tilts", "depth"),
+    [((1.0, -2.0, 0.5), 2), ((0.0, math.inf, 1e-9), 2), ((2.0, -1.0, 0.0, 3.0), 3)],
+)
+def test_nested_device_labels_build_the_tree_on_the_device(rec, dtype, tilts, depth):
+    # nested CuPy integer labels (with unused labels: empty groups): the tree is built on
+    # the device, nothing uploaded; reads: the labels' ranges, the nesting test, the status
+    from tiltlab._cupy import reductions
+
+    rng = np.random.default_rng(depth)
+    n = 400
+    inner = rng.integers(0, 30, n) * 2  # even labels only: the odd ones are empty groups
+    levels = [inner, inner % 12, inner % 4][:depth][::-1]  # outermost first, nested
+    l = (rng.standard_normal(n) * 2).astype(dtype)
+    L = FakeArray(l, rec)
+    G = [FakeArray(a.astype(np.int64), rec) for a in levels]
+    r = reductions.hierarchical_risk(L, G, tilts)
+    assert rec.uploads == [] and len(rec.reads) == 3
+    assert "tilted_level_parent" in rec.launches and "tilted_level_nested" in rec.launches
+    rec.reads.clear()
+    w = reductions.hierarchical_weights(L, G, tilts)
+    assert rec.uploads == [] and len(rec.reads) == 3
+    l64 = l.astype(np.float64)
+    eps = float(np.finfo(dtype).eps)
+    scale = float(np.max(np.abs(l64)))
+    want = float(tl.hierarchical_risk(l64, levels, tilts))
+    assert r.shape == () and abs(float(r._a) - want) <= 64 * eps * scale
+    assert abs(want - _mp_risk(l64, _codes_of_levels(levels), tilts)) <= 64e-16 * scale
+    big = max([1.0] + [abs(t) * 2 * scale for t in tilts if math.isfinite(t)])
+    np.testing.assert_allclose(
+        w._a,
+        tl.hierarchical_weights(l64, levels, tilts),
+        rtol=64 * eps * big,
+        atol=64 * eps * big / n,
+    )
+
+
+def _codes_of_levels(levels):
+    """Codes per level, innermost first, of nested label arrays given outermost first."""
+    from tiltlab.risk import build_tree
+
+    return [lev.codes for lev in build_tree(levels, len(levels[0])).levels]
+
+
+def test_device_labels_that_do_not_nest_raise(rec):
+    from tiltlab._cupy import reductions
+
+    inner = np.arange(40) % 8
+    outer = np.arange(40) % 3  # inner group 0 holds samples of outer groups 0, 1 and 2
+    L = FakeArray(np.linspace(0.0, 1.0, 40), rec)
+    with pytest.raises(ValueError, match="not nested"):
+        reductions.hierarchical_risk(
+            L, [FakeArray(outer, rec), FakeArray(inner, rec)], (1.0, 1.0, 1.0)
+        )
+    # with host labels the host's check says the same
+    with pytest.raises(ValueError, match="not nested"):
+        tl.hierarchical_risk(np.linspace(0.0, 1.0, 40), [outer, inner], (1.0, 1.0, 1.0))
+
+
+def test_device_labels_out_of_range_take_the_host_tree(rec):
+    # negative labels, or labels far beyond N, are not codes: no device tree (one read,
+    # the ranges); the caller builds the tree on the host
+    n = 120
+    inner = np.arange(n) % 10
+    L = FakeArray(np.zeros(n), rec)
+    for levels in ([inner % 3 - 1, inner], [inner % 3, inner + 20 * n]):
+        rec.reads.clear()
+        G = [FakeArray(a.astype(np.int64), rec) for a in levels]
+        assert hierarchy.device_labels_tree(G, L) is None
+        assert len(rec.reads) == 1 and rec.uploads == []
+    # a host label array, or labels of another length, are not served either
+    assert hierarchy.device_labels_tree([inner % 3, inner], L) is None
+    assert hierarchy.device_labels_tree([FakeArray(inner[:-1], rec)], L) is None

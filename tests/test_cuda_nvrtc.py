@@ -93,6 +93,8 @@ def test_reduction_kernels_compile(dtype):
         "tilted_state_finish",
         "tilted_weights_apply",
         "tilted_level_count",
+        "tilted_level_parent",
+        "tilted_level_nested",
         "tilted_tree_init",
         "tilted_level_extremes",
         "tilted_level_sums",

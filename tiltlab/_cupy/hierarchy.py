@@ -3,9 +3,10 @@ segment-wise reductions of the tilted state (``tilt.cuh``) level by level.
 
 :class:`DeviceTree` holds a hierarchy's partition on the device: every level's codes
 (item -> group, the samples first, then the groups of each level as the items of the
-next) in one integer array, every level's group masses in one array, and their offsets
-and sizes on the host. It is built once from a :class:`~tiltlab.risk.GroupTree` (or from
-codes) and reused by every evaluation: :func:`tree_eval` uploads nothing.
+next), every level's group masses, and their sizes on the host. It is built once from a
+:class:`~tiltlab.risk.GroupTree` (or from host codes: two uploads), or on the device from
+nested integer label arrays (:meth:`DeviceTree.from_device_labels`: nothing uploaded),
+and reused by every evaluation: :func:`tree_eval` uploads nothing.
 
 An evaluation of a tree of ``D`` grouping levels is ``3 D + 1`` launches for the risk
 (one initialisation of the work space; per level, the groups' extremes, their sums
@@ -40,6 +41,7 @@ __all__ = [
     "HIERARCHICAL_CUDA",
     "DeviceTree",
     "HierarchicalCudaEngine",
+    "device_labels_tree",
     "device_tree",
     "hierarchical",
     "hvp",
@@ -64,18 +66,18 @@ class DeviceTree:
 
     ``sizes[k]`` is the number of groups of level ``k`` (innermost first) and
     ``items[k]`` the number of its items (``items[0]`` the samples, ``items[k] =
-    sizes[k - 1]``); ``codes[item_offsets[k]:][:items[k]]`` are level ``k``'s codes and
-    ``mass[group_offsets[k]:][:sizes[k]]`` its groups' masses (a group without mass is
-    empty). ``prior`` is the samples' masses on the device, or None (the uniform prior:
-    every sample has the mass ``1 / N``, and a group its size over ``N``).
+    sizes[k - 1]``); ``codes[k]`` are level ``k``'s codes (one per item) and ``mass[k]``
+    its groups' masses (a group without mass is empty); ``group_offsets[k]`` places level
+    ``k``'s groups in the work space of :func:`tree_eval`. ``prior`` is the samples'
+    masses on the device, or None (the uniform prior: every sample has the mass
+    ``1 / N``, and a group its size over ``N``).
     """
 
     sizes: tuple[int, ...]
     items: tuple[int, ...]
-    item_offsets: tuple[int, ...]
     group_offsets: tuple[int, ...]
-    codes: Any
-    mass: Any
+    codes: tuple
+    mass: tuple
     prior: Any = None
 
     @property
@@ -87,6 +89,10 @@ class DeviceTree:
     def n_samples(self) -> int:
         """The number of samples (the items of the innermost level)."""
         return self.items[0]
+
+    @staticmethod
+    def _offsets(sizes: list) -> tuple[int, ...]:
+        return tuple(int(v) for v in np.concatenate(([0], np.cumsum(sizes)[:-1])))
 
     @classmethod
     def from_codes(
@@ -114,15 +120,15 @@ class DeviceTree:
             if not masses and host_prior is None:
                 m = m / max(items[0], 1)
             masses.append(m)
-        item_off = np.concatenate(([0], np.cumsum(items)[:-1])).astype(int)
-        group_off = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(int)
+        all_codes = cupy.asarray(np.concatenate(codes))
+        all_mass = cupy.asarray(np.concatenate(masses).astype(dtype))
+        item_off, group_off = cls._offsets(items), cls._offsets(sizes)
         return cls(
             sizes=tuple(sizes),
             items=tuple(items),
-            item_offsets=tuple(int(v) for v in item_off),
-            group_offsets=tuple(int(v) for v in group_off),
-            codes=cupy.asarray(np.concatenate(codes)),
-            mass=cupy.asarray(np.concatenate(masses).astype(dtype)),
+            group_offsets=group_off,
+            codes=tuple(all_codes[a : a + i] for a, i in zip(item_off, items, strict=True)),
+            mass=tuple(all_mass[a : a + g] for a, g in zip(group_off, sizes, strict=True)),
             prior=prior,
         )
 
@@ -141,39 +147,59 @@ class DeviceTree:
         return cls.from_codes(codes, sizes, dtype, prior=prior, host_prior=host_prior)
 
     @classmethod
-    def from_device_codes(cls, codes: Any, n_groups: int, dtype: Any) -> DeviceTree:
-        """One level from device int64 codes in ``[0, n_groups)`` (unused codes are
-        empty groups) under the uniform prior: the groups' sizes over ``N`` are counted
-        on the device (a fill and one launch), nothing is uploaded or read."""
+    def from_device_labels(cls, labels: list, sizes: list, dtype: Any) -> tuple[DeviceTree, Any]:
+        """A tree under the uniform prior from device int64 label arrays, one per level
+        and innermost first, each of one label per sample in ``[0, sizes[k])`` (unused
+        labels are empty groups): nothing is uploaded or read. Per level a fill and a
+        count of its groups' masses; per level above the first, the parent of each inner
+        group (a fill and one launch) and the test that the labels nest (one launch).
+        Returns the tree and a device flag, nonzero when the labels do not nest (None
+        for one level)."""
         import cupy
 
-        n = int(codes.shape[0])
-        mass = cupy.zeros(n_groups, dtype=dtype)
-        mod = source.module(source.reduction_source(dtype))
-        mod.get_function("tilted_level_count")(
-            (_level_blocks(n, n_groups),),
-            (BLOCK_THREADS,),
-            (codes, cupy.int64(n), cupy.int64(n_groups),
-             np.dtype(dtype).type(1.0 / max(n, 1)), mass),
-        )
+        n = int(labels[0].shape[0])
+        sizes = [int(g) for g in sizes]
+        fn = source.module(source.reduction_source(dtype)).get_function
+        unit = np.dtype(dtype).type(1.0 / max(n, 1))
+        grid = (_blocks(n),)
+        masses, codes = [], [labels[0]]
+        bad = cupy.zeros(1, dtype=cupy.int64) if len(labels) > 1 else None
+        for k, (lab, g) in enumerate(zip(labels, sizes, strict=True)):
+            mass = cupy.zeros(g, dtype=dtype)
+            fn("tilted_level_count")(
+                (_level_blocks(n, g),),
+                (BLOCK_THREADS,),
+                (lab, cupy.int64(n), cupy.int64(g), unit, mass),
+            )
+            masses.append(mass)
+            if k:
+                parent = cupy.zeros(sizes[k - 1], dtype=cupy.int64)
+                args = (labels[k - 1], lab, cupy.int64(n))
+                fn("tilted_level_parent")(grid, (BLOCK_THREADS,), (*args, parent))
+                fn("tilted_level_nested")(grid, (BLOCK_THREADS,), (*args, parent, bad))
+                codes.append(parent)
         return cls(
-            sizes=(int(n_groups),),
-            items=(n,),
-            item_offsets=(0,),
-            group_offsets=(0,),
-            codes=codes,
-            mass=mass,
-        )
+            sizes=tuple(sizes),
+            items=(n, *sizes[:-1]),
+            group_offsets=cls._offsets(sizes),
+            codes=tuple(codes),
+            mass=tuple(masses),
+        ), bad
+
+    @classmethod
+    def from_device_codes(cls, codes: Any, n_groups: int, dtype: Any) -> DeviceTree:
+        """One level from device int64 codes in ``[0, n_groups)`` (unused codes are
+        empty groups) under the uniform prior (:meth:`from_device_labels`: a fill and one
+        launch, nothing uploaded or read)."""
+        return cls.from_device_labels([codes], [n_groups], dtype)[0]
 
     def level_codes(self, k: int) -> Any:
-        """Level ``k``'s codes (a view)."""
-        a = self.item_offsets[k]
-        return self.codes[a : a + self.items[k]]
+        """Level ``k``'s codes."""
+        return self.codes[k]
 
     def level_mass(self, k: int) -> Any:
-        """The masses of level ``k``'s groups (a view)."""
-        a = self.group_offsets[k]
-        return self.mass[a : a + self.sizes[k]]
+        """The masses of level ``k``'s groups."""
+        return self.mass[k]
 
 
 def _blocks(n: int) -> int:
@@ -530,6 +556,38 @@ def _host_numbers(tilts: Any) -> bool:
     )
 
 
+def device_labels_tree(groups: Any, losses: Any) -> DeviceTree | None:
+    """The tree of nested device integer labels under the uniform prior, built on the
+    device (:meth:`DeviceTree.from_device_labels`), or None where ``groups`` is not one
+    CuPy integer array or a sequence of them, each of one label per sample, none negative
+    and all below ``2 N + 1024`` (those labels take the tree built on the host). Reads
+    the labels' ranges once, and the nesting test once for two levels or more (labels
+    that do not nest raise ``ValueError`` as on the host)."""
+    import cupy
+
+    n = int(losses.shape[0])
+    arrays = [groups] if isinstance(groups, cupy.ndarray) else groups
+    if not isinstance(arrays, (list, tuple)) or not arrays:
+        return None
+    for a in arrays:
+        if not isinstance(a, cupy.ndarray) or a.dtype.kind not in "iu" or a.shape != (n,):
+            return None
+    ends = cupy.stack([a.min() for a in arrays] + [a.max() for a in arrays])
+    ends = [int(v) for v in ends.get()]
+    lows, highs = ends[: len(arrays)], ends[len(arrays) :]
+    if min(lows) < 0 or max(highs) >= 2 * n + 1024:
+        return None
+    labels = [cupy.ascontiguousarray(a, dtype=cupy.int64) for a in reversed(arrays)]
+    sizes = [h + 1 for h in reversed(highs)]
+    tree, bad = DeviceTree.from_device_labels(labels, sizes, losses.dtype)
+    if bad is not None and int(bad.get()[0]) != 0:
+        raise ValueError(
+            "`groups` levels are not nested: a group of an inner level spans several groups "
+            "of the level outside it"
+        )
+    return tree
+
+
 def hierarchical(
     losses: Any, groups: Any, tilts: Any, weights: Any, check_finite: bool, want: bool
 ) -> Any:
@@ -537,8 +595,10 @@ def hierarchical(
     float32/float64 CuPy losses with any nesting of label arrays, host tilts and a CuPy
     prior or none, or None for every other case.
 
-    The labels are read and the tree built on the host (:func:`~tiltlab.risk.build_tree`,
-    the validation of the NumPy path), uploaded, and evaluated by :func:`tree_eval`. The
+    Nested CuPy integer labels under the uniform prior build the tree on the device
+    (:func:`device_labels_tree`); other labels are read and the tree built on the host
+    (:func:`~tiltlab.risk.build_tree`, the validation of the NumPy path) and uploaded.
+    The tree is evaluated by :func:`tree_eval`. The
     status is read once when ``check_finite`` asks for it (non-finite losses raise the
     library's error) and, for the weights, always (their NaN result); the risk of
     non-finite losses is NaN on the device. Where the status flags finite losses (a
@@ -555,14 +615,18 @@ def hierarchical(
         return None
     if (weights is not None and not isinstance(weights, cupy.ndarray)) or not _host_numbers(tilts):
         return None
-    tree = build_tree(groups, int(losses.shape[0]))
-    ts = prepare_tilts(tilts, tree.depth)
-    prior = None
-    if weights is not None:
-        xp = namespace_of(losses=losses, weights=weights)
-        prior = prepare_prior(weights, losses, xp)
-        check_group_mass(prior, tree, xp)
-    dtree = DeviceTree.from_tree(tree, losses.dtype, prior)
+    dtree = device_labels_tree(groups, losses) if weights is None else None
+    if dtree is not None:
+        ts = prepare_tilts(tilts, dtree.depth)
+    else:
+        tree = build_tree(groups, int(losses.shape[0]))
+        ts = prepare_tilts(tilts, tree.depth)
+        prior = None
+        if weights is not None:
+            xp = namespace_of(losses=losses, weights=weights)
+            prior = prepare_prior(weights, losses, xp)
+            check_group_mass(prior, tree, xp)
+        dtree = DeviceTree.from_tree(tree, losses.dtype, prior)
     out, w = tree_eval(losses, dtree, ts, weights=want)
     if (check_finite or want) and out[1:2].get()[0] != 0:
         if check_finite:

@@ -479,6 +479,29 @@ extern "C" __global__ void tilted_level_count(
     }
 }
 
+/* nested device labels: parent[inner[i]] = outer[i] for every sample (labels that nest
+ * give every inner group one outer label, so the threads that write one group write the
+ * same value); a second pass sets bad[0] = 1 where a sample's outer label differs from its
+ * inner group's parent (the labels do not nest). parent is zeroed by the caller: an unused
+ * inner code keeps the parent 0, and its mass 0 keeps it out of every sum */
+extern "C" __global__ void tilted_level_parent(
+    const long long* __restrict__ inner, const long long* __restrict__ outer,
+    const long long n, long long* __restrict__ parent)
+{
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        parent[inner[i]] = outer[i];
+}
+
+extern "C" __global__ void tilted_level_nested(
+    const long long* __restrict__ inner, const long long* __restrict__ outer,
+    const long long n, const long long* __restrict__ parent, long long* __restrict__ bad)
+{
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        if (parent[inner[i]] != outer[i]) bad[0] = 1;
+}
+
 /* the state of group g (tl_empty() for a group without mass) */
 __device__ __forceinline__ tl_state tl_group_state(
     const tl_key* hi, const tl_key* lo, const T* sums, const T* gmass, const long long g,
