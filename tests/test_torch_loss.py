@@ -292,3 +292,25 @@ def test_compile_places_the_state_before_the_graph():
         torch.testing.assert_close(compiled(l), eager(l), rtol=1e-13, atol=0)
     assert module.risk.dtype == torch.float64
     torch.testing.assert_close(module.risk, eager.risk, rtol=1e-13, atol=0)
+
+
+def test_compile_fullgraph_under_autocast():
+    # a compiled step under bf16 autocast traces in one graph (the loss turns autocast off
+    # for its state without asking torch whether autocast is on, a query some torch
+    # releases do not trace) and gives the eager step's loss
+    torch._dynamo.reset()
+    X, y, W = _data()
+    model = torch.nn.Linear(5, 3, dtype=torch.float32)
+    ce = torch.nn.CrossEntropyLoss(reduction="none")
+    eager_fn, compiled_fn = TiltedLoss(ce, t=-1.0), TiltedLoss(ce, t=-1.0)
+
+    def step(loss_fn):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return loss_fn(model(X.float()), y)
+
+    compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
+    for _ in range(3):
+        want, got = step(eager_fn), compiled(compiled_fn)
+        assert got.dtype == torch.float32
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(compiled_fn.risk, eager_fn.risk, rtol=1e-5, atol=1e-6)

@@ -472,9 +472,14 @@ class TiltedLoss(torch.nn.Module):
         elif _misplaced(self, losses):  # eagerly: a graph break in the first trace only
             _place_state_eagerly(self, losses)
         kind = losses.device.type
+        if compiling and kind in ("cpu", "cuda"):
+            # the state's arithmetic in its own precision; the query of the autocast state
+            # below is not traced by every torch release (a graph break at every step)
+            with torch.autocast(device_type=kind, enabled=False):
+                return self._tilted(losses, groups, compiling)
         if not torch.amp.is_autocast_available(kind) or not torch.is_autocast_enabled(kind):
             return self._tilted(losses, groups, compiling)
-        with torch.autocast(device_type=losses.device.type, enabled=False):
+        with torch.autocast(device_type=kind, enabled=False):
             return self._tilted(losses, groups, compiling)
 
     def _tilted(self, losses: torch.Tensor, groups: Any, compiling: bool) -> torch.Tensor:
