@@ -586,14 +586,16 @@ def test_device_labels_that_do_not_nest_raise(rec):
 def test_device_labels_out_of_range_take_the_host_tree(rec):
     # negative labels, or labels far beyond N, are not codes: no device tree (one read,
     # the ranges); the caller builds the tree on the host
+    from tiltlab._cupy import reductions
+
     n = 120
     inner = np.arange(n) % 10
     L = FakeArray(np.zeros(n), rec)
     for levels in ([inner % 3 - 1, inner], [inner % 3, inner + 20 * n]):
         rec.reads.clear()
         G = [FakeArray(a.astype(np.int64), rec) for a in levels]
-        assert hierarchy.device_labels_tree(G, L) is None
+        assert reductions.device_labels_tree(G, L) is None
         assert len(rec.reads) == 1 and rec.uploads == []
     # a host label array, or labels of another length, are not served either
-    assert hierarchy.device_labels_tree([inner % 3, inner], L) is None
-    assert hierarchy.device_labels_tree([FakeArray(inner[:-1], rec)], L) is None
+    assert reductions.device_labels_tree([inner % 3, inner], L) is None
+    assert reductions.device_labels_tree([FakeArray(inner[:-1], rec)], L) is None

@@ -41,9 +41,7 @@ __all__ = [
     "HIERARCHICAL_CUDA",
     "DeviceTree",
     "HierarchicalCudaEngine",
-    "device_labels_tree",
     "device_tree",
-    "hierarchical",
     "hvp",
     "tree_eval",
     "value",
@@ -544,94 +542,3 @@ class HierarchicalCudaEngine:
 
 
 HIERARCHICAL_CUDA = HierarchicalCudaEngine()
-
-
-def _host_numbers(tilts: Any) -> bool:
-    """Whether ``tilts`` is a sequence of host real numbers (no device or autograd tilt)."""
-    if isinstance(tilts, (str, bytes)) or not isinstance(tilts, (list, tuple)):
-        return False
-    return all(
-        isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
-        for v in tilts
-    )
-
-
-def device_labels_tree(groups: Any, losses: Any) -> DeviceTree | None:
-    """The tree of nested device integer labels under the uniform prior, built on the
-    device (:meth:`DeviceTree.from_device_labels`), or None where ``groups`` is not one
-    CuPy integer array or a sequence of them, each of one label per sample, none negative
-    and all below ``2 N + 1024`` (those labels take the tree built on the host). Reads
-    the labels' ranges once, and the nesting test once for two levels or more (labels
-    that do not nest raise ``ValueError`` as on the host)."""
-    import cupy
-
-    n = int(losses.shape[0])
-    arrays = [groups] if isinstance(groups, cupy.ndarray) else groups
-    if not isinstance(arrays, (list, tuple)) or not arrays:
-        return None
-    for a in arrays:
-        if not isinstance(a, cupy.ndarray) or a.dtype.kind not in "iu" or a.shape != (n,):
-            return None
-    ends = cupy.stack([a.min() for a in arrays] + [a.max() for a in arrays])
-    ends = [int(v) for v in ends.get()]
-    lows, highs = ends[: len(arrays)], ends[len(arrays) :]
-    if min(lows) < 0 or max(highs) >= 2 * n + 1024:
-        return None
-    labels = [cupy.ascontiguousarray(a, dtype=cupy.int64) for a in reversed(arrays)]
-    sizes = [h + 1 for h in reversed(highs)]
-    tree, bad = DeviceTree.from_device_labels(labels, sizes, losses.dtype)
-    if bad is not None and int(bad.get()[0]) != 0:
-        raise ValueError(
-            "`groups` levels are not nested: a group of an inner level spans several groups "
-            "of the level outside it"
-        )
-    return tree
-
-
-def hierarchical(
-    losses: Any, groups: Any, tilts: Any, weights: Any, check_finite: bool, want: bool
-) -> Any:
-    """``hierarchical_risk`` (``want`` False) or ``hierarchical_weights`` of 1-d
-    float32/float64 CuPy losses with any nesting of label arrays, host tilts and a CuPy
-    prior or none, or None for every other case.
-
-    Nested CuPy integer labels under the uniform prior build the tree on the device
-    (:func:`device_labels_tree`); other labels are read and the tree built on the host
-    (:func:`~tiltlab.risk.build_tree`, the validation of the NumPy path) and uploaded.
-    The tree is evaluated by :func:`tree_eval`. The
-    status is read once when ``check_finite`` asks for it (non-finite losses raise the
-    library's error) and, for the weights, always (their NaN result); the risk of
-    non-finite losses is NaN on the device. Where the status flags finite losses (a
-    group's sums beyond the largest float), the answer is None: the caller's path."""
-    import cupy
-
-    from .._compat import check_finite as _check_finite
-    from .._compat import namespace_of
-    from ..risk import build_tree, check_group_mass, prepare_prior, prepare_tilts
-
-    if not isinstance(losses, cupy.ndarray) or losses.ndim != 1 or losses.shape[0] == 0:
-        return None
-    if losses.dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
-        return None
-    if (weights is not None and not isinstance(weights, cupy.ndarray)) or not _host_numbers(tilts):
-        return None
-    dtree = device_labels_tree(groups, losses) if weights is None else None
-    if dtree is not None:
-        ts = prepare_tilts(tilts, dtree.depth)
-    else:
-        tree = build_tree(groups, int(losses.shape[0]))
-        ts = prepare_tilts(tilts, tree.depth)
-        prior = None
-        if weights is not None:
-            xp = namespace_of(losses=losses, weights=weights)
-            prior = prepare_prior(weights, losses, xp)
-            check_group_mass(prior, tree, xp)
-        dtree = DeviceTree.from_tree(tree, losses.dtype, prior)
-    out, w = tree_eval(losses, dtree, ts, weights=want)
-    if (check_finite or want) and out[1:2].get()[0] != 0:
-        if check_finite:
-            _check_finite(losses, cupy, name="losses", skip="check_finite=False")
-        if bool(cupy.all(cupy.isfinite(losses))):
-            return None  # finite losses whose sums left the range: the host tree's path
-        return cupy.full(losses.shape if want else (), math.nan, dtype=losses.dtype)
-    return w if want else out[0]

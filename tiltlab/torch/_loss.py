@@ -24,52 +24,13 @@ from tiltlab.risk import tilt_for_ess
 from ._accumulate import finish, micro_batch
 from ._checks import check_call, mlmc_level
 from ._grouped import lean_group_step, lean_tilts
-from ._parallel import (
-    STATE_BUFFERS,
-    gather_stats,
-    keep_state_dtypes,
-    lean_running_step,
-    widen_state,
-    wider,
-)
+from ._parallel import gather_stats, keep_state_dtypes, lean_running_step
+from ._placement import misplaced, place_state, place_state_eagerly
 
 __all__ = ["TiltedLoss"]
 
 #: the array-API namespace of PyTorch tensors (the minibatch kernels are written for it)
 xp_torch = library_namespace(torch.empty(0))
-
-
-def _place_state(loss: Any, losses: torch.Tensor) -> None:
-    """The state on the losses' device, at least as wide as their accumulation dtype."""
-    acc = K.accumulation_dtype(losses.dtype, torch)
-    if loss.step.device != losses.device:
-        loss.to(losses.device)
-    if loss.__dict__.get("_widened_for") is not acc:
-        widen_state(loss, acc)
-        loss.__dict__["_widened_for"] = acc
-
-
-def _misplaced(loss: Any, losses: torch.Tensor) -> bool:
-    """Whether the state is on another device than the losses, or narrower than their
-    accumulation dtype (decided when tracing: devices and dtypes are static there)."""
-    if loss.step.device != losses.device:
-        return True
-    acc = K.accumulation_dtype(losses.dtype, torch)
-    for name in STATE_BUFFERS:  # what widen_state widens
-        buf = loss._buffers.get(name)
-        if buf is not None and wider(buf.dtype, acc) != buf.dtype:
-            return True
-    eta = loss._parameters.get("eta")
-    return eta is not None and wider(eta.dtype, acc) != eta.dtype
-
-
-@torch.compiler.disable
-def _place_state_eagerly(loss: Any, losses: torch.Tensor) -> None:
-    """:func:`_place_state` outside a compiled graph: a module's buffers cannot be replaced
-    inside one. The tensors' devices and dtypes are known when tracing, so the trace that
-    finds the state in place has no break (``fullgraph=True`` needs the state in place
-    before the first call: ``loss_fn.to(device)``, or one eager call)."""
-    _place_state(loss, losses)
 
 
 class TiltedLoss(torch.nn.Module):
@@ -468,9 +429,9 @@ class TiltedLoss(torch.nn.Module):
             check_call(self, losses, groups)
             if self._ess is not None:
                 self._tilt_for_ess(losses)
-            _place_state(self, losses)
-        elif _misplaced(self, losses):  # eagerly: a graph break in the first trace only
-            _place_state_eagerly(self, losses)
+            place_state(self, losses)
+        elif misplaced(self, losses):  # eagerly: a graph break in the first trace only
+            place_state_eagerly(self, losses)
         kind = losses.device.type
         if compiling and kind in ("cpu", "cuda"):
             # the state's arithmetic in its own precision; the query of the autocast state

@@ -1,0 +1,47 @@
+"""Where the state of a `TiltedLoss` lives: on the losses' device and at least as wide
+as their accumulation dtype, placed before a step, eagerly or outside a compiled graph."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from tiltlab.minibatch import _kernels as K
+
+from ._parallel import STATE_BUFFERS, widen_state, wider
+
+__all__: list[str] = []
+
+
+def place_state(loss: Any, losses: torch.Tensor) -> None:
+    """The state on the losses' device, at least as wide as their accumulation dtype."""
+    acc = K.accumulation_dtype(losses.dtype, torch)
+    if loss.step.device != losses.device:
+        loss.to(losses.device)
+    if loss.__dict__.get("_widened_for") is not acc:
+        widen_state(loss, acc)
+        loss.__dict__["_widened_for"] = acc
+
+
+def misplaced(loss: Any, losses: torch.Tensor) -> bool:
+    """Whether the state is on another device than the losses, or narrower than their
+    accumulation dtype (decided when tracing: devices and dtypes are static there)."""
+    if loss.step.device != losses.device:
+        return True
+    acc = K.accumulation_dtype(losses.dtype, torch)
+    for name in STATE_BUFFERS:  # what widen_state widens
+        buf = loss._buffers.get(name)
+        if buf is not None and wider(buf.dtype, acc) != buf.dtype:
+            return True
+    eta = loss._parameters.get("eta")
+    return eta is not None and wider(eta.dtype, acc) != eta.dtype
+
+
+@torch.compiler.disable
+def place_state_eagerly(loss: Any, losses: torch.Tensor) -> None:
+    """:func:`place_state` outside a compiled graph: a module's buffers cannot be replaced
+    inside one. The tensors' devices and dtypes are known when tracing, so the trace that
+    finds the state in place has no break (``fullgraph=True`` needs the state in place
+    before the first call: ``loss_fn.to(device)``, or one eager call)."""
+    place_state(loss, losses)
