@@ -91,7 +91,9 @@ def _dots(X, v, w):
         c[i] = y
     f = np.empty(4, X.dtype)
     f[0], f[1], f[2], f[3] = _short.vdot4(X, 1, v)  # rows 1..4 side by side
-    return a, b, c, f
+    g = np.empty(8, X.dtype)
+    g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7] = _short.vdot2x4(X, 1, v, w)
+    return a, b, c, f, g
 
 
 @numba.njit
@@ -109,8 +111,8 @@ def _axpy2x2(X, i, c, acc_a, acc_b):
     [(d, t) for t in DTYPES for d in DS if d * np.dtype(t).itemsize >= 32],  # a register
 )
 def test_register_functions_against_numpy(d, dtype):
-    """vdot, vdot2, vdot4, vaxpy4 and vaxpy2x2 directly, where they apply (a row of at least one
-    register), with infinities and NaNs in the neighbouring rows: the lanes outside the
+    """vdot, vdot2, vdot4, vdot2x4, vaxpy4 and vaxpy2x2 directly, where they apply (a row of
+    at least one register), with infinities and NaNs in the neighbouring rows: the lanes outside the
     row are dropped (selected), so they do not leak into the row's results, and the
     accumulator's padding stays 0."""
     w = _short.lanes(np.dtype(dtype).itemsize)
@@ -121,11 +123,13 @@ def test_register_functions_against_numpy(d, dtype):
     X[7] = -np.inf
     v = rng.standard_normal(d).astype(dtype)
     u = rng.standard_normal(d).astype(dtype)
-    a, b, c, f = _dots(X, v, u)
+    a, b, c, f, g = _dots(X, v, u)
     X64 = X.astype(np.float64)
     rtol = 1e-13 if dtype == np.float64 else 2e-6
+    # two vectors four rows at a time: each vector's sums in vdot4's order
+    np.testing.assert_array_equal(g[:4], f)
     for i in (1, 2, 3, 4, 6):
-        four = [(f[i - 1], v)] if 1 <= i <= 4 else []
+        four = [(f[i - 1], v), (g[4 + i - 1], u)] if 1 <= i <= 4 else []
         for got, vec in [(a[i], v), (b[i], v), (c[i], u), *four]:
             ref = X64[i] @ vec.astype(np.float64)
             scale = np.abs(X64[i]) @ np.abs(vec.astype(np.float64))
@@ -217,11 +221,12 @@ def test_plain_python_versions(dtype):
     X = rng.standard_normal((6, d)).astype(dtype)
     v = rng.standard_normal(d).astype(dtype)
     u = rng.standard_normal(d).astype(dtype)
-    a, b, c, f = _dots(X, v, u)
+    a, b, c, f, g = _dots(X, v, u)
     rtol = 1e-12 if dtype == np.float64 else 1e-5
     np.testing.assert_allclose([_short.vdot_py(X, i, v) for i in range(6)], a, rtol=rtol)
     np.testing.assert_allclose([_short.vdot2_py(X, i, v, u)[1] for i in range(6)], c, rtol=rtol)
     np.testing.assert_allclose(_short.vdot4_py(X, 1, v), f, rtol=rtol)
+    np.testing.assert_allclose(_short.vdot2x4_py(X, 1, v, u), g, rtol=rtol)
     coef = rng.standard_normal(4).astype(dtype)
     pad = _short.padded(d, np.dtype(dtype).itemsize)
     acc, ref = np.zeros(pad, dtype), np.zeros(pad, dtype)

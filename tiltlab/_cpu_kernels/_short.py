@@ -16,7 +16,8 @@ vector instructions, no target-specific ones), one register width ``W`` at a tim
   that of the ``d`` products: no ``0 * inf``), then the ``W`` lanes summed pairwise;
 * :func:`vdot4`: the dot products of 4 rows with one vector side by side, one register
   per row, the four reduced together (pairwise sums within 128-bit halves, the pattern
-  of the ``hadd`` instructions, then the two halves added);
+  of the ``hadd`` instructions, then the two halves added); :func:`vdot2x4` the same
+  along two vectors in one sweep (each vector's four sums as :func:`vdot4`'s);
 * :func:`vaxpy4` / :func:`vaxpy2x2`: the rank-one updates of 4 rows (2 rows with two
   coefficient vectors) into an accumulator padded to a whole number of chunks
   (:func:`padded`): the last chunk reads past the end of the rows, into the next row of
@@ -141,35 +142,38 @@ try:  # pragma: no branch - the engine is only chosen when numba imports
             for a, b in zip(even, odd, strict=True)
         ]
 
-    def _dots4_ir(context, builder, xty, x, i, vty_arr, v):
-        """Rows ``i .. i + 3`` of ``x`` dotted with ``v``: one register per row, the
-        four summed together (pairwise within the rows, the rows side by side)."""
+    def _dots4_ir(context, builder, xty, x, i, vecs):
+        """Rows ``i .. i + 3`` of ``x`` dotted with each 1-d array of ``vecs`` (values,
+        types): one register per row and vector, the four rows' sums of a vector reduced
+        together (pairwise within the rows, the rows side by side). Returns the sums per
+        vector, four each."""
         elt, w, vty = _info(context, xty)
         align = xty.dtype.bitwidth // 8
         intp = context.get_value_type(types.intp)
         xa = context.make_array(xty)(context, builder, x)
         d = cgutils.unpack_tuple(builder, xa.shape, 2)[1]
         rows = [_row(builder, xa, builder.add(i, ir.Constant(intp, r)), elt) for r in range(4)]
-        base = context.make_array(vty_arr)(context, builder, v).data
+        bases = [context.make_array(t)(context, builder, a).data for a, t in vecs]
         zero = ir.Constant(vty, [0.0] * w)
-        accs = [cgutils.alloca_once_value(builder, zero) for _ in range(4)]
+        accs = [[cgutils.alloca_once_value(builder, zero) for _ in range(4)] for _ in vecs]
         wc = ir.Constant(intp, w)
         full = builder.sdiv(builder.sub(d, ir.Constant(intp, 1)), wc)
 
         def add(off, mask):
-            vv = _load(builder, base, off, vty, align)
-            for acc, row in zip(accs, rows, strict=True):
+            xs = []
+            for row in rows:
                 xv = _load(builder, row, off, vty, align)
-                if mask is not None:
-                    xv = builder.select(mask, xv, zero)
-                builder.store(builder.fadd(builder.load(acc), builder.fmul(xv, vv)), acc)
+                xs.append(xv if mask is None else builder.select(mask, xv, zero))
+            for base, vaccs in zip(bases, accs, strict=True):
+                vv = _load(builder, base, off, vty, align)
+                for acc, xv in zip(vaccs, xs, strict=True):
+                    builder.store(builder.fadd(builder.load(acc), builder.fmul(xv, vv)), acc)
 
         with cgutils.for_range(builder, full) as loop:
             add(builder.mul(loop.index, wc), None)
         off = builder.sub(d, wc)
         taken = builder.sub(builder.mul(full, wc), off)
         add(off, _lanes_ge(builder, w, taken, intp))
-        a = [builder.load(acc) for acc in accs]
 
         def hadd(p, q, n):  # in 128-bit halves: (p0+p1, q0+q1, p2+p3, q2+q3, ...) like vhadd
             m = 128 // xty.dtype.bitwidth  # lanes per 128 bits
@@ -187,24 +191,27 @@ try:  # pragma: no branch - the engine is only chosen when numba imports
                 builder.shuffle_vector(p, q, ir.Constant(vi, od)),
             )
 
-        if w == 4:  # float64: [a0 01, a1 01, a0 23, a1 23], then the halves
-            t0 = hadd(a[0], a[1], 4)
-            t1 = hadd(a[2], a[3], 4)
-            vi = ir.VectorType(_I32, 4)
-            s = builder.fadd(
-                builder.shuffle_vector(t0, t1, ir.Constant(vi, [0, 1, 4, 5])),
-                builder.shuffle_vector(t0, t1, ir.Constant(vi, [2, 3, 6, 7])),
-            )
-        else:  # float32: two in-half pair sums, then the halves
-            t0 = hadd(a[0], a[1], 8)
-            t1 = hadd(a[2], a[3], 8)
-            u = hadd(t0, t1, 8)
-            vi = ir.VectorType(_I32, 4)
-            s = builder.fadd(
-                builder.shuffle_vector(u, u, ir.Constant(vi, [0, 1, 2, 3])),
-                builder.shuffle_vector(u, u, ir.Constant(vi, [4, 5, 6, 7])),
-            )
-        return [builder.extract_element(s, _I32(r)) for r in range(4)]
+        def reduce4(a):
+            if w == 4:  # float64: [a0 01, a1 01, a0 23, a1 23], then the halves
+                t0 = hadd(a[0], a[1], 4)
+                t1 = hadd(a[2], a[3], 4)
+                vi = ir.VectorType(_I32, 4)
+                s = builder.fadd(
+                    builder.shuffle_vector(t0, t1, ir.Constant(vi, [0, 1, 4, 5])),
+                    builder.shuffle_vector(t0, t1, ir.Constant(vi, [2, 3, 6, 7])),
+                )
+            else:  # float32: two in-half pair sums, then the halves
+                t0 = hadd(a[0], a[1], 8)
+                t1 = hadd(a[2], a[3], 8)
+                u = hadd(t0, t1, 8)
+                vi = ir.VectorType(_I32, 4)
+                s = builder.fadd(
+                    builder.shuffle_vector(u, u, ir.Constant(vi, [0, 1, 2, 3])),
+                    builder.shuffle_vector(u, u, ir.Constant(vi, [4, 5, 6, 7])),
+                )
+            return [builder.extract_element(s, _I32(r)) for r in range(4)]
+
+        return [reduce4([builder.load(acc) for acc in vaccs]) for vaccs in accs]
 
     @intrinsic
     def vdot4(typingctx, X, i, v):
@@ -215,8 +222,25 @@ try:  # pragma: no branch - the engine is only chosen when numba imports
         sig = tup(X, types.intp, v)
 
         def codegen(context, builder, signature, args):
-            vals = _dots4_ir(context, builder, X, args[0], args[1], v, args[2])
+            vals = _dots4_ir(context, builder, X, args[0], args[1], [(args[2], v)])[0]
             return context.make_tuple(builder, tup, vals)
+
+        return sig, codegen
+
+    @intrinsic
+    def vdot2x4(typingctx, X, i, v, w):
+        """``(X[i] . v, ..., X[i + 3] . v, X[i] . w, ..., X[i + 3] . w)``: four rows side
+        by side along two vectors in one sweep (each vector's sums as :func:`vdot4`'s)."""
+        if not (isinstance(X, types.Array) and X.ndim == 2 and isinstance(v, types.Array)):
+            return None
+        tup = types.UniTuple(X.dtype, 8)
+        sig = tup(X, types.intp, v, w)
+
+        def codegen(context, builder, signature, args):
+            sv, sw = _dots4_ir(
+                context, builder, X, args[0], args[1], [(args[2], v), (args[3], w)]
+            )
+            return context.make_tuple(builder, tup, sv + sw)
 
         return sig, codegen
 
@@ -342,6 +366,13 @@ def vdot4_py(X, i, v):
     return tuple(vdot_py(X, i + r, v) for r in range(4))
 
 
+def vdot2x4_py(X, i, v, w):
+    """The dot products of rows ``i .. i + 3`` with ``v``, then with ``w`` (plain Python)."""
+    a = vdot4_py(X, i, v)
+    b = vdot4_py(X, i, w)
+    return a + b
+
+
 def vaxpy4_py(X, i, c0, c1, c2, c3, acc):
     """``acc[:d] += c0 X[i] + ... + c3 X[i + 3]`` in the order of the register code."""
     for j in range(X.shape[1]):
@@ -356,5 +387,5 @@ def vaxpy2x2_py(X, i, a0, a1, b0, b1, acc_a, acc_b):
 
 
 if vdot is None:  # pragma: no cover - exercised where numba is absent
-    vdot, vdot2, vdot4 = vdot_py, vdot2_py, vdot4_py
+    vdot, vdot2, vdot4, vdot2x4 = vdot_py, vdot2_py, vdot4_py, vdot2x4_py
     vaxpy4, vaxpy2x2 = vaxpy4_py, vaxpy2x2_py
