@@ -635,3 +635,52 @@ def test_codes_and_counts_large_labels_with_gaps():
         hierarchy_eval(l, None, build_tree(inv, l.size), (1.0, -2.0), np, route="tree")[0],
         rtol=1e-13,
     )
+
+
+@pytest.mark.parametrize("n", [50, kernels.MIN_ITEMS + 13])  # NumPy, and the kernel
+def test_nest_parents_against_a_dictionary(n):
+    rng = np.random.default_rng(n)
+    inner = rng.integers(0, 400, n).astype(np.int64)
+    inner[inner == 7] = 8  # an inner code without items: parent -1
+    outer = (inner * 7919 % 31).astype(np.int64)  # a function of the inner code: nested
+    parent, bad = kernels.nest_parents(inner, outer, 400)
+    want = {int(g): int(o) for g, o in zip(inner, outer, strict=True)}
+    assert bad == -1
+    assert parent.tolist() == [want.get(g, -1) for g in range(400)]
+    # one item moved to another outer group: the returned item breaks the nesting
+    shared = np.flatnonzero(np.bincount(inner, minlength=400)[inner] >= 2)
+    for i in shared[[0, shared.size // 2, -1]]:  # items whose inner group has others
+        broken = outer.copy()
+        broken[i] = (broken[i] + 1) % 31
+        parent, bad = kernels.nest_parents(inner, broken, 400)
+        assert bad >= 0
+        others = broken[inner == inner[bad]]
+        assert np.unique(others).size > 1  # its inner group spans several outer groups
+
+
+@pytest.mark.parametrize("n", [60, kernels.MIN_ITEMS + 29])
+def test_tree_sample_layouts_compose_the_levels(n):
+    # the sample layout of each level is the composition of the levels below it, and its
+    # codes and counts are those of np.unique of that level's labels
+    rng = np.random.default_rng(n)
+    inner = 5 * rng.integers(0, 300, n)  # integer labels with gaps
+    middle = inner // 35
+    outer = np.array(["a", "b", "c"])[middle % 3]  # strings outside
+    tree = build_tree([outer, middle, inner], n)
+    codes = tree.levels[0].codes
+    for lev, layout, labels in zip(
+        tree.levels, tree.sample_layouts, [inner, middle, outer], strict=True
+    ):
+        if layout is not tree.levels[0]:
+            codes = lev.codes[codes]
+        _, inv, cnt = np.unique(labels, return_inverse=True, return_counts=True)
+        np.testing.assert_array_equal(layout.codes, codes)
+        np.testing.assert_array_equal(layout.codes, inv.reshape(-1))
+        np.testing.assert_array_equal(layout.counts, cnt)
+
+
+def test_levels_that_do_not_nest_name_a_label():
+    inner = np.array([0, 1, 1, 2, 2, 2])
+    outer = np.array([0, 0, 1, 1, 1, 1])  # inner label 1 lies in outer groups 0 and 1
+    with pytest.raises(ValueError, match=r"not nested: a group of level 1 \(label 1\)"):
+        build_tree([outer, inner], 6)

@@ -30,6 +30,7 @@ __all__ = [
     "accept_shared_shift",
     "present_means",
     "int_range",
+    "nest_parents",
     "scale_by_group",
     "members_of",
     "segment_counts",
@@ -219,6 +220,18 @@ def _group_kernels(jit: Any) -> Any:
             values[i] = values[i] * factors[codes[i]]
 
     @jit
+    def parents(inner, outer, n_inner):  # pragma: no cover - compiled
+        parent = np.full(n_inner, -1, np.int64)
+        for i in range(inner.shape[0]):
+            g = inner[i]
+            p = parent[g]
+            if p < 0:
+                parent[g] = outer[i]
+            elif p != outer[i]:
+                return parent, i
+        return parent, -1
+
+    @jit
     def int_range(codes):  # pragma: no cover - compiled
         lo = codes[0]
         hi = codes[0]
@@ -232,6 +245,7 @@ def _group_kernels(jit: Any) -> Any:
         present_means=present_means,
         accept=accept,
         int_range=int_range,
+        parents=parents,
         scale_by_group=scale_by_group,
     )
 
@@ -456,3 +470,36 @@ def int_range(codes: np.ndarray) -> tuple[int, int]:
         lo, hi = _kernels().int_range(codes)
         return int(lo), int(hi)
     return int(codes.min()), int(codes.max())
+
+
+def nest_parents(inner: np.ndarray, outer: np.ndarray, n_inner: int) -> tuple[np.ndarray, int]:
+    """The outer code of each of the ``n_inner`` inner groups, from the codes of the same
+    items at two levels (int64, ``inner`` in ``[0, n_inner)``), and an item whose outer
+    code differs from its inner group's (-1 when the levels nest). An inner group without
+    items gets the parent -1. One pass over the items with the kernels (stopping at the
+    first item that breaks the nesting), else a scatter and a gather.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tiltlab._cpu_kernels.segments import nest_parents
+    >>> parent, bad = nest_parents(np.array([0, 2, 0, 2]), np.array([1, 0, 1, 0]), 3)
+    >>> parent.tolist(), bad
+    ([1, -1, 0], -1)
+    >>> nest_parents(np.array([0, 0]), np.array([0, 1]), 1)[1]
+    1
+    """
+    n_inner = int(n_inner)
+    if (
+        use_kernels(inner.shape[0])
+        and inner.dtype == np.int64
+        and outer.dtype == np.int64
+        and inner.flags.c_contiguous
+        and outer.flags.c_contiguous
+    ):
+        parent, bad = _kernels().parents(inner, outer, n_inner)
+        return parent, int(bad)
+    parent = np.full(n_inner, -1, dtype=np.int64)
+    parent[inner] = outer
+    wrong = np.flatnonzero(parent[inner] != outer)
+    return parent, int(wrong[0]) if wrong.size else -1

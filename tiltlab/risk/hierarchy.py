@@ -28,7 +28,7 @@ from .._compat import (
     seq_of_arrays,
     tiny_sqrt,
 )
-from .._cpu_kernels.segments import int_range, segment_counts
+from .._cpu_kernels.segments import int_range, nest_parents, segment_counts
 from ..accumulator import (
     NonFiniteLosses,
     TiltState,
@@ -97,6 +97,12 @@ def _codes_and_counts(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _build_levels(groups: Any, n: int) -> list[Segments]:
     """Levels innermost first (children -> groups) from label arrays given outermost first."""
+    return _levels_and_layouts(groups, n)[0]
+
+
+def _levels_and_layouts(groups: Any, n: int) -> tuple[list[Segments], list[Segments]]:
+    """The levels (innermost first, children -> groups) and the sample layouts (innermost
+    first, samples -> the groups of each level) of label arrays given outermost first."""
     if groups is None:
         raise TypeError("`groups` is required")
     label_arrays = list(groups) if seq_of_arrays(groups) else [groups]
@@ -118,21 +124,22 @@ def _build_levels(groups: Any, n: int) -> list[Segments]:
     parents = []
     for k in range(1, len(codes)):
         outer, inner = codes[k - 1], codes[k]
-        n_inner = int(inner.max()) + 1
-        parent = np.full(n_inner, -1, dtype=np.int64)
-        parent[inner] = outer
-        if np.any(parent[inner] != outer):
-            bad = int(inner[parent[inner] != outer][0])
+        parent, item = nest_parents(inner, outer, len(coded[k][1]))
+        if item >= 0:
+            label = np.unique(labels[k])[int(inner[item])]
+            label = label.item() if isinstance(label, np.generic) else label
             raise ValueError(
                 f"`groups` levels are not nested: a group of level {k} (label "
-                f"{np.unique(labels[k])[bad]!r}) spans several groups of level {k - 1}"
+                f"{label!r}) spans several groups of level {k - 1}"
             )
         parents.append(parent)
     # levels from the inside out: samples -> innermost groups -> ... -> outermost groups
     levels = [Segments._trusted(codes[-1], coded[-1][1])]
     for k in range(len(codes) - 2, -1, -1):
-        levels.append(Segments.from_codes(parents[k], int(codes[k].max()) + 1))
-    return levels
+        levels.append(Segments.from_codes(parents[k], len(coded[k][1])))
+    # each level's own codes are the samples' codes of its groups (counted above)
+    layouts = [levels[0]] + [Segments._trusted(c, m) for c, m in reversed(coded[:-1])]
+    return levels, layouts
 
 
 @dataclass(frozen=True)
@@ -158,12 +165,7 @@ class GroupTree:
 
 def build_tree(groups: Any, n: int) -> GroupTree:
     """Validate label arrays (outermost first) and build a :class:`GroupTree`."""
-    levels = _build_levels(groups, n)
-    layouts = [levels[0]]
-    codes = levels[0].codes
-    for lev in levels[1:]:
-        codes = lev.codes[codes]
-        layouts.append(Segments.from_codes(codes, lev.n_groups))
+    levels, layouts = _levels_and_layouts(groups, n)
     return GroupTree(n_samples=n, levels=tuple(levels), sample_layouts=tuple(layouts))
 
 
