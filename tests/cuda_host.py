@@ -273,13 +273,13 @@ def kernel_signatures(code: str) -> dict[str, list[tuple[str, str]]]:
 
 
 def host_has_fma() -> bool:
-    """Whether this CPU runs fused multiply-add instructions (x86-64 Linux: the ``fma``
-    flag of ``/proc/cpuinfo``)."""
+    """Whether this CPU runs x86 fused multiply-add instructions (LLVM's host features,
+    through llvmlite; the build with ``-mfma`` needs them)."""
     try:
-        text = Path("/proc/cpuinfo").read_text(encoding="utf-8")
-    except OSError:
+        from llvmlite import binding
+    except ImportError:
         return False
-    return any(line.startswith("flags") and " fma " in f"{line} " for line in text.splitlines())
+    return bool(binding.get_host_cpu_features().get("fma", False))
 
 
 @cache
