@@ -17,11 +17,15 @@ numba = pytest.importorskip("numba", reason="the fused CPU kernels need numba")
 
 from tiltlab._cpu_kernels import _short  # noqa: E402  (imports numba)
 from tiltlab._cpu_kernels._blocks import short_rows  # noqa: E402
+from tiltlab._cpu_kernels._short import SHORT_BYTES, VBYTES  # noqa: E402
 
 DTYPES = [np.float64, np.float32]
 #: below the register width (float32 1..7, float64 1..3), multiples of it and not, the
 #: upper bounds (float64 32, float32 64) and just past them
 DS = [1, 3, 4, 5, 7, 8, 9, 12, 15, 16, 17, 20, 31, 32, 33, 40, 63, 64, 65]
+#: for the register functions alone, also every count of whole chunks before the last one
+#: that DS misses (5 and 6: float64 d = 23, 26; float32 d = 47, 50)
+DS_REGISTER = sorted({*DS, 23, 26, 47, 50})
 DELTA = 0.7
 
 
@@ -106,15 +110,22 @@ def _axpy2x2(X, i, c, acc_a, acc_b):
     _short.vaxpy2x2(X, i, c[0], c[1], c[2], c[3], acc_a, acc_b)
 
 
+@numba.njit
+def _axpy2x4(X, i, c, acc_a, acc_b):
+    _short.vaxpy2x4(X, i, c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], acc_a, acc_b)
+
+
 @pytest.mark.parametrize(
     ("d", "dtype"),
-    [(d, t) for t in DTYPES for d in DS if d * np.dtype(t).itemsize >= 32],  # a register
+    [(d, t) for t in DTYPES for d in DS_REGISTER if d * np.dtype(t).itemsize >= 32],
 )
 def test_register_functions_against_numpy(d, dtype):
-    """vdot, vdot2, vdot4, vdot2x4, vaxpy4 and vaxpy2x2 directly, where they apply (a row of
-    at least one register), with infinities and NaNs in the neighbouring rows: the lanes outside the
-    row are dropped (selected), so they do not leak into the row's results, and the
-    accumulator's padding stays 0."""
+    """vdot, vdot2, vdot4, vdot2x4, vaxpy4, vaxpy2x4 and vaxpy2x2 directly, where they apply
+    (a row of at least one register), with infinities and NaNs in the neighbouring rows:
+    the lanes outside the row are dropped (selected), so they do not leak into the row's
+    results, and the accumulator's padding stays 0. The lengths cover every count of
+    whole chunks before the last one (0 to 7 in short rows, each compiled as a case of
+    its own) and counts past them (the loop that longer rows take)."""
     w = _short.lanes(np.dtype(dtype).itemsize)
     rng = np.random.default_rng(d)
     X = rng.standard_normal((8, d)).astype(dtype)
@@ -155,6 +166,29 @@ def test_register_functions_against_numpy(d, dtype):
     np.testing.assert_array_equal(acc_b[:d], coef[2] * X[3] + coef[3] * X[4])
     np.testing.assert_array_equal(acc_a[d:], 0)
     np.testing.assert_array_equal(acc_b[d:], 0)
+    coef8 = rng.standard_normal(8).astype(dtype)
+    acc_a[:d] = rng.standard_normal(d)
+    acc_b[:d] = rng.standard_normal(d)
+    start_a, start_b = acc_a.copy(), acc_b.copy()
+    _axpy2x4(X, 1, coef8, acc_a, acc_b)  # rows 1..4; the last chunk reads into row 5 (NaN)
+    for acc_m, start_m, c in ((acc_a, start_a, coef8[:4]), (acc_b, start_b, coef8[4:])):
+        expect = start_m[:d].copy()
+        for j in range(d):  # the order of vaxpy4, in the dtype
+            expect[j] += (c[0] * X[1, j] + c[1] * X[2, j]) + (c[2] * X[3, j] + c[3] * X[4, j])
+        np.testing.assert_array_equal(acc_m[:d], expect)
+        np.testing.assert_array_equal(acc_m[d:], 0)
+
+
+def test_every_count_of_whole_chunks_is_covered():
+    """The row lengths of the register test reach every case of the compiled switch on the
+    number of whole chunks before the last (0 to SHORT_BYTES // VBYTES - 1) and the loop
+    past it, in both dtypes."""
+    cases = SHORT_BYTES // VBYTES
+    for dtype in DTYPES:
+        w = _short.lanes(np.dtype(dtype).itemsize)
+        counts = {(d - 1) // w for d in DS_REGISTER if d >= w}
+        assert set(range(cases)) <= counts, (dtype, counts)
+        assert max(counts) >= cases, (dtype, counts)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -237,6 +271,11 @@ def test_plain_python_versions(dtype):
     ref_a, ref_b = np.zeros(pad, dtype), np.zeros(pad, dtype)
     _axpy2x2(X, 2, coef, acc_a, acc_b)
     _short.vaxpy2x2_py(X, 2, coef[0], coef[1], coef[2], coef[3], ref_a, ref_b)
+    np.testing.assert_array_equal(acc_a, ref_a)
+    np.testing.assert_array_equal(acc_b, ref_b)
+    coef8 = rng.standard_normal(8).astype(dtype)
+    _axpy2x4(X, 1, coef8, acc_a, acc_b)
+    _short.vaxpy2x4_py(X, 1, *coef8, ref_a, ref_b)
     np.testing.assert_array_equal(acc_a, ref_a)
     np.testing.assert_array_equal(acc_b, ref_b)
 

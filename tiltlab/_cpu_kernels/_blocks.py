@@ -55,7 +55,17 @@ from __future__ import annotations
 import numpy as np
 
 from ._rows import _flush
-from ._short import SHORT_BYTES, VBYTES, vaxpy2x2, vaxpy4, vdot, vdot2, vdot2x4, vdot4
+from ._short import (
+    SHORT_BYTES,
+    VBYTES,
+    vaxpy2x2,
+    vaxpy2x4,
+    vaxpy4,
+    vdot,
+    vdot2,
+    vdot2x4,
+    vdot4,
+)
 from ._vmath import vexp, vexpm1, vlog1p_unit
 from ._vmath32 import vexpf, vexpm1f, vlog1p_unitf
 
@@ -376,11 +386,25 @@ def _axpy(X, i0, nb, coef, c0_at, acc, ahead, end):
 
 @_INLINE
 def _axpy2(X, i0, nb, ca, cb, c0_at, acc_a, acc_b, ahead, end):
-    """:func:`_axpy` with two coefficient vectors, two rows at a time."""
+    """:func:`_axpy` with two coefficient vectors: short rows four at a time in whole
+    registers (each chunk of ``X`` loaded once for both vectors, each accumulator chunk
+    read and written once per four rows: at d = 20 float32 the updates of a block in
+    cache took 40% less time than two rows at a time), then two at a time; other rows two
+    at a time."""
     n, d = X.shape
     b = 0
     if short_rows(X):  # in whole registers (a loop of its own: the loop below unchanged)
         whole = d % (VBYTES // X.itemsize) == 0
+        while b + ROWS <= nb and (whole or i0 + b + ROWS < n):  # may read row i + ROWS
+            i = i0 + b
+            if ahead > 0:
+                _prefetch_rows(X, i + ahead, ROWS, end)
+            c = c0_at + b
+            vaxpy2x4(
+                X, i, ca[c], ca[c + 1], ca[c + 2], ca[c + 3],
+                cb[c], cb[c + 1], cb[c + 2], cb[c + 3], acc_a, acc_b,
+            )  # fmt: skip
+            b += ROWS
         while b + 2 <= nb and (whole or i0 + b + 2 < n):  # the last chunk may read row i + 2
             i = i0 + b
             if ahead > 0:
