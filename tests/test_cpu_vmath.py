@@ -14,6 +14,7 @@ import pytest
 
 numba = pytest.importorskip("numba", reason="the fused CPU kernels need numba")
 
+from tiltlab._cpu_kernels import _blocks  # noqa: E402
 from tiltlab._cpu_kernels import _vmath as vm  # noqa: E402
 
 #: the documented bound (units in the last place of the correctly rounded result)
@@ -52,10 +53,50 @@ FUNCS = {
 }
 
 
-def _apply(name, x):
+# the kernels call these functions through _blocks.exp_t and friends, compiled with the
+# contraction of multiplications and additions into fused multiply-adds (where the CPU has
+# them): each test runs on both builds
+
+
+@numba.njit(error_model="numpy")
+def _kmap_exp(x, out):
+    for i in range(x.shape[0]):
+        out[i] = _blocks.exp_t(x[i])
+
+
+@numba.njit(error_model="numpy")
+def _kmap_expm1(x, out):
+    for i in range(x.shape[0]):
+        out[i] = _blocks.expm1_t(x[i])
+
+
+@numba.njit(error_model="numpy")
+def _kmap_log1p_unit(x, out):
+    for i in range(x.shape[0]):
+        out[i] = _blocks.log1p_unit_t(x[i])
+
+
+KERNEL_FUNCS = {"exp": _kmap_exp, "expm1": _kmap_expm1, "log1p_unit": _kmap_log1p_unit}
+
+
+@pytest.fixture(params=["rounded", "kernel"])
+def build(request):
+    """The functions as compiled alone, or as the kernels compile them."""
+    return request.param
+
+
+def _map(name, build):
+    if build == "rounded":
+        return FUNCS[name][0]
+    if name not in KERNEL_FUNCS:
+        pytest.skip("the kernels use exp, expm1 and log1p on [0, 1] only")
+    return KERNEL_FUNCS[name]
+
+
+def _apply(name, x, build="rounded"):
     x = np.ascontiguousarray(x, dtype=np.float64)
     out = np.empty_like(x)
-    FUNCS[name][0](x, out)
+    _map(name, build)(x, out)
     return out
 
 
@@ -88,7 +129,7 @@ RANGES = {
 
 
 @pytest.mark.parametrize("name", ["exp", "expm1", "log1p"])
-def test_ulp_error_against_numpy_over_the_whole_range(name):
+def test_ulp_error_against_numpy_over_the_whole_range(name, build):
     ref = FUNCS[name][1]
     rng = np.random.default_rng(1)
     xs = [_random_bits(400_000, 0)]
@@ -99,10 +140,10 @@ def test_ulp_error_against_numpy_over_the_whole_range(name):
     for x in xs:
         with np.errstate(all="ignore"):
             desired = ref(x)
-        assert _ulp_error(_apply(name, x), desired) <= MAX_ULP
+        assert _ulp_error(_apply(name, x, build), desired) <= MAX_ULP
 
 
-def test_log1p_unit_on_its_domain():
+def test_log1p_unit_on_its_domain(build):
     """``vlog1p_unit`` serves ``[0, 1]`` (the softplus ``log1p(exp(-|z|))``)."""
     rng = np.random.default_rng(3)
     x = np.concatenate(
@@ -112,11 +153,11 @@ def test_log1p_unit_on_its_domain():
             [0.0, 5e-324, 1e-300, np.sqrt(2.0) - 1.0, np.nextafter(np.sqrt(2.0) - 1.0, 1), 1.0],
         ]
     )
-    assert _ulp_error(_apply("log1p_unit", x), np.log1p(x)) <= MAX_ULP
+    assert _ulp_error(_apply("log1p_unit", x, build), np.log1p(x)) <= MAX_ULP
 
 
 @pytest.mark.parametrize("name", list(FUNCS))
-def test_against_mpmath(name):
+def test_against_mpmath(name, build):
     ref = FUNCS[name][2]
     rng = np.random.default_rng(2)
     lo, hi = (-1.0, 50.0) if name == "log1p" else (-700.0, 700.0)
@@ -128,26 +169,26 @@ def test_against_mpmath(name):
         x = np.abs(x)
     with mpmath.workdps(50):
         desired = np.array([float(ref(mpmath.mpf(float(v)))) for v in x])
-    assert _ulp_error(_apply(name, x), desired) <= MAX_ULP
+    assert _ulp_error(_apply(name, x, build), desired) <= MAX_ULP
 
 
-def test_exp_overflow_underflow_and_specials():
+def test_exp_overflow_underflow_and_specials(build):
     big = np.log(np.finfo(np.float64).max)
     x = np.array([big, np.nextafter(big, np.inf), 710.0, 1e300, np.inf])
-    out = _apply("exp", x)
+    out = _apply("exp", x, build)
     assert np.isfinite(out[0]) and np.all(np.isinf(out[1:]))
     x = np.array([-708.0, -740.0, -745.1, -745.2, -1e300, -np.inf])
-    out = _apply("exp", x)
+    out = _apply("exp", x, build)
     assert _ulp_error(out, np.exp(x)) <= 1.0  # subnormals (within one step), then zeros
     np.testing.assert_array_equal(out[3:], 0.0)
     assert out[1] > 0 and out[1] < np.finfo(np.float64).tiny
     x = np.array([0.0, -0.0, 5e-324, -5e-324])
-    np.testing.assert_array_equal(_apply("exp", x), np.ones(4))
+    np.testing.assert_array_equal(_apply("exp", x, build), np.ones(4))
 
 
-def test_expm1_specials():
+def test_expm1_specials(build):
     x = np.array([0.0, -0.0, 5e-324, -1e-310, 1e-300, -np.inf, np.inf, 710.0, -800.0])
-    out = _apply("expm1", x)
+    out = _apply("expm1", x, build)
     with np.errstate(over="ignore"):
         np.testing.assert_array_equal(out, np.expm1(x))
     np.testing.assert_array_equal(np.signbit(out[:2]), [False, True])
@@ -165,9 +206,9 @@ def test_log1p_specials():
 
 
 @pytest.mark.parametrize("name", ["exp", "expm1", "log1p"])
-def test_nan_propagates(name):
+def test_nan_propagates(name, build):
     x = np.array([np.nan, -np.nan, 1.0, np.nan])
-    out = _apply(name, x)
+    out = _apply(name, x, build)
     np.testing.assert_array_equal(np.isnan(out), [True, True, False, True])
 
 

@@ -55,10 +55,50 @@ FUNCS = {
 }
 
 
-def _apply(name, x):
+# the kernels call these functions through _blocks.exp_t and friends, compiled with the
+# contraction of multiplications and additions into fused multiply-adds (where the CPU has
+# them): each test runs on both builds
+
+
+@numba.njit(error_model="numpy")
+def _kmap_exp(x, out):
+    for i in range(x.shape[0]):
+        out[i] = _blocks.exp_t(x[i])
+
+
+@numba.njit(error_model="numpy")
+def _kmap_expm1(x, out):
+    for i in range(x.shape[0]):
+        out[i] = _blocks.expm1_t(x[i])
+
+
+@numba.njit(error_model="numpy")
+def _kmap_log1p_unit(x, out):
+    for i in range(x.shape[0]):
+        out[i] = _blocks.log1p_unit_t(x[i])
+
+
+KERNEL_FUNCS = {"exp": _kmap_exp, "expm1": _kmap_expm1, "log1p_unit": _kmap_log1p_unit}
+
+
+@pytest.fixture(params=["rounded", "kernel"])
+def build(request):
+    """The functions as compiled alone, or as the kernels compile them."""
+    return request.param
+
+
+def _map(name, build):
+    if build == "rounded":
+        return FUNCS[name][0]
+    if name not in KERNEL_FUNCS:
+        pytest.skip("the kernels use exp, expm1 and log1p on [0, 1] only")
+    return KERNEL_FUNCS[name]
+
+
+def _apply(name, x, build="rounded"):
     x = np.ascontiguousarray(x, dtype=F32)
     out = np.empty_like(x)
-    FUNCS[name][0](x, out)
+    _map(name, build)(x, out)
     assert out.dtype == F32
     return out
 
@@ -101,7 +141,7 @@ RANGES = {
 
 
 @pytest.mark.parametrize("name", ["exp", "expm1", "log1p"])
-def test_ulp_error_over_the_whole_float32_range(name):
+def test_ulp_error_over_the_whole_float32_range(name, build):
     rng = np.random.default_rng(1)
     xs = [_random_bits(1_000_000, 0)]
     xs += [rng.uniform(a, b, 200_000).astype(F32) for a, b in RANGES[name]]
@@ -109,10 +149,10 @@ def test_ulp_error_over_the_whole_float32_range(name):
     mag = np.exp(rng.uniform(-103.0, 88.0, 200_000)).astype(F32)
     xs += [mag, -mag]
     for x in xs:
-        assert _ulp_error(_apply(name, x), _reference(name, x)) <= MAX_ULP
+        assert _ulp_error(_apply(name, x, build), _reference(name, x)) <= MAX_ULP
 
 
-def test_log1p_unit_on_its_domain():
+def test_log1p_unit_on_its_domain(build):
     """``vlog1p_unitf`` serves ``[0, 1]`` (the softplus ``log1p(exp(-|z|))``)."""
     rng = np.random.default_rng(3)
     edge = np.sqrt(F32(2.0)) - F32(1.0)
@@ -123,11 +163,11 @@ def test_log1p_unit_on_its_domain():
             np.array([0.0, 1e-45, 1e-38, edge, np.nextafter(edge, F32(1)), 1.0], dtype=F32),
         ]
     )
-    assert _ulp_error(_apply("log1p_unit", x), _reference("log1p", x)) <= MAX_ULP
+    assert _ulp_error(_apply("log1p_unit", x, build), _reference("log1p", x)) <= MAX_ULP
 
 
 @pytest.mark.parametrize("name", list(FUNCS))
-def test_against_mpmath(name):
+def test_against_mpmath(name, build):
     ref = FUNCS[name][2]
     rng = np.random.default_rng(2)
     lo, hi = (-1.0, 50.0) if name == "log1p" else (-100.0, 88.0)
@@ -140,26 +180,26 @@ def test_against_mpmath(name):
     x = x.astype(F32)
     with mpmath.workdps(50):
         desired = np.array([float(ref(mpmath.mpf(float(v)))) for v in x])
-    assert _ulp_error(_apply(name, x), desired) <= MAX_ULP
+    assert _ulp_error(_apply(name, x, build), desired) <= MAX_ULP
 
 
-def test_exp_overflow_underflow_and_specials():
+def test_exp_overflow_underflow_and_specials(build):
     big = np.log(np.float64(np.finfo(F32).max))  # 88.72...
     x = np.array([88.72, np.nextafter(F32(big), F32(np.inf)), 89.0, 1e30, np.inf], dtype=F32)
-    out = _apply("exp", x)
+    out = _apply("exp", x, build)
     assert np.isfinite(out[0]) and np.all(np.isinf(out[1:]))
     x = np.array([-87.0, -100.0, -103.9, -104.0, -1e30, -np.inf], dtype=F32)
-    out = _apply("exp", x)
+    out = _apply("exp", x, build)
     assert _ulp_error(out, _reference("exp", x)) <= 1.0  # subnormals, then zeros
     np.testing.assert_array_equal(out[3:], 0.0)
     assert 0 < out[1] < np.finfo(F32).tiny
     x = np.array([0.0, -0.0, 1e-45, -1e-45], dtype=F32)
-    np.testing.assert_array_equal(_apply("exp", x), np.ones(4, dtype=F32))
+    np.testing.assert_array_equal(_apply("exp", x, build), np.ones(4, dtype=F32))
 
 
-def test_expm1_specials():
+def test_expm1_specials(build):
     x = np.array([0.0, -0.0, 1e-45, -1e-40, 1e-30, -np.inf, np.inf, 89.0, -200.0], dtype=F32)
-    out = _apply("expm1", x)
+    out = _apply("expm1", x, build)
     with np.errstate(over="ignore"):
         np.testing.assert_array_equal(out, np.expm1(x.astype(np.float64)).astype(F32))
     np.testing.assert_array_equal(np.signbit(out[:2]), [False, True])
@@ -178,9 +218,9 @@ def test_log1p_specials():
 
 
 @pytest.mark.parametrize("name", ["exp", "expm1", "log1p"])
-def test_nan_propagates(name):
+def test_nan_propagates(name, build):
     x = np.array([np.nan, -np.nan, 1.0, np.nan], dtype=F32)
-    out = _apply(name, x)
+    out = _apply(name, x, build)
     np.testing.assert_array_equal(np.isnan(out), [True, True, False, True])
 
 

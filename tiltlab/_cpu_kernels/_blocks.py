@@ -43,7 +43,13 @@ Only the dot products and the block sums may reassociate their additions
 otherwise hold, NaN included); the order is fixed at compile time, so results do not
 depend on the number of threads. The block extremes are taken with ``{"nnan", "ninf"}``
 (so that the max/min reductions vectorise) only after a NaN-propagating sum has shown
-that every loss on the support is finite. Everything else is compiled without fastmath.
+that every loss on the support is finite. The ``exp``, ``expm1`` and ``log1p`` of the
+losses and weights (:func:`exp_t` and friends) are compiled with ``{"contract"}`` alone:
+their multiplications and additions fuse into multiply-adds where the CPU has them
+(one rounding instead of two; the errors stay within the functions' bound of two units
+in the last place, tested on both builds), which halved the time of the float64
+logistic loss and weights of a block in cache. Everything else is compiled without
+fastmath.
 
 Numba checks only a kernel's own file when it reuses cached machine code; the helpers here
 are inlined into kernels of other files, so :mod:`._cache` clears the cached kernels when
@@ -96,7 +102,7 @@ try:  # pragma: no branch - the engine is only chosen when numba imports
     def _typed(stub, f32, f64):
         """Compile ``stub`` as ``f32`` for float32 arguments and ``f64`` otherwise."""
 
-        @overload(stub, jit_options={"fastmath": False, "error_model": "numpy"})
+        @overload(stub, jit_options={"fastmath": {"contract"}, "error_model": "numpy"})
         def _impl(x):
             if x == types.float32:
 

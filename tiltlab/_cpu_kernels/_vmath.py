@@ -12,7 +12,10 @@ subnormal range come out right). ``log1p`` reduces ``1 + x`` to a mantissa in
 evaluates ``log`` of the mantissa through ``s = f / (2 + f)`` (the series of
 ``2 atanh(s)``).
 
-All three are compiled without ``fastmath``: IEEE semantics hold, NaN propagates, ``exp``
+All three are compiled without ``fastmath`` (the kernels call them through
+:func:`tiltlab._cpu_kernels._blocks.exp_t` and friends, which also let multiplications and
+additions fuse into multiply-adds: the same bounds hold, tested on both builds): IEEE
+semantics hold, NaN propagates, ``exp``
 overflows to ``inf`` and underflows through the subnormals to 0, ``log1p(-1) = -inf`` and
 ``log1p(x < -1) = NaN``. Errors against NumPy stay within a few units in the last place
 over the whole float range (tests/test_cpu_vmath.py).
