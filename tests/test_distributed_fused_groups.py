@@ -2,7 +2,8 @@
 
 Each chunk's innermost-group states and per-group sums come from one compiled pass
 (:meth:`tiltlab._cpu_kernels.FusedProblem.group_states`), merged group by group across
-chunks, the upper levels finished in the last task. References are independent of the
+chunks, the upper levels finished in the last task (the scalar-predictor losses, and the
+multinomial loss with ``G x d x K`` sums). References are independent of the
 route: the eager NumPy hierarchical objective on the generic array-API engine (per-sample
 weights, segment sums, two products with ``X``), the nested tilted risk written with
 SciPy's ``logsumexp`` (value and gradient in closed form, the Hessian-vector product by
@@ -181,7 +182,7 @@ def test_fused_hierarchy_closed_form(dtype, tilts, route_calls):
 
 
 @needs_numba
-def test_fused_setting_off_non_finite_losses_and_multinomial(route_calls):
+def test_fused_setting_off_and_non_finite_losses(route_calls):
     X, y, th, v, w = _data("squared", np.float64, seed=5)
     g = _groups()
     obj = tl.TiltedObjective("squared", _dask(X), _dask(y), groups=g, tilts=(1.0, 2.0))
@@ -199,15 +200,6 @@ def test_fused_setting_off_non_finite_losses_and_multinomial(route_calls):
         value = ClientObjective(obj).value(np.full(D, 1e160))  # overflowing losses
     assert route_calls["asked"] == 8 and route_calls["served"] == 3  # declined
     assert value == np.inf
-    yk = np.random.default_rng(0).integers(0, 3, size=N)
-    multi = tl.TiltedObjective("multinomial", _dask(X), _dask(yk), groups=g, tilts=(1.0, 2.0))
-    ref = tl.TiltedObjective("multinomial", X, yk, groups=g, tilts=(1.0, 2.0))
-    th3 = np.zeros((D, 3))
-    fm, gm = dask.compute(*multi.value_and_gradient(th3))
-    assert route_calls["asked"] == 8  # the grouped kernel serves scalar losses only
-    f0, g0 = ref.value_and_gradient(th3)
-    _close(fm, f0, np.float64)
-    _close(gm, g0, np.float64)
 
 
 @needs_numba
@@ -402,3 +394,64 @@ def test_multinomial_group_states_non_finite_and_threads(dtype):
                 np.testing.assert_array_equal(getattr(a, f), getattr(b, f))
             for sa, sb in zip(a.sums, b.sums, strict=True):
                 np.testing.assert_array_equal(sa, sb)
+
+
+@needs_numba
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("tilts", [(1.0, 0.7), (-2.0, 0.0), (0.5, 1e-3), (3.0, -3.0)])
+def test_fused_multinomial_hierarchy_matches_the_numpy_objective(dtype, tilts, route_calls):
+    """Value, gradient and Hessian-vector product of the Dask hierarchy (uneven chunks, one
+    empty, groups spanning chunks, zero prior weights) against the eager NumPy objective
+    on the generic engine; each non-empty chunk is served by the grouped kernel."""
+    X, y, th, v, w = _multi_data(dtype)
+    g = _groups()
+    kw = dict(groups=g, tilts=tilts, weights=w, l2=1e-2)
+    ref = tl.TiltedObjective("multinomial", X, y, **kw)
+    ref.fused = False
+    obj = tl.TiltedObjective("multinomial", _dask(X), _dask(y), **{**kw, "weights": _dask(w)})
+    f, grad = dask.compute(*obj.value_and_gradient(th))
+    hv, val = dask.compute(obj.hvp(th, v), obj.value(th))
+    assert route_calls["served"] == 3 * 3  # three non-empty chunks, three evaluations
+    assert grad.dtype == dtype and hv.dtype == dtype and grad.shape == th.shape == hv.shape
+    # the tolerances of the scalar losses hold: the kernel's float32 predictors (its
+    # softmax, losses and weights are float64) against the generic engine's float32 losses
+    # differ by a few float32 roundings per loss, amplified by tilts of at most 3
+    f0, g0 = ref.value_and_gradient(th)
+    _close(f, f0, dtype)
+    _close(val, f0, dtype)
+    _close(grad, g0, dtype)
+    _close(hv, ref.hvp(th, v), dtype)
+
+
+@needs_numba
+def test_fused_multinomial_hierarchy_mixed_routes_and_non_finite_losses(route_calls):
+    """A chunk without prior mass is declined (the generic route gives its state, merged
+    with the kernel's ``G x d x K`` sums of the other chunks); overflowing losses make every
+    chunk decline, and the result is the generic route's."""
+    from tiltlab.distributed import ClientObjective
+
+    X, y, th, v, w = _multi_data(np.float64, seed=7)
+    w[1500:2796] = 0.0  # the third chunk has no prior mass
+    g = _groups(seed=2)
+    g[1500:2796] = np.random.default_rng(5).choice([3, 43], size=1296)  # groups of others
+    kw = dict(groups=g, tilts=(2.0, -1.0), weights=w)
+    ref = tl.TiltedObjective("multinomial", X, y, **kw)
+    ref.fused = False
+    obj = tl.TiltedObjective("multinomial", _dask(X), _dask(y), **{**kw, "weights": _dask(w)})
+    f, grad = dask.compute(*obj.value_and_gradient(th))
+    (hv,) = dask.compute(obj.hvp(th, v))
+    assert route_calls["asked"] == 2 * 4 and route_calls["served"] == 2 * 2
+    f0, g0 = ref.value_and_gradient(th)
+    _close(f, f0, np.float64)
+    _close(grad, g0, np.float64)
+    _close(hv, ref.hvp(th, v), np.float64)
+    big = np.zeros_like(th)
+    big[:, 1] = 1e308  # most predictors overflow
+    client = ClientObjective(obj)
+    with np.errstate(over="ignore", invalid="ignore"):
+        value = client.value(big)
+        obj.fused = False
+        generic = client.value(big)
+    assert route_calls["asked"] == 3 * 4 and route_calls["served"] == 2 * 2  # declined
+    np.testing.assert_equal(value, generic)
+    assert not np.isfinite(value)
