@@ -40,6 +40,14 @@
     the NumPy fit, the overhead per L-BFGS iteration and per evaluation against NumPy
     (Dask time minus NumPy time), graphs per iteration, and the load average.
 
+(e) ``groups``: one ``value_and_gradient`` of a hierarchical objective (``--loss logistic``
+    or ``multinomial`` with ``--classes`` classes, ``--groups`` Zipf-sized groups, tilts
+    (-1, 2), ``--rows`` x 32 float64, default 5e5, chunks of ``--chunk`` rows) on Dask's
+    default threaded scheduler in this process, with the NumPy chunks on the fused
+    grouped kernel (``fused = True``) and on the generic route (``fused = False``, the
+    same objective toggled), interleaved, ``--repeats`` rounds (at least 7), medians;
+    reported with the load average and the agreement of the two results.
+
 Usage::
 
     PYTHONPATH=. python benchmarks/dask_scaling.py inmem [--rows 2000000] [--repeats 3]
@@ -48,6 +56,8 @@ Usage::
         [--groups 200] [--repeats 7] [--in-process] [--before /tmp/b]
     NUMBA_NUM_THREADS=1 PYTHONPATH=. python benchmarks/dask_scaling.py fit [--rows 500000] \
         [--repeats 5] [--max-iter 15]
+    PYTHONPATH=. python benchmarks/dask_scaling.py groups --loss multinomial --classes 5 \
+        --groups 100 --chunk 100000 [--rows 500000] [--repeats 7]
 
 A ``--before`` copy: ``git archive <commit> tiltlab | tar -x -C /tmp/b``, rename
 ``/tmp/b/tiltlab`` to ``/tmp/b/tiltlab_before`` and replace ``"tiltlab.`` by
@@ -489,6 +499,59 @@ def fit(rows: int, n_groups: int, repeats: int, max_iter: int, hier_only: bool =
     _group_chunk_times(X[:chunk], y[:chunk], g[:chunk], int(g.max()) + 1, repeats)
 
 
+def groups(rows: int, n_groups: int, repeats: int, loss: str, classes: int, chunk: int) -> None:
+    import dask
+    import dask.array as da
+
+    import tiltlab as tl
+    from tiltlab.distributed import distribute
+    from tiltlab.distributed._groups import fused_groups
+
+    rng = np.random.default_rng(0)
+    X, y = _data(rows)
+    theta = np.full(D, 0.01)
+    if loss == "multinomial":  # labels of a softmax model with Gumbel noise; theta near it
+        B = rng.standard_normal((D, classes)) / np.sqrt(D)
+        y = np.argmax(X @ B + rng.gumbel(size=(rows, classes)), axis=1)
+        theta = 0.5 * B
+    g = _zipf_groups(rows, n_groups, rng)
+    obj = tl.TiltedObjective(
+        loss, da.from_array(X, chunks=(chunk, D)), da.from_array(y, chunks=chunk),
+        groups=g, tilts=(-1.0, 2.0), l2=L2,
+    )  # fmt: skip
+    plan = distribute(obj)
+    print(
+        f"(e) groups: {rows} x {D} float64 {loss}"
+        + (f" (K = {classes})" if loss == "multinomial" else "")
+        + f", {int(g.max()) + 1} Zipf groups, tilts (-1, 2), chunks of {chunk} rows, "
+        f"threaded scheduler ({os.cpu_count()} cores), data persisted: {plan.persisted}, "
+        f"fused grouped route applies: {fused_groups(obj.problem, plan)}; NUMBA_NUM_THREADS="
+        f"{os.environ.get('NUMBA_NUM_THREADS', 'unset')}; load average at the start "
+        f"{os.getloadavg()}"
+    )
+
+    def run(fused: bool):
+        obj.fused = fused
+        return dask.compute(*obj.value_and_gradient(theta))
+
+    out = {True: run(True), False: run(False)}  # kernels loaded, graphs warm
+    times: dict[bool, list] = {True: [], False: []}
+    for _ in range(max(repeats, 7)):
+        for fused in (True, False):
+            times[fused].append(_timed(lambda f=fused: run(f)))
+    (f1, g1), (f0, g0) = out[True], out[False]
+    med = {k: statistics.median(v) for k, v in times.items()}
+    for k, name in ((True, "fused grouped kernel"), (False, "generic route")):
+        print(f"  {name:21s} {med[k] * 1e3:8.1f} ms per value_and_gradient (runs "
+              f"{', '.join(f'{v * 1e3:.0f}' for v in times[k])})")  # fmt: skip
+    print(
+        f"  generic / fused {med[False] / med[True]:.2f}; |df|/|f| "
+        f"{abs(float(f1) - float(f0)) / abs(float(f0)):.1e}, max|dg|/max|g| "
+        f"{np.abs(g1 - g0).max() / np.abs(g0).max():.1e}; load average at the end "
+        f"{os.getloadavg()}"
+    )
+
+
 def _group_chunk_times(Xb, yb, gb, n_groups: int, repeats: int) -> None:
     """The work of one chunk of the hierarchy, in this process: its group state with the
     per-group gradient sums by the fused grouped kernel, by the generic one-sweep NumPy
@@ -557,7 +620,7 @@ def _chunk_times(Xb: np.ndarray, yb: np.ndarray, repeats: int) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("part", choices=["inmem", "ooc", "hier", "fit"])
+    ap.add_argument("part", choices=["inmem", "ooc", "hier", "fit", "groups"])
     ap.add_argument("--rows", type=int, default=None,
                     help="rows of (a) and (c) (default 2e6 and 1e6)")
     ap.add_argument("--repeats", type=int, default=None, help="default 3 (a) and 7 (c)")
@@ -567,7 +630,9 @@ def main() -> None:
     ap.add_argument("--max-iter", type=int, default=15)
     ap.add_argument("--hier-only", action="store_true", help="fit: the hierarchy alone")
     ap.add_argument("--ooc-rows", type=int, default=100_000_000)
-    ap.add_argument("--chunk", type=int, default=1 << 20)
+    ap.add_argument("--chunk", type=int, default=1 << 20, help="rows per chunk of (b), (e)")
+    ap.add_argument("--loss", default="logistic", choices=["logistic", "multinomial"])
+    ap.add_argument("--classes", type=int, default=5, help="(e): K of the multinomial loss")
     ap.add_argument("--fit-iter", type=int, default=3)
     ap.add_argument("--dir", default="/tmp/tiltlab_ooc")
     a = ap.parse_args()
@@ -575,6 +640,8 @@ def main() -> None:
         inmem(a.rows or 2_000_000, a.repeats or 3, a.max_iter)
     elif a.part == "fit":
         fit(a.rows or 500_000, a.groups, a.repeats or 5, a.max_iter, a.hier_only)
+    elif a.part == "groups":
+        groups(a.rows or 500_000, a.groups, a.repeats or 7, a.loss, a.classes, a.chunk)
     elif a.part == "hier":
         hier(a.rows or 1_000_000, a.groups, a.repeats or 7, a.in_process, a.before)
     else:

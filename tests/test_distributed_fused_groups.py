@@ -2,7 +2,8 @@
 
 Each chunk's innermost-group states and per-group sums come from one compiled pass
 (:meth:`tiltlab._cpu_kernels.FusedProblem.group_states`), merged group by group across
-chunks, the upper levels finished in the last task. References are independent of the
+chunks, the upper levels finished in the last task (the scalar-predictor losses, and the
+multinomial loss with ``G x d x K`` sums). References are independent of the
 route: the eager NumPy hierarchical objective on the generic array-API engine (per-sample
 weights, segment sums, two products with ``X``), the nested tilted risk written with
 SciPy's ``logsumexp`` (value and gradient in closed form, the Hessian-vector product by
@@ -181,7 +182,7 @@ def test_fused_hierarchy_closed_form(dtype, tilts, route_calls):
 
 
 @needs_numba
-def test_fused_setting_off_non_finite_losses_and_multinomial(route_calls):
+def test_fused_setting_off_and_non_finite_losses(route_calls):
     X, y, th, v, w = _data("squared", np.float64, seed=5)
     g = _groups()
     obj = tl.TiltedObjective("squared", _dask(X), _dask(y), groups=g, tilts=(1.0, 2.0))
@@ -199,15 +200,6 @@ def test_fused_setting_off_non_finite_losses_and_multinomial(route_calls):
         value = ClientObjective(obj).value(np.full(D, 1e160))  # overflowing losses
     assert route_calls["asked"] == 8 and route_calls["served"] == 3  # declined
     assert value == np.inf
-    yk = np.random.default_rng(0).integers(0, 3, size=N)
-    multi = tl.TiltedObjective("multinomial", _dask(X), _dask(yk), groups=g, tilts=(1.0, 2.0))
-    ref = tl.TiltedObjective("multinomial", X, yk, groups=g, tilts=(1.0, 2.0))
-    th3 = np.zeros((D, 3))
-    fm, gm = dask.compute(*multi.value_and_gradient(th3))
-    assert route_calls["asked"] == 8  # the grouped kernel serves scalar losses only
-    f0, g0 = ref.value_and_gradient(th3)
-    _close(fm, f0, np.float64)
-    _close(gm, g0, np.float64)
 
 
 @needs_numba
@@ -254,3 +246,212 @@ def test_group_states_match_the_accumulator(dtype, t):
     np.testing.assert_allclose(got, want, rtol=0, atol=tol * np.abs(want).max())
     risk = ce._group_state(st).risk(np, np.float64)
     np.testing.assert_allclose(risk[on], ref.risk()[on], rtol=tol, atol=tol * lf.max())
+
+
+# ---------------------------------------------------------------------------------------
+# the multinomial loss (theta of shape (d, K), integer labels)
+
+K = 4
+
+
+def _multi_data(dtype, seed=0, n=N, d=D, scale=0.1):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, d)).astype(dtype)
+    y = rng.integers(0, K, size=n)
+    th = (scale * rng.standard_normal((d, K))).astype(dtype)
+    v = rng.standard_normal((d, K)).astype(dtype)
+    w = rng.uniform(0.2, 2.0, size=n)
+    w[::7] = 0.0  # zero prior weights inside groups
+    return X, y, th, v, w
+
+
+def _multi_pieces(X, y, th, v):
+    """float64 losses, ``d1 = softmax - onehot``, ``u = X v``, ``a = d1 . u`` and the
+    per-sample Hessian applied to ``u``, ``hz = s u - s (s . u)``."""
+    rows = np.arange(X.shape[0])
+    z = X @ th
+    ell = special.logsumexp(z, axis=1) - z[rows, y]
+    S = special.softmax(z, axis=1)
+    d1 = S.copy()
+    d1[rows, y] -= 1.0
+    u = X @ v
+    a = np.sum(d1 * u, axis=1)
+    hz = S * u - S * np.sum(S * u, axis=1, keepdims=True)
+    return ell, d1, u, a, hz
+
+
+def _multi_tol(X, th, v, t, dtype):
+    """Tolerance of the kernel's normalised per-group quantities against float64 ones of
+    the same data. The kernel's only arithmetic in ``X``'s dtype is the dot products
+    ``z = x theta`` and ``u = x v``, each off by at most ``gamma_d sum_j |x_j theta_j|``
+    (``gamma_d = d eps / 2``); the losses and ``d1``, ``hz`` and ``a`` are Lipschitz in
+    ``z`` and ``u`` with small constants (``|dl/dz|_1 <= 2``, the softmax's Jacobian <= 2
+    in the max norm) and the weights' relative error is ``|t|`` times the losses' (the
+    shift moves with them), so the normalised sums differ by a small multiple of ``(1 +
+    |t|)`` times the predictors' error, relative to their scale. The float64 sums of a few
+    thousand terms add ``n eps`` (the accumulator's and the kernel's orders differ)."""
+    Xa = np.abs(X.astype(np.float64))
+    gamma = X.shape[1] * np.finfo(dtype).eps / 2
+    err = gamma * (np.max(Xa @ np.abs(th.astype(np.float64)))
+                   + np.max(Xa @ np.abs(v.astype(np.float64))))  # fmt: skip
+    return 16 * (1 + abs(t)) * err + X.shape[0] * np.finfo(np.float64).eps
+
+
+def _group_xt(Xf, codes, G, coef):
+    """Per-group ``sum_{i in g} x_i coef_i^T`` (``G x d x K``), row by row per group."""
+    return np.stack([Xf[codes == g].T @ coef[codes == g] for g in range(G)])
+
+
+@needs_numba
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("t", [0.0, 1e-3, 0.7, -0.7, 40.0, -40.0])
+@pytest.mark.parametrize("mode", ["value", "grad", "hvp"])
+def test_multinomial_group_states_match_the_accumulator(dtype, t, mode):
+    """The multinomial kernel's per-group states and ``G x d x K`` sums against the
+    accumulator's from float64 losses and derivatives of the same data, rows sorted by loss
+    so that each group's running shift moves at every row (at ``|t| = 40`` the lazy shift
+    of the sums moves too), an empty group and zero prior weights."""
+    from tiltlab.accumulator import TiltState
+    from tiltlab.segments import Segments
+
+    n, d, G = 3000, 9, 5
+    X, y, th, v, p = _multi_data(dtype, seed=11, n=n, d=d, scale=1.0)
+    Xf, thf, vf = (a.astype(np.float64) for a in (X, th, v))
+    ell = _multi_pieces(Xf, y, thf, vf)[0]
+    order = np.argsort(ell if t >= 0 else -ell)
+    X, y, Xf = X[order], y[order], Xf[order]
+    ell, d1, u, a, hz = _multi_pieces(Xf, y, thf, vf)
+    codes = np.random.default_rng(3).choice([0, 1, 3, 4], size=n)  # group 2 empty
+    fp = FusedProblem("multinomial", X, y, p)
+    st = fp.group_states(
+        th, t, codes, G, gradient=mode == "grad", hvp_vector=v if mode == "hvp" else None
+    )
+
+    def sums(pe):
+        if mode == "grad":
+            return (_group_xt(Xf, codes, G, pe[:, None] * d1),)
+        if mode == "hvp":
+            c = pe[:, None] * (hz + t * a[:, None] * d1)
+            return (
+                _group_xt(Xf, codes, G, c),
+                _group_xt(Xf, codes, G, pe[:, None] * d1),
+                np.bincount(codes, pe * a, G),
+            )
+        return ()
+
+    ref = TiltState.from_block(ell, t, p, segments=Segments.from_codes(codes, G), sums=sums)
+    assert st.present.tolist() == [True, True, False, True, True]
+    on = st.present
+    tol = _multi_tol(X, th, v, t, dtype)
+    np.testing.assert_allclose(st.mass[on], ref.mass[on], rtol=1e-14)
+    np.testing.assert_allclose(st.shift[on], ref.shift[on], rtol=0, atol=tol * ell.max())
+    np.testing.assert_allclose(st.s[on], ref.s[on], rtol=tol * max(1.0, ell.max()))
+    risk = ce._group_state(st).risk(np, np.float64)
+    np.testing.assert_allclose(risk[on], ref.risk()[on], rtol=0, atol=tol * ell.max())
+    assert len(st.sums) == {"value": 0, "grad": 1, "hvp": 3}[mode]
+    for got, want in zip(st.sums, ref.sums, strict=True):
+        assert got.shape == want.shape and got.dtype == np.float64
+        s_got = st.s[on].reshape((-1,) + (1,) * (got.ndim - 1))
+        s_want = ref.s[on].reshape(s_got.shape)
+        want = want[on] / s_want
+        _close(got[on] / s_got, want, dtype, tol=tol)
+    if mode != "value":
+        assert np.all(st.sums[0][~on] == 0.0)
+
+
+@needs_numba
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_multinomial_group_states_non_finite_and_threads(dtype):
+    """An overflowing predictor gives no states (the caller's generic route decides), and
+    the states do not depend on numba's thread count (the rows are walked by one thread)."""
+    X, y, th, v, p = _multi_data(dtype, seed=2, n=3000, d=9)
+    codes = np.random.default_rng(4).integers(0, 6, size=3000)
+    fp = FusedProblem("multinomial", X, y, p)
+    big = np.zeros_like(th)
+    big[:, 1] = 1e308 if dtype == np.float64 else 1e38
+    with np.errstate(over="ignore", invalid="ignore"):
+        assert fp.group_states(big, 1.0, codes, 6, gradient=True) is None
+        assert fp.group_states(big, -1.0, codes, 6, hvp_vector=v) is None
+    numba = pytest.importorskip("numba")
+    before = numba.get_num_threads()
+    outs = []
+    try:
+        for threads in sorted({1, numba.config.NUMBA_NUM_THREADS}):
+            numba.set_num_threads(threads)
+            for loss, y1, th1, v1 in (("multinomial", y, th, v), ("logistic", y % 2, th[:, 0],
+                                                                  v[:, 0])):  # fmt: skip
+                f1 = FusedProblem(loss, X, y1, p)
+                sg = f1.group_states(th1, 2.0, codes, 6, gradient=True)
+                sh = f1.group_states(th1, -1.5, codes, 6, hvp_vector=v1)
+                outs.append((threads, loss, sg, sh))
+    finally:
+        numba.set_num_threads(before)
+    ones = [o for o in outs if o[0] == 1]
+    for o in outs:
+        (ref,) = [r for r in ones if r[1] == o[1]]
+        for a, b in zip(ref[2:], o[2:], strict=True):
+            for f in ("shift", "hi", "lo", "mass", "s", "q", "lsum"):
+                np.testing.assert_array_equal(getattr(a, f), getattr(b, f))
+            for sa, sb in zip(a.sums, b.sums, strict=True):
+                np.testing.assert_array_equal(sa, sb)
+
+
+@needs_numba
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("tilts", [(1.0, 0.7), (-2.0, 0.0), (0.5, 1e-3), (3.0, -3.0)])
+def test_fused_multinomial_hierarchy_matches_the_numpy_objective(dtype, tilts, route_calls):
+    """Value, gradient and Hessian-vector product of the Dask hierarchy (uneven chunks, one
+    empty, groups spanning chunks, zero prior weights) against the eager NumPy objective
+    on the generic engine; each non-empty chunk is served by the grouped kernel."""
+    X, y, th, v, w = _multi_data(dtype)
+    g = _groups()
+    kw = dict(groups=g, tilts=tilts, weights=w, l2=1e-2)
+    ref = tl.TiltedObjective("multinomial", X, y, **kw)
+    ref.fused = False
+    obj = tl.TiltedObjective("multinomial", _dask(X), _dask(y), **{**kw, "weights": _dask(w)})
+    f, grad = dask.compute(*obj.value_and_gradient(th))
+    hv, val = dask.compute(obj.hvp(th, v), obj.value(th))
+    assert route_calls["served"] == 3 * 3  # three non-empty chunks, three evaluations
+    assert grad.dtype == dtype and hv.dtype == dtype and grad.shape == th.shape == hv.shape
+    # the tolerances of the scalar losses hold: the kernel's float32 predictors (its
+    # softmax, losses and weights are float64) against the generic engine's float32 losses
+    # differ by a few float32 roundings per loss, amplified by tilts of at most 3
+    f0, g0 = ref.value_and_gradient(th)
+    _close(f, f0, dtype)
+    _close(val, f0, dtype)
+    _close(grad, g0, dtype)
+    _close(hv, ref.hvp(th, v), dtype)
+
+
+@needs_numba
+def test_fused_multinomial_hierarchy_mixed_routes_and_non_finite_losses(route_calls):
+    """A chunk without prior mass is declined (the generic route gives its state, merged
+    with the kernel's ``G x d x K`` sums of the other chunks); overflowing losses make every
+    chunk decline, and the result is the generic route's."""
+    from tiltlab.distributed import ClientObjective
+
+    X, y, th, v, w = _multi_data(np.float64, seed=7)
+    w[1500:2796] = 0.0  # the third chunk has no prior mass
+    g = _groups(seed=2)
+    g[1500:2796] = np.random.default_rng(5).choice([3, 43], size=1296)  # groups of others
+    kw = dict(groups=g, tilts=(2.0, -1.0), weights=w)
+    ref = tl.TiltedObjective("multinomial", X, y, **kw)
+    ref.fused = False
+    obj = tl.TiltedObjective("multinomial", _dask(X), _dask(y), **{**kw, "weights": _dask(w)})
+    f, grad = dask.compute(*obj.value_and_gradient(th))
+    (hv,) = dask.compute(obj.hvp(th, v))
+    assert route_calls["asked"] == 2 * 4 and route_calls["served"] == 2 * 2
+    f0, g0 = ref.value_and_gradient(th)
+    _close(f, f0, np.float64)
+    _close(grad, g0, np.float64)
+    _close(hv, ref.hvp(th, v), np.float64)
+    big = np.zeros_like(th)
+    big[:, 1] = 1e308  # most predictors overflow
+    client = ClientObjective(obj)
+    with np.errstate(over="ignore", invalid="ignore"):
+        value = client.value(big)
+        obj.fused = False
+        generic = client.value(big)
+    assert route_calls["asked"] == 3 * 4 and route_calls["served"] == 2 * 2  # declined
+    np.testing.assert_equal(value, generic)
+    assert not np.isfinite(value)

@@ -317,13 +317,13 @@ class FusedProblem:
         hvp_vector: Any = None,
     ) -> KernelStates | None:
         """The mergeable tilted state of each group of a partition of the rows, from one
-        fused pass (scalar-predictor losses).
+        fused pass.
 
         As :meth:`block_states`, with one entry per group: ``codes[i]`` in
         ``[0, n_groups)`` is the group of row ``i``; a group without rows of positive
         prior weight is an empty entry. The vector sums are ``n_groups x d`` (one row of
-        ``X`` added to its group's row): meant for moderate numbers of groups. The rows
-        are walked by one thread.
+        ``X`` added to its group's row; ``n_groups x d x K`` for the multinomial loss):
+        meant for moderate numbers of groups. The rows are walked by one thread.
 
         Examples
         --------
@@ -335,6 +335,9 @@ class FusedProblem:
         [2.5, 9.0]
         >>> st.sums[0].tolist()
         [[-2.0, 0.0, -4.0], [0.0, -6.0, 0.0]]
+        >>> fm = FusedProblem("multinomial", np.eye(3), np.array([0, 1, 0]))
+        >>> fm.group_states(np.zeros((3, 2)), 0.5, [0, 1, 0], 2, gradient=True).sums[0].shape
+        (2, 3, 2)
         """
         at = self._at(theta, t)
         V = None if hvp_vector is None else _direction(hvp_vector, at)

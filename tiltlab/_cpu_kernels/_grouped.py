@@ -20,7 +20,8 @@ vector sums follow a lazy second shift that moves only when the weights would ex
 The predictors and the losses come from the block steps of :mod:`._blocks` (in ``X``'s
 dtype, a block of rows at a time); the fold of each row into its group is scalar and in
 float64. The rows are walked in order by one thread (a Dask chunk is one task): the result
-does not depend on the number of threads.
+does not depend on the number of threads. The multinomial loss has a kernel of its own,
+with the same conventions (:mod:`._grouped_multi`).
 """
 
 from __future__ import annotations

@@ -88,12 +88,12 @@ def states_of(state: np.ndarray, t: float, sums: tuple) -> KernelStates | None:
 
 
 def run_groups(pb: Any, codes: Any, n_groups: Any, gradient: bool, V: Any) -> KernelStates | None:
-    """One pass of :func:`._grouped.group_scalar` over the bound problem ``pb`` (scalar
-    losses): the states and sums of each group (see :meth:`FusedProblem.group_states`)."""
+    """One pass of the grouped kernel over the bound problem ``pb``
+    (:func:`._grouped.group_scalar`, or :func:`._grouped_multi.group_multi` for the
+    multinomial loss): the states and sums of each group (see
+    :meth:`FusedProblem.group_states`)."""
     from ._launch import _call, _kernels
 
-    if pb.loss == "multinomial":
-        raise ValueError("`loss`: the grouped kernel serves the scalar-predictor losses")
     n, d = pb.X.shape
     if isinstance(n_groups, bool) or not isinstance(n_groups, (int, np.integer)) or n_groups < 1:
         raise ValueError(f"`n_groups` must be a positive integer, got {n_groups!r}")
@@ -110,16 +110,28 @@ def run_groups(pb: Any, codes: Any, n_groups: Any, gradient: bool, V: Any) -> Ke
         raise ValueError(f"`codes` must lie in [0, {G})")
     hvp = V is not None
     _kernels()  # numba and the kernels' availability (raises as the other entry points)
-    from . import _grouped
-
     state = np.zeros((G, 9))
-    A = np.zeros((G, d) if (gradient or hvp) else (1, 1))
-    B = np.zeros((G, d) if hvp else (1, 1))
-    v = V if hvp else np.zeros(d, dtype=pb.X.dtype)
-    _call(
-        _grouped.group_scalar, pb.X, pb.y, pb.p, codes, pb.theta, v, pb.t, pb.code,
-        pb.param, bool(gradient and not hvp), hvp, state, A, B, chunks=1,
-    )  # fmt: skip
+    vectors = gradient or hvp
+    shape = (G,) + pb.theta.shape  # (G, d), or (G, d, K) for the multinomial loss
+    none = (1,) * len(shape)
+    A = np.zeros(shape if vectors else none)
+    B = np.zeros(shape if hvp else none)
+    v = V if hvp else np.zeros_like(pb.theta)
+    grad_only = bool(gradient and not hvp)
+    if pb.loss == "multinomial":
+        from . import _grouped_multi
+
+        _call(
+            _grouped_multi.group_multi, pb.X, pb.y, pb.p, codes, pb.theta, v, pb.t,
+            grad_only, hvp, state, A, B, chunks=1,
+        )  # fmt: skip
+    else:
+        from . import _grouped
+
+        _call(
+            _grouped.group_scalar, pb.X, pb.y, pb.p, codes, pb.theta, v, pb.t, pb.code,
+            pb.param, grad_only, hvp, state, A, B, chunks=1,
+        )  # fmt: skip
     sums: tuple = ()
     if hvp:
         sums = (A, B, np.array(state[:, 8]))

@@ -21,7 +21,7 @@ the chunk's array library:
   the chunk up to rounding. Value, gradient and Hessian-vector products; the scalar
   losses the kernels know and the multinomial loss. For a hierarchy,
   :func:`numpy_group_state` gives the chunk's state per innermost group with per-group
-  sums (:meth:`~tiltlab._cpu_kernels.FusedProblem.group_states`, one pass; scalar
+  sums (:meth:`~tiltlab._cpu_kernels.FusedProblem.group_states`, one pass; the same
   losses), which merges group by group with the other chunks' (the one-sweep graph of
   :mod:`tiltlab.distributed._groups`). The data of a chunk are validated and bound once
   per worker process (a small cache keyed by the chunk arrays), not at every evaluation.
@@ -202,19 +202,20 @@ def _replace_q(st: TiltState, q: Any) -> TiltState:
     return replace(st, q=q)
 
 
-#: most entries of one per-group sum of a NumPy chunk (``n_groups x d``, float64) for the
-#: fused grouped route; beyond it hierarchies keep the generic two sweeps
+#: most entries of one per-group sum of a NumPy chunk (``n_groups x d``, times the classes
+#: ``K`` of the multinomial loss; float64) for the fused grouped route; beyond it
+#: hierarchies keep the generic two sweeps
 MAX_GROUP_SUM_ENTRIES = 1 << 21
 
 
-def numpy_groups_apply(loss: Any, n: int, d: int, n_groups: int) -> bool:
-    """Whether NumPy chunks of a hierarchical ``n x d`` problem with ``n_groups`` innermost
-    groups take the fused grouped kernel (:meth:`~tiltlab._cpu_kernels.FusedProblem.group_states`):
-    a scalar-predictor loss the kernels know, the fused engine's size policy, and
-    ``n_groups x d`` sums of at most :data:`MAX_GROUP_SUM_ENTRIES` entries."""
-    if getattr(loss, "name", None) == "multinomial":
-        return False
-    return n_groups * d <= MAX_GROUP_SUM_ENTRIES and numpy_route_applies(loss, n, d, 1)
+def numpy_groups_apply(loss: Any, n: int, d: int, n_groups: int, k: int = 1) -> bool:
+    """Whether NumPy chunks of a hierarchical ``n x d`` problem (``k`` outputs: the classes
+    of the multinomial loss) with ``n_groups`` innermost groups take the fused grouped
+    kernel (:meth:`~tiltlab._cpu_kernels.FusedProblem.group_states`): a loss the kernels
+    know, the fused engine's size policy, and ``n_groups x d x k`` sums of at most
+    :data:`MAX_GROUP_SUM_ENTRIES` entries."""
+    k = max(int(k), 1)
+    return n_groups * d * k <= MAX_GROUP_SUM_ENTRIES and numpy_route_applies(loss, n, d, k)
 
 
 def numpy_group_state(
@@ -236,7 +237,7 @@ def numpy_group_state(
     chunk without rows or prior mass, and non-finite losses."""
     if mode not in ("value", "grad", "hvp") or not isinstance(Xb, np.ndarray):
         return DECLINE
-    if int(Xb.shape[0]) == 0 or getattr(loss, "name", None) == "multinomial":
+    if int(Xb.shape[0]) == 0:
         return DECLINE
     fp = _bound(Xb, yb, pb, loss)
     if fp is None:

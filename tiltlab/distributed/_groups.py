@@ -323,8 +323,13 @@ def fused_groups(problem: Any, plan: Any) -> bool:
     meta = getattr(problem.X, "_meta", None)
     if meta is not None and not isinstance(meta, np.ndarray):
         return False
+    shape = tuple(getattr(problem, "shape", None) or ())
     return numpy_groups_apply(
-        problem.loss, problem.n_samples or 0, problem.n_features or 0, plan.n_groups
+        problem.loss,
+        problem.n_samples or 0,
+        problem.n_features or 0,
+        plan.n_groups,
+        shape[1] if len(shape) == 2 else 1,
     )
 
 
