@@ -14,7 +14,7 @@ import pytest
 
 numba = pytest.importorskip("numba", reason="the fused CPU kernels need numba")
 
-from tiltlab._cpu_kernels import _blocks  # noqa: E402
+from tiltlab._cpu_kernels import _typed_math  # noqa: E402
 from tiltlab._cpu_kernels import _vmath as vm  # noqa: E402
 
 #: the documented bound (units in the last place of the correctly rounded result)
@@ -53,7 +53,7 @@ FUNCS = {
 }
 
 
-# the kernels call these functions through _blocks.exp_t and friends, compiled with the
+# the kernels call these functions through _typed_math.exp_t and friends, compiled with the
 # contraction of multiplications and additions into fused multiply-adds (where the CPU has
 # them): each test runs on both builds
 
@@ -61,19 +61,19 @@ FUNCS = {
 @numba.njit(error_model="numpy")
 def _kmap_exp(x, out):
     for i in range(x.shape[0]):
-        out[i] = _blocks.exp_t(x[i])
+        out[i] = _typed_math.exp_t(x[i])
 
 
 @numba.njit(error_model="numpy")
 def _kmap_expm1(x, out):
     for i in range(x.shape[0]):
-        out[i] = _blocks.expm1_t(x[i])
+        out[i] = _typed_math.expm1_t(x[i])
 
 
 @numba.njit(error_model="numpy")
 def _kmap_log1p_unit(x, out):
     for i in range(x.shape[0]):
-        out[i] = _blocks.log1p_unit_t(x[i])
+        out[i] = _typed_math.log1p_unit_t(x[i])
 
 
 KERNEL_FUNCS = {"exp": _kmap_exp, "expm1": _kmap_expm1, "log1p_unit": _kmap_log1p_unit}

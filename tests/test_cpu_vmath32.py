@@ -15,7 +15,7 @@ import pytest
 
 numba = pytest.importorskip("numba", reason="the fused CPU kernels need numba")
 
-from tiltlab._cpu_kernels import _blocks  # noqa: E402
+from tiltlab._cpu_kernels import _typed_math  # noqa: E402
 from tiltlab._cpu_kernels import _vmath32 as vm  # noqa: E402
 
 #: the documented bound (units in the last place of the correctly rounded float32 result)
@@ -55,7 +55,7 @@ FUNCS = {
 }
 
 
-# the kernels call these functions through _blocks.exp_t and friends, compiled with the
+# the kernels call these functions through _typed_math.exp_t and friends, compiled with the
 # contraction of multiplications and additions into fused multiply-adds (where the CPU has
 # them): each test runs on both builds
 
@@ -63,19 +63,19 @@ FUNCS = {
 @numba.njit(error_model="numpy")
 def _kmap_exp(x, out):
     for i in range(x.shape[0]):
-        out[i] = _blocks.exp_t(x[i])
+        out[i] = _typed_math.exp_t(x[i])
 
 
 @numba.njit(error_model="numpy")
 def _kmap_expm1(x, out):
     for i in range(x.shape[0]):
-        out[i] = _blocks.expm1_t(x[i])
+        out[i] = _typed_math.expm1_t(x[i])
 
 
 @numba.njit(error_model="numpy")
 def _kmap_log1p_unit(x, out):
     for i in range(x.shape[0]):
-        out[i] = _blocks.log1p_unit_t(x[i])
+        out[i] = _typed_math.log1p_unit_t(x[i])
 
 
 KERNEL_FUNCS = {"exp": _kmap_exp, "expm1": _kmap_expm1, "log1p_unit": _kmap_log1p_unit}
@@ -243,9 +243,9 @@ def test_reduction_constants():
 @numba.njit(error_model="numpy")
 def _map_typed(x, out):
     for i in range(x.shape[0]):
-        out[i, 0] = _blocks.exp_t(x[i])
-        out[i, 1] = _blocks.expm1_t(x[i])
-        out[i, 2] = _blocks.log1p_unit_t(abs(x[i]))
+        out[i, 0] = _typed_math.exp_t(x[i])
+        out[i, 1] = _typed_math.expm1_t(x[i])
+        out[i, 2] = _typed_math.log1p_unit_t(abs(x[i]))
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -259,7 +259,7 @@ def test_typed_dispatch_keeps_the_precision(dtype):
     desired = np.stack([np.exp(x64), np.expm1(x64), np.log1p(np.abs(x64))], axis=1)
     rtol = 2.5e-7 if dtype == np.float32 else 5e-16
     np.testing.assert_allclose(out, desired, rtol=rtol)
-    plain = np.array([[_blocks.exp_t(v), _blocks.expm1_t(v)] for v in x[:5]])
+    plain = np.array([[_typed_math.exp_t(v), _typed_math.expm1_t(v)] for v in x[:5]])
     np.testing.assert_allclose(plain, desired[:5, :2], rtol=rtol)
     err = np.max(np.abs(out.astype(np.float64) / np.where(desired == 0, 1, desired) - 1.0))
     if dtype == np.float32:  # float32 arithmetic: errors of float32 rounding, not 1e-16

@@ -44,12 +44,8 @@ otherwise hold, NaN included); the order is fixed at compile time, so results do
 depend on the number of threads. The block extremes are taken with ``{"nnan", "ninf"}``
 (so that the max/min reductions vectorise) only after a NaN-propagating sum has shown
 that every loss on the support is finite. The ``exp``, ``expm1`` and ``log1p`` of the
-losses and weights (:func:`exp_t` and friends) are compiled with ``{"contract"}`` alone:
-their multiplications and additions fuse into multiply-adds where the CPU has them
-(one rounding instead of two; the errors stay within the functions' bound of two units
-in the last place, tested on both builds), which halved the time of the float64
-logistic loss and weights of a block in cache. Everything else is compiled without
-fastmath.
+losses and weights come from :mod:`._typed_math` (multiply-adds contracted). Everything
+else is compiled without fastmath.
 
 Numba checks only a kernel's own file when it reuses cached machine code; the helpers here
 are inlined into kernels of other files, so :mod:`._cache` clears the cached kernels when
@@ -72,49 +68,15 @@ from ._short import (
     vdot2x4,
     vdot4,
 )
-from ._vmath import vexp, vexpm1, vlog1p_unit
-from ._vmath32 import vexpf, vexpm1f, vlog1p_unitf
-
-
-def exp_t(x):
-    """``exp`` in the precision of ``x`` (:mod:`._vmath32` for float32)."""
-    return vexpf(x) if isinstance(x, np.float32) else vexp(x)
-
-
-def expm1_t(x):
-    """``expm1`` in the precision of ``x``."""
-    return vexpm1f(x) if isinstance(x, np.float32) else vexpm1(x)
-
-
-def log1p_unit_t(x):
-    """``log1p`` on ``[0, 1]`` in the precision of ``x``."""
-    return vlog1p_unitf(x) if isinstance(x, np.float32) else vlog1p_unit(x)
-
+from ._typed_math import exp_t, expm1_t, log1p_unit_t
 
 try:  # pragma: no branch - the engine is only chosen when numba imports
     from llvmlite import ir
     from numba import types
     from numba.core import cgutils
-    from numba.extending import intrinsic, overload
+    from numba.extending import intrinsic
 
     from ._cache import jit
-
-    def _typed(stub, f32, f64):
-        """Compile ``stub`` as ``f32`` for float32 arguments and ``f64`` otherwise."""
-
-        @overload(stub, jit_options={"fastmath": {"contract"}, "error_model": "numpy"})
-        def _impl(x):
-            if x == types.float32:
-
-                def single(x):
-                    return f32(x)
-
-                return single
-
-            def double(x):
-                return f64(x)
-
-            return double
 
     @intrinsic
     def _prefetch(typingctx, arr, offset):
@@ -137,10 +99,6 @@ try:  # pragma: no branch - the engine is only chosen when numba imports
             return context.get_dummy_value()
 
         return sig, codegen
-
-    _typed(exp_t, vexpf, vexp)
-    _typed(expm1_t, vexpm1f, vexpm1)
-    _typed(log1p_unit_t, vlog1p_unitf, vlog1p_unit)
 
     _INLINE = jit(fastmath=False, error_model="numpy", inline="always")
     _REASSOC = jit(fastmath={"reassoc"}, error_model="numpy", nogil=True)

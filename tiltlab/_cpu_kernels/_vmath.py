@@ -13,7 +13,7 @@ evaluates ``log`` of the mantissa through ``s = f / (2 + f)`` (the series of
 ``2 atanh(s)``).
 
 All three are compiled without ``fastmath`` (the kernels call them through
-:func:`tiltlab._cpu_kernels._blocks.exp_t` and friends, which also let multiplications and
+:mod:`tiltlab._cpu_kernels._typed_math`, which also lets multiplications and
 additions fuse into multiply-adds: the same bounds hold, tested on both builds): IEEE
 semantics hold, NaN propagates, ``exp``
 overflows to ``inf`` and underflows through the subnormals to 0, ``log1p(-1) = -inf`` and
