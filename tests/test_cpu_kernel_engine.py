@@ -243,6 +243,21 @@ def test_a_missing_kernel_is_compiled_in_the_background(tmp_path):
     assert any(tmp_path.rglob("vg_scalar-float32.ready"))
 
 
+def test_the_background_process_compiles_the_grouped_kernels(tmp_path):
+    """``python -m tiltlab._cpu_kernels._warmup KEY`` compiles the grouped kernels (which
+    Dask hierarchies use) into the cache and marks them ready, as it does the others."""
+    pytest.importorskip("numba")
+    env = {k: v for k, v in os.environ.items() if k != ck.SWITCH}
+    env.update(NUMBA_CACHE_DIR=str(tmp_path), NUMBA_NUM_THREADS="1")
+    for name in ("group_scalar-float32", "group_multi-float64"):
+        subprocess.run(
+            [sys.executable, "-m", "tiltlab._cpu_kernels._warmup", name],
+            capture_output=True, text=True, check=True, env=env,
+        )  # fmt: skip
+        assert any(tmp_path.rglob(f"{name}.ready")), name
+        assert not any(tmp_path.rglob(f"{name}.compiling")), name
+
+
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_any_number_of_threads_gives_the_same_bits(monkeypatch, dtype):
     """Threads take contiguous ranges of the row chunks (which depend on the rows only):

@@ -142,6 +142,52 @@ def test_fused_setting_off_takes_the_generic_route(route_calls):
     _close(g1, g, np.float64)
 
 
+@pytest.fixture
+def background(monkeypatch):
+    """The default compile mode with a recording stand-in for the background process: the
+    kernels named in ``ready`` count as cached, ``started`` lists the compilations asked
+    for (none is run)."""
+    from tiltlab._cpu_kernels import _warm
+
+    rec = {"ready": set(), "started": []}
+    monkeypatch.setenv(_warm.SWITCH, "")
+    monkeypatch.setattr(_warm, "ready", lambda name: name in rec["ready"])
+
+    def start(name):
+        rec["started"].append(name)
+        return True
+
+    monkeypatch.setattr(_warm, "start", start)
+    return rec
+
+
+@needs_numba
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_chunks_wait_for_a_kernel_compiled_in_the_background(dtype, route_calls, background):
+    """A kernel neither compiled nor cached is not compiled in the task: the chunks take the
+    generic route while a background process is asked to compile it, then the kernel from
+    the first evaluation after it is ready; both routes agree with the generic engine."""
+    X, y, th, v = _data("logistic", dtype, seed=11)
+    obj = tl.TiltedObjective("logistic", _dask(X), _dask(y), t=0.8)
+    f, g = dask.compute(*obj.value_and_gradient(th))
+    hv = obj.hvp(th, v).compute()
+    assert route_calls["served"] == 0 and route_calls["asked"] > 0
+    vg, hk = f"vg_scalar-{np.dtype(dtype).name}", f"hvp_scalar-{np.dtype(dtype).name}"
+    assert set(background["started"]) == {vg, hk}
+    background["ready"] |= {vg, hk}
+    f1, g1 = dask.compute(*obj.value_and_gradient(th))
+    hv1 = obj.hvp(th, v).compute()
+    assert route_calls["served"] == 6  # three chunks with rows, twice
+    ref = tl.TiltedObjective("logistic", X, y, t=0.8)
+    ref.fused = False
+    fr, gr = ref.value_and_gradient(th)
+    for got in (f, f1):
+        _close(got, fr, dtype)
+    for got in (g, g1):
+        _close(got, gr, dtype)
+    _close(hv1, hv, dtype, scale=np.abs(hv).max())
+
+
 @needs_numba
 def test_non_finite_losses_and_small_problems_go_to_the_generic_route(route_calls):
     X, y, th, _ = _data("squared", np.float64, seed=6)

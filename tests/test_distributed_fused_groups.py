@@ -203,6 +203,33 @@ def test_fused_setting_off_and_non_finite_losses(route_calls):
 
 
 @needs_numba
+@pytest.mark.parametrize("loss", ["squared", "multinomial"])
+def test_grouped_kernel_compiled_in_the_background(loss, route_calls, monkeypatch):
+    """The grouped kernel is not compiled in the task that needs it: the chunks take the
+    generic route while a background process is asked to compile it, then the kernel."""
+    from tiltlab._cpu_kernels import _warm
+
+    ready, started = set(), []
+    monkeypatch.setenv(_warm.SWITCH, "")
+    monkeypatch.setattr(_warm, "ready", lambda name: name in ready)
+    monkeypatch.setattr(_warm, "start", lambda name: started.append(name) or True)
+    if loss == "multinomial":
+        X, y, th, v, w = _multi_data(np.float64, seed=7)
+    else:
+        X, y, th, v, w = _data("squared", np.float64, seed=7)
+    obj = tl.TiltedObjective(loss, _dask(X), _dask(y), groups=_groups(), tilts=(1.0, -0.5))
+    f, g = dask.compute(*obj.value_and_gradient(th))
+    assert route_calls["served"] == 0 and route_calls["asked"] == 4
+    kind = "multi" if loss == "multinomial" else "scalar"
+    assert set(started) == {f"group_{kind}-float64"}  # asked by each chunk, started once
+    ready.add(started[0])
+    f1, g1 = dask.compute(*obj.value_and_gradient(th))
+    assert route_calls["served"] == 3  # the empty chunk declines
+    _close(f1, f, np.float64)
+    _close(g1, g, np.float64)
+
+
+@needs_numba
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("t", [0.0, 1e-12, 0.05, 40.0, -40.0])
 def test_group_states_match_the_accumulator(dtype, t):

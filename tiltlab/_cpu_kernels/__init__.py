@@ -225,7 +225,7 @@ class FusedProblem:
 
     def kernel(self, method: str) -> str:
         """The kernel that evaluates ``method`` (``"value"``, ``"value_and_gradient"``,
-        ``"gradient"`` or ``"hvp"``), named as in :func:`._warm.key`.
+        ``"gradient"``, ``"hvp"`` or ``"group_states"``), named as in :func:`._warm.key`.
 
         Examples
         --------
@@ -234,7 +234,7 @@ class FusedProblem:
         >>> FusedProblem("squared", np.eye(2), np.array([1.0, 3.0])).kernel("hvp")
         'hvp_scalar-float64'
         """
-        family = "hvp" if method == "hvp" else "vg"
+        family = {"hvp": "hvp", "group_states": "group"}.get(method, "vg")
         kind = "multi" if self.loss == "multinomial" else "scalar"
         return _warm.key(f"{family}_{kind}", self.X)
 

@@ -26,6 +26,8 @@ def _compile(name: str) -> None:
         fp.value_and_gradient(theta, 1.0)
     elif kernel.startswith("hvp_"):
         fp.hvp(theta, theta, 1.0)
+    elif kernel.startswith("group_"):  # one compile serves value, gradient and hvp
+        fp.group_states(theta, 1.0, np.zeros(8, dtype=np.int64), 1, gradient=True)
     else:
         raise ValueError(f"unknown kernel {name!r}")
 

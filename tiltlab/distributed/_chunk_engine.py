@@ -36,6 +36,13 @@ the chunk's array library:
   declines, or returns None, leaves the chunk to the generic route).
 
 Non-finite losses are always left to the generic route, which decides what they give.
+
+A kernel that a worker process has neither compiled nor found in the cache is not
+compiled in the task that needs it (seconds of compiling in every worker at once): as for
+the eager objectives (:mod:`tiltlab._cpu_kernels._warm`), one background process compiles
+it into the cache while the chunks take the generic route, and they take the kernel from
+the first evaluation after it is ready (the two routes agree to rounding). With
+``TILTLAB_FUSED=wait`` a task compiles what it needs on its first call.
 """
 
 from __future__ import annotations
@@ -163,7 +170,7 @@ def numpy_state(
     if int(Xb.shape[0]) == 0:
         return DECLINE
     fp = _bound(Xb, yb, pb, loss)
-    if fp is None:
+    if fp is None or not fp.prepared("hvp" if mode == "hvp" else "value_and_gradient"):
         return DECLINE
     from .. import _cpu_kernels
 
@@ -240,7 +247,7 @@ def numpy_group_state(
     if int(Xb.shape[0]) == 0:
         return DECLINE
     fp = _bound(Xb, yb, pb, loss)
-    if fp is None:
+    if fp is None or not fp.prepared("group_states"):
         return DECLINE
     from .. import _cpu_kernels
 
