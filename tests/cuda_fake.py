@@ -44,6 +44,10 @@ class FakeArray:
     def reshape(self, *shape):
         return FakeArray(self._a.reshape(*shape), self._rec)
 
+    def __sub__(self, other):
+        self._rec.launches.append("subtract")
+        return FakeArray(self._a - other, self._rec)
+
     def get(self):
         self._rec.reads.append("get")
         return self._a.copy()
@@ -143,7 +147,16 @@ def fake_cupy(rec: Recorder, run=None, sms: int = 132) -> types.ModuleType:
         rec.uploads.append(host.shape)
         return FakeArray(host, rec)
 
+    def unique(a, return_inverse=False):
+        # CuPy reads the number of distinct values to size its result
+        rec.launches.append("unique")
+        rec.reads.append("unique")
+        u, inverse = np.unique(a._a, return_inverse=True)
+        u = FakeArray(u, rec)
+        return (u, FakeArray(inverse.reshape(-1), rec)) if return_inverse else u
+
     cp.full, cp.zeros, cp.stack, cp.asarray = full, zeros, stack, asarray
+    cp.unique = unique
     cp.uint64 = np.uint64
     cp.empty = empty
     cp.empty_like = lambda a: empty(a.shape, a.dtype)

@@ -586,19 +586,51 @@ def test_device_labels_that_do_not_nest_raise(rec):
         tl.hierarchical_risk(np.linspace(0.0, 1.0, 40), [outer, inner], (1.0, 1.0, 1.0))
 
 
-def test_device_labels_out_of_range_take_the_host_tree(rec):
-    # negative labels, or labels far beyond N, are not codes: no device tree (one read,
-    # the ranges); the caller builds the tree on the host
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(
+    ("case", "reads"),
+    [("negative", 3), ("sparse", 4), ("boolean", 3), ("one sparse level", 3)],
+)
+def test_negative_sparse_and_boolean_device_labels_build_the_tree_on_the_device(
+    rec, dtype, case, reads
+):
+    # labels that are not codes in [0, 2 N + 1024): shifted by the smallest label where
+    # their span is narrow, numbered on the device (cupy.unique, which reads the number of
+    # labels) where it is wide; nothing uploaded. Reads: the ranges, the count of each
+    # numbered level, the nesting test (two levels or more), the status
+    from tiltlab._cupy import reductions
+
+    rng = np.random.default_rng(5)
+    n = 120
+    inner = rng.integers(0, 10, n)
+    levels = {
+        "negative": [inner % 3 - 1, inner - 7],
+        "sparse": [inner % 3, inner * 1000 + 7 * n],
+        "boolean": [inner % 2 == 0, inner],
+        "one sparse level": [inner.astype(np.int64) * 10**12 - 5],
+    }[case]
+    tilts = (1.5, -0.5, 2.0)[-len(levels) - 1 :]
+    l = (rng.standard_normal(n) * 2).astype(dtype)
+    L = FakeArray(l, rec)
+    G = [FakeArray(a, rec) for a in levels]
+    r = reductions.hierarchical_risk(L, G, tilts)
+    assert rec.uploads == [] and len(rec.reads) == reads, rec.reads
+    assert ("unique" in rec.launches) == ("sparse" in case)
+    w = reductions.hierarchical_weights(L, G, tilts)
+    want = _assert_public_results(r, w, l, levels, tilts)
+    l64 = l.astype(np.float64)
+    scale = float(np.max(np.abs(l64)))
+    assert abs(want - _mp_risk(l64, _codes_of_levels(levels), tilts)) <= 64e-16 * scale
+
+
+def test_device_labels_of_other_kinds_take_the_host_tree(rec):
+    # a host label array, labels of another length, or float labels are not served
     from tiltlab._cupy import reductions
 
     n = 120
     inner = np.arange(n) % 10
     L = FakeArray(np.zeros(n), rec)
-    for levels in ([inner % 3 - 1, inner], [inner % 3, inner + 20 * n]):
-        rec.reads.clear()
-        G = [FakeArray(a.astype(np.int64), rec) for a in levels]
-        assert reductions.device_labels_tree(G, L) is None
-        assert len(rec.reads) == 1 and rec.uploads == []
-    # a host label array, or labels of another length, are not served either
     assert reductions.device_labels_tree([inner % 3, inner], L) is None
     assert reductions.device_labels_tree([FakeArray(inner[:-1], rec)], L) is None
+    assert reductions.device_labels_tree([FakeArray(inner + 0.5, rec)], L) is None
+    assert rec.reads == [] and rec.uploads == []

@@ -1,7 +1,7 @@
 """``tilted_risk`` and ``tilted_weights`` of one-dimensional CuPy losses as one-pass
 reductions over the tilted state (``tilt.cuh``), ``hierarchical_risk`` and
 ``hierarchical_weights`` through the tree of :mod:`.hierarchy` (built on the device from
-integer device labels, else on the host from any labels), and the extremes of a loss
+integer or boolean device labels, else on the host from any labels), and the extremes of a loss
 vector.
 
 ``tilted_state_blocks`` folds the losses into one state per block (each thread an online
@@ -237,12 +237,17 @@ def _host_numbers(tilts: Any) -> bool:
 
 
 def device_labels_tree(groups: Any, losses: Any) -> hierarchy.DeviceTree | None:
-    """The tree of nested device integer labels under the uniform prior, built on the
-    device (:meth:`.hierarchy.DeviceTree.from_device_labels`), or None where ``groups``
-    is not one CuPy integer array or a sequence of them, each of one label per sample,
-    none negative and all below ``2 N + 1024`` (those labels take the tree built on the host). Reads
-    the labels' ranges once, and the nesting test once for two levels or more (labels
-    that do not nest raise ``ValueError`` as on the host)."""
+    """The tree of nested device integer (or boolean) labels under the uniform prior,
+    built on the device (:meth:`.hierarchy.DeviceTree.from_device_labels`), or None where
+    ``groups`` is not one CuPy integer array or a sequence of them, each of one label per
+    sample (those labels take the tree built on the host).
+
+    Reads the labels' ranges once. A level whose labels span fewer than ``2 N + 1024``
+    values takes them as group codes, shifted by its smallest label (negative labels
+    included; unused values are empty groups); a wider level is first numbered on the
+    device (``cupy.unique`` with the inverse, which reads the number of distinct labels).
+    The nesting test is read once for two levels or more (labels that do not nest raise
+    ``ValueError`` as on the host)."""
     import cupy
 
     n = int(losses.shape[0])
@@ -250,15 +255,20 @@ def device_labels_tree(groups: Any, losses: Any) -> hierarchy.DeviceTree | None:
     if not isinstance(arrays, (list, tuple)) or not arrays:
         return None
     for a in arrays:
-        if not isinstance(a, cupy.ndarray) or a.dtype.kind not in "iu" or a.shape != (n,):
+        if not isinstance(a, cupy.ndarray) or a.dtype.kind not in "iub" or a.shape != (n,):
             return None
     ends = cupy.stack([a.min() for a in arrays] + [a.max() for a in arrays])
     ends = [int(v) for v in ends.get()]
     lows, highs = ends[: len(arrays)], ends[len(arrays) :]
-    if min(lows) < 0 or max(highs) >= 2 * n + 1024:
-        return None
-    labels = [cupy.ascontiguousarray(a, dtype=cupy.int64) for a in reversed(arrays)]
-    sizes = [h + 1 for h in reversed(highs)]
+    labels, sizes = [], []
+    for a, lo, hi in zip(reversed(arrays), reversed(lows), reversed(highs), strict=True):
+        if hi - lo < 2 * n + 1024:  # the labels, shifted, are the group codes
+            labels.append(cupy.ascontiguousarray(a - lo if lo else a, dtype=cupy.int64))
+            sizes.append(hi - lo + 1)
+        else:  # sparse labels: numbered on the device
+            uniq, inverse = cupy.unique(a, return_inverse=True)
+            labels.append(cupy.ascontiguousarray(inverse.reshape(n), dtype=cupy.int64))
+            sizes.append(int(uniq.shape[0]))
     tree, bad = hierarchy.DeviceTree.from_device_labels(labels, sizes, losses.dtype)
     if bad is not None and int(bad.get()[0]) != 0:
         raise ValueError(
@@ -275,8 +285,8 @@ def hierarchical(
     float32/float64 CuPy losses with any nesting of label arrays, host tilts and a CuPy
     prior or none, or None for every other case.
 
-    Nested CuPy integer labels under the uniform prior build the tree on the device
-    (:func:`device_labels_tree`); other labels are read and the tree built on the host
+    Nested CuPy integer or boolean labels under the uniform prior build the tree on the
+    device (:func:`device_labels_tree`); other labels are read and the tree built on the host
     (:func:`~tiltlab.risk.build_tree`, the validation of the NumPy path) and uploaded.
     The tree is evaluated by :func:`.hierarchy.tree_eval`. The
     status is read once when ``check_finite`` asks for it (non-finite losses raise the
