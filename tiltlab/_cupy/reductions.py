@@ -242,9 +242,9 @@ def device_labels_tree(groups: Any, losses: Any) -> hierarchy.DeviceTree | None:
     ``groups`` is not one CuPy integer array or a sequence of them, each of one label per
     sample (those labels take the tree built on the host).
 
-    Reads the labels' ranges once. A level whose labels span fewer than ``2 N + 1024``
-    values takes them as group codes, shifted by its smallest label (negative labels
-    included; unused values are empty groups); a wider level is first numbered on the
+    Reads the labels' ranges once. A level of labels in ``[0, 2 N + 1024)`` takes them as
+    group codes (unused values are empty groups), one whose labels span fewer values
+    than that takes them shifted by its smallest label; a wider level is first numbered on the
     device (``cupy.unique`` with the inverse, which reads the number of distinct labels).
     The nesting test is read once for two levels or more (labels that do not nest raise
     ``ValueError`` as on the host)."""
@@ -262,8 +262,11 @@ def device_labels_tree(groups: Any, losses: Any) -> hierarchy.DeviceTree | None:
     lows, highs = ends[: len(arrays)], ends[len(arrays) :]
     labels, sizes = [], []
     for a, lo, hi in zip(reversed(arrays), reversed(lows), reversed(highs), strict=True):
-        if hi - lo < 2 * n + 1024:  # the labels, shifted, are the group codes
-            labels.append(cupy.ascontiguousarray(a - lo if lo else a, dtype=cupy.int64))
+        if 0 <= lo and hi < 2 * n + 1024:  # the labels are the group codes
+            labels.append(cupy.ascontiguousarray(a, dtype=cupy.int64))
+            sizes.append(hi + 1)
+        elif hi - lo < 2 * n + 1024:  # so are the labels shifted by the smallest
+            labels.append(cupy.ascontiguousarray(a - lo, dtype=cupy.int64))
             sizes.append(hi - lo + 1)
         else:  # sparse labels: numbered on the device
             uniq, inverse = cupy.unique(a, return_inverse=True)
