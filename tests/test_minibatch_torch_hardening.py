@@ -201,14 +201,19 @@ def test_nan_batch_returns_nan_and_leaves_the_state_without_grad(estimator):
     assert float(noisy(later).detach()) == float(clean(later).detach())
 
 
-def test_compiled_nan_batch_returns_nan():
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_compiled_nan_batch_returns_nan(dtype):
+    # float32 losses fit the fresh state; float64 ones need it widened first, which
+    # fullgraph=True cannot do inside the graph: .double() before compiling (documented)
     torch._dynamo.reset()
     module = TiltedLoss(t=1.0)
+    if dtype == torch.float64:
+        module = module.double()
     compiled = torch.compile(module, fullgraph=True, backend="aot_eager")
-    compiled(torch.tensor([0.1, 0.5, 0.3]))
+    compiled(torch.tensor([0.1, 0.5, 0.3], dtype=dtype))
     risk = module.risk.clone()
     with torch.no_grad():
-        out = compiled(torch.tensor([0.2, math.nan, 0.1]))
+        out = compiled(torch.tensor([0.2, math.nan, 0.1], dtype=dtype))
     assert math.isnan(float(out))
     assert torch.equal(module.risk, risk)
     with pytest.raises(ValueError, match="1 batch"):

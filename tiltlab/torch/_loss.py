@@ -65,7 +65,10 @@ class TiltedLoss(torch.nn.Module):
     returns NaN, leaves the state as it was and is counted; :meth:`check` reports it (one
     read). On the CPU, where reading costs nothing, a call with ``check_finite=True``
     raises at once instead. ``torch.compile(fullgraph=True)`` traces it without graph
-    breaks.
+    breaks once the state is on the losses' device and at least as wide as they are
+    (``loss_fn.to(device)``, and ``loss_fn.double()`` for float64 losses, before the
+    first compiled call; without ``fullgraph`` a compiled first call places it itself,
+    with one graph break in that trace).
 
     **Data-parallel and gradient accumulation.** ``distributed=True`` exchanges each
     batch's statistics (per group: extremes, shifted sums, counts: ``7 * n_groups``
