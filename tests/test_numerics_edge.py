@@ -84,6 +84,40 @@ def test_torch_compile_fullgraph_without_checks():
     assert float(w.sum()) == pytest.approx(1.0, rel=1e-13)
 
 
+def test_torch_compile_after_new_imports(tmp_path):
+    # a compiled call of tilted_risk after an earlier compilation and then the import of
+    # another array library: array-api-compat's type tests (a look-up in sys.modules)
+    # made dynamo fail there ("dictionary changed size during iteration"); tiltlab now
+    # recognises torch tensors by their type. A new process, so that nothing earlier in
+    # the test session decides the modules loaded.
+    import subprocess
+    import sys
+
+    pytest.importorskip("dask.array")
+    code = """
+import numpy as np, torch, tiltlab as tl
+from tiltlab.torch import TiltedLoss
+loss_fn = torch.compile(TiltedLoss(t=1.0), fullgraph=True, backend="aot_eager")
+loss_fn(torch.tensor([0.1, 0.5, 0.3], dtype=torch.float32))
+import dask.array as da  # modules imported after the first compilation
+tl.tilted_risk(da.from_array(np.linspace(0.0, 1.0, 10), chunks=5), 1.0).compute()
+l = torch.linspace(0.0, 5.0, 101, dtype=torch.float64)
+f = torch.compile(lambda x: tl.tilted_risk(x, 2.0, check_finite=False), fullgraph=True,
+                  backend="eager")
+w = torch.compile(lambda x: tl.tilted_weights(x, -1.5, check_finite=False), fullgraph=True,
+                  backend="eager")
+print(float(f(l)), float(w(l).sum()))
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    value, total = map(float, out.stdout.split())
+    ref = _mp_risk(torch.linspace(0.0, 5.0, 101, dtype=torch.float64).tolist(), 2.0)
+    assert value == pytest.approx(float(ref), rel=1e-13)
+    assert total == pytest.approx(1.0, rel=1e-13)
+
+
 def test_torch_vmap_without_checks():
     batch = torch.rand(4, 50, dtype=torch.float64) * 3
     out = torch.func.vmap(lambda x: tl.tilted_risk(x, 1.5, check_finite=False))(batch)

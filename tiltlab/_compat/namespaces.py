@@ -13,7 +13,9 @@ import array_api_compat
 import numpy as np
 from array_api_compat import device as _device
 from array_api_compat import (
-    is_array_api_obj,
+    is_array_api_obj as _is_array_api_obj,
+)
+from array_api_compat import (
     is_cupy_namespace,
     is_dask_namespace,
     is_jax_namespace,
@@ -22,9 +24,39 @@ from array_api_compat import (
 )
 from array_api_compat import size as _size
 
-device = _device
+
+def device(x: Any, /) -> Any:
+    """The device of an array (array-api-compat's ``device``; a torch tensor's own
+    ``device``, answered by its type: see :func:`is_array_api_obj`)."""
+    if type(x).__module__.startswith("torch"):
+        import torch
+
+        if isinstance(x, torch.Tensor):
+            return x.device
+    return _device(x)
+
+
 size = _size
 to_device = array_api_compat.to_device
+
+
+def is_array_api_obj(x: Any) -> bool:
+    """Whether ``x`` is an array of a library array-api-compat knows (its
+    ``is_array_api_obj``), with NumPy arrays and torch tensors recognised by their type
+    first.
+
+    array-api-compat's own tests look each library up in ``sys.modules``. Traced by
+    ``torch.compile``, that look-up failed inside dynamo ("dictionary changed size during
+    iteration") once modules had been imported after an earlier compilation (Dask's or
+    CuPy's, for instance), so the common types are answered without it."""
+    if isinstance(x, np.ndarray):
+        return True
+    if type(x).__module__.startswith("torch"):
+        import torch
+
+        if isinstance(x, torch.Tensor):
+            return True
+    return _is_array_api_obj(x)
 
 
 def _backend_name(x: Any) -> str:
@@ -34,7 +66,35 @@ def _backend_name(x: Any) -> str:
 
 def library_namespace(x: Any) -> Any:
     """The array namespace of one array (``TypeError`` for anything that is not one)."""
-    return array_api_compat.array_namespace(x)
+    return _torch_namespace((x,)) or array_api_compat.array_namespace(x)
+
+
+_SCALARS = (bool, int, float, complex, list, tuple)
+
+
+def _torch_namespace(values: Any) -> Any:
+    """array-api-compat's torch namespace when every value given is a torch tensor on one
+    device or a Python number or sequence (at least one tensor), else None: torch inputs
+    answered by their type (see :func:`is_array_api_obj` for why)."""
+    tensors = []
+    for v in values:
+        if v is None or isinstance(v, _SCALARS):
+            continue
+        if not type(v).__module__.startswith("torch"):
+            return None
+        tensors.append(v)
+    if not tensors:
+        return None
+    import torch
+
+    if not all(isinstance(v, torch.Tensor) for v in tensors):
+        return None
+    dev = tensors[0].device
+    if any(v.device != dev for v in tensors):
+        return None  # the general path names the arguments
+    import array_api_compat.torch as xp
+
+    return xp
 
 
 def namespace_of(**named: Any) -> Any:
@@ -44,6 +104,9 @@ def namespace_of(**named: Any) -> Any:
     from two different libraries raise a ``TypeError`` naming both arguments.
     With no array at all, NumPy's namespace is returned.
     """
+    xp = _torch_namespace(named.values())
+    if xp is not None:
+        return xp
     arrays = {k: v for k, v in named.items() if v is not None and is_array_api_obj(v)}
     if not arrays:
         return array_api_compat.array_namespace(np.empty(0))
