@@ -64,11 +64,15 @@ def test_near_float_max_on_a_grid_and_batched(xp, xp_name):
             assert r[i, j] == pytest.approx(float(_mp_risk(values[j], t)), rel=1e-12)
 
 
-torch = pytest.importorskip("torch")
+@pytest.fixture
+def torch():
+    """PyTorch, for the tests of its compiled and vmapped paths (the other tests of this
+    file run without it)."""
+    return pytest.importorskip("torch")
 
 
 @pytest.mark.filterwarnings("ignore:Dynamo detected a call")
-def test_torch_compile_fullgraph_without_checks():
+def test_torch_compile_fullgraph_without_checks(torch):
     l = torch.linspace(0.0, 5.0, 101, dtype=torch.float64)
 
     def f(x):
@@ -84,7 +88,7 @@ def test_torch_compile_fullgraph_without_checks():
     assert float(w.sum()) == pytest.approx(1.0, rel=1e-13)
 
 
-def test_torch_compile_after_new_imports(tmp_path):
+def test_torch_compile_after_new_imports(torch, tmp_path):
     # a compiled call of tilted_risk after an earlier compilation and then the import of
     # another array library: array-api-compat's type tests (a look-up in sys.modules)
     # made dynamo fail there ("dictionary changed size during iteration"); tiltlab now
@@ -118,7 +122,7 @@ print(float(f(l)), float(w(l).sum()))
     assert total == pytest.approx(1.0, rel=1e-13)
 
 
-def test_torch_vmap_without_checks():
+def test_torch_vmap_without_checks(torch):
     batch = torch.rand(4, 50, dtype=torch.float64) * 3
     out = torch.func.vmap(lambda x: tl.tilted_risk(x, 1.5, check_finite=False))(batch)
     for i in range(4):
