@@ -31,7 +31,52 @@ import math
 import numpy as np
 
 from ._blocks import BLOCK, KERNEL, block_rows, dots, dots2, loss_block
-from ._rows import LAZY_LIMIT
+from ._rows import _INLINE, LAZY_LIMIT
+
+
+@_INLINE
+def fold_loss(st, loss, pi, t, cg, rg, g, vectors):
+    """Fold one loss of prior weight ``pi > 0`` into its group's state ``st`` (the columns
+    of the module doc): the first loss of the group sets its shift, a later one moves it
+    when it passes it (the sums rescaled); with ``vectors`` the lazy shift ``cg[g]`` of
+    the group's vector sums and ``rg[g] = exp(t (shift - cg[g]))`` follow. Returns
+    ``(pe, f)``: ``pe = pi exp(t (loss - shift))`` and the factor by which the caller
+    multiplies the group's vector sums now (1.0: they keep their lazy shift)."""
+    f = 1.0
+    if st[3] == 0.0:
+        st[0] = loss
+        st[1] = loss
+        st[2] = loss
+        cg[g] = loss
+        rg[g] = 1.0
+    else:
+        if loss > st[1]:
+            st[1] = loss
+        if loss < st[2]:
+            st[2] = loss
+        new = st[1] if t > 0.0 else st[2]
+        c = st[0]
+        if new != c:
+            du = t * (c - new)
+            r = math.exp(du)
+            st[5] = st[3] * math.expm1(du) + st[5] * r
+            st[4] *= r
+            st[8] *= r
+            st[6] += st[3] * (c - new)
+            st[0] = new
+            if vectors and t * (new - cg[g]) > LAZY_LIMIT:
+                f = math.exp(t * (cg[g] - new))
+                cg[g] = new
+                rg[g] = 1.0
+            elif vectors:
+                rg[g] = math.exp(t * (new - cg[g]))
+    x = t * (loss - st[0])
+    pe = pi * math.exp(x)
+    st[3] += pi
+    st[4] += pe
+    st[5] += pi * math.expm1(x)
+    st[6] += pi * (loss - st[0])
+    return pe, f
 
 
 @KERNEL
@@ -76,45 +121,13 @@ def group_scalar(
             if not (math.isfinite(lo_) and math.isfinite(g1)):
                 st[7] = 1.0
                 return
-            if st[3] == 0.0:
-                st[0] = lo_
-                st[1] = lo_
-                st[2] = lo_
-                cg[g] = lo_
-                rg[g] = 1.0
-            else:
-                if lo_ > st[1]:
-                    st[1] = lo_
-                if lo_ < st[2]:
-                    st[2] = lo_
-                new = st[1] if t > 0.0 else st[2]
-                c = st[0]
-                if new != c:
-                    du = t * (c - new)
-                    r = math.exp(du)
-                    st[5] = st[3] * math.expm1(du) + st[5] * r
-                    st[4] *= r
-                    st[8] *= r
-                    st[6] += st[3] * (c - new)
-                    st[0] = new
-                    if vectors and t * (new - cg[g]) > LAZY_LIMIT:
-                        f = math.exp(t * (cg[g] - new))
-                        for j in range(d):
-                            A[g, j] *= f
-                        if want_hvp:
-                            for j in range(d):
-                                B[g, j] *= f
-                        cg[g] = new
-                        rg[g] = 1.0
-                    elif vectors:
-                        rg[g] = math.exp(t * (new - cg[g]))
-            x = t * (lo_ - st[0])
-            e = math.exp(x)
-            pe = pi * e
-            st[3] += pi
-            st[4] += pe
-            st[5] += pi * math.expm1(x)
-            st[6] += pi * (lo_ - st[0])
+            pe, f = fold_loss(st, lo_, pi, t, cg, rg, g, vectors)
+            if f != 1.0:  # the group's vector sums move to its shift
+                for j in range(d):
+                    A[g, j] *= f
+                if want_hvp:
+                    for j in range(d):
+                        B[g, j] *= f
             if not vectors:
                 continue
             w = pe * rg[g]  # p exp(t (l - cg))

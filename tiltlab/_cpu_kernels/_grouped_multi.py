@@ -29,7 +29,8 @@ import math
 
 import numpy as np
 
-from ._rows import _INLINE, _JIT, LAZY_LIMIT, _matvec_row, _softmax_row
+from ._grouped import fold_loss
+from ._rows import _INLINE, _JIT, _matvec_row, _softmax_row
 
 
 @_INLINE
@@ -81,40 +82,9 @@ def group_multi(X, y, p, codes, theta, v, t, want_grad, want_hvp, state, A, B, k
         if not math.isfinite(lo_):
             st[7] = 1.0
             return
-        if st[3] == 0.0:
-            st[0] = lo_
-            st[1] = lo_
-            st[2] = lo_
-            cg[g] = lo_
-            rg[g] = 1.0
-        else:
-            if lo_ > st[1]:
-                st[1] = lo_
-            if lo_ < st[2]:
-                st[2] = lo_
-            new = st[1] if t > 0.0 else st[2]
-            c = st[0]
-            if new != c:
-                du = t * (c - new)
-                r = math.exp(du)
-                st[5] = st[3] * math.expm1(du) + st[5] * r
-                st[4] *= r
-                st[8] *= r
-                st[6] += st[3] * (c - new)
-                st[0] = new
-                if vectors and t * (new - cg[g]) > LAZY_LIMIT:
-                    _scale(A, B, g, math.exp(t * (cg[g] - new)), want_hvp)
-                    cg[g] = new
-                    rg[g] = 1.0
-                elif vectors:
-                    rg[g] = math.exp(t * (new - cg[g]))
-        x = t * (lo_ - st[0])
-        e = math.exp(x)
-        pe = pi * e
-        st[3] += pi
-        st[4] += pe
-        st[5] += pi * math.expm1(x)
-        st[6] += pi * (lo_ - st[0])
+        pe, f = fold_loss(st, lo_, pi, t, cg, rg, g, vectors)
+        if f != 1.0:  # the group's vector sums move to its shift
+            _scale(A, B, g, f, want_hvp)
         if not vectors:
             continue
         for kk in range(K):
