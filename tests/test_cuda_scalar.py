@@ -142,6 +142,11 @@ def test_state_risk_matches_tiltstate_and_mpmath(t, dtype):
     assert whole.mass == 61 and whole.hi == l.max() and whole.lo == l.min()
 
 
+def _same(a, b):
+    """Two state rows equal field by field (a dropped ``q`` is NaN in both)."""
+    return np.array_equal(np.array(a), np.array(b), equal_nan=True)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_the_empty_state_is_the_identity(dtype):
     h = host(dtype)
@@ -151,7 +156,7 @@ def test_the_empty_state_is_the_identity(dtype):
     for t in (-3.0, 1e-300, 2.0, math.inf):
         a = h.of([1.5, -2.0, 4.0], t)
         for m, fa, fb in (h.merge(a, e, t), h.merge(e, a, t)):
-            assert h.row(m) == h.row(a)
+            assert _same(h.row(m), h.row(a))
             assert sorted((fa, fb)) == [0.0, 1.0]  # a's sums kept, none taken from e
         ee, fa, fb = h.merge(e, e, t)
         assert h.is_empty(ee) and not any(math.isnan(v) for v in h.row(ee))
@@ -161,7 +166,7 @@ def test_the_empty_state_is_the_identity(dtype):
         old = h.state(c=c, hi=-math.inf, lo=math.inf, s=0.0, q=0.0, lsum=0.0, mass=0.0)
         a = h.of([3.0, 3.0], t)
         m = h.merge(old, a, t)[0]
-        assert h.row(m) == h.row(a) and h.risk(m, t) == 3.0
+        assert _same(h.row(m), h.row(a)) and h.risk(m, t) == 3.0
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -254,3 +259,53 @@ def test_weighted_state_matches_tiltstate_with_a_prior(t, dtype):
             / t
         )
     assert _close(got, want, eps, scale)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("t", [1.0, -1.0, 0.25, -4.0, 1e-30])
+def test_q_is_kept_exactly_while_the_range_is_small(t, dtype):
+    # q (the expm1 sums) is kept while |t| (hi - lo) <= 1 and NaN after, as
+    # TiltState drops it; each sample's factor e = exp(t (l - c)) is within a few ulp
+    # of 50 digits on both sides of the switch (expm1(u) + 1 below it, exp above)
+    h = host(dtype)
+    eps = float(np.finfo(dtype).eps)
+    losses = [0.0, 0.5, -0.5, 0.75, -0.25, 2.0, -3.0, 0.1]
+    c = max(losses) if t > 0 else min(losses)
+    st = h.empty()
+    h.push(st, c, t)  # the shift first: every later add keeps it
+    seen = [c]
+    for v in losses:
+        e = h.add(st, v, t)
+        seen.append(v)
+        want = mpmath.exp(mpmath.mpf(t) * (mpmath.mpf(v) - mpmath.mpf(c)))
+        assert abs(e - float(want)) <= 4 * eps * float(want), (v, e, float(want))
+        small = abs(t) * (max(seen) - min(seen)) <= 1.0
+        assert math.isnan(st.q) != small, (seen, st.q)
+        terms = [mpmath.mpf(t) * (mpmath.mpf(x) - mpmath.mpf(c)) for x in seen]
+        s_ref = float(sum(mpmath.exp(u) for u in terms))
+        assert st.s == pytest.approx(s_ref, rel=16 * eps)
+        if small:
+            q_ref = float(sum(mpmath.expm1(u) for u in terms))
+            assert abs(st.q - q_ref) <= 16 * eps * max(abs(q_ref), float(np.finfo(dtype).tiny))
+    ref = TiltState.from_block(np.array(seen, dtype=np.float64), t)
+    assert (ref.q is None) == math.isnan(st.q)
+    assert h.risk(st, t) == pytest.approx(float(ref.risk()), rel=64 * eps, abs=64 * eps)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_merge_drops_q_when_the_merged_range_is_large(dtype):
+    h = host(dtype)
+    t = 1.0
+    a = h.of([0.0, 0.6], t)
+    b = h.of([0.9, 1.0], t)
+    far = h.of([1.7, 1.8], t)
+    assert not any(math.isnan(x.q) for x in (a, b, far))  # each range <= 1
+    kept = h.merge(a, b, t)[0]  # range 1.0: kept, the sum of the moved parts
+    want = float(sum(mpmath.expm1(mpmath.mpf(x) - 1) for x in (0.0, 0.6, 0.9, 1.0)))
+    assert kept.q == pytest.approx(want, rel=16 * float(np.finfo(dtype).eps))
+    dropped = h.merge(a, far, t)[0]  # range 1.8
+    assert math.isnan(dropped.q) and h.finite(dropped)
+    assert h.risk(dropped, t) == pytest.approx(
+        float(TiltState.from_block(np.array([0.0, 0.6, 1.7, 1.8]), t).risk()),
+        rel=16 * float(np.finfo(dtype).eps),
+    )

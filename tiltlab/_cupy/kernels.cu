@@ -414,7 +414,8 @@ extern "C" __global__ void tilted_level_extremes(
 }
 
 /* sums[3 g + (0, 1, 2)]: sum p exp(u), sum p expm1(u), sum p (v - c), u = t (v - c), c the
- * group's shift (its largest value for t > 0, else its smallest) */
+ * group's shift (its largest value for t > 0, else its smallest); the expm1 sums only for
+ * groups whose q is kept (tl_small_range), 0 for the others */
 extern "C" __global__ void tilted_level_sums(
     const T* __restrict__ v, const T* __restrict__ m, const T unit,
     const long long* __restrict__ codes, const long long n, const long long n_groups,
@@ -432,10 +433,14 @@ extern "C" __global__ void tilted_level_sums(
         const T p = tl_item_mass(m, unit, i);
         if (!(p > (T)0)) continue;
         const long long g = codes[i];
-        const T c = tl_from_key(t > 0 ? hi[g] : lo[g]);
+        const T gh = tl_from_key(hi[g]), gl = tl_from_key(lo[g]);
+        const T c = t > 0 ? gh : gl;
         const T x = v[i];
         const T u = tl_gap(t, x, c);
-        const T e = p * TL_EXP(u), em1 = p * TL_EXPM1(u), dl = p * (x - c);
+        /* one transcendental: expm1 while the group keeps q (u in [-1, 0]), else exp */
+        const bool small = tl_small_range(t, gh, gl);
+        const T m1 = small ? TL_EXPM1(u) : (T)0;
+        const T e = p * (small ? m1 + (T)1 : TL_EXP(u)), em1 = p * m1, dl = p * (x - c);
         if (priv) {
             atomicAdd(ssum + 3 * g, e);
             atomicAdd(ssum + 3 * g + 1, em1);
@@ -513,7 +518,7 @@ __device__ __forceinline__ tl_state tl_group_state(
     st.lo = tl_from_key(lo[g]);
     st.c = t > 0 ? st.hi : st.lo;
     st.s = sums[3 * g];
-    st.q = sums[3 * g + 1];
+    st.q = tl_small_range(t, st.hi, st.lo) ? sums[3 * g + 1] : tl_nan();  /* as tl_add */
     st.lsum = sums[3 * g + 2];
     st.mass = gmass[g];
     return st;

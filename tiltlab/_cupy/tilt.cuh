@@ -12,6 +12,10 @@
  *   hi/lo the largest and smallest loss,
  *   s     sum p exp(t (l - c)),  q  sum p expm1(t (l - c)),  lsum  sum p (l - c),
  *   mass  sum p (the number of samples under unit weights p = 1).
+ * q is kept only while |t| (hi - lo) <= 1 (the only regime whose risk reads it); once the
+ * range passes that it is NaN (tiltlab.accumulator drops it the same way), and each new
+ * loss then costs one exp instead of an exp and an expm1 (below it, one expm1: exp(u) =
+ * expm1(u) + 1 is accurate for u in [-1, 0]).
  * The empty state (mass 0, hi = -inf, lo = +inf, c = 0, sums 0) is the identity of the
  * merge; the merge and the moves of a shift test for it instead of multiplying infinite
  * shifts by zero masses, so that no inf * 0 or inf - inf is ever formed for it.
@@ -147,24 +151,37 @@ TL_HD tl_real tl_move(tl_state* st, tl_real c, tl_real t) {
     if (c == st->c) return (tl_real)1;
     const tl_real u = tl_gap(t, st->c, c);  /* <= 0 */
     const tl_real r = TL_EXP(u);
-    st->q = st->mass * TL_EXPM1(u) + st->q * r;
+    if (st->q == st->q) st->q = st->mass * TL_EXPM1(u) + st->q * r;  /* NaN: dropped */
     st->s = st->s * r;
     st->lsum = st->lsum + st->mass * (st->c - c);
     st->c = c;
     return r;
 }
 
+/* whether the sums q are kept for losses spanning [lo, hi]: |t| (hi - lo) <= 1 */
+TL_HD int tl_small_range(tl_real t, tl_real hi, tl_real lo) {
+    return tl_gap(TL_FABS(t), hi, lo) <= (tl_real)1;
+}
+
 /* add one sample of loss l and prior weight p > 0 to a state whose shift is already on
- * the tilt's side of l; returns the sample's factor exp(t (l - c)) */
+ * the tilt's side of l; returns the sample's factor exp(t (l - c)), taken as
+ * expm1(u) + 1 while the state's q is kept (one transcendental either way) */
 TL_HD tl_real tl_add_w(tl_state* st, tl_real l, tl_real p, tl_real t) {
     const tl_real u = tl_gap(t, l, st->c);  /* <= 0 */
-    const tl_real e = TL_EXP(u);
-    st->s += p * e;
-    st->q += p * TL_EXPM1(u);
-    st->lsum += p * (l - st->c);
-    st->mass += p;
     st->hi = l > st->hi ? l : st->hi;
     st->lo = l < st->lo ? l : st->lo;
+    tl_real e;
+    if (st->q == st->q && tl_small_range(t, st->hi, st->lo)) {  /* u in [-1, 0] */
+        const tl_real m1 = TL_EXPM1(u);
+        e = m1 + (tl_real)1;
+        st->q += p * m1;
+    } else {
+        e = TL_EXP(u);
+        st->q = tl_nan();
+    }
+    st->s += p * e;
+    st->lsum += p * (l - st->c);
+    st->mass += p;
     return e;
 }
 
@@ -212,7 +229,7 @@ TL_HD tl_state tl_merge(tl_state a, tl_state b, tl_real t, tl_real* fa, tl_real*
     m.hi = a.hi > b.hi ? a.hi : b.hi;
     m.lo = a.lo < b.lo ? a.lo : b.lo;
     m.s = a.s + b.s;
-    m.q = a.q + b.q;
+    m.q = tl_small_range(t, m.hi, m.lo) ? a.q + b.q : tl_nan();
     m.lsum = a.lsum + b.lsum;
     m.mass = a.mass + b.mass;
     return m;
