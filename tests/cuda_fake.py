@@ -165,6 +165,6 @@ def fake_cupy(rec: Recorder, run=None, sms: int = 132) -> types.ModuleType:
     cp.asnumpy = asnumpy
     cp.RawModule = RawModule
     cp.cuda = SimpleNamespace(
-        Device=lambda: SimpleNamespace(attributes={"MultiProcessorCount": sms})
+        Device=lambda: SimpleNamespace(id=0, attributes={"MultiProcessorCount": sms})
     )
     return cp

@@ -273,3 +273,26 @@ def test_hierarchical_engine_declines_what_it_does_not_serve(rec):
     assert cuda_engine.FUSED_CUDA.value(p, zero, ctx) is None
     assert cuda_engine.FUSED_CUDA.hvp(p, zero, zero, ctx) is None
     assert rec.launches == [] and rec.uploads == []
+
+
+def test_driver_lookups_happen_once_per_process(rec, monkeypatch):
+    # the kernels, their register counts and the device's multiprocessor count are
+    # asked of the driver on the first evaluation only (CuPy's Device.attributes reads
+    # every attribute of the device at each access); later evaluations only launch
+    cp = sys.modules["cupy"]
+    asked = []
+    make_device = cp.cuda.Device
+    monkeypatch.setattr(cp.cuda, "Device", lambda: asked.append("device") or make_device())
+    lookup = cp.RawModule.get_function
+    monkeypatch.setattr(
+        cp.RawModule, "get_function", lambda self, name: asked.append(name) or lookup(self, name)
+    )
+    X = FakeArray(np.ones((50, 3), np.float32), rec)
+    y = FakeArray(np.zeros(50, np.float32), rec)
+    theta = FakeArray(np.zeros(3, np.float32), rec)
+    losses = FakeArray(np.linspace(0.0, 1.0, 50).astype(np.float32), rec)
+    for _ in range(2):
+        del asked[:]
+        assert cuda_engine.value_and_gradient(X, y, theta, 2.0, "logistic") is not None
+        reductions.tilted_weights(losses, 0.5)
+    assert asked == ["device"], asked  # the second round: the current device's id only

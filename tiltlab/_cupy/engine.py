@@ -71,12 +71,10 @@ def supported(X: Any, t: float, shape: tuple) -> bool:
     return 0 < X.shape[1] <= source.MAX_FEATURES and len(shape) == 1
 
 
-def _grid(kern: Any, n: int, L: int) -> int:
+def _grid(src: str, n: int, L: int) -> int:
     """Blocks for one resident wave (occupancy from the kernel's register count)."""
-    import cupy
-
-    sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
-    regs = max(1, int(kern.num_regs))
+    sms = source.multiprocessors()
+    regs = source.registers(src, "tilted_vg")
     per_sm = max(1, min(2048 // THREADS, 65536 // (regs * THREADS), 32))
     return max(1, min(sms * per_sm, -(-n * L // THREADS)))
 
@@ -95,10 +93,10 @@ def value_and_gradient(
 
     n, d = int(X.shape[0]), int(X.shape[1])
     dtype = X.dtype
-    mod = source.module(source.vg_source(loss, dtype, d))
-    kern, fin = mod.get_function("tilted_vg"), mod.get_function("tilted_vg_finish")
+    src = source.vg_source(loss, dtype, d)
+    kern, fin = source.function(src, "tilted_vg"), source.function(src, "tilted_vg_finish")
     L = source.launch_shape(d)[0]  # lanes per row group
-    blocks = _grid(kern, n, L)
+    blocks = _grid(src, n, L)
     n_states = blocks * THREADS // 32  # the states written: one per warp
     st = cupy.empty((n_states, 7), dtype=dtype)
     acc = cupy.empty((n_states + 1, d), dtype=dtype)  # the last row: theta (ridge term)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -157,7 +158,7 @@ class DeviceTree:
 
         n = int(labels[0].shape[0])
         sizes = [int(g) for g in sizes]
-        fn = source.module(source.reduction_source(dtype)).get_function
+        fn = partial(source.function, source.reduction_source(dtype))
         unit = np.dtype(dtype).type(1.0 / max(n, 1))
         grid = (_blocks(n),)
         masses, codes = [], [labels[0]]
@@ -210,10 +211,7 @@ def _level_blocks(n: int, groups: int) -> int:
     of blocks (four per multiprocessor) rather than one thread per item."""
     if groups > SHARED_GROUPS:
         return _blocks(n)
-    import cupy
-
-    sms = int(cupy.cuda.Device().attributes["MultiProcessorCount"])
-    return max(1, min(_blocks(n), 4 * sms))
+    return max(1, min(_blocks(n), 4 * source.multiprocessors()))
 
 
 def _check_tilts(tilts: Any, depth: int) -> list[float]:
@@ -237,8 +235,7 @@ def tree_eval(
     dtype = losses.dtype
     T = dtype.type
     key = np.int32 if dtype == np.float32 else np.int64
-    mod = source.module(source.reduction_source(dtype))
-    fn = mod.get_function
+    fn = partial(source.function, source.reduction_source(dtype))
     n_groups = sum(tree.sizes)
     hi = cupy.empty(n_groups, dtype=key)
     lo = cupy.empty(n_groups, dtype=key)
@@ -348,29 +345,28 @@ def device_tree(problem: Any) -> DeviceTree:
 
 
 def _losses(X: Any, y: Any, theta: Any, loss: str) -> tuple[Any, Any, Any, Any]:
-    """``(theta, module, losses, first derivatives)`` at ``X theta``: the product and one
-    launch (``theta`` made contiguous in ``X``'s dtype, the loss's compiled module)."""
+    """``(theta, kernels, losses, first derivatives)`` at ``X theta``: the product and one
+    launch (``theta`` made contiguous in ``X``'s dtype; ``kernels(name)`` the loss's
+    compiled kernel ``name``)."""
     import cupy
 
     n, d = int(X.shape[0]), int(X.shape[1])
     th = cupy.ascontiguousarray(theta, dtype=X.dtype)
     yy = cupy.ascontiguousarray(y, dtype=X.dtype)
     z = cupy.matmul(X, th)
-    mod = source.module(source.vg_source(loss, X.dtype, d))
+    fn = partial(source.function, source.vg_source(loss, X.dtype, d))
     ell = cupy.empty(n, dtype=X.dtype)
     d1 = cupy.empty(n, dtype=X.dtype)
-    mod.get_function("tilted_loss_d1")(
-        (_blocks(n),), (BLOCK_THREADS,), (z, yy, cupy.int64(n), ell, d1)
-    )
-    return th, mod, ell, d1
+    fn("tilted_loss_d1")((_blocks(n),), (BLOCK_THREADS,), (z, yy, cupy.int64(n), ell, d1))
+    return th, fn, ell, d1
 
 
-def _ridge(mod: Any, g: Any, theta: Any, l2: float, out: Any) -> None:
+def _ridge(fn: Any, g: Any, theta: Any, l2: float, out: Any) -> None:
     """One launch: ``g += l2 theta`` and ``out[0] += l2 / 2 |theta|^2``."""
     import cupy
 
     d = int(theta.shape[0])
-    mod.get_function("tilted_ridge")(
+    fn("tilted_ridge")(
         (1,), (FINISH_THREADS,), (g, theta, cupy.int32(d), theta.dtype.type(l2), out)
     )
 
@@ -383,11 +379,11 @@ def value_and_gradient(
     finite. ``4 + 4 D`` launches for ``D`` levels (one more with ``l2``), one read."""
     import cupy
 
-    th, mod, ell, d1 = _losses(X, y, theta, loss)
+    th, fn, ell, d1 = _losses(X, y, theta, loss)
     out, coef = tree_eval(ell, tree, tilts, weights=True, d1=d1)
     grad = cupy.matmul(coef, X)
     if l2:
-        _ridge(mod, grad, th, l2, out)
+        _ridge(fn, grad, th, l2, out)
     if out[1:2].get()[0] != 0:  # the one read
         return None
     return out[0], grad
@@ -401,10 +397,10 @@ def value(
     without weights, one launch for a ridge term, one read."""
     import cupy
 
-    th, mod, ell, _ = _losses(X, y, theta, loss)
+    th, fn, ell, _ = _losses(X, y, theta, loss)
     out, _ = tree_eval(ell, tree, tilts)
     if l2:
-        _ridge(mod, cupy.empty(th.shape[0], dtype=th.dtype), th, l2, out)
+        _ridge(fn, cupy.empty(th.shape[0], dtype=th.dtype), th, l2, out)
     if out[1:2].get()[0] != 0:  # the one read
         return None
     return out[0]
@@ -442,11 +438,9 @@ def hvp(
     vv = cupy.ascontiguousarray(v, dtype=dtype)
     yy = cupy.ascontiguousarray(y, dtype=dtype)
     zu = cupy.matmul(X, cupy.stack([th, vv], axis=1))  # one pass for both predictors
-    mod = source.module(source.vg_source(loss, dtype, d))
+    fn = partial(source.function, source.vg_source(loss, dtype, d))
     ell, d1, a, hu = (cupy.empty(n, dtype=dtype) for _ in range(4))
-    mod.get_function("tilted_loss_d12")(
-        (_blocks(n),), (BLOCK_THREADS,), (zu, yy, cupy.int64(n), ell, d1, a, hu)
-    )
+    fn("tilted_loss_d12")((_blocks(n),), (BLOCK_THREADS,), (zu, yy, cupy.int64(n), ell, d1, a, hu))
     out, w = tree_eval(ell, tree, tilts, weights=True)
     inner = [float(t) for t in tilts][::-1]  # innermost (the samples' groups) first
     D = tree.depth
@@ -454,7 +448,6 @@ def hvp(
     node = cupy.empty(n, dtype=np.int64)
     prev = cupy.empty(n, dtype=dtype)
     acc = cupy.empty(n, dtype=dtype)
-    fn = mod.get_function
     one = cupy.int32(1)
     zero = cupy.int32(0)
     x_items, w_items, mul = a, w, one
@@ -492,7 +485,7 @@ def hvp(
     )
     prod = cupy.matmul(coef, X)
     if l2:
-        _ridge(mod, prod, vv, l2, cupy.empty(1, dtype=dtype))
+        _ridge(fn, prod, vv, l2, cupy.empty(1, dtype=dtype))
     if out[1:2].get()[0] != 0:  # the one read
         return None
     return prod

@@ -67,7 +67,7 @@ def _state(l: Any, t: float) -> tuple[Any, Any, Any]:
     status, shift, normaliser) on the device."""
     import cupy
 
-    mod = source.module(source.reduction_source(l.dtype))
+    src = source.reduction_source(l.dtype)
     n = int(l.shape[0])
     blocks = max(1, min(MAX_BLOCKS, -(-n // (BLOCK_THREADS * 8))))
     parts = cupy.empty((blocks, 7), dtype=l.dtype)
@@ -75,13 +75,13 @@ def _state(l: Any, t: float) -> tuple[Any, Any, Any]:
     T = l.dtype.type
     tiny = math.sqrt(float(np.finfo(l.dtype).tiny))
     lc = cupy.ascontiguousarray(l)
-    mod.get_function("tilted_state_blocks")(
+    source.function(src, "tilted_state_blocks")(
         (blocks,), (BLOCK_THREADS,), (lc, cupy.int64(n), T(t), parts)
     )
-    mod.get_function("tilted_state_finish")(
+    source.function(src, "tilted_state_finish")(
         (1,), (FINISH_THREADS,), (parts, cupy.int64(blocks), T(t), T(tiny), out)
     )
-    return mod, lc, out
+    return src, lc, out
 
 
 def _check(l: Any, out: Any, check: bool) -> None:
@@ -123,11 +123,11 @@ def tilted_weights(
     tt = _served(losses, t, axis, weights)
     if tt is None:
         return None
-    mod, lc, out = _state(losses, tt)
+    src, lc, out = _state(losses, tt)
     n = int(lc.shape[0])
     w = cupy.empty_like(lc)
     blocks = max(1, min(4 * MAX_BLOCKS, -(-n // BLOCK_THREADS)))
-    mod.get_function("tilted_weights_apply")(
+    source.function(src, "tilted_weights_apply")(
         (blocks,), (BLOCK_THREADS,), (lc, cupy.int64(n), lc.dtype.type(tt), out, w)
     )
     _check(lc, out, check_finite)
