@@ -48,6 +48,10 @@ class FakeArray:
         self._rec.launches.append("subtract")
         return FakeArray(self._a - other, self._rec)
 
+    def __mul__(self, other):  # one elementwise launch (CuPy arrays only, as in the kernels)
+        self._rec.launches.append("multiply")
+        return FakeArray(self._a * other._a, self._rec)
+
     def get(self):
         self._rec.reads.append("get")
         return self._a.copy()
@@ -156,6 +160,7 @@ def fake_cupy(rec: Recorder, run=None, sms: int = 132) -> types.ModuleType:
         return (u, FakeArray(inverse.reshape(-1), rec)) if return_inverse else u
 
     cp.full, cp.zeros, cp.stack, cp.asarray = full, zeros, stack, asarray
+    cp.ones_like = lambda a: full(a.shape, 1, dtype=a.dtype)
     cp.unique = unique
     cp.uint64 = np.uint64
     cp.empty = empty

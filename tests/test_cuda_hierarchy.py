@@ -634,3 +634,67 @@ def test_device_labels_of_other_kinds_take_the_host_tree(rec):
     assert reductions.device_labels_tree([FakeArray(inner[:-1], rec)], L) is None
     assert reductions.device_labels_tree([FakeArray(inner + 0.5, rec)], L) is None
     assert rec.reads == [] and rec.uploads == []
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(("loss", "n", "d", "tilts", "l2", "with_prior"), HVP_CASES)
+def test_objective_linearize(rec, loss, n, d, tilts, l2, with_prior, dtype):
+    # the linearisation on the device tree: value, gradient, losses and weights at theta
+    # against the float64 NumPy objective, and each product against the NumPy product
+    # (bounded as in test_objective_value_and_hvp); after the one read at theta the
+    # products read nothing and launch neither the loss nor the tree's risk passes
+    from tiltlab._cupy.engine import FUSED_CUDA
+    from tiltlab._cupy.hierarchical_engine import device_tree
+    from tiltlab.objective.engines import Context
+
+    rng = np.random.default_rng(n + d + 2)
+    X = rng.standard_normal((n, d)).astype(dtype)
+    theta = (rng.standard_normal(d) / np.sqrt(d)).astype(dtype)
+    if loss == "squared":
+        y = (X.astype(np.float64) @ theta + rng.standard_normal(n)).astype(dtype)
+    else:
+        y = (rng.random(n) < 0.3).astype(dtype)
+    labels = _labels(_tree(rng, n, (12, 3)[: len(tilts) - 1], empty=False))
+    prior = rng.random(n) + 0.5 if with_prior else None
+    problem = _problem(rec, loss, X, y, labels, tilts, l2, prior)
+    passes = []
+    ctx = Context(count=passes.append, update=lambda p: None)
+    device_tree(problem)  # built once per problem (a prior is read then)
+    del rec.reads[:]
+    lin = FUSED_CUDA.linearize(problem, FakeArray(theta, rec), ctx)
+    if not all(math.isfinite(t) for t in tilts):
+        assert lin is None  # no Hessian at an infinite tilt (the generic path raises)
+        return
+    assert lin is not None and passes == [2] and len(rec.reads) == 1
+    f64 = np.float64
+    ref = tl.TiltedObjective(
+        loss, X.astype(f64), y.astype(f64), groups=labels, tilts=tilts, weights=prior, l2=l2
+    )
+    want = ref.linearize(theta.astype(f64))
+    eps = float(np.finfo(dtype).eps)
+    z = X.astype(f64) @ theta.astype(f64)
+    scale = 1.0 + float(np.max(np.abs(z))) + float(np.max(np.abs(y)))
+    big = max([1.0] + [abs(t) * scale for t in tilts])
+    for got in (lin.value, lin.gradient, lin.losses, lin.weights):
+        assert got._a.dtype == dtype
+    np.testing.assert_allclose(
+        float(lin.value._a), float(want.value), rtol=0, atol=64 * d * eps * scale**2
+    )
+    gscale = float(np.max(np.abs(want.gradient))) + scale * float(np.max(np.abs(X)))
+    np.testing.assert_allclose(
+        lin.gradient._a, want.gradient, rtol=0, atol=64 * d * eps * gscale * big
+    )
+    np.testing.assert_allclose(lin.losses._a, want.losses, rtol=0, atol=16 * d * eps * scale**2)
+    np.testing.assert_allclose(lin.weights._a, want.weights, rtol=64 * d * eps * big, atol=0)
+    del rec.launches[:]
+    for seed in range(2):
+        v = np.random.default_rng(seed).standard_normal(d).astype(dtype)
+        got = lin.hvp(FakeArray(v, rec))._a
+        assert got.dtype == dtype and got.shape == (d,)
+        want_p = want.hvp(v.astype(f64))
+        bound = _hvp_bound(loss, X.astype(f64), y.astype(f64), theta.astype(f64), v.astype(f64),
+                           tilts, l2)  # fmt: skip
+        np.testing.assert_allclose(got, want_p, rtol=0, atol=16 * eps * bound)
+    assert len(rec.reads) == 1 and passes == [2, 2, 2]
+    kernels = {k for k in rec.launches if k.startswith("tilted")}
+    assert "tilted_loss_d12" not in kernels and "tilted_level_extremes" not in kernels

@@ -8,8 +8,9 @@
 - :mod:`.source`: the builds (NVRTC through CuPy), :mod:`.engine`: the objective engine,
   :mod:`.reductions`: ``tilted_risk``, ``tilted_weights``, ``hierarchical_risk``,
   ``hierarchical_weights`` and the extremes, :mod:`.hierarchy`: hierarchies on the device
-  (the group tree uploaded once, the levels' reductions, the hierarchical objective's
-  value and gradient).
+  (the group tree uploaded once, the levels' reductions), :mod:`.hierarchical_engine`:
+  the hierarchical objective's value, gradient, Hessian-vector products and
+  linearisation on that tree.
 
 Importing this module registers them into the dispatch tables of the lower layers;
 ``tiltlab/_backends.py`` imports it lazily, the first time a CuPy array shows up.

@@ -18,7 +18,8 @@ It serves ``value_and_gradient`` for the losses with C code (:data:`~.source.C_L
 exactly their registered classes), sample-level finite non-zero tilts, uniform priors and
 C-contiguous float32/float64 ``X`` with up to :data:`~.source.MAX_FEATURES` features on
 CuPy arrays. Hierarchical objectives of such losses and data (any tilts and priors) go
-to :mod:`.hierarchy`, whose group tree is uploaded once per problem. Everything else goes
+to :mod:`.hierarchical_engine` (value, gradient, Hessian-vector products, linearisation)
+on the group tree of :mod:`.hierarchy`, uploaded once per problem. Everything else goes
 on to the next engines.
 """
 
@@ -32,7 +33,7 @@ import numpy as np
 from ..losses import get_loss
 from ..objective.engines.base import Context, Engine
 from . import source
-from .hierarchy import HIERARCHICAL_CUDA
+from .hierarchical_engine import HIERARCHICAL_CUDA
 
 __all__ = ["FUSED_CUDA", "FusedCudaEngine", "has_c_code", "supported", "value_and_gradient"]
 
@@ -154,6 +155,13 @@ class FusedCudaEngine(Engine):
         if not ctx.fused or problem.groups is None:
             return None
         return HIERARCHICAL_CUDA.hvp(problem, theta, v, ctx)
+
+    def linearize(self, problem: Any, theta: Any, ctx: Context) -> Any:
+        # a hierarchy's linearisation on the device tree; a flat one is the generic
+        # path's (its weights are one tilted_weights, already one pass on CuPy)
+        if not ctx.fused or problem.groups is None:
+            return None
+        return HIERARCHICAL_CUDA.linearize(problem, theta, ctx)
 
     def value_and_gradient(self, problem: Any, theta: Any, ctx: Context) -> Any:
         if not ctx.fused:
