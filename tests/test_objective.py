@@ -464,6 +464,23 @@ def test_hierarchical_hessian_explicit(name, depth, tilts):
     assert_close(obj.hvp(theta, v), (hess @ v.reshape(-1)).reshape(theta.shape), rtol=1e-10)
 
 
+@pytest.mark.parametrize("depth, tilts", [(2, (2.0, -1.0)), (3, THREE_LEVEL_TILTS[-1])])
+@pytest.mark.parametrize("name", ["squared", "logistic"])
+def test_hierarchical_hessian_on_every_backend(xp, name, depth, tilts):
+    # the dense Hessian's group terms (one segment sum of the d columns per level) on
+    # every array library against the explicit reference, in the input's namespace
+    _dask_subset(xp, name == "logistic" and depth == 2)
+    X, y, theta = _problem(name)
+    groups = [_two_level_groups()] if depth == 2 else _three_level_groups()
+    _, _, hess, _ = _reference(name, X, y, theta, list(tilts), groups, None, l2=0.05)
+    obj = _loss_obj(
+        name, xp, X, y, groups=groups if depth == 3 else groups[0], tilts=tilts, l2=0.05
+    )
+    H = obj.hessian(_to(xp, theta))
+    assert_namespace(H, xp)
+    assert_close(to_numpy(H), hess, rtol=1e-11, atol=1e-13)
+
+
 # ----------------------------------------------------------------------------------------
 # independent reference: torch autograd of the objective written in torch
 # ----------------------------------------------------------------------------------------

@@ -102,12 +102,10 @@ def tilt_term_coef(problem: Any, a: Any, w: Any) -> Any:
 
 def _node_outer(wd1X: Any, w: Any, layout: Any, xp: Any) -> Any:
     """sum over nodes of W_n G_n G_n^T with G_n = sum_{x in n} w_x d1_x x_x / W_n."""
-    d = wd1X.shape[1]
-    cols = [segment_sum(wd1X[:, j], layout, xp) for j in range(d)]
-    S = xp.stack(cols, axis=1)  # (G, d): W_n G_n
+    S = segment_sum(xp.permute_dims(wd1X, (1, 0)), layout, xp)  # (d, G): W_n G_n, one pass
     W = segment_sum(w, layout, xp)
     safe = xp.where(W > 0, W, xp.ones_like(W))
-    return S.T @ (S / safe[:, None])
+    return S @ xp.permute_dims(S / safe[None, :], (1, 0))
 
 
 class GenericEngine(Engine):
