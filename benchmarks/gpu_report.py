@@ -33,7 +33,9 @@ It
    times (wall clock, the device synchronised, medians of 2 after an untimed fit on
    20,000 rows; ``--no-estimators`` skips it).
 
-The report names the device and the commit measured (``git rev-parse HEAD``).
+The report names the device, the commit measured (``git rev-parse HEAD``) and a digest
+of the device code (``cuda_sources``: ``tilt.cuh`` and ``kernels.cu``), from which the
+test suite tells whether the kernels changed after the figures the pages quote.
 
 Times are medians of CUDA-event timings after warm-up. It prints a table and writes JSON.
 Nothing runs without a GPU (the script exits with a message); ``--dry-run`` lists the
@@ -194,8 +196,10 @@ def main(argv=None):
 
     props = cupy.cuda.runtime.getDeviceProperties(0)
     name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
+    from tiltlab._cupy import source
+
     report = {"device": name, "cupy": cupy.__version__, "python": platform.python_version(),
-              "n": args.n, "commit": _commit()}
+              "n": args.n, "commit": _commit(), "cuda_sources": source.device_code_digest()}
     print(f"commit: {report['commit']}")
     try:
         import torch

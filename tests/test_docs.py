@@ -15,6 +15,7 @@ from __future__ import annotations
 import doctest
 import importlib
 import importlib.util
+import json
 import os
 import pkgutil
 import re
@@ -517,3 +518,20 @@ def test_numpydoc_allow_list_is_current():
     names = set(_numpydoc_names())
     stale = [n for n in NUMPYDOC_ALLOWED if n not in names]
     assert not stale, f"NUMPYDOC_ALLOWED names objects that are not checked: {stale}"
+
+
+def test_gpu_figures_say_when_the_kernels_changed_after_them():
+    # each GPU report records a digest of the device code it measured; where the kernels
+    # have changed since, the pages that quote its figures say so (and stop saying so once
+    # the figures are measured again)
+    from tiltlab._cupy import source
+
+    root = Path(__file__).resolve().parents[1]
+    report = json.loads((root / "benchmarks/data/gpu_report_h200.json").read_text())
+    assert len(report["cuda_sources"]) == 16
+    changed = report["cuda_sources"] != source.device_code_digest()
+    note = f"The CUDA kernels changed after commit `{report['commit'][:7]}`"
+    for page in ("README.md", "docs/benchmarks.md", "benchmarks/README.md"):
+        text = (root / page).read_text(encoding="utf-8")
+        assert f"commit `{report['commit'][:7]}`" in text, page
+        assert (note in text) == changed, (page, changed)

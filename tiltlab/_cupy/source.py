@@ -9,6 +9,7 @@ element type, the loss, the launch shape), compiled by NVRTC through CuPy.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from functools import cache
 from importlib import resources
@@ -19,10 +20,15 @@ import numpy as np
 __all__ = [
     "C_LOSSES",
     "MAX_FEATURES",
+    "device_code_digest",
+    "function",
     "header",
     "kernels",
     "launch_shape",
+    "module",
+    "multiprocessors",
     "reduction_source",
+    "registers",
     "vg_source",
 ]
 
@@ -43,6 +49,13 @@ def header() -> str:
 def kernels() -> str:
     """The text of ``kernels.cu``."""
     return resources.files(__package__).joinpath("kernels.cu").read_text(encoding="utf-8")
+
+
+def device_code_digest() -> str:
+    """A short digest of the device code (``tilt.cuh`` and ``kernels.cu``): GPU reports
+    record it, so that a page can tell whether the kernels changed after a measurement."""
+    text = header() + "\0" + kernels()
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
 def _c_losses() -> tuple[str, ...]:
