@@ -511,6 +511,38 @@ def _numba_groups_merged(blocks, t, dtype):
     return float(groups.collapse().risk(np, np.dtype(dtype))), None
 
 
+def _cuda_reductions_merged(blocks, t, dtype):
+    """The CuPy ``tilted_risk`` and ``tilted_weights`` (``tiltlab/_cupy/reductions.py``),
+    their kernels run in the CPU emulation of CUDA (``tests/cuda_emu.h``) behind the
+    recording stand-in for CuPy: the losses of all blocks in one device array, which the
+    kernels split among their own blocks and threads (most threads unused at these
+    sizes: their states empty)."""
+    import sys
+
+    from cuda_fake import FakeArray, Recorder, fake_cupy
+    from cuda_host import run_emulated
+
+    from tiltlab._cupy import reductions, source
+
+    if t == 0.0 or math.isinf(t):
+        raise NotImplementedError("the CuPy reductions serve finite non-zero tilts")
+    losses = np.concatenate([np.asarray(b, dtype=dtype) for b in blocks])
+    rec = Recorder()
+    saved = sys.modules.get("cupy"), source._MODULES
+    sys.modules["cupy"] = fake_cupy(rec, run=run_emulated, sms=1)
+    source._MODULES = {}
+    try:
+        risk = reductions.tilted_risk(FakeArray(losses, rec), t)
+        weights = reductions.tilted_weights(FakeArray(losses, rec), t)
+    finally:
+        if saved[0] is None:
+            del sys.modules["cupy"]
+        else:
+            sys.modules["cupy"] = saved[0]
+        source._MODULES = saved[1]
+    return float(risk._a), np.asarray(weights._a, dtype=np.float64)
+
+
 #: the engines whose tilted state is checked against the contract
 STATE_ENGINES: dict[str, StateEngine] = {
     "accumulator": StateEngine(needs=(), merged=_accumulator_merged),
@@ -519,4 +551,5 @@ STATE_ENGINES: dict[str, StateEngine] = {
     "dask chunks": StateEngine(needs=("dask",), merged=_dask_merged),
     "numba chunks": StateEngine(needs=("numba",), merged=_numba_chunks_merged),
     "numba groups": StateEngine(needs=("numba",), merged=_numba_groups_merged),
+    "cuda reductions (emulated)": StateEngine(needs=("exe:g++",), merged=_cuda_reductions_merged),
 }

@@ -77,7 +77,7 @@ def test_the_buckets_cover_the_launch_shapes():
 def test_value_and_gradient_kernels_compile(loss, dtype, d):
     ptx, log = compile_ptx(source.vg_source(loss, dtype, d))
     assert ptx is not None, log
-    for kernel in ("tilted_vg", "tilted_vg_finish", "tilted_loss_d1", "tilted_state_blocks"):
+    for kernel in ("tilted_vg", "tilted_vg_finish", "tilted_loss_d1", "tilted_sums_blocks"):
         assert f".entry {kernel}" in ptx
     # float kernels keep to single precision (no double arithmetic slips in)
     if dtype == "float32":
@@ -89,7 +89,8 @@ def test_reduction_kernels_compile(dtype):
     ptx, log = compile_ptx(source.reduction_source(dtype))
     assert ptx is not None, log
     for kernel in (
-        "tilted_state_blocks",
+        "tilted_extremes_blocks",
+        "tilted_sums_blocks",
         "tilted_state_finish",
         "tilted_weights_apply",
         "tilted_level_count",
@@ -106,6 +107,8 @@ def test_reduction_kernels_compile(dtype):
         assert f".entry {kernel}" in ptx
     assert ".entry tilted_vg" not in ptx  # without a loss, no value-and-gradient kernel
     assert ".entry tilted_loss_d1" not in ptx
+    if dtype == "float32":  # the float reductions keep to single precision
+        assert not re.search(r"\b(add|mul|fma\.rn)\.f64\b", ptx), "double arithmetic in float"
     # the hierarchy's levels gather their groups in shared memory with shared atomics
     fp = "f32" if dtype == "float32" else "f64"
     key = "s32" if dtype == "float32" else "s64"

@@ -259,23 +259,104 @@ extern "C" __global__ void tilted_loss_d12(
 #endif /* TL_LOSS */
 
 /* ------------------------------------------------------------------------------------
- * tilted_risk and tilted_weights of one-dimensional losses: one pass over the losses
- * into one state per block, one block merging them, (weights) one elementwise pass
+ * tilted_risk and tilted_weights of one-dimensional losses: two passes over the losses,
+ * their extremes (one pair per block) and then their sums relative to the extreme on the
+ * tilt's side, each block of the second pass merging the first pass's pairs itself. With
+ * the shift and the range known before the sums, every loss costs one transcendental
+ * (expm1 where |t| (hi - lo) <= 1, else exp), no shift moves and no state is carried from
+ * one loss to the next; one block then merges the blocks' states, and (weights) one more
+ * elementwise pass
  */
 
-extern "C" __global__ void tilted_state_blocks(
-    const T* __restrict__ l, const long long n, const T t, T* __restrict__ parts)
-{
-    __shared__ tl_state sh[TL_BLOCK_THREADS];
-    tl_state m = tl_empty();
-    T r;
-    const long long stride = (long long)gridDim.x * TL_BLOCK_THREADS;
-    for (long long i = (long long)blockIdx.x * TL_BLOCK_THREADS + threadIdx.x; i < n; i += stride)
-        tl_push(&m, l[i], t, &r);
-    sh[threadIdx.x] = m;
+/* the sum (op 0), largest (1) or smallest (2) of the block's values v, for every thread
+ * of the block (sh: TL_BLOCK_THREADS numbers of shared work space, free again on return) */
+__device__ __forceinline__ T tl_block_all(T* sh, T v, int op) {
+    sh[threadIdx.x] = v;
     __syncthreads();
-    tl_block_merge<TL_BLOCK_THREADS>(sh, t);
-    if (threadIdx.x == 0) tl_store(parts, blockIdx.x, sh[0]);
+#pragma unroll 1
+    for (int w = TL_BLOCK_THREADS / 2; w > 0; w >>= 1) {
+        if ((int)threadIdx.x < w) {
+            const T a = sh[threadIdx.x], b = sh[threadIdx.x + w];
+            sh[threadIdx.x] = op == 0 ? a + b : (op == 1 ? (b > a ? b : a) : (b < a ? b : a));
+        }
+        __syncthreads();
+    }
+    const T all = sh[0];
+    __syncthreads();
+    return all;
+}
+
+/* ext[2 b], ext[2 b + 1]: the largest and smallest loss of block b's share (NaN losses
+ * take no part: they turn the sums NaN in the second pass) */
+extern "C" __global__ void tilted_extremes_blocks(
+    const T* __restrict__ l, const long long n, T* __restrict__ ext)
+{
+    __shared__ T sh[TL_BLOCK_THREADS];
+    T hi = -tl_inf(), lo = tl_inf();
+    const long long stride = (long long)gridDim.x * TL_BLOCK_THREADS;
+    for (long long i = (long long)blockIdx.x * TL_BLOCK_THREADS + threadIdx.x; i < n; i += stride) {
+        const T v = l[i];
+        hi = v > hi ? v : hi;
+        lo = v < lo ? v : lo;
+    }
+    hi = tl_block_all(sh, hi, 1);
+    lo = tl_block_all(sh, lo, 2);
+    if (threadIdx.x == 0) {
+        ext[2 * blockIdx.x] = hi;
+        ext[2 * blockIdx.x + 1] = lo;
+    }
+}
+
+/* block b's tilted state in parts (the empty state for a block without losses): the
+ * shift c is the largest loss of all for t > 0 (else the smallest), from the n_ext pairs
+ * of tilted_extremes_blocks */
+extern "C" __global__ void tilted_sums_blocks(
+    const T* __restrict__ l, const long long n, const T t, const T* __restrict__ ext,
+    const long long n_ext, T* __restrict__ parts)
+{
+    __shared__ T sh[TL_BLOCK_THREADS];
+    T hi = -tl_inf(), lo = tl_inf();
+    for (long long g = threadIdx.x; g < n_ext; g += TL_BLOCK_THREADS) {
+        const T h = ext[2 * g], m = ext[2 * g + 1];
+        hi = h > hi ? h : hi;
+        lo = m < lo ? m : lo;
+    }
+    hi = tl_block_all(sh, hi, 1);
+    lo = tl_block_all(sh, lo, 2);
+    const T c = t > (T)0 ? hi : lo;
+    const int small = tl_small_range(t, hi, lo);  /* the same for every thread */
+    T s = (T)0, q = (T)0, lsum = (T)0, mass = (T)0;
+    const long long stride = (long long)gridDim.x * TL_BLOCK_THREADS;
+    for (long long i = (long long)blockIdx.x * TL_BLOCK_THREADS + threadIdx.x; i < n; i += stride) {
+        const T v = l[i];
+        const T u = tl_gap(t, v, c);  /* <= 0 */
+        if (small) {
+            const T m1 = TL_EXPM1(u);
+            s += m1 + (T)1;
+            q += m1;
+        } else {
+            s += TL_EXP(u);
+        }
+        lsum += v - c;
+        mass += (T)1;
+    }
+    s = tl_block_all(sh, s, 0);
+    q = tl_block_all(sh, q, 0);
+    lsum = tl_block_all(sh, lsum, 0);
+    mass = tl_block_all(sh, mass, 0);
+    if (threadIdx.x == 0) {
+        tl_state st = tl_empty();
+        if (mass > (T)0) {
+            st.c = c;
+            st.hi = hi;
+            st.lo = lo;
+            st.s = s;
+            st.q = small ? q : tl_nan();  /* dropped, as tl_add_w drops it */
+            st.lsum = lsum;
+            st.mass = mass;
+        }
+        tl_store(parts, blockIdx.x, st);
+    }
 }
 
 /* out: the risk, a status (0: every loss finite), the merged shift and normaliser */

@@ -1,12 +1,13 @@
-"""``tilted_risk`` and ``tilted_weights`` of one-dimensional CuPy losses as one-pass
-reductions over the tilted state (``tilt.cuh``), ``hierarchical_risk`` and
-``hierarchical_weights`` through the tree of :mod:`.hierarchy` (built on the device from
-integer or boolean device labels, else on the host from any labels), and the extremes of a loss
-vector.
+"""``tilted_risk`` and ``tilted_weights`` of one-dimensional CuPy losses as reductions
+over the tilted state (``tilt.cuh``), ``hierarchical_risk`` and ``hierarchical_weights``
+through the tree of :mod:`.hierarchy` (built on the device from integer or boolean device
+labels, else on the host from any labels), and the extremes of a loss vector.
 
-``tilted_state_blocks`` folds the losses into one state per block (each thread an online
-state: a running shift, moved when a loss passes it, and the sums relative to it), and
-``tilted_state_finish`` (one block) merges them and finishes the risk by the rule of
+``tilted_extremes_blocks`` takes the largest and smallest loss of each block's share,
+``tilted_sums_blocks`` merges those pairs in every block and sums each share relative to
+the extreme on the tilt's side, one transcendental a loss (``expm1`` while
+``|t| (hi - lo) <= 1``, else ``exp``; no shift moves), and ``tilted_state_finish`` (one
+block) merges the blocks' states and finishes the risk by the rule of
 :mod:`tiltlab.accumulator` (the mean near ``t = 0``, ``log1p`` of the ``expm1`` sums
 while ``|t| (hi - lo) <= 1``, the shifted log otherwise). The weights take one more
 elementwise pass. No extreme is read on the host: a status written next to the result
@@ -63,23 +64,26 @@ def _served(losses: Any, t: Any, axis: int, weights: Any) -> float | None:
 
 
 def _state(l: Any, t: float) -> tuple[Any, Any, Any]:
-    """The two launches of the reduction: ``(module, losses, out)``, ``out`` = (risk,
+    """The three launches of the reduction: ``(source, losses, out)``, ``out`` = (risk,
     status, shift, normaliser) on the device."""
     import cupy
 
     src = source.reduction_source(l.dtype)
     n = int(l.shape[0])
     blocks = max(1, min(MAX_BLOCKS, -(-n // (BLOCK_THREADS * 8))))
+    ext = cupy.empty(2 * blocks, dtype=l.dtype)
     parts = cupy.empty((blocks, 7), dtype=l.dtype)
     out = cupy.empty(4, dtype=l.dtype)
     T = l.dtype.type
     tiny = math.sqrt(float(np.finfo(l.dtype).tiny))
     lc = cupy.ascontiguousarray(l)
-    source.function(src, "tilted_state_blocks")(
-        (blocks,), (BLOCK_THREADS,), (lc, cupy.int64(n), T(t), parts)
+    nn, nb = cupy.int64(n), cupy.int64(blocks)
+    source.function(src, "tilted_extremes_blocks")((blocks,), (BLOCK_THREADS,), (lc, nn, ext))
+    source.function(src, "tilted_sums_blocks")(
+        (blocks,), (BLOCK_THREADS,), (lc, nn, T(t), ext, nb, parts)
     )
     source.function(src, "tilted_state_finish")(
-        (1,), (FINISH_THREADS,), (parts, cupy.int64(blocks), T(t), T(tiny), out)
+        (1,), (FINISH_THREADS,), (parts, nb, T(t), T(tiny), out)
     )
     return src, lc, out
 

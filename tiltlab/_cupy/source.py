@@ -124,8 +124,9 @@ def vg_source(loss: str, dtype: Any, d: int) -> str:
 
 
 def reduction_source(dtype: Any) -> str:
-    """The source of the reductions (``tilted_state_blocks``, ``tilted_state_finish``,
-    ``tilted_weights_apply``) for ``dtype``."""
+    """The source of the reductions (``tilted_extremes_blocks``, ``tilted_sums_blocks``,
+    ``tilted_state_finish``, ``tilted_weights_apply`` and the levels' kernels of the
+    hierarchies) for ``dtype``."""
     return _build({"TL_FLOAT": _ctype(dtype)})
 
 
