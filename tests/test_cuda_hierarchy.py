@@ -317,6 +317,18 @@ def _problem(rec, loss, X, y, labels, tilts, l2, prior=None):
     )
 
 
+def _glm_data(rng, loss, n, d, dtype):
+    """``(X, theta, y)``: Gaussian rows, a parameter of unit scale and labels of the loss
+    (a noisy linear response, or Bernoulli(0.3) classes)."""
+    X = rng.standard_normal((n, d)).astype(dtype)
+    theta = (rng.standard_normal(d) / np.sqrt(d)).astype(dtype)
+    if loss == "squared":
+        y = (X.astype(np.float64) @ theta + rng.standard_normal(n)).astype(dtype)
+    else:
+        y = (rng.random(n) < 0.3).astype(dtype)
+    return X, theta, y
+
+
 OBJECTIVE_CASES = [
     ("logistic", 400, 3, (1.0, -2.0), 0.0, False),
     ("squared", 300, 40, (0.0, 2.0, -1.0), 0.3, True),
@@ -332,12 +344,7 @@ def test_objective_value_and_gradient(rec, loss, n, d, tilts, l2, with_prior, dt
     from tiltlab.objective.engines import Context
 
     rng = np.random.default_rng(n + d)
-    X = rng.standard_normal((n, d)).astype(dtype)
-    theta = (rng.standard_normal(d) / np.sqrt(d)).astype(dtype)
-    if loss == "squared":
-        y = (X.astype(np.float64) @ theta + rng.standard_normal(n)).astype(dtype)
-    else:
-        y = (rng.random(n) < 0.3).astype(dtype)
+    X, theta, y = _glm_data(rng, loss, n, d, dtype)
     D = len(tilts) - 1
     sizes = (12, 3)[:D]
     labels = _labels(_tree(rng, n, sizes, empty=False))
@@ -393,13 +400,8 @@ def test_objective_value_and_hvp(rec, loss, n, d, tilts, l2, with_prior, dtype):
     from tiltlab.objective.engines import Context
 
     rng = np.random.default_rng(n + d + 1)
-    X = rng.standard_normal((n, d)).astype(dtype)
-    theta = (rng.standard_normal(d) / np.sqrt(d)).astype(dtype)
+    X, theta, y = _glm_data(rng, loss, n, d, dtype)
     v = rng.standard_normal(d).astype(dtype)
-    if loss == "squared":
-        y = (X.astype(np.float64) @ theta + rng.standard_normal(n)).astype(dtype)
-    else:
-        y = (rng.random(n) < 0.3).astype(dtype)
     D = len(tilts) - 1
     labels = _labels(_tree(rng, n, (12, 3)[:D], empty=False))
     prior = rng.random(n) + 0.5 if with_prior else None
@@ -648,12 +650,7 @@ def test_objective_linearize(rec, loss, n, d, tilts, l2, with_prior, dtype):
     from tiltlab.objective.engines import Context
 
     rng = np.random.default_rng(n + d + 2)
-    X = rng.standard_normal((n, d)).astype(dtype)
-    theta = (rng.standard_normal(d) / np.sqrt(d)).astype(dtype)
-    if loss == "squared":
-        y = (X.astype(np.float64) @ theta + rng.standard_normal(n)).astype(dtype)
-    else:
-        y = (rng.random(n) < 0.3).astype(dtype)
+    X, theta, y = _glm_data(rng, loss, n, d, dtype)
     labels = _labels(_tree(rng, n, (12, 3)[: len(tilts) - 1], empty=False))
     prior = rng.random(n) + 0.5 if with_prior else None
     problem = _problem(rec, loss, X, y, labels, tilts, l2, prior)

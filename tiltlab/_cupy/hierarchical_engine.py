@@ -138,20 +138,28 @@ def hvp(
 
     if not all(math.isfinite(float(t)) for t in tilts):
         return None
-    n, d = int(X.shape[0]), int(X.shape[1])
-    dtype = X.dtype
-    th = cupy.ascontiguousarray(theta, dtype=dtype)
-    vv = cupy.ascontiguousarray(v, dtype=dtype)
-    yy = cupy.ascontiguousarray(y, dtype=dtype)
+    th = cupy.ascontiguousarray(theta, dtype=X.dtype)
+    vv = cupy.ascontiguousarray(v, dtype=X.dtype)
     zu = cupy.matmul(X, cupy.stack([th, vv], axis=1))  # one pass for both predictors
-    fn = partial(source.function, source.vg_source(loss, dtype, d))
-    ell, d1, a, hu = (cupy.empty(n, dtype=dtype) for _ in range(4))
-    fn("tilted_loss_d12")((_blocks(n),), (BLOCK_THREADS,), (zu, yy, cupy.int64(n), ell, d1, a, hu))
+    fn, ell, d1, a, hu = _derivatives(X, y, zu, loss)
     out, w = tree_eval(ell, tree, tilts, weights=True)
     prod = _products(fn, X, tree, tilts, w, d1, a, hu, vv, l2)
     if out[1:2].get()[0] != 0:  # the one read
         return None
     return prod
+
+
+def _derivatives(X: Any, y: Any, zu: Any, loss: str) -> tuple[Any, ...]:
+    """``(kernels, l, d1, a, hu)`` from the predictors ``zu`` (rows ``(z, u)``): the
+    losses, their first derivatives, ``a = d1 u`` and ``hu = d2 u``, in one launch."""
+    import cupy
+
+    n, d = int(X.shape[0]), int(X.shape[1])
+    yy = cupy.ascontiguousarray(y, dtype=X.dtype)
+    fn = partial(source.function, source.vg_source(loss, X.dtype, d))
+    ell, d1, a, hu = (cupy.empty(n, dtype=X.dtype) for _ in range(4))
+    fn("tilted_loss_d12")((_blocks(n),), (BLOCK_THREADS,), (zu, yy, cupy.int64(n), ell, d1, a, hu))
+    return fn, ell, d1, a, hu
 
 
 def _products(
@@ -230,17 +238,10 @@ def linearize(
 
     if not all(math.isfinite(float(t)) for t in tilts):
         return None
-    n, d = int(X.shape[0]), int(X.shape[1])
     dtype = X.dtype
     th = cupy.ascontiguousarray(theta, dtype=dtype)
-    yy = cupy.ascontiguousarray(y, dtype=dtype)
     z = cupy.matmul(X, th)
-    zu = cupy.stack([z, cupy.ones_like(z)], axis=1)
-    fn = partial(source.function, source.vg_source(loss, dtype, d))
-    ell, d1, unit_a, d2 = (cupy.empty(n, dtype=dtype) for _ in range(4))
-    fn("tilted_loss_d12")(
-        (_blocks(n),), (BLOCK_THREADS,), (zu, yy, cupy.int64(n), ell, d1, unit_a, d2)
-    )
+    fn, ell, d1, _, d2 = _derivatives(X, y, cupy.stack([z, cupy.ones_like(z)], axis=1), loss)
     out, w = tree_eval(ell, tree, tilts, weights=True)
     grad = cupy.matmul(w * d1, X)
     if l2:
