@@ -309,3 +309,30 @@ def test_merge_drops_q_when_the_merged_range_is_large(dtype):
         float(TiltState.from_block(np.array([0.0, 0.6, 1.7, 1.8]), t).risk()),
         rel=16 * float(np.finfo(dtype).eps),
     )
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("t", [1.0, -1.0])
+def test_a_shift_beyond_the_state_keeps_each_factor_exact(t, dtype):
+    # lanes that share one shift hold states whose shift lies beyond their own losses
+    # (another lane's extreme): a new loss's factor exp(t (l - c)) is then far below 1
+    # even when the state's own losses span less than 1 / |t|, and must stay accurate
+    # relative to itself (expm1(u) + 1 would round it away); such a state drops q, and
+    # its risk (and that of any merge holding it) takes the exp sums
+    h = host(dtype)
+    eps = float(np.finfo(dtype).eps)
+    st = h.of([0.0, 0.1], t)
+    far = 30.0 if t > 0 else -30.0
+    h.move(st, far, t)  # the shift of a lane whose neighbour met a loss of 30
+    e = h.add(st, 0.05, t)
+    want = float(mpmath.exp(mpmath.mpf(t) * (mpmath.mpf(float(dtype(0.05))) - far)))
+    # u = t (l - c) rounds in the dtype: exp(u) carries |u| of those roundings
+    assert abs(e - want) <= (4 + abs(far)) * eps * want, (e, want)
+    assert math.isnan(st.q)
+    near = h.of([far], t)  # the neighbour, whose loss is the shift
+    whole = h.merge(st, near, t)[0]
+    ref = TiltState.from_block(np.array([0.0, 0.1, float(dtype(0.05)), far]), t)
+    assert h.risk(whole, t) == pytest.approx(float(ref.risk()), rel=16 * eps)
+    # the lane's own state, finished alone, still gives its own risk
+    own = TiltState.from_block(np.array([0.0, 0.1, float(dtype(0.05))]), t)
+    assert h.risk(st, t) == pytest.approx(float(own.risk()), rel=16 * eps, abs=16 * eps)

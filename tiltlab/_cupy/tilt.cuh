@@ -12,10 +12,12 @@
  *   hi/lo the largest and smallest loss,
  *   s     sum p exp(t (l - c)),  q  sum p expm1(t (l - c)),  lsum  sum p (l - c),
  *   mass  sum p (the number of samples under unit weights p = 1).
- * q is kept only while |t| (hi - lo) <= 1 (the only regime whose risk reads it); once the
- * range passes that it is NaN (tiltlab.accumulator drops it the same way), and each new
- * loss then costs one exp instead of an exp and an expm1 (below it, one expm1: exp(u) =
- * expm1(u) + 1 is accurate for u in [-1, 0]).
+ * q is kept only while the losses and the shift span at most 1 / |t| (the risk reads it
+ * only where hi - lo does); once they span more it is NaN (tiltlab.accumulator drops it
+ * the same way), and each new loss then costs one exp instead of an exp and an expm1
+ * (below it, one expm1: exp(u) = expm1(u) + 1 is accurate for u in [-1, 0], and the span
+ * includes the shift because a shift shared by lanes may lie far beyond a lane's losses,
+ * where expm1(u) + 1 would round a small factor away).
  * The empty state (mass 0, hi = -inf, lo = +inf, c = 0, sums 0) is the identity of the
  * merge; the merge and the moves of a shift test for it instead of multiplying infinite
  * shifts by zero masses, so that no inf * 0 or inf - inf is ever formed for it.
@@ -158,9 +160,16 @@ TL_HD tl_real tl_move(tl_state* st, tl_real c, tl_real t) {
     return r;
 }
 
-/* whether the sums q are kept for losses spanning [lo, hi]: |t| (hi - lo) <= 1 */
+/* whether values spanning [lo, hi] lie within 1 / |t| of one another */
 TL_HD int tl_small_range(tl_real t, tl_real hi, tl_real lo) {
     return tl_gap(TL_FABS(t), hi, lo) <= (tl_real)1;
+}
+
+/* whether a state keeps its sums q: its losses and its shift within 1 / |t| */
+TL_HD int tl_keeps_q(const tl_state* st, tl_real t) {
+    const tl_real top = st->c > st->hi ? st->c : st->hi;
+    const tl_real bottom = st->c < st->lo ? st->c : st->lo;
+    return tl_small_range(t, top, bottom);
 }
 
 /* add one sample of loss l and prior weight p > 0 to a state whose shift is already on
@@ -171,7 +180,7 @@ TL_HD tl_real tl_add_w(tl_state* st, tl_real l, tl_real p, tl_real t) {
     st->hi = l > st->hi ? l : st->hi;
     st->lo = l < st->lo ? l : st->lo;
     tl_real e;
-    if (st->q == st->q && tl_small_range(t, st->hi, st->lo)) {  /* u in [-1, 0] */
+    if (st->q == st->q && tl_keeps_q(st, t)) {  /* u in [-1, 0] */
         const tl_real m1 = TL_EXPM1(u);
         e = m1 + (tl_real)1;
         st->q += p * m1;
@@ -229,7 +238,7 @@ TL_HD tl_state tl_merge(tl_state a, tl_state b, tl_real t, tl_real* fa, tl_real*
     m.hi = a.hi > b.hi ? a.hi : b.hi;
     m.lo = a.lo < b.lo ? a.lo : b.lo;
     m.s = a.s + b.s;
-    m.q = tl_small_range(t, m.hi, m.lo) ? a.q + b.q : tl_nan();
+    m.q = tl_keeps_q(&m, t) ? a.q + b.q : tl_nan();
     m.lsum = a.lsum + b.lsum;
     m.mass = a.mass + b.mass;
     return m;
@@ -257,7 +266,9 @@ TL_HD tl_real tl_risk(tl_state st, tl_real t, tl_real tiny) {
     if (!tl_finite(t)) return t > (tl_real)0 ? st.hi : st.lo;
     const tl_real scale = tl_gap(TL_FABS(t), st.hi, st.lo);
     if (scale < tiny) return st.c + st.lsum / st.mass;
-    if (scale <= (tl_real)1) return tl_add_scaled(st.c, TL_LOG1P(st.q / st.mass), t);
+    /* q dropped (NaN) with a range this small: a shift beyond the losses (a lane's state) */
+    if (scale <= (tl_real)1 && st.q == st.q)
+        return tl_add_scaled(st.c, TL_LOG1P(st.q / st.mass), t);
     return tl_add_scaled(st.c, TL_LOG(st.s / st.mass), t);
 }
 
