@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 
+import numpy as np
 import pytest
 
 from tiltlab._cupy import source
@@ -124,3 +125,17 @@ def test_a_misspelt_intrinsic_is_rejected_with_its_line():
     ptx, log = compile_ptx(bad, "bad.cu")
     assert ptx is None
     assert "__shfl_xor_synk" in log and f"bad.cu({line})" in log, log
+
+
+@pytest.mark.parametrize("dtype", ["float16", "int32", np.int64, None, "not a dtype"])
+def test_sources_refuse_other_element_types_by_name(dtype):
+    with pytest.raises(ValueError, match="`dtype`: float32 or float64"):
+        source.reduction_source(dtype)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "flag"),
+    [(np.float32, 1), ("float32", 1), (np.dtype("float32"), 1), (np.float64, 0), ("float64", 0)],
+)
+def test_sources_take_the_element_type_in_any_spelling(dtype, flag):
+    assert source.reduction_source(dtype).startswith(f"#define TL_FLOAT {flag}\n")
