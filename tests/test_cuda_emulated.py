@@ -121,6 +121,25 @@ def test_risk_and_weights(rec, dtype, t, n):
     assert len(rec.reads) == 2  # one status read per call
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("t", [-3.0, 1e-3, 0.7])
+def test_risk_and_weights_over_several_grid_strides(rec, monkeypatch, dtype, t):
+    # three blocks: each thread takes many losses, a grid's stride apart, and the blocks
+    # end with different counts
+    monkeypatch.setattr(reductions, "MAX_BLOCKS", 3)
+    n = 3 * reductions.BLOCK_THREADS * 8 * 2 + 1001
+    l = np.random.default_rng(7).gamma(2.0, 0.3, n).astype(dtype)
+    r = reductions.tilted_risk(FakeArray(l, rec), t)
+    w = reductions.tilted_weights(FakeArray(l, rec), t)
+    eps = float(np.finfo(dtype).eps)
+    want_r = float(tl.tilted_risk(l.astype(np.float64), t))
+    want_w = tl.tilted_weights(l.astype(np.float64), t)
+    scale = float(np.max(np.abs(l)))
+    assert abs(float(r._a) - want_r) <= 16 * eps * scale
+    np.testing.assert_allclose(w._a, want_w, rtol=32 * eps * max(1.0, abs(t) * scale))
+    assert abs(float(np.sum(w._a, dtype=np.float64)) - 1.0) <= 16 * eps * np.sqrt(n)
+
+
 @pytest.mark.parametrize("t", [2.0, -2.0])
 def test_risk_of_nonfinite_losses_unchecked(rec, t):
     l = np.linspace(0.0, 1.0, 500)

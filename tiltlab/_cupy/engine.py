@@ -6,10 +6,11 @@ loads rows of ``X`` into registers, forms ``z = x . theta`` by a shuffle reducti
 evaluates the loss and its derivative (``tilt.cuh``), folds the sample into the lanes'
 tilted states under a shift common to the group (moved, with the group's gradient sums,
 whenever a loss passes it) and adds ``exp(t (l - c)) l' x`` to per-lane gradient sums.
-The groups of a warp merge their states and gradient sums by shuffles, and every warp
+The groups of a warp merge their states and gradient sums by shuffles, the warps of a
+block theirs in shared memory (in warp order, the same sums at every run), and every block
 writes one state (the empty state when it had no row) and one row of gradient sums.
-``tilted_vg_finish``, one block, merges the warps' states, writes the value with the
-ridge term and each warp's share of the normalised gradient; the gradient is then one
+``tilted_vg_finish``, one block, merges the blocks' states, writes the value with the
+ridge term and each block's share of the normalised gradient; the gradient is then one
 product of those shares with the gradient sums (cuBLAS). An evaluation is three launches
 and one read to the host (the value and a status: non-finite losses decline, and the
 generic path raises or gives IEEE values).
@@ -98,7 +99,7 @@ def value_and_gradient(
     kern, fin = source.function(src, "tilted_vg"), source.function(src, "tilted_vg_finish")
     L = source.launch_shape(d)[0]  # lanes per row group
     blocks = _grid(src, n, L)
-    n_states = blocks * THREADS // 32  # the states written: one per warp
+    n_states = blocks  # the states written: one per block
     st = cupy.empty((n_states, 7), dtype=dtype)
     acc = cupy.empty((n_states + 1, d), dtype=dtype)  # the last row: theta (ridge term)
     f = cupy.empty(n_states + 1, dtype=dtype)

@@ -77,7 +77,7 @@ __device__ __forceinline__ tl_state shfl_merge(tl_state s, T t, unsigned mask, i
     return s;
 }
 
-/* value and gradient partials: one state and one row of gradient sums per warp */
+/* value and gradient partials: one state and one row of gradient sums per block */
 extern "C" __global__ void tilted_vg(
     const T* __restrict__ X, const T* __restrict__ y, const T* __restrict__ theta,
     const long long n, const int d, const T t,
@@ -179,19 +179,40 @@ extern "C" __global__ void tilted_vg(
         acc[k] *= fg;
         for (int off = L; off < 32; off <<= 1) acc[k] += __shfl_xor_sync(mask, acc[k], off, 32);
     }
-    const long long warp = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
-    if (threadIdx.x % 32 == 0) tl_store(st, warp, ws);
-    if ((int)(threadIdx.x % 32) < L) {
-#pragma unroll
-        for (int k = 0; k < NPL; ++k) {
-            int j = lane + k * L;
-            if (j < d) acc_out[warp * (long long)d + j] = acc[k];
-        }
+    // the block's state: its warps' states merged in order by one thread; its gradient
+    // sums: each warp's moved to the block's shift and added in warp order (the same
+    // order at every run), so that the finish merges one state a block, not one a warp
+    __shared__ tl_state wst[32];
+    __shared__ tl_state bst;
+    __shared__ T bacc[L * NPL];
+    const int wid = threadIdx.x / 32;
+    const int n_warps = blockDim.x / 32;
+    if (threadIdx.x % 32 == 0) wst[wid] = ws;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        T fa, fb;
+        tl_state b = tl_empty();
+        for (int w = 0; w < n_warps; ++w) b = tl_merge(b, wst[w], t, &fa, &fb);
+        bst = b;
+        tl_store(st, blockIdx.x, b);
     }
+    __syncthreads();
+    const T fw = tl_is_empty(&ws) ? (T)0 : TL_EXP(tl_gap(t, ws.c, bst.c));
+    for (int w = 0; w < n_warps; ++w) {
+        if (wid == w && (int)(threadIdx.x % 32) < L) {
+#pragma unroll
+            for (int k = 0; k < NPL; ++k) {
+                const int j = lane + k * L;
+                if (j < d) bacc[j] = (w == 0 ? (T)0 : bacc[j]) + acc[k] * fw;
+            }
+        }
+        __syncthreads();
+    }
+    for (int j = threadIdx.x; j < d; j += blockDim.x) acc_out[(long long)blockIdx.x * d + j] = bacc[j];
 }
 
-/* the finish on the device: merges the warps' states, writes the value (with the ridge
- * term) and a status to out[0..1], each warp's share of the normalised gradient to
+/* the finish on the device: merges the blocks' states, writes the value (with the ridge
+ * term) and a status to out[0..1], each block's share of the normalised gradient to
  * f[0..n_states) and l2 to f[n_states], theta to the extra row of the gradient sums, so
  * that the gradient is one product f @ acc */
 extern "C" __global__ void tilted_vg_finish(
