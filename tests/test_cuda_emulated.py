@@ -101,6 +101,30 @@ def test_fused_declines_nonfinite_losses(rec, dtype):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(("n_rows", "d"), [(1, 1), (33, 31), (100, 70), (257, 130)])
+def test_the_gradient_product_sums_every_row_once(dtype, n_rows, d):
+    # tilted_vg_grad: the blocks' shares times their gradient sums, 32 features a block,
+    # each warp every 32nd row; against a sum in float64 over rows of mixed signs
+    rng = np.random.default_rng(n_rows + d)
+    f = rng.standard_normal(n_rows).astype(dtype)
+    acc = rng.standard_normal((n_rows, d)).astype(dtype)
+    grad = np.full(d, np.nan, dtype=dtype)
+    src = source.vg_source("squared", dtype, d)
+    blocks = -(-d // 32)
+    run_emulated(
+        src,
+        "tilted_vg_grad",
+        blocks,
+        32 * cuda_engine.GRAD_WARPS,
+        [f, acc, np.int64(n_rows), np.int32(d), grad],
+    )
+    want = f.astype(np.float64) @ acc.astype(np.float64)
+    bound = np.abs(f.astype(np.float64)) @ np.abs(acc.astype(np.float64))
+    eps = float(np.finfo(dtype).eps)
+    assert np.all(np.abs(grad - want) <= n_rows * eps * bound)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("t", [-40.0, -1e-6, 1e-300, 1e-3, 0.5, 200.0])
 @pytest.mark.parametrize("n", [1, 3000])
 def test_risk_and_weights(rec, dtype, t, n):

@@ -78,7 +78,13 @@ def test_the_buckets_cover_the_launch_shapes():
 def test_value_and_gradient_kernels_compile(loss, dtype, d):
     ptx, log = compile_ptx(source.vg_source(loss, dtype, d))
     assert ptx is not None, log
-    for kernel in ("tilted_vg", "tilted_vg_finish", "tilted_loss_d1", "tilted_sums_blocks"):
+    for kernel in (
+        "tilted_vg",
+        "tilted_vg_finish",
+        "tilted_vg_grad",
+        "tilted_loss_d1",
+        "tilted_sums_blocks",
+    ):
         assert f".entry {kernel}" in ptx
     # float kernels keep to single precision (no double arithmetic slips in)
     if dtype == "float32":

@@ -10,9 +10,10 @@ The groups of a warp merge their states and gradient sums by shuffles, the warps
 block theirs in shared memory (in warp order, the same sums at every run), and every block
 writes one state (the empty state when it had no row) and one row of gradient sums.
 ``tilted_vg_finish``, one block, merges the blocks' states, writes the value with the
-ridge term and each block's share of the normalised gradient; the gradient is then one
-product of those shares with the gradient sums (cuBLAS). An evaluation is three launches
-and one read to the host (the value and a status: non-finite losses decline, and the
+ridge term and each block's share of the normalised gradient; ``tilted_vg_grad`` then
+forms the gradient, the product of those shares with the gradient sums (in a fixed order,
+and without the host time of a cuBLAS call on so small a product). An evaluation is three
+launches and one read to the host (the value and a status: non-finite losses decline, and the
 generic path raises or gives IEEE values).
 
 It serves ``value_and_gradient`` for the losses with C code (:data:`~.source.C_LOSSES`,
@@ -42,6 +43,8 @@ __all__ = ["FUSED_CUDA", "FusedCudaEngine", "has_c_code", "supported", "value_an
 THREADS = 256
 #: threads of the finish kernel (``TL_FINISH_THREADS`` in kernels.cu)
 FINISH_THREADS = 512
+#: warps of a block of the gradient's product (``TL_GRAD_WARPS`` in kernels.cu)
+GRAD_WARPS = 32
 
 
 def has_c_code(loss: Any) -> bool:
@@ -97,6 +100,7 @@ def value_and_gradient(
     dtype = X.dtype
     src = source.vg_source(loss, dtype, d)
     kern, fin = source.function(src, "tilted_vg"), source.function(src, "tilted_vg_finish")
+    gk = source.function(src, "tilted_vg_grad")
     L = source.launch_shape(d)[0]  # lanes per row group
     blocks = _grid(src, n, L)
     n_states = blocks  # the states written: one per block
@@ -124,7 +128,8 @@ def value_and_gradient(
             out,
         ),
     )
-    grad = cupy.matmul(f, acc)
+    grad = cupy.empty(d, dtype=dtype)
+    gk((-(-d // 32),), (32 * GRAD_WARPS,), (f, acc, cupy.int64(n_states + 1), cupy.int32(d), grad))
     status = out.get()[1]  # the one read: the value rides along for the caller
     if status != 0:
         return None

@@ -244,6 +244,32 @@ extern "C" __global__ void tilted_vg_finish(
         f[g] = tl_share(tl_load(st, g), all, t);
 }
 
+/* the gradient: grad[j] = sum over the rows g < n_rows of f[g] acc[g][j] (the blocks'
+ * shares and gradient sums, and the ridge row), for 32 features a block; each warp takes
+ * every TL_GRAD_WARPS-th row, and the warps' sums are added in warp order (the same sums
+ * at every run) */
+#ifndef TL_GRAD_WARPS
+#  define TL_GRAD_WARPS 32
+#endif
+extern "C" __global__ void tilted_vg_grad(
+    const T* __restrict__ f, const T* __restrict__ acc, const long long n_rows, const int d,
+    T* __restrict__ grad)
+{
+    __shared__ T part[TL_GRAD_WARPS][33];
+    const int lane = threadIdx.x % 32, wid = threadIdx.x / 32;
+    const int j = blockIdx.x * 32 + lane;
+    T sum = (T)0;
+    if (j < d)
+        for (long long g = wid; g < n_rows; g += TL_GRAD_WARPS) sum += f[g] * acc[g * d + j];
+    part[wid][lane] = sum;
+    __syncthreads();
+    if (wid == 0 && j < d) {
+        T all = (T)0;
+        for (int w = 0; w < TL_GRAD_WARPS; ++w) all += part[w][lane];
+        grad[j] = all;
+    }
+}
+
 /* the losses and their first derivatives at the predictors z (one pass over the samples;
  * the hierarchical objective's first step) */
 extern "C" __global__ void tilted_loss_d1(
