@@ -110,7 +110,7 @@ def lean_running_step(loss, losses, values, t: float, update: bool, compiling: b
             ess = s_mean * (s / torch.dot(ex, ex))
             write_where(ess_buf, ok, ess, compiling)
         log_mean = torch.where(
-            spread <= k.inv_abs_t, torch.log1p(torch.expm1(u).sum() / k.n), torch.log(s_mean)
+            spread <= k.inv_abs_t, torch.log1p(torch.expm1(u).mean()), torch.log(s_mean)
         )
         batch = torch.add(c, log_mean, alpha=1.0 / t)
         if lam == 1.0:
