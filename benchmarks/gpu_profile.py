@@ -4,6 +4,7 @@ kernels of one call (for Nsight Compute).
 ::
 
     python benchmarks/gpu_profile.py host
+    python benchmarks/gpu_profile.py stages
     ncu --csv --metrics gpu__time_duration.sum --profile-from-start off \\
         python benchmarks/gpu_profile.py one CASE      # CASE: risk, weights, vg16, vg128
 
@@ -14,7 +15,12 @@ same loop: equal times mean that every call waits for the device (its one read).
 runs one call of CASE between ``cudaProfilerStart`` and ``cudaProfilerStop`` after five
 warm-up calls, so that ``ncu --profile-from-start off`` lists the kernels of that call
 alone. Nsight Compute locks the clocks at their base rate by default, so its kernel times
-run longer than in a free run.
+run longer than in a free run. ``stages`` times, with CUDA events (medians of 15), each
+kernel of a call launched alone and the whole call: for ``value_and_gradient`` (logistic,
+t = 1, 1e7 x 16 and 1e7 x 128, float32 and float64, at the default launch shape) the
+fused kernel, the finish and the gradient's product; for ``tilted_risk`` (1e7 normal
+losses) the extremes' pass, the sums' pass, the finish and the read of the status; beside
+a device-to-device copy of 4 GiB.
 """
 
 from __future__ import annotations
@@ -83,9 +89,133 @@ def one(name: str) -> None:
     cp.cuda.profiler.stop()
 
 
+def _median_ms(fn, reps=15, warm=3) -> float:
+    import cupy as cp
+
+    for _ in range(warm):
+        fn()
+    out = []
+    for _ in range(reps):
+        a, b = cp.cuda.Event(), cp.cuda.Event()
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        out.append(cp.cuda.get_elapsed_time(a, b))
+    return float(np.median(out))
+
+
+def _copy_rate() -> float:
+    """GB/s (read + write) of a device-to-device copy of 4 GiB."""
+    import cupy as cp
+
+    a = cp.ones(1 << 30, dtype=cp.float32)
+    b = cp.empty_like(a)
+    return 2 * a.nbytes / _median_ms(lambda: cp.copyto(b, a)) / 1e6
+
+
+def _vg_stages(copy: float, dt, d: int, n: int = 10_000_000) -> None:
+    import math
+
+    import cupy as cp
+
+    from tiltlab._cupy import engine, source
+
+    X = cp.random.default_rng(d).standard_normal((n, d), dtype=dt)
+    th = np.random.default_rng(0).standard_normal(d) / math.sqrt(d)
+    th = cp.asarray(th.astype(dt))
+    y = (cp.random.default_rng(2).random(n) < 0.5).astype(dt)
+    T = np.dtype(dt).type
+    src = source.vg_source("logistic", dt, d)
+    kern, fin = source.function(src, "tilted_vg"), source.function(src, "tilted_vg_finish")
+    prod = source.function(src, "tilted_vg_grad")
+    blocks = engine._grid(src, n, source.launch_shape(d)[0])
+    st, f = cp.empty((blocks, 7), dt), cp.empty(blocks + 1, dt)
+    acc, out, g = cp.empty((blocks + 1, d), dt), cp.empty(2, dt), cp.empty(d, dt)
+    nn, dd, one = cp.int64(n), cp.int32(d), T(1.0)
+    fin_args = (
+        st,
+        cp.int64(blocks),
+        one,
+        T(engine.tiny_sqrt(dt)),
+        th,
+        dd,
+        T(0.0),
+        f,
+        acc[blocks],
+        out,
+    )
+    t1 = _median_ms(lambda: kern((blocks,), (256,), (X, y, th, nn, dd, one, st, acc)))
+    t2 = _median_ms(lambda: fin((1,), (engine.FINISH_THREADS,), fin_args))
+    t3 = _median_ms(
+        lambda: prod(
+            (-(-d // 32),), (32 * engine.GRAD_WARPS,), (f, acc, cp.int64(blocks + 1), dd, g)
+        )
+    )
+    call = _median_ms(lambda: engine.value_and_gradient(X, y, th, 1.0, "logistic"))
+    print(
+        f"value_and_gradient {np.dtype(dt).name} d={d} shape={source.launch_shape(d)} "
+        f"blocks={blocks}: kernel {t1 * 1e3:.0f} us ({X.nbytes / t1 / 1e6 / copy:.2f}), "
+        f"finish {t2 * 1e3:.1f} us, product {t3 * 1e3:.1f} us, call {call * 1e3:.0f} us "
+        f"({X.nbytes / call / 1e6 / copy:.2f})",
+        flush=True,
+    )
+
+
+def _risk_stages(dt, n: int = 10_000_000) -> None:
+    import cupy as cp
+
+    from tiltlab._cupy import reductions, source
+
+    l = cp.random.default_rng(0).standard_normal(n, dtype=dt)
+    src = source.reduction_source(dt)
+    blocks = max(1, min(reductions.MAX_BLOCKS, -(-n // (reductions.BLOCK_THREADS * 8))))
+    ext, parts, out = cp.empty(2 * blocks, dt), cp.empty((blocks, 7), dt), cp.empty(4, dt)
+    nn, nb, T = cp.int64(n), cp.int64(blocks), np.dtype(dt).type
+    grid, block = (blocks,), (reductions.BLOCK_THREADS,)
+    kernels = [
+        (source.function(src, "tilted_extremes_blocks"), grid, block, (l, nn, ext)),
+        (source.function(src, "tilted_sums_blocks"), grid, block, (l, nn, T(1.0), ext, nb, parts)),
+        (
+            source.function(src, "tilted_state_finish"),
+            (1,),
+            (reductions.FINISH_THREADS,),
+            (parts, nb, T(1.0), T(1e-19), out),
+        ),
+    ]
+
+    def launch(k):
+        k[0](k[1], k[2], k[3])
+
+    def all_three():
+        for k in kernels:
+            launch(k)
+
+    times = [_median_ms(lambda k=k: launch(k)) * 1e3 for k in kernels]
+    read = _median_ms(lambda: (all_three(), out[1:2].get())) * 1e3 - _median_ms(all_three) * 1e3
+    call = _median_ms(lambda: reductions.tilted_risk(l, 1.0)) * 1e3
+    print(
+        f"tilted_risk {np.dtype(dt).name}: extremes {times[0]:.1f} us, sums "
+        f"{times[1]:.1f} us, finish {times[2]:.1f} us, status read {read:.1f} us; call "
+        f"{call:.1f} us; CuPy sum {_median_ms(lambda: l.sum()) * 1e3:.1f} us",
+        flush=True,
+    )
+
+
+def stages() -> None:
+    copy = _copy_rate()
+    print(f"copy {copy:.0f} GB/s (read + write, 4 GiB)", flush=True)
+    for dt, d in ((np.float32, 16), (np.float64, 16), (np.float32, 128), (np.float64, 128)):
+        _vg_stages(copy, dt, d)
+    for dt in (np.float32, np.float64):
+        _risk_stages(dt)
+
+
 if __name__ == "__main__":
     if len(sys.argv) >= 2 and sys.argv[1] == "host":
         host()
+    elif len(sys.argv) >= 2 and sys.argv[1] == "stages":
+        stages()
     elif len(sys.argv) == 3 and sys.argv[1] == "one":
         one(sys.argv[2])
     else:

@@ -80,7 +80,7 @@ def test_kernel_and_finish_match_mpmath(loss, t, dtype, zero_theta, d, n_groups)
     np.testing.assert_allclose(grad, want_g, rtol=0, atol=64 * eps * gscale)
     if zero_theta and loss == "logistic":
         assert value == pytest.approx(math.log(2.0), rel=4 * eps)
-    # the kernel writes one state per warp: the groups of a warp merged first
+    # the kernel merges the groups of a warp first (then the warps of a block)
     per_warp = 32 // L
     if n_groups % per_warp == 0:
         st_w, acc_w = warp_merge(h, st, acc, t, per_warp)
