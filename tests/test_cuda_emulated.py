@@ -124,25 +124,31 @@ def test_the_gradient_product_sums_every_row_once(dtype, n_rows, d):
     assert np.all(np.abs(grad - want) <= n_rows * eps * bound)
 
 
+def _check_risk_and_weights(rec, l, t):
+    """tilted_risk and tilted_weights of ``l`` on the emulated device against the
+    library's float64 NumPy evaluation, one status read per call."""
+    reads = len(rec.reads)
+    r = reductions.tilted_risk(FakeArray(l, rec), t)
+    w = reductions.tilted_weights(FakeArray(l, rec), t)
+    eps = float(np.finfo(l.dtype).eps)
+    want_r = float(tl.tilted_risk(l.astype(np.float64), t))
+    want_w = tl.tilted_weights(l.astype(np.float64), t)
+    scale = float(np.max(np.abs(l)))
+    assert r._a.dtype == l.dtype and w._a.dtype == l.dtype
+    assert abs(float(r._a) - want_r) <= 16 * eps * scale
+    # exp(u) carries |u| roundings; below the smallest normal number only absolute ones
+    tiny = float(np.finfo(l.dtype).tiny)
+    np.testing.assert_allclose(
+        w._a, want_w, rtol=32 * eps * max(1.0, abs(t) * scale), atol=4 * tiny
+    )
+    assert len(rec.reads) == reads + 2  # one status read per call
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("t", [-40.0, -1e-6, 1e-300, 1e-3, 0.5, 200.0])
 @pytest.mark.parametrize("n", [1, 3000])
 def test_risk_and_weights(rec, dtype, t, n):
-    l = (np.random.default_rng(n).standard_normal(n) * 3).astype(dtype)
-    r = reductions.tilted_risk(FakeArray(l, rec), t)
-    w = reductions.tilted_weights(FakeArray(l, rec), t)
-    eps = float(np.finfo(dtype).eps)
-    want_r = float(tl.tilted_risk(l.astype(np.float64), t))
-    want_w = tl.tilted_weights(l.astype(np.float64), t)
-    scale = float(np.max(np.abs(l)))
-    assert r._a.dtype == dtype and w._a.dtype == dtype
-    assert abs(float(r._a) - want_r) <= 16 * eps * scale
-    # exp(u) carries |u| roundings; below the smallest normal number only absolute ones
-    tiny = float(np.finfo(dtype).tiny)
-    np.testing.assert_allclose(
-        w._a, want_w, rtol=32 * eps * max(1.0, abs(t) * scale), atol=4 * tiny
-    )
-    assert len(rec.reads) == 2  # one status read per call
+    _check_risk_and_weights(rec, (np.random.default_rng(n).standard_normal(n) * 3).astype(dtype), t)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -152,16 +158,7 @@ def test_risk_and_weights_over_several_grid_strides(rec, monkeypatch, dtype, t):
     # end with different counts
     monkeypatch.setattr(reductions, "MAX_BLOCKS", 3)
     n = 3 * reductions.BLOCK_THREADS * 8 * 2 + 1001
-    l = np.random.default_rng(7).gamma(2.0, 0.3, n).astype(dtype)
-    r = reductions.tilted_risk(FakeArray(l, rec), t)
-    w = reductions.tilted_weights(FakeArray(l, rec), t)
-    eps = float(np.finfo(dtype).eps)
-    want_r = float(tl.tilted_risk(l.astype(np.float64), t))
-    want_w = tl.tilted_weights(l.astype(np.float64), t)
-    scale = float(np.max(np.abs(l)))
-    assert abs(float(r._a) - want_r) <= 16 * eps * scale
-    np.testing.assert_allclose(w._a, want_w, rtol=32 * eps * max(1.0, abs(t) * scale))
-    assert abs(float(np.sum(w._a, dtype=np.float64)) - 1.0) <= 16 * eps * np.sqrt(n)
+    _check_risk_and_weights(rec, np.random.default_rng(7).gamma(2.0, 0.3, n).astype(dtype), t)
 
 
 @pytest.mark.parametrize("t", [2.0, -2.0])
