@@ -90,28 +90,18 @@ def one(name: str) -> None:
 
 
 def _median_ms(fn, reps=15, warm=3) -> float:
+    """Median CUDA-event time of ``fn`` in ms (``gpu_report``'s timer)."""
     import cupy as cp
+    from gpu_report import _timeit
 
-    for _ in range(warm):
-        fn()
-    out = []
-    for _ in range(reps):
-        a, b = cp.cuda.Event(), cp.cuda.Event()
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        out.append(cp.cuda.get_elapsed_time(a, b))
-    return float(np.median(out))
+    return _timeit(fn, cp.cuda.Device().synchronize, repeat=reps, warmup=warm) * 1e3
 
 
 def _copy_rate() -> float:
-    """GB/s (read + write) of a device-to-device copy of 4 GiB."""
-    import cupy as cp
+    """GB/s (read + write) of a device-to-device copy of 4 GiB (``gpu_report``'s)."""
+    from gpu_report import copy_bandwidth
 
-    a = cp.ones(1 << 30, dtype=cp.float32)
-    b = cp.empty_like(a)
-    return 2 * a.nbytes / _median_ms(lambda: cp.copyto(b, a)) / 1e6
+    return copy_bandwidth() / 1e9
 
 
 def _vg_stages(copy: float, dt, d: int, n: int = 10_000_000) -> None:
