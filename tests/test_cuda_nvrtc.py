@@ -74,6 +74,14 @@ VARIANTS = [
 def test_the_buckets_cover_the_launch_shapes():
     shapes = {source.launch_shape(d) for d in range(1, source.MAX_FEATURES + 1)}
     assert len(_buckets()) == len(shapes) and all(L <= 32 for L, _, _ in shapes)
+    # what the kernel relies on: L a power of two that divides a warp, npl the fewest
+    # features a lane that hold all d, and no more rows in flight than lanes (lane i < rows does
+    # row i's scalar work)
+    for d in range(1, source.MAX_FEATURES + 1):
+        L, npl, rows = source.launch_shape(d)
+        assert L & (L - 1) == 0 and 32 % L == 0, d
+        assert (npl - 1) * L < d <= npl * L, d
+        assert 1 <= rows <= L, d
 
 
 @pytest.mark.slow
