@@ -69,14 +69,19 @@ def tiny(dtype: Any) -> float:
     return float(np.finfo(dtype).smallest_normal)
 
 
-def point_errors(actual: Any, reference: list, dtype: Any, *, absolute: bool = False) -> list:
+def point_errors(
+    actual: Any, reference: list, dtype: Any, *, absolute: bool = False, scales: Any = None
+) -> list:
     """The entries where ``actual`` is off its reference by more than ``POINT_ULPS`` ulps
     (relative, plus the smallest normal number: underflow is allowed), as readable tuples.
-    ``absolute``: measure against 1 instead (a Hessian formed as a product)."""
+    ``absolute``: measure against 1 instead (a Hessian formed as a product); ``scales``:
+    against these magnitudes instead (a sum of terms that cancel, :func:`term_scales`)."""
     a = np.asarray(actual, dtype=np.float64).reshape(-1)
     bad = []
     for i, (ai, ri) in enumerate(zip(a.tolist(), reference, strict=True)):
         scale = 1 if absolute else abs(ri)
+        if scales is not None:
+            scale = max(scale, scales[i])
         err = abs(mpmath.mpf(ai) - ri)
         if not err <= POINT_ULPS * eps(dtype) * scale + tiny(dtype):
             bad.append((i, ai, float(ri)))
@@ -124,13 +129,48 @@ CLASS_Z = [
     [-800.0, 0.0, 800.0],
     [40.0, 0.0, 0.0],
 ]
+#: predictors and labels of the Poisson loss (labels >= 0; exp(z) finite in float32)
+COUNT_Z = [-30.0, -3.0, -1.0, -0.3, 0.0, 0.25, 1.0, 1.5, 2.0, 7.0, 30.0]
+COUNT_Y = [0.0, 0.5, 1.0, 7.0, 100.0]
 #: parameter sets each loss is checked with (the defaults first)
-PARAMS: dict[str, list[dict]] = {"huber": [{}, {"delta": 2.5}]}
+PARAMS: dict[str, list[dict]] = {
+    "huber": [{}, {"delta": 2.5}],
+    "pinball": [{}, {"quantile": 0.1}, {"quantile": 0.9}],
+}
+
+
+def term_scales(name: str, z: np.ndarray, y: np.ndarray) -> tuple:
+    """For a loss whose value (or first derivative) is a sum of terms that cancel near its
+    minimum, the magnitudes its rounding errors scale with at each point; ``(None,
+    None)`` for the others (relative errors).
+
+    Poisson: the value ``exp(z) - y - y z + y log y`` is a sum of terms of these sizes,
+    and it is evaluated through ``w = z - log y``, whose rounding (``|log y| + |w|`` ulps
+    absolute) moves the value by ``|dl/dw| = |exp(z) - y|`` times as much."""
+    if name != "poisson":
+        return None, None
+    with mpmath.workdps(DPS):
+        vs, ds = [], []
+        for zi, yi in zip(z.tolist(), y.tolist(), strict=True):
+            ez, yy = mpmath.exp(zi), mpmath.mpf(yi)
+            ly = abs(mpmath.log(yy)) if yi > 0 else 0
+            spread = (ez + yy) * (1 + ly + abs(zi - (mpmath.log(yy) if yi > 0 else 0)))
+            vs.append(ez + yy + abs(yy * zi) + yy * ly + spread)
+            ds.append(spread)
+    return vs, ds
 
 
 def points(name: str, dtype: Any, params: dict) -> tuple[np.ndarray, np.ndarray]:
     """``(z, y)`` for the loss ``name``, cast to ``dtype`` (class labels: int64)."""
     kind = POINT_LOSSES[name].labels
+    if kind == "nonnegative":
+        zs, ys = [], []
+        for y in COUNT_Y:
+            at = math.log(y) if y > 0 else 0.0
+            for z in COUNT_Z + [at, at + 0.5, at - 0.5, at + 1e-3]:  # near a perfect fit
+                zs.append(z)
+                ys.append(y)
+        return np.asarray(zs, dtype=dtype), np.asarray(ys, dtype=dtype)
     if kind == "real":
         zs, ys = [], []
         delta = params.get("delta", POINT_LOSSES[name].params.get("delta", 1.0))
@@ -215,6 +255,12 @@ def array_api_point(xp: Any) -> PointEngine:
     return PointEngine(needs=(), supported=lambda: frozenset(LOSS_NAMES), point=point)
 
 
+def loss_param(name: str, params: dict) -> float:
+    """The one number the kernels take as the loss's parameter (0 for a loss without)."""
+    defaults = POINT_LOSSES[name].params
+    return float(next((params.get(k, v) for k, v in defaults.items()), 0.0))
+
+
 def _numba_supported() -> frozenset:
     from tiltlab._cpu_kernels import LOSS_CODES
 
@@ -240,12 +286,11 @@ def _numba_point(name, z, y, dtype, params):
             d1[i] = s
             d1[i, int(y[i])] = -others  # the kernels' gradient coefficient of the true class
         return v, d1, None
-    from tiltlab._cpu_kernels._blocks import loss_block
+    from tiltlab._cpu_kernels._losses import loss_block
 
-    delta = float(params.get("delta", POINT_LOSSES[name].params.get("delta", 0.0)))
     out = [np.empty(n, dtype=dtype) for _ in range(3)]
     zz, yy = np.ascontiguousarray(z, dtype=dtype), np.ascontiguousarray(y, dtype=dtype)
-    loss_block(LOSS_CODES[name], zz, yy, 0, n, delta, *out)
+    loss_block(LOSS_CODES[name], zz, yy, 0, n, loss_param(name, params), *out)
     return tuple(out)
 
 
@@ -265,7 +310,8 @@ def _cuda_point(name, z, y, dtype, params):
     if name not in _cuda_supported():
         raise NotImplementedError(f"the CUDA engine has no C code for {name}")
     h = host(dtype)
-    out = [h.loss(name, float(a), float(b)) for a, b in zip(z, y, strict=True)]
+    param = loss_param(name, params)
+    out = [h.loss(name, float(a), float(b), param) for a, b in zip(z, y, strict=True)]
     out = np.array(out, dtype=dtype)
     return out[:, 0], out[:, 1], out[:, 2]
 

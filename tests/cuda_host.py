@@ -49,7 +49,7 @@ class HostC:
         P = ctypes.POINTER(real)
         for name in source.C_LOSSES:
             fn = getattr(lib, f"tl_loss_{name}")
-            fn.argtypes, fn.restype = [real, real, P, P, P], None
+            fn.argtypes, fn.restype = [real, real, real, P, P, P], None
         sig = {
             "tl_empty": ([], State),
             "tl_is_empty": ([ctypes.POINTER(State)], ctypes.c_int),
@@ -69,9 +69,10 @@ class HostC:
         self.tiny = math.sqrt(float(np.finfo(self.dtype).tiny))
 
     # losses
-    def loss(self, name: str, z: float, y: float) -> tuple[float, float, float]:
+    def loss(self, name: str, z: float, y: float, param: float = 0.0) -> tuple[float, float, float]:
+        """Value, first and second derivative (``param``: the loss's parameter)."""
         out = [self.real() for _ in range(3)]
-        getattr(self.lib, f"tl_loss_{name}")(z, y, *(ctypes.byref(o) for o in out))
+        getattr(self.lib, f"tl_loss_{name}")(z, y, param, *(ctypes.byref(o) for o in out))
         return tuple(o.value for o in out)
 
     # states

@@ -31,6 +31,7 @@ from _contract import (
     reference_state,
     splits,
     state_tolerance,
+    term_scales,
     weight_errors,
 )
 from _matrix import FULL_MATRIX, covering
@@ -67,9 +68,10 @@ def check_point_engine(engine: PointEngine, name: str, params: dict, dtype) -> N
         return
     v, d1, d2 = engine.point(name, z, y, dtype, params)
     assert np.shape(v) == (z.shape[0],) and np.shape(d1) == z.shape
+    sv, s1 = term_scales(name, z, y)
     bad = {
-        "value": point_errors(v, rv, dtype),
-        "d1": point_errors(d1, r1, dtype),
+        "value": point_errors(v, rv, dtype, scales=sv),
+        "d1": point_errors(d1, r1, dtype, scales=s1),
     }
     if d2 is not None:
         # the multinomial Hessian is formed as a product (diag(s) - s s^T): its diagonal

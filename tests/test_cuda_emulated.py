@@ -17,6 +17,7 @@ from cuda_host import run_emulated
 import tiltlab as tl
 from tiltlab._cupy import engine as cuda_engine
 from tiltlab._cupy import reductions, source
+from tiltlab.losses import get_loss
 
 
 @pytest.fixture
@@ -34,11 +35,19 @@ def _data(loss, n, d, dtype, zero_theta, seed=0):
     theta = (
         np.zeros(d, dtype) if zero_theta else (rng.standard_normal(d) / np.sqrt(d)).astype(dtype)
     )
-    if loss == "squared":
-        y = (X.astype(np.float64) @ theta + rng.standard_normal(n)).astype(dtype)
+    z = X.astype(np.float64) @ theta
+    kind = get_loss(loss).label_kind
+    if kind == "real":
+        y = (z + rng.standard_normal(n)).astype(dtype)
+    elif kind == "nonnegative":  # counts of mean exp(z), zeros included
+        y = rng.poisson(np.exp(z)).astype(dtype)
     else:
         y = (rng.random(n) < 0.3).astype(dtype)
     return X, y, theta
+
+
+#: the loss of each case (parameters away from their defaults: TL_PARAM reaches the kernel)
+LOSSES = {"huber": {"delta": 0.7}, "pinball": {"quantile": 0.8}}
 
 
 CASES = [
@@ -48,6 +57,13 @@ CASES = [
     ("squared", 50, 3),
     ("logistic", 300, 40),
     ("squared", 150, 130),
+    # every other scalar loss of the table, one launch shape each
+    ("absolute", 90, 3),
+    ("huber", 120, 40),
+    ("hinge", 80, 1),
+    ("squared_hinge", 100, 5),
+    ("poisson", 150, 3),
+    ("pinball", 110, 40),
 ]
 
 
@@ -70,6 +86,7 @@ TILT_CASES = [
 def test_fused_value_and_gradient(rec, loss, n, d, t, dtype, zero_theta):
     X, y, theta = _data(loss, n, d, dtype, zero_theta)
     l2 = 0.25
+    loss = get_loss(loss, **LOSSES.get(loss, {}))
     out = cuda_engine.value_and_gradient(
         FakeArray(X, rec), FakeArray(y, rec), FakeArray(theta, rec), t, loss, l2
     )
@@ -85,7 +102,7 @@ def test_fused_value_and_gradient(rec, loss, n, d, t, dtype, zero_theta):
     np.testing.assert_allclose(float(value), float(want_v), rtol=0, atol=64 * d * eps * scale**2)
     gscale = float(np.max(np.abs(want_g))) + scale * float(np.max(np.abs(X)))
     np.testing.assert_allclose(grad, want_g, rtol=0, atol=64 * d * eps * gscale * max(1.0, abs(t)))
-    if zero_theta and loss == "logistic":
+    if zero_theta and loss.name == "logistic":
         assert float(value) == pytest.approx(np.log(2.0), rel=8 * eps)
     assert len(rec.reads) == 1 and len(rec.launches) == 3
 

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from tiltlab._cupy import source
+from tiltlab.losses import get_loss
 
 ARCH = "-arch=compute_90"
 #: CuPy adds ``-ftz=true`` to every NVRTC build (float32 subnormals flushed to zero), so the
@@ -87,7 +88,8 @@ def test_the_buckets_cover_the_launch_shapes():
 @pytest.mark.slow
 @pytest.mark.parametrize(("loss", "dtype", "d"), VARIANTS)
 def test_value_and_gradient_kernels_compile(loss, dtype, d):
-    ptx, log = compile_ptx(source.vg_source(loss, dtype, d))
+    # the registered loss (its default parameter, where it has one, defines TL_PARAM)
+    ptx, log = compile_ptx(source.vg_source(get_loss(loss), dtype, d))
     assert ptx is not None, log
     for kernel in (
         "tilted_vg",

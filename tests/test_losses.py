@@ -104,7 +104,8 @@ def _smooth_data(name):
 
 
 def test_registry_names_and_attributes():
-    assert set(LOSS_NAMES) == set(SCALAR) | {"multinomial"}
+    # poisson and pinball: tests/test_loss_table.py
+    assert set(LOSS_NAMES) == set(SCALAR) | {"multinomial", "poisson", "pinball"}
     for name in LOSS_NAMES:
         loss = get_loss(name)
         assert isinstance(loss, Loss)

@@ -57,6 +57,8 @@ PUBLIC = {
         "SquaredLoss",
         "AbsoluteLoss",
         "HuberLoss",
+        "PoissonLoss",
+        "PinballLoss",
         "LogisticLoss",
         "HingeLoss",
         "SquaredHingeLoss",

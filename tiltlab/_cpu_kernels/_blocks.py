@@ -9,7 +9,8 @@ loops that LLVM vectorises:
    per row (:func:`dots`; rows of ``VBYTES`` to ``SHORT_BYTES`` bytes in whole vector
    registers, :mod:`._short`);
 2. the loss and its derivatives for the whole block, branch-free, with the vectorisable
-   ``exp``/``log1p`` of :mod:`._vmath` (:func:`loss_block`);
+   ``exp``/``log1p`` of :mod:`._vmath` (:func:`._losses.loss_block`, generated from the
+   table of :mod:`tiltlab.losses.table`);
 3. the block's extremes and non-finite check (:func:`extremes`), after which the chunk's
    shift moves at most once per block, and the weights ``exp(t (l - c))`` (or their
    ``expm1``) for the whole block (:func:`weights_block`);
@@ -68,7 +69,7 @@ from ._short import (
     vdot2x4,
     vdot4,
 )
-from ._typed_math import exp_t, expm1_t, log1p_unit_t
+from ._typed_math import exp_t, expm1_t
 
 try:  # pragma: no branch - the engine is only chosen when numba imports
     from llvmlite import ir
@@ -117,9 +118,6 @@ except ImportError:  # pragma: no cover - exercised where numba is absent
 
     _REASSOC = _FINITE = _INLINE
     KERNEL = _INLINE
-
-#: loss codes (the order of :data:`LOSS_CODES` in the package)
-SQUARED, ABSOLUTE, HUBER, LOGISTIC, HINGE, SQUARED_HINGE = 0, 1, 2, 3, 4, 5
 
 #: most rows per block (2048: at d = 20 a float32 block of 1632 rows, 128 KiB, spreads
 #: the per-block work over three times as many rows as 512 did: 5-9% less time)
@@ -398,70 +396,6 @@ def _axpy2(X, i0, nb, ca, cb, c0_at, acc_a, acc_b, ahead, end):
             acc_a[j] += a0 * X[i, j]
             acc_b[j] += b0 * X[i, j]
         b += 1
-
-
-@_INLINE
-def loss_block(code, z, y, i0, nb, param, l, d1, d2):
-    """Value, first and second derivative in ``z`` of a scalar-predictor loss for a block
-    (one branch-free loop per loss), in the dtype of the buffers (``X``'s: float32 data
-    take float32 arithmetic and :mod:`._vmath32`)."""
-    zero = l.dtype.type(0.0)
-    one = l.dtype.type(1.0)
-    two = l.dtype.type(2.0)
-    half = l.dtype.type(0.5)
-    if code == LOGISTIC:
-        # one exp per row: e = exp(-|z|) (kept in d2 for the next loop) gives the
-        # softplus log1p(e) and the sigmoid
-        for b in range(nb):
-            d2[b] = exp_t(-abs(z[b]))
-        for b in range(nb):  # one loop: 1 / (1 + e) is shared with the log1p
-            zb = z[b]
-            yb = y[i0 + b]
-            e = d2[b]
-            l[b] = ((zb if zb >= zero else zero) - yb * zb) + log1p_unit_t(e)
-            inv = one / (one + e)
-            small = e * inv
-            pos = zb >= zero
-            s = inv if pos else small
-            sc = small if pos else inv
-            d1[b] = (one - yb) * s - yb * sc
-            d2[b] = s * sc
-    elif code == SQUARED:
-        for b in range(nb):
-            r = z[b] - y[i0 + b]
-            l[b] = r * r
-            d1[b] = two * r
-            d2[b] = two
-    elif code == ABSOLUTE:
-        for b in range(nb):
-            r = z[b] - y[i0 + b]
-            l[b] = abs(r)
-            d1[b] = one if r > zero else (-one if r < zero else zero)
-            d2[b] = zero
-    elif code == HUBER:
-        delta = l.dtype.type(param)
-        for b in range(nb):
-            r = z[b] - y[i0 + b]
-            a = abs(r)
-            inside = a <= delta
-            sg = one if r > zero else -one
-            l[b] = half * r * r if inside else delta * (a - half * delta)
-            d1[b] = r if inside else delta * sg
-            d2[b] = one if inside else zero
-    else:  # hinge and squared hinge: margin m = 1 - (2y - 1) z
-        sq = code == SQUARED_HINGE
-        for b in range(nb):
-            sgn = two * y[i0 + b] - one
-            m = one - sgn * z[b]
-            on = m > zero
-            if sq:
-                l[b] = m * m if on else zero
-                d1[b] = -two * sgn * m if on else zero
-                d2[b] = two if on else zero
-            else:
-                l[b] = m if on else zero
-                d1[b] = -sgn if on else zero
-                d2[b] = zero
 
 
 @_INLINE

@@ -30,7 +30,8 @@ import math
 
 import numpy as np
 
-from ._blocks import BLOCK, KERNEL, block_rows, dots, dots2, loss_block
+from ._blocks import BLOCK, KERNEL, block_rows, dots, dots2
+from ._losses import loss_block
 from ._rows import _INLINE, LAZY_LIMIT
 
 

@@ -14,17 +14,11 @@ from typing import Any
 
 import numpy as np
 
-#: losses served by the kernels, and their codes in the loops
-LOSS_CODES = {
-    "squared": 0,
-    "absolute": 1,
-    "huber": 2,
-    "logistic": 3,
-    "hinge": 4,
-    "squared_hinge": 5,
-    "multinomial": 6,
-}
-_BINARY = ("logistic", "hinge", "squared_hinge")
+from ._loss_codes import LABELS, PARAMS, SCALAR_CODES
+
+#: losses served by the kernels, and their codes in the loops: the scalar losses of the
+#: table (tiltlab/losses/table.py, generated into ._loss_codes) and the multinomial loss
+LOSS_CODES = {**SCALAR_CODES, "multinomial": len(SCALAR_CODES)}
 
 #: chunks: at least this many rows each, at most MAX_CHUNKS of them
 CHUNK_ROWS = 512
@@ -92,11 +86,13 @@ def _bind(
         if not np.all((yf >= 0) & (yf == np.floor(yf))):
             raise ValueError("`y` must hold integer class labels in [0, K)")
         ymax = float(np.max(yf))
-    elif name in _BINARY:
+    elif LABELS[name] == "binary":
         if not np.all((yf == 0) | (yf == 1)):
             raise ValueError(f"`y` must hold binary labels 0 or 1 for the {name} loss")
     elif not np.all(np.isfinite(yf)):
         raise ValueError("`y` must be finite")
+    elif LABELS[name] == "nonnegative" and not np.all(yf >= 0):
+        raise ValueError(f"`y` must be non-negative for the {name} loss")
     if prior is None:
         p = np.zeros(0, dtype=np.float64)
     else:
@@ -107,10 +103,13 @@ def _bind(
             raise ValueError("`prior` must be finite, non-negative and not all zero")
     params = dict(loss_params or {})
     param = 0.0
-    if name == "huber":
-        param = float(params.pop("delta", 1.0))
-        if not (param > 0 and math.isfinite(param)):
-            raise ValueError(f"`loss_params`: `delta` must be positive and finite, got {param}")
+    if name in PARAMS:
+        key, default, lo, hi = PARAMS[name]
+        param = float(params.pop(key, default))
+        if not (lo < param < hi):
+            raise ValueError(
+                f"`loss_params`: `{key}` of the {name} loss must lie in ({lo}, {hi}), got {param}"
+            )
     if params:
         raise TypeError(f"`loss_params`: the {name} loss takes no {sorted(params)}")
     if n_chunks is None:

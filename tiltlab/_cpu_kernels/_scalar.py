@@ -19,12 +19,12 @@ from ._blocks import (
     dots,
     dots2,
     extremes,
-    loss_block,
     padded_cols,
     sums,
     weights_block,
     wsum,
 )
+from ._losses import loss_block
 from ._rows import LAZY_LIMIT, SUB_BLOCK, _chunk, _dot, _flush
 
 

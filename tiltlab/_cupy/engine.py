@@ -90,9 +90,10 @@ def tiny_sqrt(dtype: Any) -> float:
 
 
 def value_and_gradient(
-    X: Any, y: Any, theta: Any, t: float, loss: str, l2: float = 0.0
+    X: Any, y: Any, theta: Any, t: float, loss: Any, l2: float = 0.0
 ) -> tuple[Any, Any] | None:
-    """Value (0-d) and gradient of the tilted risk of ``loss`` plus ``l2/2 |theta|^2``
+    """Value (0-d) and gradient of the tilted risk of ``loss`` (a loss with C code, or its
+    name: see :func:`.source.vg_source`) plus ``l2/2 |theta|^2``
     (see :func:`supported`), or None for non-finite losses. Three launches, one read."""
     import cupy
 
@@ -179,7 +180,7 @@ class FusedCudaEngine(Engine):
             problem.y,
             theta,
             problem.tilts[0],
-            problem.loss.name,
+            problem.loss,
             float(problem.l2 or 0.0),
         )
         if out is None:

@@ -53,7 +53,7 @@ def device_tree(problem: Any) -> DeviceTree:
     return tree
 
 
-def _losses(X: Any, y: Any, theta: Any, loss: str) -> tuple[Any, Any, Any, Any]:
+def _losses(X: Any, y: Any, theta: Any, loss: Any) -> tuple[Any, Any, Any, Any]:
     """``(theta, kernels, losses, first derivatives)`` at ``X theta``: the product and one
     launch (``theta`` made contiguous in ``X``'s dtype; ``kernels(name)`` the loss's
     compiled kernel ``name``)."""
@@ -81,7 +81,7 @@ def _ridge(fn: Any, g: Any, theta: Any, l2: float, out: Any) -> None:
 
 
 def value_and_gradient(
-    X: Any, y: Any, theta: Any, tree: DeviceTree, tilts: Any, loss: str, l2: float = 0.0
+    X: Any, y: Any, theta: Any, tree: DeviceTree, tilts: Any, loss: Any, l2: float = 0.0
 ) -> tuple[Any, Any] | None:
     """Value (0-d) and gradient of the hierarchical tilted risk of ``loss`` (a name in
     :data:`~.source.C_LOSSES`) plus ``l2/2 |theta|^2``, or None when a loss is not
@@ -99,7 +99,7 @@ def value_and_gradient(
 
 
 def value(
-    X: Any, y: Any, theta: Any, tree: DeviceTree, tilts: Any, loss: str, l2: float = 0.0
+    X: Any, y: Any, theta: Any, tree: DeviceTree, tilts: Any, loss: Any, l2: float = 0.0
 ) -> Any:
     """Value (0-d) of the hierarchical tilted risk of ``loss`` plus ``l2/2 |theta|^2``, or
     None when a loss is not finite: the losses (one launch after ``X theta``), the tree
@@ -122,7 +122,7 @@ def hvp(
     v: Any,
     tree: DeviceTree,
     tilts: Any,
-    loss: str,
+    loss: Any,
     l2: float = 0.0,
 ) -> Any:
     """The Hessian-vector product ``H(theta) v`` of the hierarchical tilted risk of
@@ -149,7 +149,7 @@ def hvp(
     return prod
 
 
-def _derivatives(X: Any, y: Any, zu: Any, loss: str) -> tuple[Any, ...]:
+def _derivatives(X: Any, y: Any, zu: Any, loss: Any) -> tuple[Any, ...]:
     """``(kernels, l, d1, a, hu)`` from the predictors ``zu`` (rows ``(z, u)``): the
     losses, their first derivatives, ``a = d1 u`` and ``hu = d2 u``, in one launch."""
     import cupy
@@ -224,7 +224,7 @@ def _products(
 
 
 def linearize(
-    X: Any, y: Any, theta: Any, tree: DeviceTree, tilts: Any, loss: str, l2: float = 0.0
+    X: Any, y: Any, theta: Any, tree: DeviceTree, tilts: Any, loss: Any, l2: float = 0.0
 ) -> tuple[Any, Any, Any, Any, Any] | None:
     """``(value, gradient, losses, weights, products)`` at ``theta``, ``products(v)``
     giving ``H(theta) v``; None when a loss is not finite or a tilt is infinite.
@@ -305,7 +305,7 @@ class HierarchicalCudaEngine:
         (None, uncounted, when ``fn`` declines)."""
         tree = device_tree(problem)
         l2 = float(problem.l2 or 0.0)
-        out = fn(problem.X, problem.y, *vectors, tree, problem.tilts, problem.loss.name, l2)
+        out = fn(problem.X, problem.y, *vectors, tree, problem.tilts, problem.loss, l2)
         if out is None:
             return None
         ctx.count(passes)

@@ -3,10 +3,15 @@
  *   TL_FLOAT     1 for float, 0 for double
  *   TL_LOSS      the loss function of tilt.cuh (e.g. tl_loss_squared); without it only
  *                the reductions are compiled
+ *   TL_PARAM     the loss's parameter (Huber's delta, the pinball quantile; 0 without)
  *   L, NPL, R    lanes per row group, features per lane, rows in flight per group
  * A state is stored as TL_STATE_FIELDS consecutive numbers (the fields of tl_state).
  */
 typedef tl_real T;
+
+#ifndef TL_PARAM
+#  define TL_PARAM 0
+#endif
 
 #ifndef TL_FINISH_THREADS
 #  define TL_FINISH_THREADS 512
@@ -139,7 +144,7 @@ extern "C" __global__ void tilted_vg(
 #pragma unroll
         for (int i = 0; i < R; ++i) z = (lane == i) ? part[i] : z;
         T l = 0, d1 = 0, d2 = 0;
-        if (mine) TL_LOSS(z, yy, &l, &d1, &d2);
+        if (mine) TL_LOSS(z, yy, (T)TL_PARAM, &l, &d1, &d2);
         // the group's new shift (the same on every lane); lane 0 has a row whenever the
         // group has one in this step
         T cand = mine ? l : c;
@@ -279,7 +284,7 @@ extern "C" __global__ void tilted_loss_d1(
     const long long stride = (long long)gridDim.x * blockDim.x;
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
         T v, g, h;
-        TL_LOSS(z[i], y[i], &v, &g, &h);
+        TL_LOSS(z[i], y[i], (T)TL_PARAM, &v, &g, &h);
         l[i] = v;
         d1[i] = g;
     }
@@ -295,7 +300,7 @@ extern "C" __global__ void tilted_loss_d12(
     const long long stride = (long long)gridDim.x * blockDim.x;
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
         T v, g, h;
-        TL_LOSS(zu[2 * i], y[i], &v, &g, &h);
+        TL_LOSS(zu[2 * i], y[i], (T)TL_PARAM, &v, &g, &h);
         const T u = zu[2 * i + 1];
         l[i] = v;
         d1[i] = g;

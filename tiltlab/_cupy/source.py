@@ -1,10 +1,12 @@
 """The CUDA sources of the CuPy backend and their builds.
 
-The scalar functions (each loss's value and derivatives at one point, the tilted state,
-its empty element, merge and finish) are C in ``tilt.cuh``, a header that compiles both
+The scalar functions (each loss's value and derivatives at one point, generated from the
+table of :mod:`tiltlab.losses.table`, the tilted state, its empty element, merge and
+finish) are C in ``tilt.cuh``, a header that compiles both
 as host C (the tests call it through ctypes) and in the kernels; the kernels are in
 ``kernels.cu``. A build is the header and the kernels after a few ``#define`` lines (the
-element type, the loss, the launch shape), compiled by NVRTC through CuPy.
+element type, the loss and its parameter, the launch shape), compiled by NVRTC through
+CuPy.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ __all__ = [
     "header",
     "kernels",
     "launch_shape",
+    "loss_key",
     "module",
     "multiprocessors",
     "reduction_source",
@@ -116,17 +119,29 @@ def _built(defines: tuple[tuple[str, Any], ...]) -> str:
     return f"{lines}{header()}\n{kernels()}"
 
 
-def vg_source(loss: str, dtype: Any, d: int) -> str:
+def loss_key(loss: Any) -> tuple[str, float]:
+    """``(name, parameter)`` of ``loss``: a loss object (its one scalar parameter, Huber's
+    ``delta`` or the pinball ``quantile``, else 0) or a loss name (parameter 0)."""
+    if isinstance(loss, str):
+        return loss, 0.0
+    params = loss.parameters() if hasattr(loss, "parameters") else {}
+    return loss.name, float(next(iter(params.values()), 0.0))
+
+
+def vg_source(loss: Any, dtype: Any, d: int) -> str:
     """The source of the value-and-gradient kernels (``tilted_vg``, ``tilted_vg_finish``)
-    for ``loss`` (a name in :data:`C_LOSSES`), ``dtype`` and ``d`` features."""
-    if loss not in C_LOSSES:
-        raise ValueError(f"`loss`: no C code for {loss!r} (have {', '.join(C_LOSSES)})")
+    for ``loss`` (a loss object or a name in :data:`C_LOSSES`; the parameter of an object
+    becomes ``TL_PARAM``), ``dtype`` and ``d`` features."""
+    name, param = loss_key(loss)
+    if name not in C_LOSSES:
+        raise ValueError(f"`loss`: no C code for {name!r} (have {', '.join(C_LOSSES)})")
     if not 0 < d <= MAX_FEATURES:
         raise ValueError(f"`d`: between 1 and {MAX_FEATURES}, not {d}")
     L, npl, rows = launch_shape(d)
-    return _build(
-        {"TL_FLOAT": _ctype(dtype), "TL_LOSS": f"tl_loss_{loss}", "L": L, "NPL": npl, "R": rows}
-    )
+    defines = {"TL_FLOAT": _ctype(dtype), "TL_LOSS": f"tl_loss_{name}"}
+    if param:
+        defines["TL_PARAM"] = repr(param)  # the shortest decimal that reads back exactly
+    return _build({**defines, "L": L, "NPL": npl, "R": rows})
 
 
 def reduction_source(dtype: Any) -> str:

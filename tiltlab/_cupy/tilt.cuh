@@ -87,30 +87,105 @@ TL_HD tl_real tl_nan(void) { return TL_NAN_BITS; }
 TL_HD int tl_finite(tl_real v) { return v - v == (tl_real)0; }
 
 /* ------------------------------------------------------------------------------------
- * losses: value, first and second derivative in z at one point (label y); the formulas
- * are those of tiltlab.losses (the same operations in the same order)
+ * losses: value, first and second derivative in z at one point (label y, the loss's
+ * parameter param: Huber's delta, the pinball quantile; unused by the others), written
+ * from the table of tiltlab/losses/table.py (the same operations in the same order)
  */
 
-/* squared error (z - y)^2 */
-TL_HD void tl_loss_squared(tl_real z, tl_real y, tl_real* l, tl_real* d1, tl_real* d2) {
+/* sign(x): 1, -1, or 0 at 0 */
+TL_HD tl_real tl_sign(tl_real x) { return x > 0 ? (tl_real)1 : (x < 0 ? (tl_real)-1 : (tl_real)0); }
+
+TL_HD tl_real tl_max(tl_real a, tl_real b) { return a >= b ? a : b; }
+
+/* BEGIN GENERATED LOSSES (python -m tiltlab.losses._generate; do not edit) */
+
+/* squared error (z - y)^2 (no factor 1/2) */
+TL_HD void tl_loss_squared(tl_real z, tl_real y, tl_real param, tl_real* l, tl_real* d1, tl_real* d2) {
+    (void)param;
     const tl_real r = z - y;
     *l = r * r;
     *d1 = (tl_real)2 * r;
     *d2 = (tl_real)2;
 }
 
-/* logistic loss softplus(z) - y z, labels in {0, 1}: max(z, 0) - y z + log1p(exp(-|z|)),
- * with a sigmoid pair that never overflows */
-TL_HD void tl_loss_logistic(tl_real z, tl_real y, tl_real* l, tl_real* d1, tl_real* d2) {
+/* absolute error |z - y|; d1 = sign(z - y), 0 at the kink */
+TL_HD void tl_loss_absolute(tl_real z, tl_real y, tl_real param, tl_real* l, tl_real* d1, tl_real* d2) {
+    (void)param;
+    const tl_real r = z - y;
+    *l = TL_FABS(r);
+    *d1 = tl_sign(r);
+    *d2 = (tl_real)0;
+}
+
+/* Huber: r^2/2 for |r| <= delta, else delta (|r| - delta/2); the quadratic side at |r| = delta */
+TL_HD void tl_loss_huber(tl_real z, tl_real y, tl_real param, tl_real* l, tl_real* d1, tl_real* d2) {
+    const tl_real delta = param;
+    const tl_real r = z - y;
+    const tl_real a = TL_FABS(r);
+    const int inside = a <= delta;
+    *l = (inside ? (tl_real)0.5 * r * r : delta * (a - (tl_real)0.5 * delta));
+    *d1 = (inside ? r : delta * tl_sign(r));
+    *d2 = (inside ? (tl_real)1 : (tl_real)0);
+}
+
+/* logistic: softplus(z) - y z; the sigmoid pair s(z), s(-z) from exp(-|z|) (never overflows), d1 = s(z) - y without cancellation */
+TL_HD void tl_loss_logistic(tl_real z, tl_real y, tl_real param, tl_real* l, tl_real* d1, tl_real* d2) {
+    (void)param;
     const tl_real e = TL_EXP(-TL_FABS(z));
     const tl_real inv = (tl_real)1 / ((tl_real)1 + e);
     const tl_real small = e * inv;
-    const tl_real sg = (z >= 0) ? inv : small;
-    const tl_real sc = (z >= 0) ? small : inv;
-    *l = ((z > 0 ? z : (tl_real)0) - y * z) + TL_LOG1P(e);
-    *d1 = ((tl_real)1 - y) * sg - y * sc;
-    *d2 = sg * sc;
+    const int pos = z >= (tl_real)0;
+    const tl_real s = (pos ? inv : small);
+    const tl_real sc = (pos ? small : inv);
+    *l = tl_max(z, (tl_real)0) - y * z + TL_LOG1P(e);
+    *d1 = ((tl_real)1 - y) * s - y * sc;
+    *d2 = s * sc;
 }
+
+/* hinge: max(0, 1 - s z), s = 2y - 1; the flat side at a zero margin */
+TL_HD void tl_loss_hinge(tl_real z, tl_real y, tl_real param, tl_real* l, tl_real* d1, tl_real* d2) {
+    (void)param;
+    const tl_real sgn = (tl_real)2 * y - (tl_real)1;
+    const tl_real g = (tl_real)1 - sgn * z;
+    const int on = g > (tl_real)0;
+    *l = tl_max(g, (tl_real)0);
+    *d1 = (on ? -sgn : (tl_real)0);
+    *d2 = (tl_real)0;
+}
+
+/* squared hinge: max(0, 1 - s z)^2, s = 2y - 1; the flat side at a zero margin */
+TL_HD void tl_loss_squared_hinge(tl_real z, tl_real y, tl_real param, tl_real* l, tl_real* d1, tl_real* d2) {
+    (void)param;
+    const tl_real sgn = (tl_real)2 * y - (tl_real)1;
+    const tl_real g = (tl_real)1 - sgn * z;
+    const int on = g > (tl_real)0;
+    const tl_real h = tl_max(g, (tl_real)0);
+    *l = h * h;
+    *d1 = -(tl_real)2 * sgn * h;
+    *d2 = (on ? (tl_real)2 : (tl_real)0);
+}
+
+/* half Poisson deviance, log link: exp(z) - y - y (z - log y) = y (expm1(w) - w), w = z - log y (exp(z) at y = 0); smooth */
+TL_HD void tl_loss_poisson(tl_real z, tl_real y, tl_real param, tl_real* l, tl_real* d1, tl_real* d2) {
+    (void)param;
+    const tl_real ez = TL_EXP(z);
+    const int pos = y > (tl_real)0;
+    const tl_real w = z - TL_LOG((pos ? y : (tl_real)1));
+    *l = (pos ? y * (TL_EXPM1(w) - w) : ez);
+    *d1 = (pos ? y * TL_EXPM1(w) : ez);
+    *d2 = ez;
+}
+
+/* pinball (quantile): max(q r, (q - 1) r), r = y - z; d1 = 0 at the kink, as the absolute loss's (which is twice the pinball loss at q = 1/2) */
+TL_HD void tl_loss_pinball(tl_real z, tl_real y, tl_real param, tl_real* l, tl_real* d1, tl_real* d2) {
+    const tl_real quantile = param;
+    const tl_real r = y - z;
+    *l = tl_max(quantile * r, (quantile - (tl_real)1) * r);
+    *d1 = (r > (tl_real)0 ? -quantile : (r < (tl_real)0 ? (tl_real)1 - quantile : (tl_real)0));
+    *d2 = (tl_real)0;
+}
+
+/* END GENERATED LOSSES */
 
 /* ------------------------------------------------------------------------------------
  * the tilted state

@@ -128,7 +128,8 @@ def numpy_route_applies(loss: Any, n: int, d: int, k: int) -> bool:
 
 
 def _loss_params(loss: Any) -> dict | None:
-    return {"delta": float(loss.delta)} if loss.name == "huber" else None
+    params = loss.parameters() if hasattr(loss, "parameters") else {}
+    return dict(params) or None
 
 
 def _bound(Xb: np.ndarray, yb: Any, pb: Any, loss: Any) -> Any:
@@ -136,7 +137,7 @@ def _bound(Xb: np.ndarray, yb: Any, pb: Any, loss: Any) -> Any:
     None when the kernels do not take them (labels, dtype, an all-zero prior...)."""
     from .. import _cpu_kernels
 
-    key = (id(Xb), id(yb), id(pb), loss.name, getattr(loss, "delta", None))
+    key = (id(Xb), id(yb), id(pb), loss.name, tuple(sorted((_loss_params(loss) or {}).items())))
     with _LOCK:
         hit = _BOUND.get(key)
         if hit is not None:

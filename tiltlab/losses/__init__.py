@@ -19,7 +19,12 @@ logistic       ``-y log s(z) - (1-y) log(1 - s(z))``            0 or 1
 hinge          ``max(0, 1 - s z)``, ``s = 2y - 1``              0 or 1
 squared_hinge  ``max(0, 1 - s z)**2``                           0 or 1
 multinomial    ``logsumexp(z_i) - z_{i, y_i}``, ``z`` (N, K)     integers in ``[0, K)``
+poisson        ``exp(z) - y - y (z - log y)`` (log link)         real, ``>= 0``
+pinball        ``max(q r, (q - 1) r)``, ``r = y - z``            real
 ============== ============================================== ==========================
+
+The scalar losses (all but multinomial) are written once, in the table of
+:mod:`tiltlab.losses.table`, from which every engine's code is generated.
 
 *Non-linear losses* (``is_linear = False``, subclasses of
 :class:`~tiltlab.losses.custom.ParameterLoss`, not of :class:`Loss`) are given directly
@@ -47,13 +52,15 @@ from .custom import ParameterLoss as ParameterLoss  # the base of the second kin
 from .fair_pca import FairPCALoss
 from .point_estimation import PointEstimationLoss
 from .registry import LOSS_NAMES, get_loss
-from .regression import AbsoluteLoss, HuberLoss, SquaredLoss
+from .regression import AbsoluteLoss, HuberLoss, PinballLoss, PoissonLoss, SquaredLoss
 
 __all__ = [
     "Loss",
     "SquaredLoss",
     "AbsoluteLoss",
     "HuberLoss",
+    "PoissonLoss",
+    "PinballLoss",
     "LogisticLoss",
     "HingeLoss",
     "SquaredHingeLoss",

@@ -135,7 +135,8 @@ class Loss(PicklableNamespace):
     convex: bool = True
     smooth: bool = True
     curvature_bound: float | None = None
-    #: "real" (regression targets), "binary" (0/1) or "class" (integers in [0, K)).
+    #: "real" (regression targets), "nonnegative" (real, >= 0), "binary" (0/1) or
+    #: "class" (integers in [0, K)).
     label_kind: str = "real"
 
     # -- input handling ---------------------------------------------------------------
@@ -177,6 +178,14 @@ class Loss(PicklableNamespace):
         xp = self._namespace(xp, y=y)
         if self.label_kind == "real":
             return as_float_array(y, xp, name="y")
+        if self.label_kind == "nonnegative":
+            y = as_float_array(y, xp, name="y")
+            if not bool(xp.all(y >= 0)):
+                raise ValueError(
+                    f"`y` must hold non-negative targets for the {self.name} loss; got "
+                    "negative (or NaN) values"
+                )
+            return y
         y = as_array(y, xp, name="y")
         if xp.isdtype(y.dtype, "complex floating"):
             raise TypeError("`y`: complex labels are not supported")
@@ -225,6 +234,18 @@ class Loss(PicklableNamespace):
         self.check_y(y, xp=xp)
         return self
 
+    def parameters(self) -> dict[str, float]:
+        """The loss's scalar parameters by name (Huber's ``delta``, the pinball
+        ``quantile``): what the compiled kernels take; empty for a loss without them.
+
+        Examples
+        --------
+        >>> from tiltlab.losses import get_loss
+        >>> get_loss("pinball", quantile=0.9).parameters()
+        {'quantile': 0.9}
+        """
+        return {}
+
     def _prepare(self, z: Any, y: Any, xp: Any, validate: bool) -> tuple[Any, Any, Any]:
         """Namespace, floating ``z`` and ``y`` cast for arithmetic."""
         xp = self._namespace(xp, z=z, y=y)
@@ -234,7 +255,8 @@ class Loss(PicklableNamespace):
         else:
             y = as_array(y, xp, name="y")
         zf = _float_of(z, xp)
-        if self.label_kind == "real":
+        real = self.label_kind in ("real", "nonnegative")
+        if real:
             yf = _float_of(y, xp)
             floats = [d for d in (zf, yf) if d is not None]
             dt = xp.result_type(*floats) if floats else default_float(xp, device(z))

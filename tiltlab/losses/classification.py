@@ -15,7 +15,8 @@ from .._compat import (
     device,
     to_numpy,
 )
-from .base import Loss, _const, _sigmoid_pair, _softplus, _zeros_like
+from .base import Loss, _sigmoid_pair, _softplus, _zeros_like
+from .formula import FormulaLoss
 
 __all__ = ["LogisticLoss", "HingeLoss", "SquaredHingeLoss", "MultinomialLoss"]
 
@@ -25,7 +26,7 @@ __all__ = ["LogisticLoss", "HingeLoss", "SquaredHingeLoss", "MultinomialLoss"]
 # ----------------------------------------------------------------------------------------
 
 
-class LogisticLoss(Loss):
+class LogisticLoss(FormulaLoss):
     """Logistic loss (binary cross-entropy with natural log), labels ``y`` in {0, 1}.
 
     ``l = -y log s(z) - (1-y) log(1 - s(z)) = softplus(z) - y z`` with the logistic
@@ -45,34 +46,8 @@ class LogisticLoss(Loss):
     """
 
     name = "logistic"
-    label_kind = "binary"
     is_glm = True
     curvature_bound = 0.25
-
-    def _value(self, z, y, xp):
-        zero = _const(0.0, z, xp)
-        # max(z, 0) - y z is exact for y in {0, 1}: it is max(z, 0) or max(-z, 0)
-        return (xp.maximum(z, zero) - y * z) + xp.log1p(xp.exp(-xp.abs(z)))
-
-    def _fused(self, z, y, xp):
-        # one exponential shared by the value and the sigmoid pair
-        e = xp.exp(-xp.abs(z))  # in (0, 1]: never overflows
-        one = _const(1.0, z, xp)
-        inv = one / (one + e)
-        small = e * inv
-        pos = z >= 0
-        s, sc = xp.where(pos, inv, small), xp.where(pos, small, inv)
-        value = (xp.maximum(z, _const(0.0, z, xp)) - y * z) + xp.log1p(e)
-        d1 = (1.0 - y) * s - y * sc  # s - y, without cancellation for y in {0, 1}
-        return value, d1, s, sc
-
-    def _derivatives(self, z, y, xp):
-        value, d1, s, sc = self._fused(z, y, xp)
-        return value, d1, s * sc
-
-    def _value_and_d1(self, z, y, xp):
-        value, d1, _, _ = self._fused(z, y, xp)
-        return value, d1
 
     def cumulant(self, z: Any, *, xp: Any = None) -> tuple[Any, Any, Any]:
         """``(A(z), A'(z), A''(z)) = (softplus(z), s(z), s(z)(1 - s(z)))``.
@@ -116,7 +91,7 @@ class LogisticLoss(Loss):
         return _zeros_like(as_float_array(y, xp, name="y"), xp)
 
 
-class HingeLoss(Loss):
+class HingeLoss(FormulaLoss):
     """Hinge loss ``max(0, 1 - s z)`` with ``s = 2y - 1`` for labels ``y`` in {0, 1}.
 
     ``d1`` is the subgradient ``-s`` where the margin is violated and 0 elsewhere
@@ -131,21 +106,7 @@ class HingeLoss(Loss):
     """
 
     name = "hinge"
-    label_kind = "binary"
     smooth = False
-
-    def _margin(self, z, y):
-        sgn = 2.0 * y - 1.0
-        return sgn, 1.0 - sgn * z
-
-    def _value(self, z, y, xp):
-        _, m = self._margin(z, y)
-        return xp.maximum(m, _const(0.0, m, xp))
-
-    def _derivatives(self, z, y, xp):
-        sgn, m = self._margin(z, y)
-        zero = _zeros_like(m, xp)
-        return xp.maximum(m, zero), xp.where(m > 0, -sgn, zero), zero
 
 
 class SquaredHingeLoss(HingeLoss):
@@ -165,18 +126,6 @@ class SquaredHingeLoss(HingeLoss):
     name = "squared_hinge"
     smooth = False  # C^1
     curvature_bound = 2.0
-
-    def _value(self, z, y, xp):
-        _, m = self._margin(z, y)
-        h = xp.maximum(m, _const(0.0, m, xp))
-        return h * h
-
-    def _derivatives(self, z, y, xp):
-        sgn, m = self._margin(z, y)
-        zero = _zeros_like(m, xp)
-        h = xp.maximum(m, zero)
-        d2 = xp.where(m > 0, _const(2.0, m, xp), zero)
-        return h * h, -2.0 * sgn * h, d2
 
 
 # ----------------------------------------------------------------------------------------

@@ -4,20 +4,24 @@ For each name of :data:`~tiltlab.losses.LOSS_NAMES` this module gives the value 
 and its first and second derivatives in the predictor ``z`` at *one* point, as plain
 scalar code: the same function evaluates in Python floats (``m=math``) and, given the
 :mod:`mpmath` module (``m=mpmath``), in any working precision (the tests use 50 digits).
+The scalar losses' functions are generated from the table of :mod:`tiltlab.losses.table`
+(``_point_formulas``), which every engine's code comes from; the multinomial loss is
+written here.
 It is the reference every engine is checked against, point by point: the array-API
 classes of this package, the compiled CPU kernels, the CUDA device functions and
-anything added later (see ``CONTRIBUTING.md``, *The executable contract*). It is not
-used on the hot path: the engines keep their own vectorised code, and the tests hold
-them to this one.
+anything added later (see ``CONTRIBUTING.md``, *The executable contract*); the tests
+check it in turn against the losses' definitions written out in mpmath and against
+``mpmath.diff``. It is not used on the hot path.
 
-Each loss is a :class:`PointLoss`: its name, its label set (``"real"``, ``"binary"``:
-0 or 1, ``"class"``: integers in ``[0, K)``), its parameters with their defaults
-(Huber's ``delta``) and three functions ``value(z, y, m, **params)``, ``d1`` and
-``d2``. Where the loss has a kink the derivatives take the documented one-sided choice
-of the classes: ``sign(0) = 0`` for the absolute loss, the quadratic side at
-``|z - y| = delta`` for Huber, and the flat side at a zero margin for the hinge losses
-(first and second derivative 0). For the multinomial loss ``z`` is a sequence of ``K``
-scores, ``d1`` a list of ``K`` numbers and ``d2`` the ``K x K`` Hessian (a list of rows).
+Each loss is a :class:`PointLoss`: its name, its label set (``"real"``,
+``"nonnegative"``, ``"binary"``: 0 or 1, ``"class"``: integers in ``[0, K)``), its
+parameters with their defaults (Huber's ``delta``, the pinball ``quantile``) and three
+functions ``value(z, y, m, **params)``, ``d1`` and ``d2``. Where the loss has a kink the
+derivatives take the documented one-sided choice of the classes: ``sign(0) = 0`` for the
+absolute loss, the quadratic side at ``|z - y| = delta`` for Huber, the flat side at a
+zero margin for the hinge losses (first and second derivative 0), and 0 at ``y = z`` for
+the pinball loss. For the multinomial loss ``z`` is a sequence of ``K`` scores, ``d1`` a
+list of ``K`` numbers and ``d2`` the ``K x K`` Hessian (a list of rows).
 
 The formulas are the stable ones (``log1p(exp(-|z|))`` for the softplus, the sigmoid from
 ``exp(-|z|)``, the true class's gradient as minus the mass of the others), so that the
@@ -42,6 +46,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import _point_formulas
+from .table import TABLE
+
 __all__: list[str] = []  # a contract for engines and tests, not part of the public API
 
 
@@ -50,7 +57,7 @@ class PointLoss:
     """One loss at one point: label set, parameters and the three scalar functions."""
 
     name: str
-    #: "real", "binary" (0 or 1) or "class" (integers in [0, K))
+    #: "real", "nonnegative" (real, >= 0), "binary" (0 or 1) or "class" (integers in [0, K))
     labels: str
     value: Callable[..., Any]
     d1: Callable[..., Any]
@@ -70,107 +77,12 @@ def _sign(r: Any) -> int:
     return 1 if r > 0 else (-1 if r < 0 else 0)
 
 
-# -- regression ---------------------------------------------------------------------------
+# -- the scalar losses: generated from the table (tiltlab/losses/table.py) -----------------
 
 
-def _sq_value(z, y, m):
-    r = z - y
-    return r * r
-
-
-def _sq_d1(z, y, m):
-    return 2 * (z - y)
-
-
-def _sq_d2(z, y, m):
-    return _num(m, 2)
-
-
-def _abs_value(z, y, m):
-    return abs(z - y)
-
-
-def _abs_d1(z, y, m):
-    return _num(m, _sign(z - y))
-
-
-def _abs_d2(z, y, m):
-    return _num(m, 0)
-
-
-def _huber_value(z, y, m, delta=1.0):
-    r, d = z - y, _num(m, delta)
-    return r * r / 2 if abs(r) <= d else d * (abs(r) - d / 2)
-
-
-def _huber_d1(z, y, m, delta=1.0):
-    r, d = z - y, _num(m, delta)
-    return r if abs(r) <= d else d * _sign(r)
-
-
-def _huber_d2(z, y, m, delta=1.0):
-    return _num(m, 1 if abs(z - y) <= _num(m, delta) else 0)
-
-
-# -- binary classification ----------------------------------------------------------------
-
-
-def _sigmoid_pair(z, m):
-    """``(s(z), s(-z))``, each to full relative precision (``exp(-|z|)`` never overflows)."""
-    e = m.exp(-abs(z))
-    inv = 1 / (1 + e)
-    small = e * inv
-    return (inv, small) if z >= 0 else (small, inv)
-
-
-def _logistic_value(z, y, m):
-    # softplus(z) - y z = max(z, 0) - y z + log1p(exp(-|z|)); the first part is exact
-    # for y in {0, 1}
-    return (max(z, _num(m, 0)) - y * z) + m.log1p(m.exp(-abs(z)))
-
-
-def _logistic_d1(z, y, m):
-    s, sc = _sigmoid_pair(z, m)
-    return (1 - y) * s - y * sc  # s(z) - y, without cancellation
-
-
-def _logistic_d2(z, y, m):
-    s, sc = _sigmoid_pair(z, m)
-    return s * sc
-
-
-def _margin(z, y):
-    sgn = 2 * y - 1
-    return sgn, 1 - sgn * z
-
-
-def _hinge_value(z, y, m):
-    _, g = _margin(z, y)
-    return g if g > 0 else _num(m, 0)
-
-
-def _hinge_d1(z, y, m):
-    sgn, g = _margin(z, y)
-    return _num(m, -sgn if g > 0 else 0)
-
-
-def _hinge_d2(z, y, m):
-    return _num(m, 0)
-
-
-def _sqhinge_value(z, y, m):
-    _, g = _margin(z, y)
-    return g * g if g > 0 else _num(m, 0)
-
-
-def _sqhinge_d1(z, y, m):
-    sgn, g = _margin(z, y)
-    return -2 * sgn * g if g > 0 else _num(m, 0)
-
-
-def _sqhinge_d2(z, y, m):
-    _, g = _margin(z, y)
-    return _num(m, 2 if g > 0 else 0)
+def _scalar(f: Any) -> PointLoss:
+    fns = [getattr(_point_formulas, f"{out}_{f.name}") for out in ("value", "d1", "d2")]
+    return PointLoss(f.name, f.labels, *fns, {p.name: p.default for p in f.params})
 
 
 # -- multinomial --------------------------------------------------------------------------
@@ -218,12 +130,7 @@ def _multi_d2(z, y, m):
 POINT_LOSSES: dict[str, PointLoss] = {
     p.name: p
     for p in (
-        PointLoss("squared", "real", _sq_value, _sq_d1, _sq_d2),
-        PointLoss("absolute", "real", _abs_value, _abs_d1, _abs_d2),
-        PointLoss("huber", "real", _huber_value, _huber_d1, _huber_d2, {"delta": 1.0}),
-        PointLoss("logistic", "binary", _logistic_value, _logistic_d1, _logistic_d2),
-        PointLoss("hinge", "binary", _hinge_value, _hinge_d1, _hinge_d2),
-        PointLoss("squared_hinge", "binary", _sqhinge_value, _sqhinge_d1, _sqhinge_d2),
+        *(_scalar(f) for f in TABLE),
         PointLoss("multinomial", "class", _multi_value, _multi_d1, _multi_d2, vector=True),
     )
 }
@@ -241,6 +148,8 @@ def valid_label(name: str, y: Any, n_classes: int | None = None) -> bool:
     kind = POINT_LOSSES[name].labels
     if kind == "real":
         return math.isfinite(float(y))
+    if kind == "nonnegative":
+        return math.isfinite(float(y)) and float(y) >= 0
     if kind == "binary":
         return float(y) in (0.0, 1.0)
     k = float(y)

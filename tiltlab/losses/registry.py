@@ -7,7 +7,7 @@ from typing import Any
 from .base import Loss
 from .classification import HingeLoss, LogisticLoss, MultinomialLoss, SquaredHingeLoss
 from .custom import ParameterLoss
-from .regression import AbsoluteLoss, HuberLoss, SquaredLoss
+from .regression import AbsoluteLoss, HuberLoss, PinballLoss, PoissonLoss, SquaredLoss
 
 __all__ = ["LOSS_NAMES", "get_loss"]
 
@@ -24,6 +24,8 @@ _REGISTRY: dict[str, type[Loss]] = {
     "hinge": HingeLoss,
     "squared_hinge": SquaredHingeLoss,
     "multinomial": MultinomialLoss,
+    "poisson": PoissonLoss,
+    "pinball": PinballLoss,
 }
 
 #: Names accepted by :func:`get_loss`.
@@ -37,12 +39,13 @@ def get_loss(name_or_loss: str | Loss | ParameterLoss, **params: Any) -> Loss | 
     ----------
     name_or_loss : str or Loss
         One of ``"squared"``, ``"absolute"``, ``"huber"``, ``"logistic"``,
-        ``"hinge"``, ``"squared_hinge"``, ``"multinomial"`` (case-insensitive;
+        ``"hinge"``, ``"squared_hinge"``, ``"multinomial"``, ``"poisson"``,
+        ``"pinball"`` (case-insensitive;
         ``-`` may replace ``_``), or a :class:`Loss` (including :class:`CallableLoss`
         and :class:`FairPCALoss`), which is returned as is.
     **params
-        Parameters of the loss class: ``delta`` for Huber, ``n_classes`` for
-        multinomial.
+        Parameters of the loss class: ``delta`` for Huber, ``quantile`` for pinball,
+        ``n_classes`` for multinomial.
 
     Returns
     -------

@@ -1,18 +1,19 @@
-"""Regression losses of the linear predictor: squared, absolute and Huber."""
+"""Regression losses of the linear predictor: squared, absolute, Huber, Poisson and pinball.
+
+Their values and derivatives are the table's (:mod:`tiltlab.losses.table`); the classes
+add the label checks, the parameters and the GLM parts."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from .._compat import (
     as_float_array,
     device,
 )
-from .base import Loss, _ones_like, _zeros_like
+from .formula import FormulaLoss, check_param
 
-__all__ = ["SquaredLoss", "AbsoluteLoss", "HuberLoss"]
+__all__ = ["SquaredLoss", "AbsoluteLoss", "HuberLoss", "PoissonLoss", "PinballLoss"]
 
 
 # ----------------------------------------------------------------------------------------
@@ -20,7 +21,7 @@ __all__ = ["SquaredLoss", "AbsoluteLoss", "HuberLoss"]
 # ----------------------------------------------------------------------------------------
 
 
-class SquaredLoss(Loss):
+class SquaredLoss(FormulaLoss):
     """Squared error ``(z - y)**2`` (no factor 1/2, as in the TERM paper).
 
     A GLM loss: ``l = A(z) - T(y) z + c(y)`` with ``A(z) = z**2``, ``T(y) = 2y``
@@ -37,18 +38,6 @@ class SquaredLoss(Loss):
     name = "squared"
     is_glm = True
     curvature_bound = 2.0
-
-    def _value(self, z, y, xp):
-        r = z - y
-        return r * r
-
-    def _derivatives(self, z, y, xp):
-        r = z - y
-        return r * r, 2.0 * r, xp.full(r.shape, 2.0, dtype=r.dtype, device=device(r))
-
-    def _value_and_d1(self, z, y, xp):
-        r = z - y
-        return r * r, 2.0 * r
 
     def cumulant(self, z: Any, *, xp: Any = None) -> tuple[Any, Any, Any]:
         """``(A(z), A'(z), A''(z)) = (z**2, 2z, 2)``.
@@ -92,7 +81,7 @@ class SquaredLoss(Loss):
         return y * y
 
 
-class AbsoluteLoss(Loss):
+class AbsoluteLoss(FormulaLoss):
     """Absolute error ``|z - y|`` (a baseline; not differentiable at ``z = y``).
 
     ``d1 = sign(z - y)`` (0 at the kink) and ``d2 = 0``.
@@ -108,15 +97,8 @@ class AbsoluteLoss(Loss):
     name = "absolute"
     smooth = False
 
-    def _value(self, z, y, xp):
-        return xp.abs(z - y)
 
-    def _derivatives(self, z, y, xp):
-        r = z - y
-        return xp.abs(r), xp.sign(r), _zeros_like(r, xp)
-
-
-class HuberLoss(Loss):
+class HuberLoss(FormulaLoss):
     """Huber loss with threshold ``delta``, in the scikit-learn/SciPy convention.
 
     With ``r = z - y``: ``r**2 / 2`` for ``|r| <= delta`` and
@@ -140,26 +122,53 @@ class HuberLoss(Loss):
     curvature_bound = 1.0
 
     def __init__(self, delta: float = 1.0):
-        delta = float(delta)
-        if not (delta > 0 and np.isfinite(delta)):
-            raise ValueError(f"`delta` must be a positive finite number, got {delta}")
-        self.delta = delta
+        self.delta = check_param("huber", "delta", delta)
 
-    def _value(self, z, y, xp):
-        r = z - y
-        a = xp.abs(r)
-        d = self.delta
-        return xp.where(a <= d, 0.5 * r * r, d * (a - 0.5 * d))
 
-    def _derivatives(self, z, y, xp):
-        r = z - y
-        a = xp.abs(r)
-        d = self.delta
-        inside = a <= d
-        v = xp.where(inside, 0.5 * r * r, d * (a - 0.5 * d))
-        d1 = xp.where(inside, r, d * xp.sign(r))
-        d2 = xp.where(inside, _ones_like(r, xp), _zeros_like(r, xp))
-        return v, d1, d2
+class PoissonLoss(FormulaLoss):
+    """Half Poisson deviance with a log link, for counts or rates ``y >= 0``.
 
-    def __repr__(self) -> str:
-        return f"HuberLoss(delta={self.delta!r})"
+    ``l(z, y) = exp(z) - y - y (z - log y)`` (``y log y = 0`` at ``y = 0``): zero at a
+    perfect fit ``exp(z) = y``, the negative log-likelihood of a Poisson mean ``exp(z)``
+    up to a term of ``y`` alone. It is evaluated as ``y (expm1(w) - w)`` with
+    ``w = z - log y`` (``exp(z)`` at ``y = 0``), which keeps the small losses near a good
+    fit; ``d1 = exp(z) - y`` (as ``y expm1(w)``) and ``d2 = exp(z)``. The predictor is the
+    log of the mean: :class:`~tiltlab.estimators.TiltedRegressor` predicts ``exp(z)``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tiltlab.losses import PoissonLoss
+    >>> PoissonLoss().value(np.array([0.0, np.log(3.0), 1.0]), np.array([0.0, 3.0, 0.0]))
+    array([1.        , 0.        , 2.71828183])
+    """
+
+    name = "poisson"
+
+
+class PinballLoss(FormulaLoss):
+    """Pinball (quantile) loss ``max(q r, (q - 1) r)`` with ``r = y - z``, ``0 < q < 1``.
+
+    Its minimiser over a constant predictor is the ``q``-quantile of the targets. It has a
+    kink at ``r = 0``, where ``d1`` takes 0 (a subgradient, as for :class:`AbsoluteLoss`,
+    which is twice the pinball loss at ``q = 1/2``); ``d1 = -q`` for ``r > 0``,
+    ``1 - q`` for ``r < 0``, and ``d2 = 0``.
+
+    Parameters
+    ----------
+    quantile : float, default 0.5
+        The quantile ``q``, in ``(0, 1)``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tiltlab.losses import PinballLoss
+    >>> PinballLoss(quantile=0.9).value(np.array([0.0, 0.0]), np.array([1.0, -1.0]))
+    array([0.9, 0.1])
+    """
+
+    name = "pinball"
+    smooth = False
+
+    def __init__(self, quantile: float = 0.5):
+        self.quantile = check_param("pinball", "quantile", quantile)

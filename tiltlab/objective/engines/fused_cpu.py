@@ -34,7 +34,8 @@ _DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 def _loss_params(loss: Any) -> dict | None:
-    return {"delta": float(loss.delta)} if loss.name == "huber" else None
+    params = loss.parameters() if hasattr(loss, "parameters") else {}
+    return dict(params) or None
 
 
 class FusedCpuEngine(Engine):
