@@ -135,3 +135,40 @@ def test_pinball_at_zero_tilt_fits_the_sample_quantile():
         # flat there): compare the objective with the one at the sample quantile
         at_q = float(obj.value(np.array([np.quantile(y, q, method="inverted_cdf")])))
         assert float(obj.value(res.x)) <= at_q * (1 + 1e-6)
+
+
+def test_poisson_regressor_at_zero_tilt_is_the_glm_fit():
+    linear_model = pytest.importorskip("sklearn.linear_model")
+    from tiltlab.estimators import TiltedRegressor
+
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(400, 3))
+    y = rng.poisson(np.exp(X @ np.array([0.4, -0.3, 0.2]) + 0.5)).astype(float)
+    ours = TiltedRegressor(loss="poisson", tol=1e-10).fit(X, y)
+    ref = linear_model.PoissonRegressor(alpha=0.0, tol=1e-12, max_iter=1000).fit(X, y)
+    np.testing.assert_allclose(ours.coef_, ref.coef_, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(ours.intercept_, ref.intercept_, rtol=1e-5)
+    np.testing.assert_allclose(ours.predict(X), ref.predict(X), rtol=1e-5)
+    with pytest.raises(ValueError, match="`y`"):
+        TiltedRegressor(loss="poisson").fit(X, -y - 1.0)
+
+
+def test_pinball_regressor_fits_a_conditional_quantile():
+    from sklearn.base import clone
+
+    from tiltlab.estimators import TiltedRegressor
+
+    rng = np.random.default_rng(3)
+    X = rng.uniform(size=(600, 1))
+    y = 2.0 * X[:, 0] + rng.exponential(size=600)
+    est = TiltedRegressor(loss="pinball", quantile=0.8, max_iter=3000)
+    assert est.get_params()["quantile"] == 0.8
+    assert clone(est.set_params(quantile=0.7)).quantile == 0.7
+    est.fit(X, y)
+    # a q-quantile fit leaves about a fraction q of the targets below it
+    below = float(np.mean(y <= est.predict(X)))
+    assert abs(below - 0.7) < 0.03
+    # the slope of the exponential noise's 0.7-quantile line is that of the mean: 2
+    assert est.coef_[0] == pytest.approx(2.0, abs=0.3)
+    with pytest.raises(ValueError, match="`quantile`"):
+        TiltedRegressor(loss="pinball", quantile=1.5).fit(X, y)

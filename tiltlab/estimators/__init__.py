@@ -1,6 +1,7 @@
 """scikit-learn estimators for tilted empirical risk minimization, and choosing the tilt.
 
-* :class:`TiltedRegressor` - linear regression (squared, absolute or Huber loss),
+* :class:`TiltedRegressor` - linear regression (squared, absolute, Huber, Poisson or
+  pinball loss),
 * :class:`TiltedClassifier` - binary and multiclass linear classification (logistic /
   multinomial, hinge and squared hinge, one-vs-rest for the hinge losses),
 * :class:`TiltedRegressorCV`, :class:`TiltedClassifierCV` - choose ``t`` by

@@ -49,7 +49,7 @@ AUTO_EARLY_STOPPING_ROWS = 1000
 
 #: losses with a kink where the minimiser usually sits: their fits stop on the value test
 #: (``ftol`` of :func:`tiltlab.minimize`, set to ``tol``) as well as the gradient test
-KINKED_LOSSES = ("absolute", "hinge")
+KINKED_LOSSES = ("absolute", "hinge", "pinball")
 
 
 # ---------------------------------------------------------------------- the fitted problem

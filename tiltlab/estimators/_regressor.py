@@ -14,10 +14,10 @@ from ._checks import as_float_X, check_real, check_sample_weight, is_numpy, name
 
 __all__ = ["TiltedRegressor"]
 
-REGRESSION_LOSSES = ("squared", "absolute", "huber")
+REGRESSION_LOSSES = ("squared", "absolute", "huber", "poisson", "pinball")
 
 
-def regression_loss(loss: str, epsilon: float) -> Any:
+def regression_loss(loss: str, epsilon: float, quantile: float = 0.5) -> Any:
     if loss not in REGRESSION_LOSSES:
         raise ValueError(f"`loss` must be one of {REGRESSION_LOSSES}, got {loss!r}")
     if loss == "huber":
@@ -25,6 +25,11 @@ def regression_loss(loss: str, epsilon: float) -> Any:
         if eps <= 0:
             raise ValueError(f"`epsilon` must be positive, got {epsilon!r}")
         return get_loss("huber", delta=eps)
+    if loss == "pinball":
+        q = check_real(quantile, "quantile")
+        if not 0 < q < 1:
+            raise ValueError(f"`quantile` must lie in (0, 1), got {quantile!r}")
+        return get_loss("pinball", quantile=q)
     return get_loss(loss)
 
 
@@ -42,10 +47,14 @@ class TiltedRegressor(RegressorMixin, TiltedLinearBase):
 
     Parameters
     ----------
-    loss : {"squared", "absolute", "huber"}, default "squared"
+    loss : {"squared", "absolute", "huber", "poisson", "pinball"}, default "squared"
         Per-sample loss of the residual ``r = x^T w + b - y``: ``r**2`` (no factor 1/2),
-        ``|r|``, or Huber's ``r**2/2`` for ``|r| <= epsilon`` and
-        ``epsilon * (|r| - epsilon/2)`` beyond.
+        ``|r|``, Huber's ``r**2/2`` for ``|r| <= epsilon`` and
+        ``epsilon * (|r| - epsilon/2)`` beyond, or the pinball loss
+        ``max(q (y - z), (q - 1)(y - z))`` of the ``quantile`` ``q`` (``z = x^T w + b``;
+        the fit estimates that conditional quantile). ``"poisson"``: the half Poisson
+        deviance ``exp(z) - y - y (z - log y)`` of targets ``y >= 0`` with a log link;
+        ``predict`` then returns the mean ``exp(z)``.
     t : float, default 0.0
         Sample-level tilt.
     tilts : tuple of float, optional
@@ -60,6 +69,8 @@ class TiltedRegressor(RegressorMixin, TiltedLinearBase):
     epsilon : float, default 1.35
         Huber threshold, in the units of ``y`` (not rescaled by a fitted scale as in
         :class:`sklearn.linear_model.HuberRegressor`).
+    quantile : float, default 0.5
+        The quantile ``q`` in ``(0, 1)`` of the pinball loss.
     fit_intercept : bool, default True
         Fit an unpenalised intercept (the coefficient of an appended column of ones).
     solver : {"lbfgs", "newton", "agd", "gd", "stochastic"}, default "lbfgs"
@@ -164,6 +175,7 @@ class TiltedRegressor(RegressorMixin, TiltedLinearBase):
         tilts: Any = None,
         alpha: float = 0.0,
         epsilon: float = 1.35,
+        quantile: float = 0.5,
         fit_intercept: bool = True,
         solver: str = "lbfgs",
         tol: float = 1e-6,
@@ -180,6 +192,7 @@ class TiltedRegressor(RegressorMixin, TiltedLinearBase):
         self.tilts = tilts
         self.alpha = alpha
         self.epsilon = epsilon
+        self.quantile = quantile
         self.fit_intercept = fit_intercept
         self.solver = solver
         self.tol = tol
@@ -195,7 +208,7 @@ class TiltedRegressor(RegressorMixin, TiltedLinearBase):
 
     def _prepare(self, X: Any, y: Any, sample_weight: Any, groups: Any) -> FitData:
         self._check_params()
-        loss = regression_loss(self.loss, self.epsilon)
+        loss = regression_loss(self.loss, self.epsilon, self.quantile)
         X, y = self._validate_Xy(X, y)
         xp = namespace(X)
         n = int(X.shape[0])
@@ -258,10 +271,12 @@ class TiltedRegressor(RegressorMixin, TiltedLinearBase):
         self.intercept_ = float(b) if is_numpy(xp) else b
 
     def predict(self, X: Any) -> Any:
-        """Predictions ``X @ coef_ + intercept_`` (in the namespace of ``X``)."""
+        """Predictions ``X @ coef_ + intercept_`` (in the namespace of ``X``); for the
+        Poisson loss the mean ``exp(X @ coef_ + intercept_)``."""
         self._check_fitted(X, "predict")
         X, xp = self._validate_X(X, reset=False)
         coef = self.coef_
         if coef.dtype != X.dtype:
             X = xp.astype(X, coef.dtype)
-        return X @ coef + self.intercept_
+        z = X @ coef + self.intercept_
+        return xp.exp(z) if self.loss == "poisson" else z

@@ -3,6 +3,8 @@
 # ruff: noqa: E501
 from __future__ import annotations
 
+__all__: list[str] = []  # the functions of pointwise.py, no public names
+
 
 def _num(m, x):
     """``x`` as a number of ``m`` (exact: floats convert without rounding)."""

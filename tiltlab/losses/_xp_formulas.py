@@ -11,6 +11,8 @@ from __future__ import annotations
 from .._compat import device
 from .base import _const
 
+__all__: list[str] = []  # the functions of the loss classes, no public names
+
 
 def value_squared(z, y, xp):
     """squared error (z - y)^2 (no factor 1/2)"""
