@@ -81,7 +81,10 @@ def _medians(fns: dict, repeat: int) -> dict:
 def _problem(n, d, loss, dtype, rng):
     X = rng.standard_normal((n, d)).astype(dtype)
     theta = (rng.standard_normal(d) / np.sqrt(d)).astype(dtype)
-    if loss == "squared":
+    if loss == "poisson":  # counts of mean exp(z)
+        y = rng.poisson(np.exp(X @ theta)).astype(dtype)
+        t = -2.0
+    elif loss not in ("logistic", "hinge", "squared_hinge"):  # real targets
         y = (X @ theta + rng.standard_normal(n)).astype(dtype)
         t = -2.0
     else:

@@ -38,6 +38,9 @@ def _data(loss, dtype, seed=0, n=N, d=D):
     elif loss in ("logistic", "hinge", "squared_hinge"):
         y = (rng.uniform(size=n) < 0.5).astype(dtype)
         shape = (d,)
+    elif loss == "poisson":  # counts, zeros included
+        y = rng.poisson(1.0, size=n).astype(dtype)
+        shape = (d,)
     else:
         y = rng.standard_normal(n).astype(dtype)
         shape = (d,)

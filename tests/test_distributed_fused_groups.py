@@ -52,6 +52,8 @@ def _data(loss, dtype, seed=0):
     X = rng.standard_normal((N, D)).astype(dtype)
     if loss in ("logistic", "hinge", "squared_hinge"):
         y = (rng.uniform(size=N) < 0.5).astype(dtype)
+    elif loss == "poisson":  # counts, zeros included
+        y = rng.poisson(1.0, size=N).astype(dtype)
     else:
         y = rng.standard_normal(N).astype(dtype)
     th = (0.1 * rng.standard_normal(D)).astype(dtype)

@@ -25,6 +25,8 @@ def _case(name: str, n: int = 40, seed: int = 0):
         m = rng.choice([-1.0, 1.0], n) * rng.uniform(0.2, 0.8, n)  # margin 1 - s z off 0
         return s * (1 - m), y
     y = rng.standard_normal(n)
+    if get_loss(name).label_kind == "nonnegative":  # counts, zeros included
+        y = rng.poisson(1.5, n).astype(float)
     r = rng.choice([-1.0, 1.0], n) * rng.uniform(0.1, 2.0, n)  # residuals off 0 and +-delta
     r = np.where(np.abs(np.abs(r) - 1.0) < 0.1, r * 1.3, r)
     return y + r, y

@@ -35,7 +35,9 @@ class TiltedObjective(PicklableNamespace):
     ----------
     loss : str or Loss
         A loss name (``"squared"``, ``"absolute"``, ``"huber"``, ``"logistic"``,
-        ``"hinge"``, ``"squared_hinge"``, ``"multinomial"``) or a loss object from
+        ``"hinge"``, ``"squared_hinge"``, ``"poisson"``, ``"pinball"``, ``"multinomial"``;
+        the parameters of the default loss, e.g. ``get_loss("pinball", quantile=0.9)``
+        otherwise) or a loss object from
         :mod:`tiltlab.losses` (including :class:`~tiltlab.losses.CallableLoss` and
         :class:`~tiltlab.losses.FairPCALoss` for non-linear models).
     X : array of shape (N, d), optional

@@ -84,8 +84,8 @@ def minimize(
         A value test besides the gradient test: stop with status ``VALUE_CONVERGED`` (a
         success) when the objective fell by less than ``ftol * max(|f_old|, |f|)`` over
         the last 30 iterations (``f_old`` the value 30 iterations earlier). For
-        non-smooth losses (``"absolute"``, ``"hinge"``), whose kinks no gradient test can
-        certify; off by default.
+        non-smooth losses (``"absolute"``, ``"hinge"``, ``"pinball"``), whose kinks no
+        gradient test can certify; off by default.
     max_iter : int, optional
         Iteration budget (default depends on the method).
     max_passes : float, optional
