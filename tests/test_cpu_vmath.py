@@ -45,11 +45,18 @@ def _map_log1p_unit(x, out):
         out[i] = vm.vlog1p_unit(x[i])
 
 
+@numba.njit(error_model="numpy")
+def _map_log(x, out):
+    for i in range(x.shape[0]):
+        out[i] = vm.vlog(x[i])
+
+
 FUNCS = {
     "exp": (_map_exp, np.exp, mpmath.exp),
     "expm1": (_map_expm1, np.expm1, mpmath.expm1),
     "log1p": (_map_log1p, np.log1p, mpmath.log1p),
     "log1p_unit": (_map_log1p_unit, np.log1p, mpmath.log1p),
+    "log": (_map_log, np.log, mpmath.log),
 }
 
 
@@ -76,7 +83,18 @@ def _kmap_log1p_unit(x, out):
         out[i] = _typed_math.log1p_unit_t(x[i])
 
 
-KERNEL_FUNCS = {"exp": _kmap_exp, "expm1": _kmap_expm1, "log1p_unit": _kmap_log1p_unit}
+@numba.njit(error_model="numpy")
+def _kmap_log(x, out):
+    for i in range(x.shape[0]):
+        out[i] = _typed_math.log_t(x[i])
+
+
+KERNEL_FUNCS = {
+    "exp": _kmap_exp,
+    "expm1": _kmap_expm1,
+    "log1p_unit": _kmap_log1p_unit,
+    "log": _kmap_log,
+}
 
 
 @pytest.fixture(params=["rounded", "kernel"])
@@ -89,7 +107,7 @@ def _map(name, build):
     if build == "rounded":
         return FUNCS[name][0]
     if name not in KERNEL_FUNCS:
-        pytest.skip("the kernels use exp, expm1 and log1p on [0, 1] only")
+        pytest.skip("the kernels use exp, expm1, log and log1p on [0, 1] only")
     return KERNEL_FUNCS[name]
 
 
@@ -125,10 +143,11 @@ RANGES = {
     "exp": [(-746.0, 710.0), (-40.0, 0.0), (-1.0, 1.0), (-1e-6, 1e-6)],
     "expm1": [(-746.0, 710.0), (-1.0, 0.0), (-0.4, 0.4), (-1e-9, 1e-9), (-50.0, -30.0)],
     "log1p": [(-1.0, 1.0), (0.0, 1.0), (-1e-9, 1e-9), (1.0, 1e6), (-1.0, -0.99)],
+    "log": [(0.0, 1.0), (0.5, 2.0), (1.0 - 1e-9, 1.0 + 1e-9), (1.0, 1e6), (0.0, 1e-300)],
 }
 
 
-@pytest.mark.parametrize("name", ["exp", "expm1", "log1p"])
+@pytest.mark.parametrize("name", ["exp", "expm1", "log1p", "log"])
 def test_ulp_error_against_numpy_over_the_whole_range(name, build):
     ref = FUNCS[name][1]
     rng = np.random.default_rng(1)
@@ -162,11 +181,14 @@ def test_against_mpmath(name, build):
     rng = np.random.default_rng(2)
     lo, hi = (-1.0, 50.0) if name == "log1p" else (-700.0, 700.0)
     lo, hi = (0.0, 1.0) if name == "log1p_unit" else (lo, hi)
+    lo, hi = (1e-300, 1e6) if name == "log" else (lo, hi)
     x = np.concatenate([rng.uniform(lo, hi, 150), rng.uniform(-0.5, 0.5, 50)])
     if name == "log1p":
         x = np.concatenate([x, -1.0 + np.exp(rng.uniform(-36.0, 0.0, 50))])
-    if name == "log1p_unit":
+    if name in ("log1p_unit", "log"):
         x = np.abs(x)
+    if name == "log":  # every binade, subnormals included
+        x = np.concatenate([x, np.exp(rng.uniform(-744.0, 709.0, 100)), [5e-324, 1.0]])
     with mpmath.workdps(50):
         desired = np.array([float(ref(mpmath.mpf(float(v)))) for v in x])
     assert _ulp_error(_apply(name, x, build), desired) <= MAX_ULP
@@ -221,3 +243,18 @@ def test_reduction_constants():
     bits = np.array([vm.LN2_HI]).view(np.int64)[0]
     assert bits & ((1 << 11) - 1) == 0
     assert vm.INV_LN2 == float(1 / mpmath.log(2))
+
+
+def test_log_specials_and_float32(build):
+    x = np.array([0.0, -0.0, np.inf, -1.0, -np.inf, np.nan, 1.0, 5e-324, 2.2250738585072014e-308])
+    with np.errstate(all="ignore"):
+        want = np.log(x)
+    assert _ulp_error(_apply("log", x, build), want) <= MAX_ULP
+    # float32 through the float64 function, rounded once: within half an ulp of float32's
+    # correctly rounded log, plus the float64 error
+    rng = np.random.default_rng(5)
+    x32 = np.exp(rng.uniform(-103.0, 88.0, 20_000)).astype(np.float32)
+    out = np.empty_like(x32)
+    _kmap_log(x32, out)
+    assert out.dtype == np.float32
+    assert _ulp_error(out, np.log(x32.astype(np.float64)).astype(np.float32)) <= 1.0

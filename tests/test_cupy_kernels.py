@@ -18,6 +18,7 @@ except Exception:  # pragma: no cover
     pytest.skip("cupy: no GPU", allow_module_level=True)
 
 from tiltlab._cupy.engine import FUSED_CUDA  # noqa: E402
+from tiltlab.losses import get_loss  # noqa: E402
 
 
 @pytest.mark.parametrize("loss", ["squared", "logistic"])
@@ -25,11 +26,40 @@ from tiltlab._cupy.engine import FUSED_CUDA  # noqa: E402
 @pytest.mark.parametrize("t", [-2.0, 1e-9, 0.5, 40.0])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_fused_matches_generic_cupy(loss, d, t, dtype):
+    _check_fused_matches_generic(loss, d, t, dtype)
+
+
+#: the other scalar losses of the table (parameters off their defaults), fewer shapes
+OTHER_LOSSES = {
+    "absolute": {},
+    "huber": {"delta": 0.7},
+    "hinge": {},
+    "squared_hinge": {},
+    "poisson": {},
+    "pinball": {"quantile": 0.8},
+}
+
+
+@pytest.mark.parametrize("loss", sorted(OTHER_LOSSES))
+@pytest.mark.parametrize("d", [3, 128])
+@pytest.mark.parametrize("t", [-2.0, 0.5])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_fused_serves_every_scalar_loss(loss, d, t, dtype):
+    _check_fused_matches_generic(loss, d, t, dtype)
+
+
+def _check_fused_matches_generic(name, d, t, dtype):
     rng = np.random.default_rng(d)
     n = 5003
     X = rng.standard_normal((n, d)).astype(dtype)
     theta = (rng.standard_normal(d) / np.sqrt(d)).astype(dtype)
-    y = X @ theta + rng.standard_normal(n) if loss == "squared" else (rng.random(n) < 0.3) * 1.0
+    loss = get_loss(name, **OTHER_LOSSES.get(name, {}))
+    if loss.label_kind == "binary":
+        y = (rng.random(n) < 0.3) * 1.0
+    elif loss.label_kind == "nonnegative":
+        y = rng.poisson(np.exp(X.astype(np.float64) @ theta)) * 1.0
+    else:
+        y = X @ theta + rng.standard_normal(n)
     y = y.astype(dtype)
     obj = tl.TiltedObjective(loss, cupy.asarray(X), cupy.asarray(y), t=t)
     assert FUSED_CUDA.applies(obj.problem)
@@ -59,7 +89,9 @@ def test_fused_declines_unsupported_cases():
 
     assert applies(tl.TiltedObjective("squared", X, y, t=1.0))
     assert not applies(tl.TiltedObjective("squared", X, y, t=0.0))
-    assert not applies(tl.TiltedObjective("huber", X, y, t=1.0))
+    assert applies(tl.TiltedObjective("huber", X, y, t=1.0))  # every scalar loss
+    labels = cupy.arange(10, dtype=cupy.int64) % 2
+    assert not applies(tl.TiltedObjective("multinomial", X, labels, t=1.0))
     assert not applies(tl.TiltedObjective("squared", X, y, t=1.0, weights=cupy.ones(10)))
     assert not applies(tl.TiltedObjective("squared", cupy.asfortranarray(X), y, t=1.0))
 

@@ -11,10 +11,8 @@ the loss code (:data:`._loss_codes.SCALAR_CODES`).
 # ruff: noqa: E501
 from __future__ import annotations
 
-import numpy as np
-
 from ._blocks import _INLINE
-from ._typed_math import exp_t, expm1_t, log1p_unit_t
+from ._typed_math import exp_t, expm1_t, log1p_unit_t, log_t
 
 __all__ = [
     "loss_block",
@@ -132,9 +130,10 @@ def block_poisson(z, y, i0, nb, param, l, d1, d2):
         yb = y[i0 + b]
         ez = exp_t(zb)
         pos = yb > k_0_0
-        w = zb - np.log(yb if pos else k_1_0)
-        l[b] = yb * (expm1_t(w) - w) if pos else ez
-        d1[b] = yb * expm1_t(w) if pos else ez
+        w = zb - log_t(yb if pos else k_1_0)
+        em = expm1_t(w)
+        l[b] = yb * (em - w) if pos else ez
+        d1[b] = yb * em if pos else ez
         d2[b] = ez
 
 

@@ -1,8 +1,9 @@
-"""The vectorisable ``exp``, ``expm1`` and ``log1p`` in the precision of their argument,
-as the kernels use them (imported lazily: this module imports numba where it can).
+"""The vectorisable ``exp``, ``expm1``, ``log1p`` and ``log`` in the precision of their
+argument, as the kernels use them (imported lazily: this module imports numba where it can).
 
 :func:`exp_t`, :func:`expm1_t` and :func:`log1p_unit_t` take the float32 functions of
-:mod:`._vmath32` for float32 arguments and the float64 ones of :mod:`._vmath` otherwise
+:mod:`._vmath32` for float32 arguments (:func:`log_t`: the float64 ``vlog`` rounded to
+float32) and the float64 ones of :mod:`._vmath` otherwise
 (plain Python where numba is absent). Compiled, they are overloads built with
 ``fastmath={"contract"}`` alone: their multiplications and additions fuse into
 multiply-adds where the CPU has them (one rounding instead of two). No other fast-math
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._vmath import vexp, vexpm1, vlog1p_unit
+from ._vmath import vexp, vexpm1, vlog, vlog1p_unit
 from ._vmath32 import vexpf, vexpm1f, vlog1p_unitf
 
 
@@ -32,6 +33,16 @@ def expm1_t(x):
     return vexpm1f(x) if isinstance(x, np.float32) else vexpm1(x)
 
 
+def log_t(x):
+    """``log`` in the precision of ``x``: float32 through the float64 :func:`vlog`, rounded
+    once to float32 (there is no float32 one of its own)."""
+    return np.float32(vlog(np.float64(x))) if isinstance(x, np.float32) else vlog(x)
+
+
+def _vlog_single(x):
+    return np.float32(vlog(np.float64(x)))
+
+
 def log1p_unit_t(x):
     """``log1p`` on ``[0, 1]`` in the precision of ``x``."""
     return vlog1p_unitf(x) if isinstance(x, np.float32) else vlog1p_unit(x)
@@ -40,6 +51,10 @@ def log1p_unit_t(x):
 try:  # pragma: no branch - the engine is only chosen when numba imports
     from numba import types
     from numba.extending import overload
+
+    from ._cache import jit
+
+    _INLINE_SINGLE = jit(fastmath=False, error_model="numpy", inline="always")
 
     def _typed(stub, f32, f64):
         """Compile ``stub`` as ``f32`` for float32 arguments and ``f64`` otherwise."""
@@ -61,5 +76,6 @@ try:  # pragma: no branch - the engine is only chosen when numba imports
     _typed(exp_t, vexpf, vexp)
     _typed(expm1_t, vexpm1f, vexpm1)
     _typed(log1p_unit_t, vlog1p_unitf, vlog1p_unit)
+    _typed(log_t, _INLINE_SINGLE(_vlog_single), vlog)
 except ImportError:  # pragma: no cover - exercised where numba is absent
     pass

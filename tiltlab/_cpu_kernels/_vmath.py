@@ -78,6 +78,8 @@ _DBL_MAX = 1.7976931348623157e308
 _INF = float("inf")
 _NAN = float("nan")
 _MANT = (1 << 52) - 1
+_DBL_MIN = 2.2250738585072014e-308  # the smallest normal number
+_TWO54 = 18014398509481984.0
 _ONE = 1023 << 52
 
 
@@ -196,6 +198,30 @@ def vlog1p(x):
     out = u if u > _DBL_MAX else out  # inf
     out = -_INF if u == 0.0 else out
     out = _NAN if (u < 0.0 or x != x) else out
+    return out
+
+
+@_INLINE
+def vlog(x):
+    """``log(x)`` (float64), vectorisable: the mantissa reduction of :func:`vlog1p` with
+    ``1 + x`` replaced by ``x`` itself (exact: no rounding to correct), subnormal ``x``
+    scaled by ``2**54`` first; ``-inf`` at 0, ``inf`` at ``inf``, NaN below 0 and for NaN."""
+    sub = x < _DBL_MIN
+    xs = x * _TWO54 if sub else x
+    xc = xs if (xs > 0.0 and xs <= _DBL_MAX) else 1.0  # the bit tricks on finite x > 0
+    bits = _as_bits(xc)
+    k = ((bits >> 52) & 2047) - 1023
+    m = _as_float((bits & _MANT) | _ONE)  # in [1, 2)
+    big = m > SQRT2
+    m = 0.5 * m if big else m
+    k = k + 1 if big else k
+    k = k - 54 if sub else k
+    f = m - 1.0  # exact
+    kf = float(k)
+    out = kf * LN2_HI + (_log1p_series(f) + kf * LN2_LO)
+    out = xs if xs > _DBL_MAX else out  # inf
+    out = -_INF if x == 0.0 else out
+    out = _NAN if (x < 0.0 or x != x) else out
     return out
 
 

@@ -171,8 +171,9 @@ TL_HD void tl_loss_poisson(tl_real z, tl_real y, tl_real param, tl_real* l, tl_r
     const tl_real ez = TL_EXP(z);
     const int pos = y > (tl_real)0;
     const tl_real w = z - TL_LOG((pos ? y : (tl_real)1));
-    *l = (pos ? y * (TL_EXPM1(w) - w) : ez);
-    *d1 = (pos ? y * TL_EXPM1(w) : ez);
+    const tl_real em = TL_EXPM1(w);
+    *l = (pos ? y * (em - w) : ez);
+    *d1 = (pos ? y * em : ez);
     *d2 = ez;
 }
 

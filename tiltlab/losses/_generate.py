@@ -240,7 +240,7 @@ def _kname(value: float) -> str:
 
 
 class _Numba(_Rewrite):
-    MAP = {"exp": "exp_t", "expm1": "expm1_t", "log": "np.log", "log1p_unit": "log1p_unit_t"}
+    MAP = {"exp": "exp_t", "expm1": "expm1_t", "log": "log_t", "log1p_unit": "log1p_unit_t"}
 
     def __init__(self):
         super().__init__()
@@ -318,10 +318,8 @@ def numba_module() -> str:
         "# ruff: noqa: E501",
         "from __future__ import annotations",
         "",
-        "import numpy as np",
-        "",
         "from ._blocks import _INLINE",
-        "from ._typed_math import exp_t, expm1_t, log1p_unit_t",
+        "from ._typed_math import exp_t, expm1_t, log1p_unit_t, log_t",
         "",
         "__all__ = [",
         '    "loss_block",',
@@ -342,7 +340,6 @@ def numba_module() -> str:
             f"    {kw} code == {code}:",
             f"        block_{f.name}(z, y, i0, nb, param, l, d1, d2)",
         ]
-    # np is used by losses with a log
     return "\n".join(lines) + "\n"
 
 

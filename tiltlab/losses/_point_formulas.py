@@ -141,14 +141,16 @@ def value_poisson(z, y, m):
     ez = m.exp(z)
     pos = y > 0
     w = z - m.log(y if pos else 1)
-    return _num(m, y * (m.expm1(w) - w) if pos else ez)
+    em = m.expm1(w)
+    return _num(m, y * (em - w) if pos else ez)
 
 
 def d1_poisson(z, y, m):
     ez = m.exp(z)
     pos = y > 0
     w = z - m.log(y if pos else 1)
-    return _num(m, y * m.expm1(w) if pos else ez)
+    em = m.expm1(w)
+    return _num(m, y * em if pos else ez)
 
 
 def d2_poisson(z, y, m):

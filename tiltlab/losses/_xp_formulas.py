@@ -143,21 +143,24 @@ def value_poisson(z, y, xp):
     ez = xp.exp(z)
     pos = y > 0.0
     w = z - xp.log(xp.where(pos, y, _const(1.0, z, xp)))
-    return xp.where(pos, y * (xp.expm1(w) - w), ez)
+    em = xp.expm1(w)
+    return xp.where(pos, y * (em - w), ez)
 
 
 def value_d1_poisson(z, y, xp):
     ez = xp.exp(z)
     pos = y > 0.0
     w = z - xp.log(xp.where(pos, y, _const(1.0, z, xp)))
-    return xp.where(pos, y * (xp.expm1(w) - w), ez), xp.where(pos, y * xp.expm1(w), ez)
+    em = xp.expm1(w)
+    return xp.where(pos, y * (em - w), ez), xp.where(pos, y * em, ez)
 
 
 def derivatives_poisson(z, y, xp):
     ez = xp.exp(z)
     pos = y > 0.0
     w = z - xp.log(xp.where(pos, y, _const(1.0, z, xp)))
-    return xp.where(pos, y * (xp.expm1(w) - w), ez), xp.where(pos, y * xp.expm1(w), ez), ez
+    em = xp.expm1(w)
+    return xp.where(pos, y * (em - w), ez), xp.where(pos, y * em, ez), ez
 
 
 def value_pinball(z, y, xp, quantile=0.5):

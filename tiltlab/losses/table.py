@@ -137,9 +137,10 @@ TABLE: tuple[Formula, ...] = (
             ("ez", "exp(z)"),
             ("pos", "y > 0"),
             ("w", "z - log(where(pos, y, 1))"),
+            ("em", "expm1(w)"),
         ),
-        value="where(pos, y * (expm1(w) - w), ez)",
-        d1="where(pos, y * expm1(w), ez)",
+        value="where(pos, y * (em - w), ez)",
+        d1="where(pos, y * em, ez)",
         d2="ez",
         doc="half Poisson deviance, log link: exp(z) - y - y (z - log y) = y (expm1(w) - w), "
         "w = z - log y (exp(z) at y = 0); smooth",
