@@ -21,8 +21,8 @@ Tiers (``--tier`` or ``TILTLAB_TIER``; ``push`` by default):
 
 from __future__ import annotations
 
+import functools
 import importlib
-import importlib.util
 import os
 from collections import defaultdict
 
@@ -150,12 +150,14 @@ def pytest_runtest_logreport(report):
 
 
 def _value_key(value):
-    """A parameter value as a set member (its repr where it cannot be hashed)."""
-    try:
-        hash(value)
-    except TypeError:
-        return (type(value).__qualname__, repr(value))
-    return (type(value).__qualname__, value)
+    """What makes two parameter values the same value for the covering design: their repr
+    (the object itself where the repr is object's, with its address), the function of a
+    ``functools.partial`` (scikit-learn's checks are partials bound to an estimator)."""
+    if isinstance(value, functools.partial):
+        return ("partial", _value_key(value.func))
+    if type(value).__repr__ is object.__repr__:
+        return (type(value).__qualname__, id(value))
+    return (type(value).__qualname__, repr(value))
 
 
 def _covering(items):
@@ -174,11 +176,16 @@ def _covering(items):
 
 
 def _installed(name) -> bool:
-    """Whether the ``xp`` fixture's backend ``name`` can run here (found without importing
-    it, so that collecting changes no library's global state; CuPy is asked for a GPU)."""
+    """Whether the ``xp`` fixture's backend ``name`` can run here (imported, but not set
+    up as the fixture sets it up: collecting changes no library's global state; CuPy is
+    asked for a GPU)."""
     if name == "cupy":
         return not isinstance(_backend("cupy"), Exception)
-    return importlib.util.find_spec(name) is not None
+    try:
+        importlib.import_module({"dask": "dask.array"}.get(name, name))
+    except Exception:  # ImportError, or a broken installation
+        return False
+    return True
 
 
 def _skips_for(item, installed):
