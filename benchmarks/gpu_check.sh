@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# One-command GPU check: the CuPy/CUDA test subset, then benchmarks/gpu_report.py.
+# One-command GPU check: the tests that run CuPy on the device (the `gpu` marker: the CuPy
+# instances of the backend matrix and tests/test_cupy_kernels.py, every instance and the
+# full products of the parameter grids; the CPU emulation and NVRTC tests run in CI, not
+# here), then benchmarks/gpu_report.py.
 # Results go to $OUT when it is set (else to ./gpu_check): the pytest log, the report's
 # JSON and its printed table, with the device name and the commit measured.
 #
@@ -28,7 +31,7 @@ fi
 start=$(date +%s)
 TILTLAB_FULL_MATRIX=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" \
   timeout "${TESTS_TIMEOUT:-600}" "$py" -m pytest -q -p no:cacheprovider -p no:benchmark "${workers[@]}" \
-  tests -k "cupy or cuda" -rfE --durations=10 2>&1 | tee "$out/pytest_cupy.txt" | tail -40
+  tests -m gpu --tier full -rfE --durations=10 2>&1 | tee "$out/pytest_cupy.txt" | tail -40
 echo "tests: $(( $(date +%s) - start )) s" | tee -a "$out/device.txt"
 start=$(date +%s)
 # shellcheck disable=SC2086

@@ -6,7 +6,7 @@ One command, one process for the measurements::
 
 It
 
-1. runs the CuPy and CUDA test subset (``pytest -k "cupy or cuda"``) in a subprocess and
+1. runs the tests that need a device (``pytest -m gpu --tier full``) in a subprocess and
    records its summary (``--no-tests`` skips it);
 2. measures the device-to-device copy bandwidth (bytes read plus bytes written per second)
    of a large CuPy array;
@@ -85,8 +85,8 @@ def copy_bandwidth(nbytes=4 << 30):
 def run_tests():
     t0 = time.time()
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests", "-k",
-         "cupy or cuda"],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests", "-m", "gpu",
+         "--tier", "full"],
         capture_output=True, text=True,
     )
     tail = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr[-500:]

@@ -1,14 +1,30 @@
-"""Backend fixture: every test that takes ``xp`` runs once per installed backend.
+"""Backend fixture and test tiers.
 
+Backend fixture: every test that takes ``xp`` runs once per installed backend.
 Backends: numpy, array_api_strict, torch (CPU), dask.array, and cupy (only where a
 GPU is present). Missing libraries are skipped, not failed. Mark a test
 ``@pytest.mark.skip_xp_backend("dask", reason=...)`` to skip one backend with a reason.
+Its CuPy instances carry the ``gpu`` marker (they run on a device).
+
+Tiers (``--tier`` or ``TILTLAB_TIER``; ``push`` by default):
+
+- ``push``: each parametrized test function runs a covering design of its instances,
+  the fewest (chosen greedily, deterministically) that meet every value of every
+  parameter at least once, on the backends installed here (the instances that skip for
+  want of a backend get a design of their own: a run without PyTorch records them).
+  The contract rows (``test_contract.py``), tests marked ``push`` and test ids named on
+  the command line run in full; tests marked ``full`` do not run.
+- ``full``: every collected test.
+- ``rest``: the full tier less the push tier (the push tier's complement, for a run
+  after the push tier in the same environment).
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
+from collections import defaultdict
 
 import pytest
 from _matrix import BACKENDS
@@ -24,7 +40,39 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "skip_xp_backend(name, reason): skip a test for one array backend"
     )
-    config.addinivalue_line("markers", "gpu: needs a CUDA GPU")
+    config.addinivalue_line(
+        "markers", "gpu: runs CuPy on a CUDA device (benchmarks/gpu_check.sh runs -m gpu)"
+    )
+    config.addinivalue_line(
+        "markers", "full: slow and redundant with the push tier: runs in the full tier only"
+    )
+    config.addinivalue_line(
+        "markers", "push: runs every instance in the push tier (no covering design)"
+    )
+
+
+TIERS = ("push", "full", "rest")
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--tier",
+        choices=TIERS,
+        default=None,
+        help="push (default; env TILTLAB_TIER): a covering design of each parametrized "
+        "test, without the tests marked full; full: every test; rest: full less push",
+    )
+
+
+def _tier(config) -> str:
+    tier = config.getoption("--tier", None) or os.environ.get("TILTLAB_TIER") or "push"
+    if tier not in TIERS:
+        raise pytest.UsageError(f"TILTLAB_TIER must be one of {TIERS}, not {tier!r}")
+    return tier
+
+
+def pytest_report_header(config):
+    return f"tiltlab test tier: {_tier(config)}"
 
 
 def _load(name):
@@ -99,3 +147,105 @@ def pytest_runtest_logreport(report):
     if "torch" in str(reason).lower():
         with open(path, "a", encoding="utf-8") as out:
             out.write(report.nodeid + "\n")
+
+
+def _value_key(value):
+    """What makes two parameter values the same value for the covering design: their repr
+    (the object itself where the repr is object's, with its address), the function of a
+    ``functools.partial`` (scikit-learn's checks are partials bound to an estimator)."""
+    if isinstance(value, functools.partial):
+        return ("partial", _value_key(value.func))
+    if type(value).__repr__ is object.__repr__:
+        return (type(value).__qualname__, id(value))
+    return (type(value).__qualname__, repr(value))
+
+
+def _covering(items):
+    """Few items (greedy: each the first that meets the most values not yet met) that
+    meet every value of every parameter of ``items``."""
+    cover = {
+        it: {(name, _value_key(v)) for name, v in it.callspec.params.items()} for it in items
+    }
+    needed = set().union(*cover.values())
+    chosen = []
+    while needed:
+        best = max(items, key=lambda it: len(cover[it] & needed))  # first of the best
+        chosen.append(best)
+        needed -= cover[best]
+    return chosen
+
+
+def _installed(name) -> bool:
+    """Whether the ``xp`` fixture's backend ``name`` can run here (imported, but not set
+    up as the fixture sets it up: collecting changes no library's global state; CuPy is
+    asked for a GPU)."""
+    if name == "cupy":
+        return not isinstance(_backend("cupy"), Exception)
+    try:
+        importlib.import_module({"dask": "dask.array"}.get(name, name))
+    except Exception:  # ImportError, or a broken installation
+        return False
+    return True
+
+
+def _skips_for(item, installed):
+    """The backend for which ``item`` skips at once (not installed here, or marked
+    ``skip_xp_backend``), else None."""
+    backend = item.callspec.params.get("xp")
+    if backend not in installed:
+        return None
+    if not installed[backend] or any(
+        m.args and m.args[0] == backend for m in item.iter_markers("skip_xp_backend")
+    ):
+        return backend
+    return None
+
+
+def _push_tier(config, items):
+    """The items of the push tier (see the module's docstring), in collection order."""
+    named = [a.replace("\\", "/") for a in config.args if "[" in a]
+    installed = {name: _installed(name) for name in BACKENDS}
+    groups = defaultdict(list)
+    keep = set()
+    for it in items:
+        if it.get_closest_marker("full") is not None:
+            continue
+        if (
+            not hasattr(it, "callspec")
+            or it.get_closest_marker("push") is not None
+            or it.path.name == "test_contract.py"
+            or any(a.endswith(it.nodeid) for a in named)
+        ):
+            keep.add(it)
+        else:
+            # one design per test function (its id without the parameters); the instances
+            # that skip for want of a backend get their own (a run without PyTorch records
+            # them for a run with it)
+            groups[it.nodeid.split("[", 1)[0], _skips_for(it, installed)].append(it)
+    for group in groups.values():
+        keep.update(_covering(group))
+    return [it for it in items if it in keep]
+
+
+def pytest_itemcollected(item):
+    # before -m selects: the CuPy instances of the backend matrix run on a device
+    spec = getattr(item, "callspec", None)
+    if spec is not None and spec.params.get("xp") == "cupy":
+        item.add_marker(pytest.mark.gpu)
+
+
+@pytest.hookimpl(trylast=True)  # after -k and -m: the design covers what they selected
+def pytest_collection_modifyitems(config, items):
+    tier = _tier(config)
+    if tier == "full":
+        return
+    push = _push_tier(config, items)
+    if tier == "push":
+        selected = push
+    else:
+        in_push = set(push)
+        selected = [it for it in items if it not in in_push]
+    if len(selected) < len(items):
+        chosen = set(selected)
+        config.hook.pytest_deselected(items=[it for it in items if it not in chosen])
+        items[:] = selected

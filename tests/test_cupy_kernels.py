@@ -20,6 +20,9 @@ except Exception:  # pragma: no cover
 from tiltlab._cupy.engine import FUSED_CUDA  # noqa: E402
 from tiltlab.losses import get_loss  # noqa: E402
 
+#: every test here runs CuPy kernels on a device (``benchmarks/gpu_check.sh``: ``-m gpu``)
+pytestmark = pytest.mark.gpu
+
 
 @pytest.mark.parametrize("loss", ["squared", "logistic"])
 @pytest.mark.parametrize("d", [1, 3, 16, 33, 128, 300])
