@@ -19,12 +19,12 @@ from tiltlab.minibatch._validation import (
     check_tilt_spec,
     resolve,
 )
-from tiltlab.risk import tilt_for_ess
 
 from ._accumulate import finish, micro_batch
 from ._checks import check_call, mlmc_level
+from ._ess import ess_tilt
 from ._grouped import lean_group_step, lean_tilts
-from ._parallel import gather_stats, keep_state_dtypes, lean_running_step
+from ._parallel import gather_stats, gather_values, keep_state_dtypes, lean_running_step
 from ._placement import misplaced, place_state, place_state_eagerly
 
 __all__ = ["TiltedLoss"]
@@ -167,6 +167,13 @@ class TiltedLoss(torch.nn.Module):
         self.ess_sign = int(ess_sign)
         if self._ess is not None and estimator == "mlmc":
             raise ValueError("`ess` needs estimator='running' or 'variational'")
+        if self._ess is not None and accumulation_steps != 1:
+            raise ValueError(
+                "`ess` with `accumulation_steps` > 1: the tilt of the union of the "
+                "micro-batches is known only after the last one, and a gradient accumulated "
+                "at another tilt cannot be rescaled to it; use the two-pass form instead "
+                "(`observe` each micro-batch without gradients, then the training pass)"
+            )
         self.hierarchical = tilts is not None
         if self.hierarchical:
             if isinstance(tilts, (str, bytes)) or not hasattr(tilts, "__len__") or len(tilts) != 2:
@@ -308,18 +315,53 @@ class TiltedLoss(torch.nn.Module):
             out.append(value)
         return out
 
-    def _tilt_for_ess(self, losses: torch.Tensor) -> None:
-        """Solve this batch's tilt from the ESS fraction (on the host: a few reads)."""
+    def _solve_ess(self, values: torch.Tensor, compiling: bool) -> Any:
+        """The tilt at which the weights of the union of every process's batch keep the
+        ESS fraction (:func:`ess_tilt`, on the device). Eagerly it is read once (kept in
+        ``t``; an unreachable fraction raises); when compiling it stays a 0-d tensor (an
+        unreachable fraction gives NaN: the batch is skipped and counted, see
+        :meth:`check`)."""
         spec = self._ess
-        step = self._host_step() if self.training else max(self._host_step() - 1, 0)
-        fraction = check_ess(resolve(spec, step, "ess") if callable(spec) else spec)
-        t = 0.0
-        if fraction < 1.0:
-            try:
-                t = float(tilt_for_ess(losses.detach(), fraction, sign=self.ess_sign))
-            except ValueError:  # equal losses (F = 1 at every tilt) or a non-finite batch
-                t = 0.0
-        self._values[1] = t
+        if callable(spec):
+            if compiling:
+                step = self.step if self.training else (self.step - 1).clamp_min(0)
+                fraction = spec(step)
+                if not isinstance(fraction, torch.Tensor):
+                    fraction = check_ess(fraction)
+            else:
+                step = self._host_step() if self.training else max(self._host_step() - 1, 0)
+                fraction = check_ess(resolve(spec, step, "ess"))
+        else:
+            fraction = spec
+        union = values
+        if self.distributed:
+            if compiling:
+                raise RuntimeError(
+                    "`ess` with `distributed=True` solves the tilt on the losses gathered "
+                    "from every process (sizes known on the host only): call the loss "
+                    "outside the compiled region"
+                )
+            union = gather_values(values, self.process_group)
+        if union.shape[0] == 0:
+            t = torch.zeros((), dtype=values.dtype, device=values.device)
+        else:
+            t = ess_tilt(union, fraction, self.ess_sign).to(values.dtype)
+        if compiling:
+            return t
+        value = float(t)
+        if math.isnan(value):
+            if not bool(torch.isfinite(union).all()):
+                value = 0.0  # a non-finite batch: skipped and reported as such
+            else:
+                raise ValueError(
+                    f"`ess`={fraction!r}: no finite tilt of sign {self.ess_sign:+d} reaches "
+                    f"this fraction of the batch's {union.shape[0]} losses (the tilted "
+                    f"weights keep at least the share of the losses tied at the "
+                    f"{'largest' if self.ess_sign > 0 else 'smallest'} loss, all of them "
+                    f"for equal losses); give a larger `ess`"
+                )
+        self._values[1] = value
+        return value
 
     def group_report(self) -> dict:
         """The running state per group, with the keys of
@@ -430,8 +472,6 @@ class TiltedLoss(torch.nn.Module):
         compiling = torch.compiler.is_compiling()
         if not compiling:
             check_call(self, losses, groups)
-            if self._ess is not None:
-                self._tilt_for_ess(losses)
             place_state(self, losses)
         elif misplaced(self, losses):  # eagerly: a graph break in the first trace only
             place_state_eagerly(self, losses)
@@ -450,7 +490,11 @@ class TiltedLoss(torch.nn.Module):
         xp = xp_torch
         acc = K.accumulation_dtype(losses.dtype, torch)
         values = losses.detach().to(acc)
+        if self._ess is not None:
+            solved = self._solve_ess(values, compiling)
         t_group, t_sample = self._tilts_now(values, compiling)
+        if self._ess is not None and compiling:
+            t_sample = solved
         update = self.training  # eval mode: evaluate with the state, leave it as it is
         if (
             self._lean

@@ -79,6 +79,26 @@ def gather_stats(local: torch.Tensor, t: Any, process_group: Any, xp: Any) -> tu
     return merge(torch.stack(parts), t, xp), size
 
 
+def gather_values(local: torch.Tensor, process_group: Any) -> torch.Tensor:
+    """The losses of every process's batch, in the order of the ranks (the same on every
+    process): one all-gather of the sizes (read on the host) and one of the losses padded
+    to the largest size. Empty local batches are legal."""
+    import torch.distributed as dist
+
+    size = world_size(process_group)
+    if size == 1:
+        return local
+    count = torch.tensor([local.shape[0]], dtype=torch.int64, device=local.device)
+    counts = [torch.empty_like(count) for _ in range(size)]
+    dist.all_gather(counts, count, group=process_group)
+    sizes = [int(c) for c in counts]
+    padded = local.new_zeros(max(sizes))
+    padded[: local.shape[0]] = local
+    parts = [torch.empty_like(padded) for _ in range(size)]
+    dist.all_gather(parts, padded, group=process_group)
+    return torch.cat([part[:k] for part, k in zip(parts, sizes, strict=True)])
+
+
 def lean_running_step(loss, losses, values, t: float, update: bool, compiling: bool):
     """The running estimator at sample level on one process, for a Python tilt t = 0 or
     0.05 <= |t| < inf: the same quantities as the general path in about 40 tensor
