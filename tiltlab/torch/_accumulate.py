@@ -26,15 +26,18 @@ def micro_batch(loss, values, stats, t_group, t_sample, ok, compiling, xp):
         )
     dtype = values.dtype
     pending = loss.pending.to(dtype)
-    first = loss._micro == 0
-    merged = stats if first else S.merge(xp.stack([pending, stats]), t_sample, xp)
+    if loss._micro == 0:  # the statistics of no sample: the merge below changes nothing
+        pending = S.batch_stats(values[:0], None, t_sample, xp)
+    merged = S.merge(xp.stack([pending, stats]), t_sample, xp)
     state = [b.to(dtype) for b in (loss.risk, loss.seen, loss.counts)]
     value, coef, risk, _, _ = S.running_from_stats(merged, t_group, t_sample, *state, loss.lam, xp)
     with torch.no_grad():
         loss.pending.copy_(torch.where(ok, merged, pending))
-        if first:
-            loss.anchor.copy_(risk)
-            loss.anchor_coef.copy_(torch.where(ok, coef, torch.zeros_like(coef)))
+        # the anchor: the provisional state after the first micro-batch with samples
+        # (empty micro-batches before it contribute no gradient)
+        fresh = (loss.anchor_coef == 0) & ok & torch.isfinite(coef) & (coef > 0)
+        loss.anchor.copy_(torch.where(fresh, risk, loss.anchor.to(dtype)))
+        loss.anchor_coef.copy_(torch.where(fresh, coef, loss.anchor_coef.to(dtype)))
     anchor, anchor_coef = loss.anchor.to(dtype), loss.anchor_coef.to(dtype)
     weights = S.sample_weights(values, anchor, stats, None, anchor_coef, t_sample, xp)
     loss._micro += 1
@@ -65,5 +68,6 @@ def finish(loss, parameters: Any, xp: Any) -> None:
             (loss.risk, loss.seen, loss.counts), (risk, seen, counts), state, strict=True
         ):
             buf.copy_(torch.where(ok.all(), new, old))
+        loss.anchor_coef.zero_()
     loss._micro = 0
     loss._advance(False)

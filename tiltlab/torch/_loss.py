@@ -203,6 +203,8 @@ class TiltedLoss(torch.nn.Module):
         self._schedules: list[Any] = [None, None]
         self.register_buffer("step", torch.zeros((), dtype=torch.int64))
         self.register_buffer("nonfinite", torch.zeros((), dtype=torch.int64), persistent=False)
+        nan2 = torch.full((2,), math.nan, dtype=torch.float32)
+        self.register_buffer("used", nan2, persistent=False)  # the tilts of the last step
         self._reported = 0
         self._micro = 0
         self.__dict__["_step_cache"] = (self.step, self.step._version, 0)
@@ -363,6 +365,42 @@ class TiltedLoss(torch.nn.Module):
         self._values[1] = value
         return value
 
+    def _record_tilts(self, t_group: Any, t_sample: Any, like: Any, compiling: bool) -> None:
+        """Keep the tilts of this training call for :attr:`tilts_in_use`: as Python numbers
+        eagerly (no device operation), in the ``used`` buffer when compiling."""
+        if not compiling:
+            buf = self.used
+            self.__dict__["_used"] = (float(t_group), float(t_sample), buf, buf._version)
+            return
+        pair = [t if isinstance(t, torch.Tensor) else K.const(t, like, xp_torch) for t in
+                (t_group, t_sample)]
+        self.used.copy_(torch.stack(pair))
+
+    @property
+    def tilts_in_use(self) -> tuple[float, float]:
+        """``(t_group, t_sample)``: the tilts of the last training call, as Python floats,
+        whatever set them (a number, a schedule at that step, or the tilt solved for
+        ``ess``); NaN before the first call. For logging: one read from the device after
+        a compiled call, none after an eager one (``t_group`` is 0 at sample level).
+
+        Examples
+        --------
+        >>> import torch
+        >>> from tiltlab.minibatch import linear_schedule
+        >>> from tiltlab.torch import TiltedLoss
+        >>> loss_fn = TiltedLoss(t=linear_schedule(0.0, -2.0, 4))
+        >>> for _ in range(3):
+        ...     _ = loss_fn(torch.tensor([0.1, 0.3, 2.0]))
+        >>> loss_fn.tilts_in_use
+        (0.0, -1.0)
+        """
+        cache = self.__dict__.get("_used")
+        buf = self.used
+        if cache is not None and cache[2] is buf and cache[3] == buf._version:
+            return cache[0], cache[1]
+        t_group, t_sample = buf.tolist()
+        return float(t_group), float(t_sample)
+
     def group_report(self) -> dict:
         """The running state per group, with the keys of
         :func:`tiltlab.diagnostics.group_report` (see
@@ -398,7 +436,7 @@ class TiltedLoss(torch.nn.Module):
         """Forget every batch seen (the step counter restarts at 0)."""
         with torch.no_grad():
             self.step.zero_()
-            for name in ("risk", "seen", "counts", "eta", "ready", "nonfinite"):
+            for name in ("risk", "seen", "counts", "eta", "ready", "nonfinite", "anchor_coef"):
                 if hasattr(self, name):
                     getattr(self, name).zero_()
         self.__dict__["_step_cache"] = (self.step, self.step._version, 0)
@@ -413,7 +451,8 @@ class TiltedLoss(torch.nn.Module):
         if new > 0 and self.check_finite:
             raise ValueError(
                 f"`losses`: {new} batch(es) contained NaN or infinite losses (or group labels "
-                f"outside [0, n_groups)); they were skipped (NaN value, state unchanged)"
+                f"outside [0, n_groups), or, compiled, an `ess` fraction no tilt reaches); "
+                f"they were skipped (NaN value, state unchanged)"
             )
 
     def get_extra_state(self) -> dict:
@@ -495,6 +534,8 @@ class TiltedLoss(torch.nn.Module):
         t_group, t_sample = self._tilts_now(values, compiling)
         if self._ess is not None and compiling:
             t_sample = solved
+        if self.training:
+            self._record_tilts(t_group, t_sample, values, compiling)
         update = self.training  # eval mode: evaluate with the state, leave it as it is
         if (
             self._lean

@@ -14,7 +14,7 @@ from tiltlab.minibatch._stats import merge
 __all__: list[str] = []
 
 #: floating state of a `TiltedLoss`: it never follows a module-wide cast to a narrower type
-STATE_BUFFERS = ("risk", "seen", "counts", "ready", "pending", "anchor", "anchor_coef")
+STATE_BUFFERS = ("risk", "seen", "counts", "ready", "pending", "anchor", "anchor_coef", "used")
 
 
 def wider(a: torch.dtype, b: torch.dtype) -> torch.dtype:
