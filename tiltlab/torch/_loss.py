@@ -20,7 +20,7 @@ from tiltlab.minibatch._validation import (
     resolve,
 )
 
-from ._accumulate import finish, micro_batch
+from ._accumulate import finish, micro_batch, observe_batch, planned_step
 from ._checks import check_call, mlmc_level
 from ._ess import ess_tilt
 from ._grouped import lean_group_step, lean_tilts
@@ -327,7 +327,7 @@ class TiltedLoss(torch.nn.Module):
         if callable(spec):
             if compiling:
                 step = self.step if self.training else (self.step - 1).clamp_min(0)
-                fraction = spec(step)
+                fraction = spec(step.to(torch.float64))
                 if not isinstance(fraction, torch.Tensor):
                     fraction = check_ess(fraction)
             else:
@@ -442,6 +442,9 @@ class TiltedLoss(torch.nn.Module):
         self.__dict__["_step_cache"] = (self.step, self.step._version, 0)
         self._reported = 0
         self._micro = 0
+        for name in ("_plan", "_observed"):
+            self.__dict__.pop(name, None)
+        self.__dict__["_plan_open"] = False
 
     def check(self) -> None:
         """Raise if a batch since the last check had a NaN or infinite loss (or a group label
@@ -529,6 +532,8 @@ class TiltedLoss(torch.nn.Module):
         xp = xp_torch
         acc = K.accumulation_dtype(losses.dtype, torch)
         values = losses.detach().to(acc)
+        if self.training and self.__dict__.get("_plan_open"):
+            return planned_step(self, losses, values, groups, xp)
         if self._ess is not None:
             solved = self._solve_ess(values, compiling)
         t_group, t_sample = self._tilts_now(values, compiling)
@@ -627,6 +632,50 @@ class TiltedLoss(torch.nn.Module):
         pending micro-batches it does nothing.
         """
         finish(self, parameters, xp_torch)
+
+    def observe(self, input: Any, target: Any = None, groups: Any = None) -> None:
+        """The first pass of a two-pass step: take a micro-batch's losses (computed
+        without gradients) into the statistics of the step, changing nothing else.
+
+        Observe every micro-batch of the step (on every process), then run the training
+        pass over the same micro-batches, in the same order: each call then weighs its
+        samples with the state of one call on the union of all of them (the tilt solved
+        for ``ess`` on that union, the group level included), so the gradient is final
+        as each backward accumulates it. No :meth:`finish_step`, no rescaling: clip and
+        add other loss terms as without accumulation. The step ends after as many
+        training calls as observed micro-batches. Costs one more forward pass per
+        micro-batch (without gradients) and the micro-batches' losses kept on the device
+        until the training pass (exchanged once between processes with ``ess``). The
+        losses of the two passes should agree (a model in the same mode, the same
+        dropout masks): the statistics are those of the observed ones. Running
+        estimator, ``accumulation_steps=1``, eager (the model may be compiled).
+
+        Examples
+        --------
+        >>> import torch
+        >>> from tiltlab.torch import TiltedLoss
+        >>> loss_fn = TiltedLoss(tilts=(1.0, -1.0), n_groups=2)
+        >>> parts = [(torch.tensor([0.2, 3.0]), torch.tensor([0, 1])),
+        ...          (torch.tensor([0.5, 1.0]), torch.tensor([1, 1]))]
+        >>> for l, g in parts:  # the first pass (with the model: under torch.no_grad())
+        ...     loss_fn.observe(l, groups=g)
+        >>> total = 0.0
+        >>> for l, g in parts:  # the training pass: backward() after each call
+        ...     total = total + loss_fn(l.requires_grad_(), groups=g).detach()
+        >>> union = TiltedLoss(tilts=(1.0, -1.0), n_groups=2)
+        >>> _ = union(torch.cat([l for l, _ in parts]), groups=torch.tensor([0, 1, 1, 1]))
+        >>> torch.allclose(loss_fn.risk, union.risk)
+        True
+        """
+        if self.criterion is not None:
+            if target is None:
+                raise ValueError("`target` is required: this loss wraps a criterion")
+            losses = self.criterion(input, target)
+        else:
+            losses = input
+        self.__dict__["_plan_open"] = True
+        check_call(self, losses, groups)
+        observe_batch(self, losses, groups)
 
     def attach(self, optimizer: torch.optim.Optimizer) -> Any:
         """Call :meth:`finish_step` on the optimiser's parameters before each of its steps;
