@@ -155,7 +155,12 @@ def _make_plan(loss, observed, dtype, xp) -> dict:
     world = 1
     if loss.distributed:
         stats, world = gather_stats(stats, t_sample, loss.process_group, xp)
-    ok = torch.isfinite(stats).all() & (stats[S.N].sum() > 0)
+    state = [b.to(dtype) for b in (loss.risk, loss.seen, loss.counts)]
+    value, coef, risk, seen, counts = S.running_from_stats(
+        stats, t_group, t_sample, *state, loss.lam, xp
+    )
+    # a step without any sample has an infinite coefficient
+    ok = torch.isfinite(stats).all() & torch.isfinite(coef).all()
     if valid is not None:
         ok = ok & valid
     if values.device.type == "cpu" and loss.check_finite and not bool(ok):
@@ -165,10 +170,6 @@ def _make_plan(loss, observed, dtype, xp) -> dict:
             "the observed micro-batches contain NaN or infinite losses (or `groups` labels "
             "outside [0, n_groups), or no sample at all); every loss must be finite"
         )
-    state = [b.to(dtype) for b in (loss.risk, loss.seen, loss.counts)]
-    value, coef, risk, seen, counts = S.running_from_stats(
-        stats, t_group, t_sample, *state, loss.lam, xp
-    )
     return {
         "t_sample": t_sample, "value": value, "coef": coef, "risk": risk, "seen": seen,
         "counts": counts, "ok": ok, "world": world, "next": 0, "stats": stats,

@@ -60,26 +60,45 @@ class TiltedLoss(torch.nn.Module):
     ``.to(dtype)``) never narrows it, and float16/bfloat16/autocast losses are accumulated
     in float32 (autocast is switched off inside).
 
-    **No host synchronisation.** A call never reads a value from the device: a batch with
+    **No host synchronisation.** A call never reads a value from the device (except the
+    tilt solved for ``ess``, read once eagerly to keep it in ``t``): a batch with
     a NaN or infinite loss (or a group label out of range) is detected on the device,
     returns NaN, leaves the state as it was and is counted; :meth:`check` reports it (one
     read). On the CPU, where reading costs nothing, a call with ``check_finite=True``
     raises at once instead. ``torch.compile(fullgraph=True)`` traces it without graph
-    breaks once the state is on the losses' device and at least as wide as they are
-    (``loss_fn.to(device)``, and ``loss_fn.double()`` for float64 losses, before the
-    first compiled call; without ``fullgraph`` a compiled first call places it itself,
-    with one graph break in that trace).
+    breaks once the state is on the losses' device (``loss_fn.to(device)`` before the
+    first compiled call; without ``fullgraph`` a compiled first call moves it itself,
+    with one graph break in that trace). A state narrower than the losses is read in
+    their dtype and written back in its own inside the graph: ``loss_fn.double()`` before
+    compiling keeps a float64 state for float64 losses. ``ess`` is solved inside the
+    graph as eagerly.
 
     **Data-parallel and gradient accumulation.** ``distributed=True`` exchanges each
     batch's statistics (per group: extremes, shifted sums, counts: ``7 * n_groups``
     numbers) with one all-gather in the forward pass, so that every process holds the
     same state and the gradient averaged by ``DistributedDataParallel`` is the gradient of
     one process that saw the global batch (running and variational estimators, sample and
-    group level). ``accumulation_steps=k`` (running estimator, sample level) makes k
-    micro-batches and :meth:`finish_step` equal one call on their union. The two combine:
-    each micro-batch's statistics are exchanged, so k micro-batches on each of P processes
-    (the same k everywhere; DDP's ``no_sync()`` for all but the last backward) and
-    :meth:`finish_step` give the gradient and state of one call on all P k micro-batches.
+    group level; with ``ess`` the losses themselves are gathered, so that the tilt is
+    solved on the global batch). A process's local batch may be empty.
+
+    Gradient accumulation comes in two exact forms. ``accumulation_steps=k`` (running
+    estimator, sample level, ``t`` a number or a schedule) makes k micro-batches and
+    :meth:`finish_step` equal one call on their union: each backward accumulates the
+    gradient relative to a provisional state, and :meth:`finish_step` multiplies what
+    is in ``.grad`` by one factor. Call it before clipping (as
+    ``GradScaler.unscale_``) and before the backward of any other loss term (an L2
+    penalty, an auxiliary loss), which it would rescale too. :meth:`observe` is the
+    two-pass form: every micro-batch's losses are taken first without gradients, then
+    the training pass weighs each micro-batch with the state of the union, so the
+    gradient is final as it accumulates (group level and ``ess`` included, other loss
+    terms and clipping as without accumulation), for one more forward pass per
+    micro-batch. Both combine with ``distributed=True``: k micro-batches on each of P
+    processes (the same k everywhere; DDP's ``no_sync()`` for all but the last
+    backward) give the gradient and state of one call on all P k micro-batches.
+    Empty micro-batches are legal. Refused at construction: ``accumulation_steps`` > 1
+    with ``tilts``, ``ess`` or estimators other than ``"running"`` (use
+    :meth:`observe`), and ``distributed=True`` or ``ess`` with ``estimator="mlmc"``
+    (its batch sizes are the estimator's random levels).
 
     Parameters
     ----------
@@ -101,8 +120,9 @@ class TiltedLoss(torch.nn.Module):
         Report batches with NaN or infinite losses (at once on the CPU, by :meth:`check`
         elsewhere). With False they are still skipped (NaN value, state unchanged).
     accumulation_steps : int, default 1
-        Micro-batches per optimiser step; with k > 1 call :meth:`finish_step` (or
-        :meth:`attach` the optimiser) before each optimiser step.
+        Micro-batches per optimiser step; with k > 1 call :meth:`finish_step` before
+        clipping and each optimiser step (or :meth:`attach` the optimiser, without
+        clipping and other loss terms).
     distributed : bool, default False
         Combine each step's statistics over the processes of ``process_group``.
     process_group : optional
@@ -110,10 +130,15 @@ class TiltedLoss(torch.nn.Module):
     ess : float or callable, optional
         Instead of ``t``: the effective sample size of each batch's tilted weights as a
         fraction of the batch, in (0, 1] (or a schedule of the step, e.g.
-        ``linear_schedule(1.0, 0.6, steps)``). Before each call the tilt of sign
-        ``ess_sign`` at which this batch's weights keep that fraction is solved with
-        :func:`tiltlab.tilt_for_ess` (on the host, so not inside ``torch.compile``) and
-        used for the step with the running normaliser; ``loss_fn.t`` reads it.
+        ``linear_schedule(1.0, 0.6, steps)``). At each call the tilt of sign
+        ``ess_sign`` at which the weights of the batch (of the global batch with
+        ``distributed=True``, of the step's micro-batches with :meth:`observe`) keep
+        that fraction is solved on the device (as :func:`tiltlab.tilt_for_ess` does on
+        the host, to about 1e-13 relative; inside ``torch.compile`` too) and used for
+        the step; ``loss_fn.t`` and :attr:`tilts_in_use` read it. A fraction no finite
+        tilt reaches (not above the share of losses tied at the favoured extreme: below
+        ``1/B``, or any fraction below 1 for equal losses) raises ``ValueError``; in a
+        compiled call the batch is skipped and counted instead (see :meth:`check`).
     ess_sign : {-1, +1}, default -1
         The sign of the tilt solved for with ``ess``.
 
@@ -193,7 +218,9 @@ class TiltedLoss(torch.nn.Module):
             raise ValueError(
                 "`accumulation_steps` > 1 needs the running estimator at sample level: at "
                 "group level the final gradient weighs each group's accumulated gradient "
-                "by its own factor, which one gradient buffer per parameter cannot hold"
+                "by its own factor, which one gradient buffer per parameter cannot hold; "
+                "for group-level accumulation use the two-pass form (`observe` each "
+                "micro-batch without gradients, then the training pass)"
             )
         self.distributed = bool(distributed)
         self.process_group = process_group
@@ -622,8 +649,11 @@ class TiltedLoss(torch.nn.Module):
         """End an accumulation step: rescale the gradients accumulated over the
         micro-batches to the final normaliser and commit the state.
 
-        Call it after the last micro-batch's ``backward()`` and before
-        ``optimizer.step()`` (or :meth:`attach` the optimiser once). Each micro-batch's
+        Call it after the last micro-batch's ``backward()`` and before clipping and
+        ``optimizer.step()``, as ``GradScaler.unscale_``. It multiplies everything in the
+        ``.grad`` of ``parameters`` by one factor: backward other loss terms (an L2
+        penalty, an auxiliary loss) after it, not with the micro-batches, or use the
+        two-pass :meth:`observe`, which needs no rescaling. Each micro-batch's
         backward accumulated ``c_0 sum_i exp(t (l_i - a)) grad l_i``, relative to the
         provisional state ``a`` (and coefficient ``c_0``) after the first micro-batch; the
         statistics of every micro-batch were merged exactly, so the final state ``R`` and
@@ -679,7 +709,12 @@ class TiltedLoss(torch.nn.Module):
 
     def attach(self, optimizer: torch.optim.Optimizer) -> Any:
         """Call :meth:`finish_step` on the optimiser's parameters before each of its steps;
-        returns the hook's handle (``handle.remove()`` detaches it)."""
+        returns the hook's handle (``handle.remove()`` detaches it).
+
+        The hook runs inside ``optimizer.step()``, after any clipping and after the
+        backward of every other loss term, which it would rescale: with gradient clipping
+        or other terms call :meth:`finish_step` yourself before them (the hook then has
+        nothing left to do)."""
 
         def hook(opt, args, kwargs):
             self.finish_step(p for group in opt.param_groups for p in group["params"])
