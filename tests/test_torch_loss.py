@@ -279,19 +279,25 @@ def test_buffers_follow_to():
     assert TiltedLoss(t=1.0).half().risk.dtype == torch.float32  # never narrowed
 
 
-def test_compile_places_the_state_before_the_graph():
-    # a fresh loss whose first call is compiled, with float64 losses: the state is widened
-    # to float64 outside the graph (as an eager first call does), not kept in float32
+def test_compile_fullgraph_with_a_narrower_state():
+    # a fresh loss whose first call is compiled with fullgraph=True on float64 losses:
+    # no graph break (the state is read in float64 and written back in its own float32),
+    # so the values agree with the eager float64 loss to float32 rounding of the state;
+    # loss_fn.double() before compiling keeps a float64 state, equal to rounding
     torch._dynamo.reset()
     eager = TiltedLoss(t=1.0, lam=0.5)
-    module = TiltedLoss(t=1.0, lam=0.5)
-    compiled = torch.compile(module, backend="aot_eager")
+    narrow = TiltedLoss(t=1.0, lam=0.5)
+    wide = TiltedLoss(t=1.0, lam=0.5).double()
+    run_narrow = torch.compile(narrow, fullgraph=True, backend="aot_eager")
+    run_wide = torch.compile(wide, fullgraph=True, backend="aot_eager")
     gen = torch.Generator().manual_seed(2)
     for _ in range(3):
         l = torch.rand(16, generator=gen, dtype=torch.float64) * 3
-        torch.testing.assert_close(compiled(l), eager(l), rtol=1e-13, atol=0)
-    assert module.risk.dtype == torch.float64
-    torch.testing.assert_close(module.risk, eager.risk, rtol=1e-13, atol=0)
+        ref = eager(l)
+        torch.testing.assert_close(run_wide(l), ref, rtol=1e-13, atol=0)
+        torch.testing.assert_close(run_narrow(l), ref, rtol=1e-6, atol=0)
+    assert narrow.risk.dtype == torch.float32 and wide.risk.dtype == torch.float64
+    torch.testing.assert_close(wide.risk, eager.risk, rtol=1e-13, atol=0)
 
 
 def test_compile_fullgraph_under_autocast():

@@ -185,7 +185,8 @@ def format_group_report(report: dict, *, worst: int = 3, best: int = 3) -> str:
     str
         One line per group, the largest risks first: label, risk, mass, weight, ESS
         fraction and size, with a header; a line ``(k more)`` between the two blocks
-        when ``k`` groups are left out.
+        when ``k`` groups are left out. Groups of NaN risk (a running estimator's
+        groups not seen yet) are left out.
 
     See Also
     --------
@@ -210,7 +211,9 @@ def format_group_report(report: dict, *, worst: int = 3, best: int = 3) -> str:
     if missing:
         raise ValueError(f"`report` lacks the entries {missing} (pass a group_report)")
     host = {k: np.asarray(report[k]) if k == "group" else to_numpy(report[k]) for k in REPORT_KEYS}
+    # groups without a risk (NaN: not seen yet by a running estimator) are not ranked
     order = np.argsort(-host["risk"], kind="stable")
+    order = order[~np.isnan(host["risk"][order])]
     n = order.size
     if worst + best >= n:
         rows, gap = list(order), None

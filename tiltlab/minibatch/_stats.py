@@ -47,8 +47,15 @@ def fit_tilt(t: float, dtype: Any, xp: Any) -> float:
 
 
 def batch_stats(values: Any, mask: Any, t: Any, xp: Any) -> Any:
-    """Statistics ``(6, G)`` of one batch; ``mask`` (B, G) one-hot groups, or None (G = 1)."""
+    """Statistics ``(7, G)`` of one batch; ``mask`` (B, G) one-hot groups, or None (G = 1).
+    An empty batch has the statistics of absent groups (no samples, extremes at the ends
+    of the dtype's range): merged with others it changes nothing."""
     dtype = values.dtype
+    if values.shape[0] == 0:
+        g = 1 if mask is None else mask.shape[1]
+        zeros = xp.zeros((g,), dtype=dtype, device=device(values))
+        big = float(xp.finfo(dtype).max)
+        return xp.stack([zeros - big, zeros + big, zeros, zeros, zeros, zeros, zeros])
     v = xp.reshape(values, (-1, 1))
     zero = const(0.0, values, xp)
     if mask is None:
@@ -295,7 +302,8 @@ def check_stats(stats: Any, n_groups: int, like: Any, xp: Any) -> Any:
 
 def report_from_state(risk: Any, counts: Any, ess: Any, t_group: Any, xp: Any) -> dict:
     """A group report (the keys of :func:`tiltlab.diagnostics.group_report`) of a running
-    state: risks, masses from the counts, outer weights at ``t_group``, the last ESS."""
+    state: risks (NaN for a group never seen), masses from the counts, outer weights at
+    ``t_group`` (0 for a group never seen), the last ESS."""
     import numpy as np
 
     total = xp.sum(counts)
@@ -305,9 +313,11 @@ def report_from_state(risk: Any, counts: Any, ess: Any, t_group: Any, xp: Any) -
     )
     if ess is None:
         ess = xp.full(risk.shape, math.nan, dtype=risk.dtype, device=device(risk))
+    # a group never seen has no risk yet (NaN: not ranked among the best)
+    unseen = xp.full(risk.shape, math.nan, dtype=risk.dtype, device=device(risk))
     return {
         "group": np.arange(risk.shape[0]),
-        "risk": risk,
+        "risk": xp.where(counts > 0, risk, unseen),
         "mass": mass,
         "weight": xp.reshape(weight, (-1,)),
         "ess": ess,

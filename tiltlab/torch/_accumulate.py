@@ -8,7 +8,10 @@ from typing import Any
 
 import torch
 
+from tiltlab.minibatch import _kernels as K
 from tiltlab.minibatch import _stats as S
+
+from ._parallel import gather_stats
 
 __all__: list[str] = []
 
@@ -26,15 +29,18 @@ def micro_batch(loss, values, stats, t_group, t_sample, ok, compiling, xp):
         )
     dtype = values.dtype
     pending = loss.pending.to(dtype)
-    first = loss._micro == 0
-    merged = stats if first else S.merge(xp.stack([pending, stats]), t_sample, xp)
+    if loss._micro == 0:  # the statistics of no sample: the merge below changes nothing
+        pending = S.batch_stats(values[:0], None, t_sample, xp)
+    merged = S.merge(xp.stack([pending, stats]), t_sample, xp)
     state = [b.to(dtype) for b in (loss.risk, loss.seen, loss.counts)]
     value, coef, risk, _, _ = S.running_from_stats(merged, t_group, t_sample, *state, loss.lam, xp)
     with torch.no_grad():
         loss.pending.copy_(torch.where(ok, merged, pending))
-        if first:
-            loss.anchor.copy_(risk)
-            loss.anchor_coef.copy_(torch.where(ok, coef, torch.zeros_like(coef)))
+        # the anchor: the provisional state after the first micro-batch with samples
+        # (empty micro-batches before it contribute no gradient)
+        fresh = (loss.anchor_coef == 0) & ok & torch.isfinite(coef) & (coef > 0)
+        loss.anchor.copy_(torch.where(fresh, risk, loss.anchor.to(dtype)))
+        loss.anchor_coef.copy_(torch.where(fresh, coef, loss.anchor_coef.to(dtype)))
     anchor, anchor_coef = loss.anchor.to(dtype), loss.anchor_coef.to(dtype)
     weights = S.sample_weights(values, anchor, stats, None, anchor_coef, t_sample, xp)
     loss._micro += 1
@@ -65,5 +71,127 @@ def finish(loss, parameters: Any, xp: Any) -> None:
             (loss.risk, loss.seen, loss.counts), (risk, seen, counts), state, strict=True
         ):
             buf.copy_(torch.where(ok.all(), new, old))
+        loss.anchor_coef.zero_()
     loss._micro = 0
     loss._advance(False)
+
+
+# -- the two-pass form: statistics first, then weights that are final -------------------
+
+
+def observe_batch(loss, losses: torch.Tensor, groups: Any) -> None:
+    """Keep a micro-batch's losses (and group labels) for the step's plan."""
+    if loss.estimator != "running" or loss.accumulation_steps != 1:
+        raise ValueError(
+            "`observe` (two-pass accumulation) needs estimator='running' and "
+            "`accumulation_steps`=1 (the micro-batches are counted by the observe calls)"
+        )
+    if torch.compiler.is_compiling():
+        raise RuntimeError("`observe` runs eagerly: call it outside the compiled region")
+    if loss.__dict__.get("_plan") is not None:
+        raise RuntimeError(
+            "`observe` during the training pass of a step: observe every micro-batch of "
+            "the step first, then run the training pass over the same micro-batches"
+        )
+    acc = K.accumulation_dtype(losses.dtype, torch)
+    codes = None if groups is None else groups.detach().to(torch.int64)
+    loss.__dict__.setdefault("_observed", []).append((losses.detach().to(acc), codes))
+    loss.__dict__["_plan_open"] = True
+
+
+def planned_step(loss, losses, values, groups, xp):
+    """A training micro-batch of a two-pass step: weights from the plan of the step (the
+    state after the union of the observed micro-batches of every process), so that the
+    gradient needs no rescaling; the state is committed after the last micro-batch."""
+    if torch.compiler.is_compiling():
+        raise RuntimeError(
+            "the training pass after `observe` runs eagerly: call the loss outside the "
+            "compiled region (the model may be compiled)"
+        )
+    plan = loss.__dict__.get("_plan")
+    observed = loss.__dict__["_observed"]
+    if plan is None:
+        plan = _make_plan(loss, observed, values.dtype, xp)
+        loss.__dict__["_plan"] = plan
+    index = plan["next"]
+    expected = observed[index][0].shape[0]
+    if values.shape[0] != expected:
+        raise ValueError(
+            f"`losses`: micro-batch {index} of the training pass has {values.shape[0]} "
+            f"losses where `observe` saw {expected}: run the training pass over the "
+            f"observed micro-batches, in the same order"
+        )
+    t_sample = plan["t_sample"]
+    codes = mask = None
+    if loss.hierarchical:
+        codes = groups.to(torch.int64).clamp(0, loss.n_groups - 1)
+        mask = K.group_mask(codes, loss.n_groups, values.dtype, xp)
+    stats = S.batch_stats(values, mask, t_sample, xp)
+    weights = S.sample_weights(values, plan["risk"], stats, codes, plan["coef"], t_sample, xp)
+    weights = torch.where(plan["ok"], weights, torch.zeros_like(weights)) * plan["world"]
+    plan["next"] = index + 1
+    if plan["next"] == len(observed):
+        _commit(loss, plan, xp)
+    value = torch.where(plan["ok"], plan["value"], torch.full_like(plan["value"], math.nan))
+    if not losses.requires_grad:
+        return value
+    return value + torch.dot(weights.detach(), losses.to(values.dtype) - values)
+
+
+def _make_plan(loss, observed, dtype, xp) -> dict:
+    values = torch.cat([v.to(dtype) for v, _ in observed])
+    codes = mask = None
+    valid = None
+    if loss.hierarchical:
+        codes = torch.cat([c for _, c in observed])
+        valid = ((codes >= 0) & (codes < loss.n_groups)).all()
+        codes = codes.clamp(0, loss.n_groups - 1)
+        mask = K.group_mask(codes, loss.n_groups, dtype, xp)
+    if loss._ess is not None:
+        loss._solve_ess(values, False)  # on the union of the processes' observed losses
+    t_group, t_sample = loss._tilts_now(values, False)
+    loss._record_tilts(t_group, t_sample, values, False)
+    stats = S.batch_stats(values, mask, t_sample, xp)
+    world = 1
+    if loss.distributed:
+        stats, world = gather_stats(stats, t_sample, loss.process_group, xp)
+    state = [b.to(dtype) for b in (loss.risk, loss.seen, loss.counts)]
+    value, coef, risk, seen, counts = S.running_from_stats(
+        stats, t_group, t_sample, *state, loss.lam, xp
+    )
+    # a step without any sample has an infinite coefficient
+    ok = torch.isfinite(stats).all() & torch.isfinite(coef).all()
+    if valid is not None:
+        ok = ok & valid
+    if values.device.type == "cpu" and loss.check_finite and not bool(ok):
+        loss.__dict__.pop("_observed", None)
+        loss.__dict__["_plan_open"] = False
+        raise ValueError(
+            "the observed micro-batches contain NaN or infinite losses (or `groups` labels "
+            "outside [0, n_groups), or no sample at all); every loss must be finite"
+        )
+    return {
+        "t_sample": t_sample, "value": value, "coef": coef, "risk": risk, "seen": seen,
+        "counts": counts, "ok": ok, "world": world, "next": 0, "stats": stats,
+        "state": state,
+    }
+
+
+def _commit(loss, plan: dict, xp: Any) -> None:
+    ok = plan["ok"]
+    with torch.no_grad():
+        ess = S.ess_fraction(plan["stats"], xp)
+        loss.ess.copy_(torch.where(ok & ~torch.isnan(ess), ess, loss.ess.to(ess.dtype)))
+        for buf, new, old in zip(
+            (loss.risk, loss.seen, loss.counts),
+            (plan["risk"], plan["seen"], plan["counts"]),
+            plan["state"],
+            strict=True,
+        ):
+            buf.copy_(torch.where(ok, new, old))
+        loss.nonfinite.add_((~ok).to(torch.int64))
+    loss.__dict__.pop("_plan", None)
+    loss.__dict__.pop("_observed", None)
+    loss.__dict__["_plan_open"] = False
+    loss._advance(False)
+

@@ -21,8 +21,14 @@ def check_call(loss, losses: Any, groups: Any) -> None:
             f"`losses` must be one-dimensional (one loss per sample), got shape "
             f"{tuple(losses.shape)}; use reduction='none' in the criterion"
         )
-    if losses.shape[0] == 0:
-        raise ValueError("`losses` is empty")
+    if losses.shape[0] == 0 and not (
+        loss.distributed or loss.accumulation_steps > 1 or loss.__dict__.get("_plan_open")
+    ):
+        raise ValueError(
+            "`losses` is empty (an empty batch is legal with `distributed=True`, "
+            "`accumulation_steps` > 1 or after `observe`: other batches of the step have "
+            "samples)"
+        )
     if not losses.is_floating_point():
         raise TypeError(f"`losses` must hold real floating values, got {losses.dtype}")
     if loss.hierarchical:

@@ -19,12 +19,12 @@ from tiltlab.minibatch._validation import (
     check_tilt_spec,
     resolve,
 )
-from tiltlab.risk import tilt_for_ess
 
-from ._accumulate import finish, micro_batch
+from ._accumulate import finish, micro_batch, observe_batch, planned_step
 from ._checks import check_call, mlmc_level
+from ._ess import ess_tilt
 from ._grouped import lean_group_step, lean_tilts
-from ._parallel import gather_stats, keep_state_dtypes, lean_running_step
+from ._parallel import gather_stats, gather_values, keep_state_dtypes, lean_running_step
 from ._placement import misplaced, place_state, place_state_eagerly
 
 __all__ = ["TiltedLoss"]
@@ -60,26 +60,45 @@ class TiltedLoss(torch.nn.Module):
     ``.to(dtype)``) never narrows it, and float16/bfloat16/autocast losses are accumulated
     in float32 (autocast is switched off inside).
 
-    **No host synchronisation.** A call never reads a value from the device: a batch with
+    **No host synchronisation.** A call never reads a value from the device (except the
+    tilt solved for ``ess``, read once eagerly to keep it in ``t``): a batch with
     a NaN or infinite loss (or a group label out of range) is detected on the device,
     returns NaN, leaves the state as it was and is counted; :meth:`check` reports it (one
     read). On the CPU, where reading costs nothing, a call with ``check_finite=True``
     raises at once instead. ``torch.compile(fullgraph=True)`` traces it without graph
-    breaks once the state is on the losses' device and at least as wide as they are
-    (``loss_fn.to(device)``, and ``loss_fn.double()`` for float64 losses, before the
-    first compiled call; without ``fullgraph`` a compiled first call places it itself,
-    with one graph break in that trace).
+    breaks once the state is on the losses' device (``loss_fn.to(device)`` before the
+    first compiled call; without ``fullgraph`` a compiled first call moves it itself,
+    with one graph break in that trace). A state narrower than the losses is read in
+    their dtype and written back in its own inside the graph: ``loss_fn.double()`` before
+    compiling keeps a float64 state for float64 losses. ``ess`` is solved inside the
+    graph as eagerly.
 
     **Data-parallel and gradient accumulation.** ``distributed=True`` exchanges each
     batch's statistics (per group: extremes, shifted sums, counts: ``7 * n_groups``
     numbers) with one all-gather in the forward pass, so that every process holds the
     same state and the gradient averaged by ``DistributedDataParallel`` is the gradient of
     one process that saw the global batch (running and variational estimators, sample and
-    group level). ``accumulation_steps=k`` (running estimator, sample level) makes k
-    micro-batches and :meth:`finish_step` equal one call on their union. The two combine:
-    each micro-batch's statistics are exchanged, so k micro-batches on each of P processes
-    (the same k everywhere; DDP's ``no_sync()`` for all but the last backward) and
-    :meth:`finish_step` give the gradient and state of one call on all P k micro-batches.
+    group level; with ``ess`` the losses themselves are gathered, so that the tilt is
+    solved on the global batch). A process's local batch may be empty.
+
+    Gradient accumulation comes in two exact forms. ``accumulation_steps=k`` (running
+    estimator, sample level, ``t`` a number or a schedule) makes k micro-batches and
+    :meth:`finish_step` equal one call on their union: each backward accumulates the
+    gradient relative to a provisional state, and :meth:`finish_step` multiplies what
+    is in ``.grad`` by one factor. Call it before clipping (as
+    ``GradScaler.unscale_``) and before the backward of any other loss term (an L2
+    penalty, an auxiliary loss), which it would rescale too. :meth:`observe` is the
+    two-pass form: every micro-batch's losses are taken first without gradients, then
+    the training pass weighs each micro-batch with the state of the union, so the
+    gradient is final as it accumulates (group level and ``ess`` included, other loss
+    terms and clipping as without accumulation), for one more forward pass per
+    micro-batch. Both combine with ``distributed=True``: k micro-batches on each of P
+    processes (the same k everywhere; DDP's ``no_sync()`` for all but the last
+    backward) give the gradient and state of one call on all P k micro-batches.
+    Empty micro-batches are legal. Refused at construction: ``accumulation_steps`` > 1
+    with ``tilts``, ``ess`` or estimators other than ``"running"`` (use
+    :meth:`observe`), and ``distributed=True`` or ``ess`` with ``estimator="mlmc"``
+    (its batch sizes are the estimator's random levels).
 
     Parameters
     ----------
@@ -101,8 +120,9 @@ class TiltedLoss(torch.nn.Module):
         Report batches with NaN or infinite losses (at once on the CPU, by :meth:`check`
         elsewhere). With False they are still skipped (NaN value, state unchanged).
     accumulation_steps : int, default 1
-        Micro-batches per optimiser step; with k > 1 call :meth:`finish_step` (or
-        :meth:`attach` the optimiser) before each optimiser step.
+        Micro-batches per optimiser step; with k > 1 call :meth:`finish_step` before
+        clipping and each optimiser step (or :meth:`attach` the optimiser, without
+        clipping and other loss terms).
     distributed : bool, default False
         Combine each step's statistics over the processes of ``process_group``.
     process_group : optional
@@ -110,10 +130,15 @@ class TiltedLoss(torch.nn.Module):
     ess : float or callable, optional
         Instead of ``t``: the effective sample size of each batch's tilted weights as a
         fraction of the batch, in (0, 1] (or a schedule of the step, e.g.
-        ``linear_schedule(1.0, 0.6, steps)``). Before each call the tilt of sign
-        ``ess_sign`` at which this batch's weights keep that fraction is solved with
-        :func:`tiltlab.tilt_for_ess` (on the host, so not inside ``torch.compile``) and
-        used for the step with the running normaliser; ``loss_fn.t`` reads it.
+        ``linear_schedule(1.0, 0.6, steps)``). At each call the tilt of sign
+        ``ess_sign`` at which the weights of the batch (of the global batch with
+        ``distributed=True``, of the step's micro-batches with :meth:`observe`) keep
+        that fraction is solved on the device (as :func:`tiltlab.tilt_for_ess` does on
+        the host, to about 1e-13 relative; inside ``torch.compile`` too) and used for
+        the step; ``loss_fn.t`` and :attr:`tilts_in_use` read it. A fraction no finite
+        tilt reaches (not above the share of losses tied at the favoured extreme: below
+        ``1/B``, or any fraction below 1 for equal losses) raises ``ValueError``; in a
+        compiled call the batch is skipped and counted instead (see :meth:`check`).
     ess_sign : {-1, +1}, default -1
         The sign of the tilt solved for with ``ess``.
 
@@ -167,6 +192,13 @@ class TiltedLoss(torch.nn.Module):
         self.ess_sign = int(ess_sign)
         if self._ess is not None and estimator == "mlmc":
             raise ValueError("`ess` needs estimator='running' or 'variational'")
+        if self._ess is not None and accumulation_steps != 1:
+            raise ValueError(
+                "`ess` with `accumulation_steps` > 1: the tilt of the union of the "
+                "micro-batches is known only after the last one, and a gradient accumulated "
+                "at another tilt cannot be rescaled to it; use the two-pass form instead "
+                "(`observe` each micro-batch without gradients, then the training pass)"
+            )
         self.hierarchical = tilts is not None
         if self.hierarchical:
             if isinstance(tilts, (str, bytes)) or not hasattr(tilts, "__len__") or len(tilts) != 2:
@@ -186,7 +218,9 @@ class TiltedLoss(torch.nn.Module):
             raise ValueError(
                 "`accumulation_steps` > 1 needs the running estimator at sample level: at "
                 "group level the final gradient weighs each group's accumulated gradient "
-                "by its own factor, which one gradient buffer per parameter cannot hold"
+                "by its own factor, which one gradient buffer per parameter cannot hold; "
+                "for group-level accumulation use the two-pass form (`observe` each "
+                "micro-batch without gradients, then the training pass)"
             )
         self.distributed = bool(distributed)
         self.process_group = process_group
@@ -196,6 +230,8 @@ class TiltedLoss(torch.nn.Module):
         self._schedules: list[Any] = [None, None]
         self.register_buffer("step", torch.zeros((), dtype=torch.int64))
         self.register_buffer("nonfinite", torch.zeros((), dtype=torch.int64), persistent=False)
+        nan2 = torch.full((2,), math.nan, dtype=torch.float32)
+        self.register_buffer("used", nan2, persistent=False)  # the tilts of the last step
         self._reported = 0
         self._micro = 0
         self.__dict__["_step_cache"] = (self.step, self.step._version, 0)
@@ -308,18 +344,89 @@ class TiltedLoss(torch.nn.Module):
             out.append(value)
         return out
 
-    def _tilt_for_ess(self, losses: torch.Tensor) -> None:
-        """Solve this batch's tilt from the ESS fraction (on the host: a few reads)."""
+    def _solve_ess(self, values: torch.Tensor, compiling: bool) -> Any:
+        """The tilt at which the weights of the union of every process's batch keep the
+        ESS fraction (:func:`ess_tilt`, on the device). Eagerly it is read once (kept in
+        ``t``; an unreachable fraction raises); when compiling it stays a 0-d tensor (an
+        unreachable fraction gives NaN: the batch is skipped and counted, see
+        :meth:`check`)."""
         spec = self._ess
-        step = self._host_step() if self.training else max(self._host_step() - 1, 0)
-        fraction = check_ess(resolve(spec, step, "ess") if callable(spec) else spec)
-        t = 0.0
-        if fraction < 1.0:
-            try:
-                t = float(tilt_for_ess(losses.detach(), fraction, sign=self.ess_sign))
-            except ValueError:  # equal losses (F = 1 at every tilt) or a non-finite batch
-                t = 0.0
-        self._values[1] = t
+        if callable(spec):
+            if compiling:
+                step = self.step if self.training else (self.step - 1).clamp_min(0)
+                fraction = spec(step.to(torch.float64))
+                if not isinstance(fraction, torch.Tensor):
+                    fraction = check_ess(fraction)
+            else:
+                step = self._host_step() if self.training else max(self._host_step() - 1, 0)
+                fraction = check_ess(resolve(spec, step, "ess"))
+        else:
+            fraction = spec
+        union = values
+        if self.distributed:
+            if compiling:
+                raise RuntimeError(
+                    "`ess` with `distributed=True` solves the tilt on the losses gathered "
+                    "from every process (sizes known on the host only): call the loss "
+                    "outside the compiled region"
+                )
+            union = gather_values(values, self.process_group)
+        if union.shape[0] == 0:
+            t = torch.zeros((), dtype=values.dtype, device=values.device)
+        else:
+            t = ess_tilt(union, fraction, self.ess_sign).to(values.dtype)
+        if compiling:
+            return t
+        value = float(t)
+        if math.isnan(value):
+            if not bool(torch.isfinite(union).all()):
+                value = 0.0  # a non-finite batch: skipped and reported as such
+            else:
+                raise ValueError(
+                    f"`ess`={fraction!r}: no finite tilt of sign {self.ess_sign:+d} reaches "
+                    f"this fraction of the batch's {union.shape[0]} losses (the tilted "
+                    f"weights keep at least the share of the losses tied at the "
+                    f"{'largest' if self.ess_sign > 0 else 'smallest'} loss, all of them "
+                    f"for equal losses); give a larger `ess`"
+                )
+        self._values[1] = value
+        return value
+
+    def _record_tilts(self, t_group: Any, t_sample: Any, like: Any, compiling: bool) -> None:
+        """Keep the tilts of this training call for :attr:`tilts_in_use`: as Python numbers
+        eagerly (no device operation), in the ``used`` buffer when compiling."""
+        if not compiling:
+            buf = self.used
+            self.__dict__["_used"] = (float(t_group), float(t_sample), buf, buf._version)
+            return
+        pair = [t if isinstance(t, torch.Tensor) else K.const(t, like, xp_torch) for t in
+                (t_group, t_sample)]
+        self.used.copy_(torch.stack(pair))
+
+    @property
+    def tilts_in_use(self) -> tuple[float, float]:
+        """``(t_group, t_sample)``: the tilts of the last training call, as Python floats,
+        whatever set them (a number, a schedule at that step, or the tilt solved for
+        ``ess``); NaN before the first call. For logging: one read from the device after
+        a compiled call, none after an eager one (``t_group`` is 0 at sample level).
+
+        Examples
+        --------
+        >>> import torch
+        >>> from tiltlab.minibatch import linear_schedule
+        >>> from tiltlab.torch import TiltedLoss
+        >>> loss_fn = TiltedLoss(t=linear_schedule(0.0, -2.0, 4))
+        >>> for _ in range(3):
+        ...     _ = loss_fn(torch.tensor([0.1, 0.3, 2.0]))
+        >>> loss_fn.tilts_in_use
+        (0.0, -1.0)
+        """
+        cache = self.__dict__.get("_used")
+        buf = self.used
+        if cache is not None and cache[2] is buf and cache[3] == buf._version:
+            return cache[0], cache[1]
+        t_group, t_sample = buf.tolist()
+        return float(t_group), float(t_sample)
 
     def group_report(self) -> dict:
         """The running state per group, with the keys of
@@ -356,12 +463,15 @@ class TiltedLoss(torch.nn.Module):
         """Forget every batch seen (the step counter restarts at 0)."""
         with torch.no_grad():
             self.step.zero_()
-            for name in ("risk", "seen", "counts", "eta", "ready", "nonfinite"):
+            for name in ("risk", "seen", "counts", "eta", "ready", "nonfinite", "anchor_coef"):
                 if hasattr(self, name):
                     getattr(self, name).zero_()
         self.__dict__["_step_cache"] = (self.step, self.step._version, 0)
         self._reported = 0
         self._micro = 0
+        for name in ("_plan", "_observed"):
+            self.__dict__.pop(name, None)
+        self.__dict__["_plan_open"] = False
 
     def check(self) -> None:
         """Raise if a batch since the last check had a NaN or infinite loss (or a group label
@@ -371,7 +481,8 @@ class TiltedLoss(torch.nn.Module):
         if new > 0 and self.check_finite:
             raise ValueError(
                 f"`losses`: {new} batch(es) contained NaN or infinite losses (or group labels "
-                f"outside [0, n_groups)); they were skipped (NaN value, state unchanged)"
+                f"outside [0, n_groups), or, compiled, an `ess` fraction no tilt reaches); "
+                f"they were skipped (NaN value, state unchanged)"
             )
 
     def get_extra_state(self) -> dict:
@@ -430,8 +541,6 @@ class TiltedLoss(torch.nn.Module):
         compiling = torch.compiler.is_compiling()
         if not compiling:
             check_call(self, losses, groups)
-            if self._ess is not None:
-                self._tilt_for_ess(losses)
             place_state(self, losses)
         elif misplaced(self, losses):  # eagerly: a graph break in the first trace only
             place_state_eagerly(self, losses)
@@ -450,7 +559,15 @@ class TiltedLoss(torch.nn.Module):
         xp = xp_torch
         acc = K.accumulation_dtype(losses.dtype, torch)
         values = losses.detach().to(acc)
+        if self.training and self.__dict__.get("_plan_open"):
+            return planned_step(self, losses, values, groups, xp)
+        if self._ess is not None:
+            solved = self._solve_ess(values, compiling)
         t_group, t_sample = self._tilts_now(values, compiling)
+        if self._ess is not None and compiling:
+            t_sample = solved
+        if self.training:
+            self._record_tilts(t_group, t_sample, values, compiling)
         update = self.training  # eval mode: evaluate with the state, leave it as it is
         if (
             self._lean
@@ -532,8 +649,11 @@ class TiltedLoss(torch.nn.Module):
         """End an accumulation step: rescale the gradients accumulated over the
         micro-batches to the final normaliser and commit the state.
 
-        Call it after the last micro-batch's ``backward()`` and before
-        ``optimizer.step()`` (or :meth:`attach` the optimiser once). Each micro-batch's
+        Call it after the last micro-batch's ``backward()`` and before clipping and
+        ``optimizer.step()``, as ``GradScaler.unscale_``. It multiplies everything in the
+        ``.grad`` of ``parameters`` by one factor: backward other loss terms (an L2
+        penalty, an auxiliary loss) after it, not with the micro-batches, or use the
+        two-pass :meth:`observe`, which needs no rescaling. Each micro-batch's
         backward accumulated ``c_0 sum_i exp(t (l_i - a)) grad l_i``, relative to the
         provisional state ``a`` (and coefficient ``c_0``) after the first micro-batch; the
         statistics of every micro-batch were merged exactly, so the final state ``R`` and
@@ -543,9 +663,58 @@ class TiltedLoss(torch.nn.Module):
         """
         finish(self, parameters, xp_torch)
 
+    def observe(self, input: Any, target: Any = None, groups: Any = None) -> None:
+        """The first pass of a two-pass step: take a micro-batch's losses (computed
+        without gradients) into the statistics of the step, changing nothing else.
+
+        Observe every micro-batch of the step (on every process), then run the training
+        pass over the same micro-batches, in the same order: each call then weighs its
+        samples with the state of one call on the union of all of them (the tilt solved
+        for ``ess`` on that union, the group level included), so the gradient is final
+        as each backward accumulates it. No :meth:`finish_step`, no rescaling: clip and
+        add other loss terms as without accumulation. The step ends after as many
+        training calls as observed micro-batches. Costs one more forward pass per
+        micro-batch (without gradients) and the micro-batches' losses kept on the device
+        until the training pass (exchanged once between processes with ``ess``). The
+        losses of the two passes should agree (a model in the same mode, the same
+        dropout masks): the statistics are those of the observed ones. Running
+        estimator, ``accumulation_steps=1``, eager (the model may be compiled).
+
+        Examples
+        --------
+        >>> import torch
+        >>> from tiltlab.torch import TiltedLoss
+        >>> loss_fn = TiltedLoss(tilts=(1.0, -1.0), n_groups=2)
+        >>> parts = [(torch.tensor([0.2, 3.0]), torch.tensor([0, 1])),
+        ...          (torch.tensor([0.5, 1.0]), torch.tensor([1, 1]))]
+        >>> for l, g in parts:  # the first pass (with the model: under torch.no_grad())
+        ...     loss_fn.observe(l, groups=g)
+        >>> total = 0.0
+        >>> for l, g in parts:  # the training pass: backward() after each call
+        ...     total = total + loss_fn(l.requires_grad_(), groups=g).detach()
+        >>> union = TiltedLoss(tilts=(1.0, -1.0), n_groups=2)
+        >>> _ = union(torch.cat([l for l, _ in parts]), groups=torch.tensor([0, 1, 1, 1]))
+        >>> torch.allclose(loss_fn.risk, union.risk)
+        True
+        """
+        if self.criterion is not None:
+            if target is None:
+                raise ValueError("`target` is required: this loss wraps a criterion")
+            losses = self.criterion(input, target)
+        else:
+            losses = input
+        self.__dict__["_plan_open"] = True
+        check_call(self, losses, groups)
+        observe_batch(self, losses, groups)
+
     def attach(self, optimizer: torch.optim.Optimizer) -> Any:
         """Call :meth:`finish_step` on the optimiser's parameters before each of its steps;
-        returns the hook's handle (``handle.remove()`` detaches it)."""
+        returns the hook's handle (``handle.remove()`` detaches it).
+
+        The hook runs inside ``optimizer.step()``, after any clipping and after the
+        backward of every other loss term, which it would rescale: with gradient clipping
+        or other terms call :meth:`finish_step` yourself before them (the hook then has
+        nothing left to do)."""
 
         def hook(opt, args, kwargs):
             self.finish_step(p for group in opt.param_groups for p in group["params"])

@@ -14,7 +14,7 @@ from tiltlab.minibatch._stats import merge
 __all__: list[str] = []
 
 #: floating state of a `TiltedLoss`: it never follows a module-wide cast to a narrower type
-STATE_BUFFERS = ("risk", "seen", "counts", "ready", "pending", "anchor", "anchor_coef")
+STATE_BUFFERS = ("risk", "seen", "counts", "ready", "pending", "anchor", "anchor_coef", "used")
 
 
 def wider(a: torch.dtype, b: torch.dtype) -> torch.dtype:
@@ -77,6 +77,26 @@ def gather_stats(local: torch.Tensor, t: Any, process_group: Any, xp: Any) -> tu
     parts = [torch.empty_like(local) for _ in range(size)]
     dist.all_gather(parts, local.contiguous(), group=process_group)
     return merge(torch.stack(parts), t, xp), size
+
+
+def gather_values(local: torch.Tensor, process_group: Any) -> torch.Tensor:
+    """The losses of every process's batch, in the order of the ranks (the same on every
+    process): one all-gather of the sizes (read on the host) and one of the losses padded
+    to the largest size. Empty local batches are legal."""
+    import torch.distributed as dist
+
+    size = world_size(process_group)
+    if size == 1:
+        return local
+    count = torch.tensor([local.shape[0]], dtype=torch.int64, device=local.device)
+    counts = [torch.empty_like(count) for _ in range(size)]
+    dist.all_gather(counts, count, group=process_group)
+    sizes = [int(c) for c in counts]
+    padded = local.new_zeros(max(sizes))
+    padded[: local.shape[0]] = local
+    parts = [torch.empty_like(padded) for _ in range(size)]
+    dist.all_gather(parts, padded, group=process_group)
+    return torch.cat([part[:k] for part, k in zip(parts, sizes, strict=True)])
 
 
 def lean_running_step(loss, losses, values, t: float, update: bool, compiling: bool):

@@ -9,7 +9,7 @@ import torch
 
 from tiltlab.minibatch import _kernels as K
 
-from ._parallel import STATE_BUFFERS, widen_state, wider
+from ._parallel import widen_state
 
 __all__: list[str] = []
 
@@ -25,17 +25,12 @@ def place_state(loss: Any, losses: torch.Tensor) -> None:
 
 
 def misplaced(loss: Any, losses: torch.Tensor) -> bool:
-    """Whether the state is on another device than the losses, or narrower than their
-    accumulation dtype (decided when tracing: devices and dtypes are static there)."""
-    if loss.step.device != losses.device:
-        return True
-    acc = K.accumulation_dtype(losses.dtype, torch)
-    for name in STATE_BUFFERS:  # what widen_state widens
-        buf = loss._buffers.get(name)
-        if buf is not None and wider(buf.dtype, acc) != buf.dtype:
-            return True
-    eta = loss._parameters.get("eta")
-    return eta is not None and wider(eta.dtype, acc) != eta.dtype
+    """Whether the state is on another device than the losses (decided when tracing:
+    devices are static there). A state narrower than the losses is not misplaced inside a
+    graph: every step reads it in the losses' dtype and writes it back rounded to its
+    own, so a compiled step never breaks the graph for it (``loss_fn.double()`` before
+    compiling keeps a float64 state for float64 losses)."""
+    return loss.step.device != losses.device
 
 
 @torch.compiler.disable
