@@ -4,7 +4,8 @@ This package imports PyTorch; ``import tiltlab`` does not import it.
 """
 
 from ._loss import TiltedLoss
+from .cross_entropy import tilted_cross_entropy, token_cross_entropy
 
 TiltedLoss.__module__ = __name__
 
-__all__ = ["TiltedLoss"]
+__all__ = ["TiltedLoss", "tilted_cross_entropy", "token_cross_entropy"]
