@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -57,13 +57,6 @@ def _logits_pass(h, tgt, W, b, grad: bool):
     z.exp_()
     z[torch.arange(z.shape[0], device=z.device), tgt] -= 1.0
     return loss, z, z @ W
-
-
-def _grad_sums(G, h, a, with_bias: bool):
-    """``sum_i a_i G_i^T h_i`` (weight) and ``sum_i a_i G_i`` (bias) of a chunk."""
-    gw = G.T @ (h * a[:, None])
-    gb = a @ G if with_bias else None
-    return (gw,) if gb is None else (gw, gb)
 
 
 def _check(hidden, weight, targets, bias, spec, groups):
@@ -203,10 +196,7 @@ class _TokenLosses(torch.autograd.Function):
             _, G, dhj = _logits_pass(hj, y[j], W, b, True)
             a = g[j]
             dh[j] = dhj * a[:, None]
-            sums = _grad_sums(G, hj, a, b is not None)
-            gw += sums[0]
-            if gb is not None:
-                gb += sums[1]
+            _add_chunk(gw, gb, G, hj, a, 1.0)
         return (
             dh.reshape(hidden.shape).to(hidden.dtype),
             gw.to(weight.dtype),
@@ -339,8 +329,12 @@ class _TiltedHead(torch.autograd.Function):
         saved = ctx.saved_tensors
         g = go.to(saved[0].dtype)
         hd, wd, bd = ctx.dtypes
-        dh, gw = (saved[0] * g).to(hd), (saved[1] * g).to(wd)
-        gb = (saved[2] * g).to(bd) if len(saved) > 2 else None
+        if bool(g == 1.0):  # the usual loss.backward(): no copy of the gradients
+            scaled = saved
+        else:
+            scaled = [x * g for x in saved]
+        dh, gw = scaled[0].to(hd), scaled[1].to(wd)
+        gb = scaled[2].to(bd) if len(saved) > 2 else None
         return dh, gw, gb, None, None, None, None
 
 
@@ -368,7 +362,11 @@ def _head(hidden, weight, bias, targets, valid, groups, spec, grad):
         starts = [(s, min(s + spec.chunk, idx_all.shape[0]))
                   for s in range(0, idx_all.shape[0], spec.chunk)]
     state = TiltState.empty(spec.t, xp=xp_torch, dtype=acc, device=hidden.device)
-    count_sums = None
+    one = torch.ones((), dtype=acc, device=hidden.device)
+    zero = torch.zeros((), dtype=acc, device=hidden.device)
+    gw = torch.zeros(W.shape, dtype=acc, device=W.device) if grad else None
+    gb = torch.zeros(b.shape, dtype=acc, device=W.device) if grad and b is not None else None
+    value = zero
     items = []  # item losses, for the weights of the hidden states' gradient
     n_items = int((counts > 0).sum()) if seq else int(ok.sum())
     for lo, hi in starts:
@@ -382,7 +380,7 @@ def _head(hidden, weight, bias, targets, valid, groups, spec, grad):
             keep = cnt > 0
             item = (loss.reshape(-1, T) * m).sum(1)[keep] / cnt[keep]
             # token weight of an item weight a: a / count on the sequence's tokens
-            per_tok = (m / torch.where(keep, cnt, 1.0)[:, None])
+            per_tok = m / torch.where(keep, cnt, 1.0)[:, None]
 
             def spread(a, keep=keep, per_tok=per_tok):
                 full = torch.zeros(keep.shape, dtype=acc, device=a.device)
@@ -398,37 +396,52 @@ def _head(hidden, weight, bias, targets, valid, groups, spec, grad):
             dh[j] = dhj
         if spec.normalize == "count":
             a = torch.exp(spec.t * item) / n_items
-            c_val = (a * item).sum()
-            c_grad = _grad_sums(G, hj, spread(a), b is not None) if grad else ()
-            if count_sums is None:
-                count_sums = [c_val, *c_grad]
-            else:
-                count_sums = [x + y for x, y in zip(count_sums, (c_val, *c_grad), strict=True)]
+            value = value + (a * item).sum()
+            if grad:
+                _add_chunk(gw, gb, G, hj, spread(a), 1.0)
             continue
+        # the chunk's state; the gradients' accumulators are rescaled with the factors the
+        # merge applies to the two states' sums (markers (1, 0) and (0, 1), read back)
+        box = {}
 
-        def sums(pe, G=G, hj=hj, spread=spread):
-            return _grad_sums(G, hj, spread(pe), b is not None) if grad else ()
+        def sums(pe, box=box):
+            box["pe"] = pe
+            return (zero, one)
 
-        state = state.merge(TiltState.from_block(item.detach(), spec.t, sums=sums,
-                                                 xp=xp_torch))
+        chunk = TiltState.from_block(item.detach(), spec.t, sums=sums if grad else None,
+                                     xp=xp_torch)
+        state = state.merge(chunk)
+        if grad:
+            ra, rb = (float(x) for x in state.sums)
+            if "pe" in box and rb != 0.0:
+                _add_chunk(gw, gb, G, hj, spread(box["pe"]) * rb, ra)
+            elif ra != 1.0:
+                gw.mul_(ra)
+                if gb is not None:
+                    gb.mul_(ra)
+            state = replace(state, sums=(one, zero))
     items_all = torch.cat(items)
     if spec.normalize == "count":
-        value, *rest = count_sums
         w_items = torch.exp(spec.t * items_all) / n_items
-        # the weights' sum is reported by the gradients; the value is the DFT loss
-        gw = rest[0] if grad else None
-        gb = rest[1] if grad and b is not None else None
     else:
         value = state.risk()
         if grad:
             w_items = tilted_weights(items_all, spec.t, check_finite=False)
-            sums_n = state.normalized_sums()
-            gw = sums_n[0]
-            gb = sums_n[1] if b is not None else None
+            gw /= state.s
+            if gb is not None:
+                gb /= state.s
     if not grad:
         return value, None, None, None
     dh = _scale_rows(dh, w_items, ok, counts if seq else None, T, acc)
     return value, dh.reshape(hidden.shape), gw, gb
+
+
+def _add_chunk(gw, gb, G, h, a, beta):
+    """``gw <- beta gw + sum_i a_i G_i^T h_i`` and ``gb <- beta gb + sum_i a_i G_i`` in
+    place (one buffer of each gradient)."""
+    gw.addmm_(G.T, h * a[:, None], beta=beta)
+    if gb is not None:
+        gb.addmv_(G.T, a, beta=beta)
 
 
 def _scale_rows(dh, w_items, ok, counts, T, acc):
@@ -490,9 +503,6 @@ def _group_head(h2, y, ok, W, b, groups, spec, grad, dh, shape, hidden):
         hj = h2[j].to(acc)
         _, G, dhj = _logits_pass(hj, y[j], W, b, True)
         dh[j] = dhj * wt[j][:, None]
-        sums = _grad_sums(G, hj, wt[j], b is not None)
-        gw += sums[0]
-        if gb is not None:
-            gb += sums[1]
+        _add_chunk(gw, gb, G, hj, wt[j], 1.0)
     return value, dh.reshape(hidden.shape), gw, gb
 
