@@ -18,8 +18,8 @@ the inputs, reads its resident set size, resets the kernel's high-water mark
 (``/proc/self/clear_refs``, Linux), runs forward + backward once, and reads the mark
 (``VmHWM``): the difference is the peak memory the path needs above its inputs, gradients
 included (PyTorch's CPU allocator is not seen by ``tracemalloc``; the kernel's mark sees
-every page touched). On CUDA: ``torch.cuda.max_memory_allocated`` above the inputs. The ratio against the size of the
-full logits in float32 is printed.
+every page touched). On CUDA: ``torch.cuda.max_memory_allocated`` above the inputs. The
+ratio against the size of the full logits in float32 is printed.
 
 Usage::
 

@@ -215,3 +215,60 @@ def test_bad_shapes_and_targets():
         tilted_cross_entropy(h, W, y + 100)
     with pytest.raises(ValueError, match="ignore_index"):
         tilted_cross_entropy(h, W, torch.full_like(y, -100))
+
+
+# ---------------------------------------------------------------------------------------
+# the module: TiltedLoss's state, accumulation and exchange over the chunked losses
+
+
+@pytest.mark.parametrize("level", ["token", "sequence"])
+@pytest.mark.parametrize("t", [-1.0, 0.0, 2.0])
+def test_module_accumulation_equals_one_call_on_the_union(level, t):
+    from tiltlab.torch import TiltedCrossEntropy
+
+    k = 2
+    W_acc = torch.nn.Parameter(_data()[1].clone())
+    W_one = torch.nn.Parameter(_data()[1].clone())
+    acc = TiltedCrossEntropy(t, level=level, accumulation_steps=k, chunk_size=3).double()
+    one = TiltedCrossEntropy(t, level=level, chunk_size=5).double()
+    for step in range(3):
+        h, _, b, y = _data(seed=10 + step)
+        W_acc.grad = W_one.grad = None
+        for part in range(k):
+            sl = slice(2 * part, 2 * (part + 1))
+            acc(h[sl], W_acc, y[sl], bias=b).backward()
+        acc.finish_step([W_acc])
+        value = one(h, W_one, y, bias=b)
+        value.backward()
+        torch.testing.assert_close(W_acc.grad, W_one.grad, **TOL)
+        if step == 0:  # the first step: the batch's tilted risk and its gradient, exactly
+            Wr = W_one.detach().clone().requires_grad_(True)
+            ref = tilted_cross_entropy(h, Wr, y, t, bias=b, level=level)
+            ref.backward()
+            torch.testing.assert_close(value, ref, **TOL)
+            torch.testing.assert_close(W_one.grad, Wr.grad, **TOL)
+        with torch.no_grad():
+            W_acc -= 0.1 * W_acc.grad
+            W_one -= 0.1 * W_one.grad
+    torch.testing.assert_close(acc.tilted.risk, one.tilted.risk, **TOL)
+
+
+def test_module_groups_count_and_errors():
+    from tiltlab.torch import TiltedCrossEntropy
+
+    h, W, b, y = _data()
+    g = torch.tensor([0, 1, 0, 1])
+    m = TiltedCrossEntropy(tilts=(1.0, -1.0), level="group", n_groups=2).double()
+    v = m(h, W, y, bias=b, groups=g)
+    ref = tilted_cross_entropy(h, W, y, tilts=(1.0, -1.0), level="group", groups=g, bias=b)
+    torch.testing.assert_close(v, ref, **TOL)  # the first step is the hierarchy's risk
+    assert m.group_report()["risk"].shape == (2,)
+    c = TiltedCrossEntropy(-1.0, normalize="count")
+    torch.testing.assert_close(
+        c(h, W, y), tilted_cross_entropy(h, W, y, -1.0, normalize="count"), **TOL)
+    with pytest.raises(ValueError, match="accumulation_steps"):
+        TiltedCrossEntropy(-1.0, normalize="count", accumulation_steps=2)
+    with pytest.raises(ValueError, match="tilts"):
+        TiltedCrossEntropy(-1.0, level="group")
+    with pytest.raises(ValueError, match="groups"):
+        TiltedCrossEntropy(-1.0)(h, W, y, groups=g)

@@ -5,7 +5,14 @@ This package imports PyTorch; ``import tiltlab`` does not import it.
 
 from ._loss import TiltedLoss
 from .cross_entropy import tilted_cross_entropy, token_cross_entropy
+from .cross_entropy_module import TiltedCrossEntropy
 
 TiltedLoss.__module__ = __name__
+TiltedCrossEntropy.__module__ = __name__
 
-__all__ = ["TiltedLoss", "tilted_cross_entropy", "token_cross_entropy"]
+__all__ = [
+    "TiltedLoss",
+    "TiltedCrossEntropy",
+    "tilted_cross_entropy",
+    "token_cross_entropy",
+]
