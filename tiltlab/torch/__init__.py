@@ -1,4 +1,6 @@
-"""`TiltedLoss`: tilted losses as a PyTorch module, for training on minibatches.
+"""`TiltedLoss`: tilted losses as a PyTorch module, for training on minibatches; the
+chunked tilted cross-entropy of a language model's output layer (`tilted_cross_entropy`,
+`TiltedCrossEntropy`, `token_cross_entropy`).
 
 This package imports PyTorch; ``import tiltlab`` does not import it.
 """
