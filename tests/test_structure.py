@@ -25,6 +25,7 @@ PUBLIC = {
         "hierarchical_risk",
         "hierarchical_weights",
         "tilt_for_ess",
+        "tilted_advantage",
         "TiltedObjective",
         "minimize",
         "tilt_path",
@@ -75,6 +76,7 @@ PUBLIC = {
         "hierarchical_risk",
         "hierarchical_weights",
         "tilt_for_ess",
+        "tilted_advantage",
     ],
     "tiltlab.theory": [
         "PropertyCheck",

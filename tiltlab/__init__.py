@@ -19,6 +19,7 @@ from .risk import (
     hierarchical_risk,
     hierarchical_weights,
     tilt_for_ess,
+    tilted_advantage,
     tilted_risk,
     tilted_weights,
 )
@@ -42,6 +43,7 @@ __all__ = [
     "hierarchical_risk",
     "hierarchical_weights",
     "tilt_for_ess",
+    "tilted_advantage",
     "TiltedObjective",
     "minimize",
     "tilt_path",

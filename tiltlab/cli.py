@@ -151,6 +151,8 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
             options["methods"] = args.methods
     if args.experiment in _DEEP:
         options = {"device": args.device, "model": args.model}
+    if args.experiment == "lm-noisy-targets":
+        options = {"device": args.device}
     if getattr(args, "data_dir", None):
         options["data_dir"] = args.data_dir
     rep = run(
@@ -228,7 +230,7 @@ def _check_outputs(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
         parser.error(f"--data-dir {data_dir}: not a folder")
     if data_dir:
         _check_data_dir(parser, args.experiment, data_dir)
-    if getattr(args, "experiment", None) in _DEEP:
+    if getattr(args, "experiment", None) in (*_DEEP, "lm-noisy-targets"):
         _check_device(parser, args.device)
     plot = getattr(args, "plot", None)
     if plot:
@@ -314,6 +316,7 @@ _EXPERIMENT_HELP = {
     "class-imbalance": "deep, in miniature: a rare class (ERM, focal, class weights, TERM)",
     "fair-pca": "TERM-PCA: each group's reconstruction loss against t, with PCA and the SDP",
     "fair-federated": "fair federated learning: TERM across devices against FedAvg, q-FFL, AFL",
+    "lm-noisy-targets": "a small causal language model on corrupted target sequences (DFT, TERM)",
 }
 
 # experiments that read an optional local copy of data tiltlab does not ship
@@ -324,7 +327,9 @@ _DATA_DIR_HELP = {
     "digits shipped with scikit-learn)",
 }
 
-_DEFAULT_SEEDS = {"toys": 1, "convergence": 3, "fair-pca": 3, "fair-federated": 3}
+_DEFAULT_SEEDS = {
+    "toys": 1, "convergence": 3, "fair-pca": 3, "fair-federated": 3, "lm-noisy-targets": 3,
+}  # fmt: skip
 # the paper shows the others as tables
 _HAS_FIGURES = (
     "toys", "convergence", "fair-pca", "fair-federated",
@@ -410,10 +415,11 @@ def build_parser() -> argparse.ArgumentParser:
                 metavar="METHOD",
                 help="subset of: " + ", ".join(repr(m) for m in ROBUST_METHODS),
             )
-        if name in _DEEP:
+        if name in _DEEP or name == "lm-noisy-targets":
             exp.add_argument(
                 "--device", default="cpu", help="PyTorch device: cpu (default) or cuda[:N]"
             )
+        if name in _DEEP:
             exp.add_argument(
                 "--model", default="mlp", choices=["mlp", "cnn"], help="network (default mlp)"
             )

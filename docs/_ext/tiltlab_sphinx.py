@@ -637,6 +637,7 @@ BACKEND_SUPPORT = {
     "tiltlab.hierarchical_risk": "all",
     "tiltlab.hierarchical_weights": "all",
     "tiltlab.tilt_for_ess": "all",
+    "tiltlab.tilted_advantage": "all",
     "tiltlab.minimize": "all",
     "tiltlab.tilt_path": "all",
     "tiltlab.TiltedObjective": "all",

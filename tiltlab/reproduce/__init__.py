@@ -18,7 +18,9 @@ One module per experiment, each also a ``tiltlab reproduce NAME`` command:
 * :mod:`~tiltlab.reproduce.fair_pca` - the fair-PCA figure (TERM-PCA against standard PCA
   and the min-max SDP);
 * :mod:`~tiltlab.reproduce.fair_federated` - fair federated learning (TERM across devices
-  against FedAvg, q-FFL and AFL).
+  against FedAvg, q-FFL and AFL);
+* :mod:`~tiltlab.reproduce.lm_noisy_targets` - a small causal language model on partly
+  corrupted target sequences (ERM, DFT, token- and sequence-level TERM; needs PyTorch).
 
 Every experiment returns a :class:`Reproduction` whose rows follow one schema (the keys
 :data:`ROW_KEYS`); :func:`run` runs one by its command name.
@@ -46,6 +48,7 @@ from .fair_pca import fair_pca
 from .hierarchical import PAPER_HIERARCHICAL, hierarchical
 from .hiv1_fairness import PAPER_HIV1_FAIRNESS, hiv1_fairness
 from .label_noise import PAPER_LABEL_NOISE, label_noise
+from .lm_noisy_targets import lm_noisy_targets
 from .noisy_annotators import noisy_annotators
 from .robust_regression import (
     CRR_K,
@@ -80,6 +83,7 @@ __all__ = [
     "hierarchical",
     "hiv1_fairness",
     "label_noise",
+    "lm_noisy_targets",
     "make_row",
     "mean_se",
     "noisy_annotators",
@@ -104,6 +108,7 @@ EXPERIMENTS: dict[str, Callable[..., Reproduction]] = {
     "class-imbalance": class_imbalance,
     "fair-pca": fair_pca,
     "fair-federated": fair_federated,
+    "lm-noisy-targets": lm_noisy_targets,
 }
 
 
@@ -125,8 +130,9 @@ def run(
     name : str
         The experiment: ``"robust-regression"``, ``"hiv1-fairness"``, ``"hierarchical"``,
         ``"abalone"``, ``"toys"``, ``"convergence"``, ``"label-noise"``,
-        ``"noisy-annotators"``, ``"class-imbalance"``, ``"fair-pca"`` or
-        ``"fair-federated"`` (the keys of :data:`~tiltlab.reproduce.EXPERIMENTS`).
+        ``"noisy-annotators"``, ``"class-imbalance"``, ``"fair-pca"``,
+        ``"fair-federated"`` or ``"lm-noisy-targets"`` (the keys of
+        :data:`~tiltlab.reproduce.EXPERIMENTS`).
     seeds : int or sequence of int, default 5
         The number of seeds (seeds ``0, ..., seeds - 1``) or the seeds themselves; each
         table entry is the mean and standard error over them.

@@ -40,6 +40,8 @@ The code lives in submodules named after what they hold; import it from here:
 * :mod:`~tiltlab.risk.sample`: :func:`tilted_risk` and :func:`tilted_weights`;
 * :mod:`~tiltlab.risk.ess`: :func:`tilt_for_ess`, the tilt at a given effective sample
   size;
+* :mod:`~tiltlab.risk.advantage`: :func:`tilted_advantage`, the advantage of a reward
+  against its group's tilted mean;
 * :mod:`~tiltlab.risk.hierarchy`: hierarchical tilting (:class:`GroupTree`,
   :func:`build_tree`, :func:`hierarchy_eval`, :func:`hierarchical_risk`,
   :func:`hierarchical_weights`).
@@ -48,6 +50,7 @@ The code lives in submodules named after what they hold; import it from here:
 # ruff: noqa: F401  (private re-exports, see below)
 # Every name the single-module ``tiltlab.risk`` defined stays importable from here
 # (other tiltlab modules import the kernels and the ``prepare_*`` helpers).
+from .advantage import tilted_advantage
 from .ess import tilt_for_ess
 from .fast_path import (
     _check_losses,
@@ -98,4 +101,5 @@ __all__ = [
     "hierarchical_risk",
     "hierarchical_weights",
     "tilt_for_ess",
+    "tilted_advantage",
 ]

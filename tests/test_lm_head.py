@@ -1,0 +1,274 @@
+"""The chunked tilted cross-entropy head against a full-logits float64 reference written
+here (logsumexp over all tokens, autograd for the gradients)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+from tiltlab.torch import tilted_cross_entropy, token_cross_entropy  # noqa: E402
+
+D = torch.float64
+TOL = {"rtol": 1e-10, "atol": 1e-12}
+
+
+def _data(B=4, T=5, H=6, V=11, seed=0, ignore=True):
+    g = torch.Generator().manual_seed(seed)
+    h = torch.randn(B, T, H, generator=g, dtype=D)
+    W = torch.randn(V, H, generator=g, dtype=D) * 0.7
+    b = torch.randn(V, generator=g, dtype=D)
+    y = torch.randint(0, V, (B, T), generator=g)
+    if ignore:
+        y[0, :2] = -100
+        y[2, -1] = -100
+    return h, W, b, y
+
+
+def _tilted(items, t):
+    """The tilted risk of a vector, written out (uniform prior)."""
+    n = items.shape[0]
+    if t == 0:
+        return items.mean()
+    if math.isinf(t):
+        return items.max() if t > 0 else items.min()
+    if abs(t) < 1e-8:  # the cumulant series, exact to rounding here
+        m = items.mean()
+        return m + t * ((items - m) ** 2).mean() / 2
+    return (torch.logsumexp(t * items, 0) - math.log(n)) / t
+
+
+def _reference(h, W, b, y, t, level, normalize="weights", tilts=None, groups=None):
+    z = h @ W.T + (0 if b is None else b)
+    ok = y != -100
+    tok = F.cross_entropy(z.reshape(-1, W.shape[0]), y.reshape(-1), reduction="none",
+                          ignore_index=-100).reshape(y.shape)
+    if level == "token":
+        items = tok[ok]
+    else:
+        n = ok.sum(-1)
+        items = ((tok * ok).sum(-1) / n.clamp(min=1))[n > 0]
+    if level == "group":
+        labels = groups if groups.shape == y.shape[:1] else groups
+        if groups.shape == y.shape:
+            items, labels = tok[ok], groups[ok]
+        else:
+            labels = groups[ok.sum(-1) > 0]
+        t_out, t_in = tilts
+        uniq = torch.unique(labels)
+        risks = torch.stack([_tilted(items[labels == u], t_in) for u in uniq])
+        mass = torch.stack([(labels == u).sum() for u in uniq]).to(D) / labels.shape[0]
+        if t_out == 0:
+            return (mass * risks).sum()
+        if math.isinf(t_out):
+            return risks.max() if t_out > 0 else risks.min()
+        return torch.logsumexp(t_out * risks + torch.log(mass), 0) / t_out
+    if normalize == "count":
+        return (torch.exp(t * items).detach() * items).mean()
+    return _tilted(items, t)
+
+
+def _grads(value, *xs):
+    return torch.autograd.grad(value, xs)
+
+
+def _both(t, level, chunk, bias=True, normalize="weights", tilts=None, groups=None,
+          seed=0):
+    h, W, b, y = _data(seed=seed)
+    hs = [x.clone().requires_grad_(True) for x in (h, W, b)]
+    hr = [x.clone().requires_grad_(True) for x in (h, W, b)]
+    got = tilted_cross_entropy(hs[0], hs[1], y, t, bias=hs[2] if bias else None,
+                               level=level, normalize=normalize, chunk_size=chunk,
+                               tilts=tilts, groups=groups)
+    ref = _reference(hr[0], hr[1], hr[2] if bias else None, y, t, level, normalize,
+                     tilts, groups)
+    n = 3 if bias else 2
+    return (got, *_grads(got, *hs[:n])), (ref, *_grads(ref, *hr[:n]))
+
+
+TILTS = [0.0, -1.0, 2.0, -20.0, 1e-12, -3e-9, math.inf, -math.inf]
+
+
+@pytest.mark.parametrize("t", TILTS)
+@pytest.mark.parametrize("level", ["token", "sequence"])
+@pytest.mark.parametrize("chunk", [1, 3, 7, None])
+def test_value_and_gradients_match_full_logits(t, level, chunk):
+    got, ref = _both(t, level, chunk)
+    for a, r in zip(got, ref, strict=True):
+        torch.testing.assert_close(a, r, **TOL)
+
+
+@pytest.mark.parametrize("t", [-1.0, 0.0, 0.5])
+@pytest.mark.parametrize("level", ["token", "sequence"])
+def test_count_normalisation_is_dft_family(t, level):
+    for chunk in (2, None):
+        got, ref = _both(t, level, chunk, normalize="count")
+        for a, r in zip(got, ref, strict=True):
+            torch.testing.assert_close(a, r, **TOL)
+
+
+def test_dft_at_minus_one_and_relation_to_tilted_gradient():
+    h, W, b, y = _data(ignore=False)
+    hr = h.reshape(-1, h.shape[-1]).clone().requires_grad_(True)
+    yr = y.reshape(-1)
+    # DFT written from its definition: each token's loss times its detached probability
+    logp = F.log_softmax(hr @ W.T, -1).gather(1, yr[:, None])[:, 0]
+    dft = -(logp.exp().detach() * logp).mean()
+    (g_dft,) = torch.autograd.grad(dft, hr)
+    hc = hr.detach().clone().requires_grad_(True)
+    val = tilted_cross_entropy(hc, W, yr, -1.0, normalize="count", chunk_size=5)
+    (g,) = torch.autograd.grad(val, hc)
+    torch.testing.assert_close(val, dft, **TOL)
+    torch.testing.assert_close(g, g_dft, **TOL)
+    # the count gradient is the tilted gradient times the batch's mean exp(t l)
+    ht = hr.detach().clone().requires_grad_(True)
+    (g_t,) = torch.autograd.grad(tilted_cross_entropy(ht, W, yr, -1.0), ht)
+    torch.testing.assert_close(g, g_t * logp.detach().exp().mean(), **TOL)
+
+
+@pytest.mark.parametrize("tilts", [(2.0, -1.0), (0.0, 0.0), (-math.inf, 3.0), (-2.0, 1e-12)])
+@pytest.mark.parametrize("per", ["token", "sequence"])
+def test_group_level_matches_two_level_reference(tilts, per):
+    h, W, b, y = _data()
+    groups = torch.tensor([0, 1, 0, 1]) if per == "sequence" else (
+        torch.arange(y.numel()).reshape(y.shape) % 3)
+    for chunk in (4, None):
+        got, ref = _both(None, "group", chunk, tilts=tilts, groups=groups)
+        for a, r in zip(got, ref, strict=True):
+            torch.testing.assert_close(a, r, **TOL)
+
+
+def test_no_bias_and_two_dimensional_hidden():
+    got, ref = _both(-2.0, "token", 3, bias=False)
+    for a, r in zip(got, ref, strict=True):
+        torch.testing.assert_close(a, r, **TOL)
+    h, W, b, y = _data()
+    v2 = tilted_cross_entropy(h.reshape(-1, 6), W, y.reshape(-1), 1.5, bias=b)
+    torch.testing.assert_close(v2, tilted_cross_entropy(h, W, y, 1.5, bias=b), **TOL)
+
+
+def test_low_precision_accumulates_in_float32():
+    h, W, b, y = _data(B=8, T=16, V=50, ignore=False)
+    ref = _reference(h, W, b, y, -1.0, "token")
+    for dt in (torch.bfloat16, torch.float16, torch.float32):
+        hh, Wl, bl = (x.to(dt).requires_grad_(True) for x in (h, W, b))
+        val = tilted_cross_entropy(hh, Wl, y, -1.0, bias=bl, chunk_size=16)
+        assert val.dtype == dt
+        val.backward()
+        assert hh.grad.dtype == dt and Wl.grad.dtype == dt
+        # the inputs' own rounding dominates (8 bits for bfloat16)
+        eps = torch.finfo(dt).eps
+        # recompute the reference at the rounded inputs, in float64
+        r64 = _reference(hh.detach().double(), Wl.detach().double(), bl.detach().double(),
+                         y, -1.0, "token")
+        assert abs(float(val.detach()) - float(r64)) <= 2 * eps * abs(float(r64)) + 1e-6
+        assert abs(float(r64) - float(ref)) < 1.0  # the same problem
+
+
+def test_token_cross_entropy_and_its_backward():
+    h, W, b, y = _data()
+    hs, Ws, bs = (x.clone().requires_grad_(True) for x in (h, W, b))
+    l = token_cross_entropy(hs, Ws, y, bias=bs, chunk_size=3)
+    z = h @ W.T + b
+    ref = F.cross_entropy(z.reshape(-1, 11), y.reshape(-1), reduction="none").reshape(y.shape)
+    torch.testing.assert_close(l, ref, **TOL)
+    v = torch.randn(y.shape, dtype=D)
+    got = torch.autograd.grad((l * v).sum(), (hs, Ws, bs))
+    hr, Wr, br = (x.clone().requires_grad_(True) for x in (h, W, b))
+    zr = hr @ Wr.T + br
+    lr = F.cross_entropy(zr.reshape(-1, 11), y.reshape(-1), reduction="none").reshape(y.shape)
+    want = torch.autograd.grad((lr * v).sum(), (hr, Wr, br))
+    for a, r in zip(got, want, strict=True):
+        torch.testing.assert_close(a, r, **TOL)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "exc", "word"),
+    [
+        ({"level": "tokens"}, ValueError, "level"),
+        ({"normalize": "mean"}, ValueError, "normalize"),
+        ({"tilts": (1.0, 2.0)}, ValueError, "tilts"),
+        ({"level": "group", "tilts": (1.0, 2.0)}, ValueError, "groups"),
+        ({"chunk_size": 0}, ValueError, "chunk_size"),
+        ({"t": "a"}, TypeError, "t"),
+        ({"t": math.inf, "normalize": "count"}, ValueError, "t"),
+    ],
+)
+def test_errors_name_the_argument(kwargs, exc, word):
+    h, W, b, y = _data()
+    with pytest.raises(exc, match=word):
+        tilted_cross_entropy(h, W, y, **kwargs)
+
+
+def test_bad_shapes_and_targets():
+    h, W, b, y = _data()
+    with pytest.raises(ValueError, match="targets"):
+        tilted_cross_entropy(h, W, y[:, :2])
+    with pytest.raises(ValueError, match="weight"):
+        tilted_cross_entropy(h, W[:, :3], y)
+    with pytest.raises(ValueError, match="bias"):
+        tilted_cross_entropy(h, W, y, bias=b[:3])
+    with pytest.raises(ValueError, match="targets"):
+        tilted_cross_entropy(h, W, y + 100)
+    with pytest.raises(ValueError, match="ignore_index"):
+        tilted_cross_entropy(h, W, torch.full_like(y, -100))
+
+
+# ---------------------------------------------------------------------------------------
+# the module: TiltedLoss's state, accumulation and exchange over the chunked losses
+
+
+@pytest.mark.parametrize("level", ["token", "sequence"])
+@pytest.mark.parametrize("t", [-1.0, 0.0, 2.0])
+def test_module_accumulation_equals_one_call_on_the_union(level, t):
+    from tiltlab.torch import TiltedCrossEntropy
+
+    k = 2
+    W_acc = torch.nn.Parameter(_data()[1].clone())
+    W_one = torch.nn.Parameter(_data()[1].clone())
+    acc = TiltedCrossEntropy(t, level=level, accumulation_steps=k, chunk_size=3).double()
+    one = TiltedCrossEntropy(t, level=level, chunk_size=5).double()
+    for step in range(3):
+        h, _, b, y = _data(seed=10 + step)
+        W_acc.grad = W_one.grad = None
+        for part in range(k):
+            sl = slice(2 * part, 2 * (part + 1))
+            acc(h[sl], W_acc, y[sl], bias=b).backward()
+        acc.finish_step([W_acc])
+        value = one(h, W_one, y, bias=b)
+        value.backward()
+        torch.testing.assert_close(W_acc.grad, W_one.grad, **TOL)
+        if step == 0:  # the first step: the batch's tilted risk and its gradient, exactly
+            Wr = W_one.detach().clone().requires_grad_(True)
+            ref = tilted_cross_entropy(h, Wr, y, t, bias=b, level=level)
+            ref.backward()
+            torch.testing.assert_close(value, ref, **TOL)
+            torch.testing.assert_close(W_one.grad, Wr.grad, **TOL)
+        with torch.no_grad():
+            W_acc -= 0.1 * W_acc.grad
+            W_one -= 0.1 * W_one.grad
+    torch.testing.assert_close(acc.tilted.risk, one.tilted.risk, **TOL)
+
+
+def test_module_groups_count_and_errors():
+    from tiltlab.torch import TiltedCrossEntropy
+
+    h, W, b, y = _data()
+    g = torch.tensor([0, 1, 0, 1])
+    m = TiltedCrossEntropy(tilts=(1.0, -1.0), level="group", n_groups=2).double()
+    v = m(h, W, y, bias=b, groups=g)
+    ref = tilted_cross_entropy(h, W, y, tilts=(1.0, -1.0), level="group", groups=g, bias=b)
+    torch.testing.assert_close(v, ref, **TOL)  # the first step is the hierarchy's risk
+    assert m.group_report()["risk"].shape == (2,)
+    c = TiltedCrossEntropy(-1.0, normalize="count")
+    torch.testing.assert_close(
+        c(h, W, y), tilted_cross_entropy(h, W, y, -1.0, normalize="count"), **TOL)
+    with pytest.raises(ValueError, match="accumulation_steps"):
+        TiltedCrossEntropy(-1.0, normalize="count", accumulation_steps=2)
+    with pytest.raises(ValueError, match="tilts"):
+        TiltedCrossEntropy(-1.0, level="group")
+    with pytest.raises(ValueError, match="groups"):
+        TiltedCrossEntropy(-1.0)(h, W, y, groups=g)
