@@ -25,6 +25,7 @@ PUBLIC = {
         "hierarchical_risk",
         "hierarchical_weights",
         "tilt_for_ess",
+        "tilt_for_kl",
         "TiltedObjective",
         "minimize",
         "tilt_path",
@@ -73,6 +74,7 @@ PUBLIC = {
         "hierarchical_risk",
         "hierarchical_weights",
         "tilt_for_ess",
+        "tilt_for_kl",
     ],
     "tiltlab.theory": [
         "PropertyCheck",

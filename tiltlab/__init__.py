@@ -19,6 +19,7 @@ from .risk import (
     hierarchical_risk,
     hierarchical_weights,
     tilt_for_ess,
+    tilt_for_kl,
     tilted_risk,
     tilted_weights,
 )
@@ -42,6 +43,7 @@ __all__ = [
     "hierarchical_risk",
     "hierarchical_weights",
     "tilt_for_ess",
+    "tilt_for_kl",
     "TiltedObjective",
     "minimize",
     "tilt_path",

@@ -38,8 +38,8 @@ The code lives in submodules named after what they hold; import it from here:
 * :mod:`~tiltlab.risk.kernels`: the shifted risk and weight kernels, without validation;
 * :mod:`~tiltlab.risk.fast_path`: one-dimensional losses on eager backends;
 * :mod:`~tiltlab.risk.sample`: :func:`tilted_risk` and :func:`tilted_weights`;
-* :mod:`~tiltlab.risk.ess`: :func:`tilt_for_ess`, the tilt at a given effective sample
-  size;
+* :mod:`~tiltlab.risk.ess`: :func:`tilt_for_ess` and :func:`tilt_for_kl`, the tilt at a
+  given effective sample size or KL radius;
 * :mod:`~tiltlab.risk.hierarchy`: hierarchical tilting (:class:`GroupTree`,
   :func:`build_tree`, :func:`hierarchy_eval`, :func:`hierarchical_risk`,
   :func:`hierarchical_weights`).
@@ -48,7 +48,7 @@ The code lives in submodules named after what they hold; import it from here:
 # ruff: noqa: F401  (private re-exports, see below)
 # Every name the single-module ``tiltlab.risk`` defined stays importable from here
 # (other tiltlab modules import the kernels and the ``prepare_*`` helpers).
-from .ess import tilt_for_ess
+from .ess import tilt_for_ess, tilt_for_kl
 from .fast_path import (
     _check_losses,
     _checked_extremes,
@@ -98,4 +98,5 @@ __all__ = [
     "hierarchical_risk",
     "hierarchical_weights",
     "tilt_for_ess",
+    "tilt_for_kl",
 ]

@@ -158,11 +158,12 @@ class _LogESS:
         xp, d = self.xp, self.d
         u = scalar(t, d, xp) * d
         v = u - self._log_norm(u, abs(t) * self.spread <= 1.0)
+        big = xp.abs(v) >= 0.5
+        small = xp.where(big, xp.zeros_like(v), v)  # the series only where it is used
         acc = xp.full_like(v, _PSI[-1])
         for c in _PSI[-2::-1]:
-            acc = acc * v + c
-        series = v * v * acc
-        big = xp.abs(v) >= 0.5
+            acc = acc * small + c
+        series = small * small * acc
         direct = 1.0 + (v - 1.0) * xp.exp(xp.where(big, v, xp.zeros_like(v)))
         psi = xp.where(big, direct, series)
         if self.p is not None:
@@ -186,7 +187,7 @@ def _solve(g: _LogESS, f: float, s: int, big: float) -> float:
     # start at the small-tilt estimate log F ~ -var t^2, then walk to a bracket
     scale = math.sqrt(g.var) if g.var > 0 else g.spread
     x0 = 0.5 * math.log(-logf) - math.log(scale)
-    top = math.log(math.sqrt(big) / g.spread)
+    top = math.log(0.25 * big / g.spread)  # |t d| <= big / 4: 2 t d stays finite
     x0 = min(x0, top)
     lo = hi = x0
     if h(x0) > 0:
@@ -464,7 +465,7 @@ def _solve_kl(g: _LogESS, r: float, big: float) -> float:
         kl = g.kl(math.exp(x))
         return (math.log(kl) if kl > 0 else -math.inf) - logr
 
-    top = math.log(math.sqrt(big) / g.spread)
+    top = math.log(0.25 * big / g.spread)  # |t d| <= big / 4: 2 t d stays finite
     scale = math.sqrt(g.var) if g.var > 0 else g.spread
     lo = hi = min(0.5 * math.log(2.0 * r) - math.log(scale), top)
     if h(hi) < 0:
