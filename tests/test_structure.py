@@ -26,6 +26,7 @@ PUBLIC = {
         "hierarchical_weights",
         "tilt_for_ess",
         "tilted_advantage",
+        "tilt_for_kl",
         "TiltedObjective",
         "minimize",
         "tilt_path",
@@ -77,6 +78,7 @@ PUBLIC = {
         "hierarchical_weights",
         "tilt_for_ess",
         "tilted_advantage",
+        "tilt_for_kl",
     ],
     "tiltlab.theory": [
         "PropertyCheck",

@@ -285,3 +285,57 @@ def test_bad_losses_and_weights():
         tl.tilt_for_ess(np.arange(4.0), 0.5, weights=np.ones(3))
     with pytest.raises(ValueError, match="`weights` must be non-negative"):
         tl.tilt_for_ess(np.arange(4.0), 0.5, weights=np.array([1.0, -1.0, 1.0, 1.0]))
+
+
+# ---------------------------------------------------------------------------
+# the whole float range: the root is scale-free, the reference is not told so
+
+
+def _mp_root_around(losses, fraction, sign, centre):
+    """50-digit bisection of log F = log f in x = log|t|, bracketed on a grid of x in
+    [centre - 40, centre + 40] (``centre`` near -log(spread))."""
+    target = mpmath.log(mpmath.mpf(fraction))
+
+    def h(x):
+        return mp_log_fraction(losses, sign * mpmath.exp(x), None) - target
+
+    xs = [mpmath.mpf(centre) + mpmath.mpf(k) / 4 for k in range(-160, 161)]
+    assert h(xs[0]) > 0
+    lo = xs[0]
+    for x in xs[1:]:
+        if h(x) <= 0:
+            hi = x
+            break
+        lo = x
+    for _ in range(90):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if h(mid) > 0 else (lo, mid)
+    return float(sign * mpmath.exp((lo + hi) / 2))
+
+
+@pytest.mark.parametrize(
+    "losses",
+    [
+        [0.0, 1e200, 2e200, 3e200, 1e201],  # spread beyond sqrt(float max)
+        [-1.5e308, 1.0e308, 1.7e308, 0.0],  # spread beyond float max itself
+        [1e-300, 3e-300, 2e-300, 7e-300, 5e-300],  # tiny but normal spread
+        [1.0, 1.0 + 2**-52, 1.0 + 2**-51, 1.0 + 2**-50],  # spread of a few ulps
+    ],
+)
+@pytest.mark.parametrize("sign", [-1, 1])
+def test_spreads_across_the_float_range(losses, sign):
+    l = np.array(losses)
+    half = float(np.max(l) / 2 - np.min(l) / 2)  # the spread may overflow, its half not
+    for fraction in (0.9, 0.5):
+        want = _mp_root_around(l, fraction, sign, -math.log(half) - math.log(2.0))
+        assert_close(tl.tilt_for_ess(l, fraction, sign=sign), want, rtol=1e-8)
+
+
+def test_subnormal_spread_raises_value_error():
+    # the root lies beyond the float maximum (|t| ~ 1 / spread): the documented ValueError
+    l = np.array([0.0, 5e-324, 1e-323, 2e-323])
+    with pytest.raises(ValueError, match="outside the range"):
+        tl.tilt_for_ess(l, 0.5)
+    l32 = np.array([0.0, 1e-44, 3e-44], dtype=np.float32)
+    with pytest.raises(ValueError, match="outside the range"):
+        tl.tilt_for_ess(l32, 0.5)

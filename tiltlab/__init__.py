@@ -20,6 +20,7 @@ from .risk import (
     hierarchical_weights,
     tilt_for_ess,
     tilted_advantage,
+    tilt_for_kl,
     tilted_risk,
     tilted_weights,
 )
@@ -44,6 +45,7 @@ __all__ = [
     "hierarchical_weights",
     "tilt_for_ess",
     "tilted_advantage",
+    "tilt_for_kl",
     "TiltedObjective",
     "minimize",
     "tilt_path",

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import numbers
 from typing import Any
 
 from .._compat import (
@@ -16,6 +17,8 @@ from .._compat import (
     device,
     namespace_of,
     normalize_axis,
+    real_number,
+    to_numpy,
 )
 from ..risk import (
     _risk_kernel,
@@ -23,12 +26,19 @@ from ..risk import (
     prepare_tilt,
 )
 from ._common import _samples_last
+from .entropic import entropic_value_at_risk
 
 __all__ = ["kl_dro_dual", "worst_case_distribution", "kl_divergence"]
 
 
 def kl_dro_dual(
-    losses: Any, t: Any, *, axis: int = -1, weights: Any = None, xp: Any = None
+    losses: Any,
+    t: Any = None,
+    *,
+    radius: Any = None,
+    axis: int = -1,
+    weights: Any = None,
+    xp: Any = None,
 ) -> tuple[Any, Any]:
     r"""The tilted risk as a KL-regularised distributionally robust risk.
 
@@ -42,18 +52,32 @@ def kl_dro_dual(
     ``q = p`` (the mean), and ``t = +-inf`` drops the penalty (``q`` on the extreme
     losses).
 
+    With ``radius=r`` instead of ``t``, the constrained form: the worst case
+    :math:`\max\{E_q[\ell] : \mathrm{KL}(q\|p) \le r\} = \min_{t>0} R(t) + r/t`,
+    attained at the tilted weights of the minimising tilt
+    :func:`tiltlab.tilt_for_kl` (per row; ``t = inf``, the prior on the largest losses,
+    once ``r`` reaches the divergence of that distribution).
+
     Parameters
     ----------
     losses, t, axis, weights, xp
         As for :func:`tiltlab.tilted_risk`.
+    radius : float, optional
+        A KL radius ``>= 0`` in place of ``t`` (exactly one of the two).
 
     Returns
     -------
     value : array
-        ``R(t)``, the optimal value (shape ``t.shape + batch``).
+        ``R(t)``, the optimal value (shape ``t.shape + batch``); with ``radius``, the
+        worst-case expected loss (shape ``batch``).
     q : array
         The optimal distribution, the tilted weights (shape ``t.shape + losses.shape``
         with the samples on the last axis).
+
+    Raises
+    ------
+    TypeError
+        Both or neither of ``t`` and ``radius``.
 
     See Also
     --------
@@ -69,25 +93,42 @@ def kl_dro_dual(
     >>> value, q = kl_dro_dual(l, 2.0)
     >>> bool(np.isclose(value, q @ l - kl_divergence(q) / 2.0))
     True
+    >>> worst, q = kl_dro_dual(l, radius=0.2)  # the worst case in a KL ball
+    >>> bool(np.isclose(kl_divergence(q), 0.2)), bool(np.isclose(worst, q @ l))
+    (True, True)
     """
     xp = namespace_of(losses=losses, weights=weights) if xp is None else xp
+    if (t is None) == (radius is None):
+        raise TypeError("pass exactly one of `t` (a tilt) and `radius` (a KL radius)")
     l, p = _samples_last(losses, axis, weights, xp)
+    if radius is not None:
+        return _constrained(l, p, radius, xp)
     tt, _ = prepare_tilt(t, xp, l)
     return _risk_kernel(l, p, tt, xp), _weights_kernel(l, p, tt, xp)
 
 
 def worst_case_distribution(
-    losses: Any, t: Any, *, axis: int = -1, weights: Any = None, xp: Any = None
+    losses: Any,
+    t: Any = None,
+    *,
+    radius: Any = None,
+    axis: int = -1,
+    weights: Any = None,
+    xp: Any = None,
 ) -> Any:
     r"""The maximiser ``q`` of :math:`E_q[\ell] - \mathrm{KL}(q\|p)/t` (``t > 0``).
 
     The tilted weights: the worst-case reweighting of the prior within the KL penalty
-    (for ``t < 0`` the minimiser, the best case). See :func:`kl_dro_dual`.
+    (for ``t < 0`` the minimiser, the best case). With ``radius=r`` instead of ``t``:
+    the maximiser of :math:`E_q[\ell]` over the KL ball :math:`\mathrm{KL}(q\|p)\le r`.
+    See :func:`kl_dro_dual`.
 
     Parameters
     ----------
     losses, t, axis, weights, xp
         As for :func:`tiltlab.tilted_risk`.
+    radius : float, optional
+        A KL radius ``>= 0`` in place of ``t``.
 
     Returns
     -------
@@ -107,7 +148,27 @@ def worst_case_distribution(
     >>> [round(v, 6) for v in q.tolist()]
     [0.0, 0.0, 1.0]
     """
-    return kl_dro_dual(losses, t, axis=axis, weights=weights, xp=xp)[1]
+    return kl_dro_dual(losses, t, radius=radius, axis=axis, weights=weights, xp=xp)[1]
+
+
+def _constrained(l: Any, p: Any, radius: Any, xp: Any) -> tuple[Any, Any]:
+    """The worst case over the KL ball of radius ``radius`` (a scalar), row by row."""
+    if isinstance(radius, bool) or not isinstance(radius, numbers.Real):
+        try:
+            radius = real_number(radius, "radius")
+        except (TypeError, ValueError):
+            raise TypeError(f"`radius` must be a real number, got {radius!r}") from None
+    value, tilt = entropic_value_at_risk(l, radius=float(radius), weights=p, return_tilt=True)
+    n = l.shape[-1]
+    rows = xp.reshape(l, (-1, n))
+    prows = None if p is None else xp.reshape(xp.broadcast_to(p, l.shape), (-1, n))
+    tilts = to_numpy(xp.reshape(tilt, (-1,)))
+    q = [
+        _weights_kernel(rows[i, :], None if prows is None else prows[i, :],
+                        xp.asarray(float(tilts[i]), dtype=l.dtype, device=device(l)), xp)
+        for i in range(rows.shape[0])
+    ]  # fmt: skip
+    return value, xp.reshape(xp.stack(q), l.shape)
 
 
 def kl_divergence(q: Any, p: Any = None, *, axis: int = -1, xp: Any = None) -> Any:

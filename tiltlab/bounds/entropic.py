@@ -1,8 +1,8 @@
 """Entropic value-at-risk (EVaR) of a loss vector.
 
-:func:`entropic_value_at_risk`: Ahmadi-Javid's EVaR at confidence ``alpha``, the infimum
-over positive tilts of the tilted risk plus ``-log(1 - alpha) / t``, solved per row on
-the host in float64.
+:func:`entropic_value_at_risk`: Ahmadi-Javid's EVaR at confidence ``alpha`` (or at a KL radius
+``-log(1 - alpha)``), the infimum over positive tilts of the tilted risk plus
+``-log(1 - alpha) / t``, solved per row on the host in float64.
 """
 
 from __future__ import annotations
@@ -17,10 +17,7 @@ from .._compat import (
     namespace_of,
     to_numpy,
 )
-from ..risk import (
-    _risk_kernel,
-    _weights_kernel,
-)
+from ..risk import _risk_kernel, tilt_for_kl
 from ._common import _host_levels, _samples_last
 
 __all__ = ["entropic_value_at_risk"]
@@ -30,50 +27,56 @@ __all__ = ["entropic_value_at_risk"]
 # public API: entropic value-at-risk and the KL-DRO view
 
 
-def _evar_row(l: np.ndarray, p: np.ndarray | None, alpha: float, xp_np: Any) -> tuple[float, float]:
-    """EVaR of one loss row on the host (float64); returns (value, minimising tilt)."""
-    from scipy.optimize import brentq
+def _evar_row(l: np.ndarray, p: np.ndarray | None, level: float, xp_np: Any) -> tuple[float, float]:
+    """EVaR of one loss row at KL radius ``level`` on the host (float64): (value, tilt).
 
-    if alpha == 0:
+    The minimising tilt is :func:`tiltlab.tilt_for_kl`'s (the derivative of
+    ``R(t) + level / t`` has the sign of ``KL(w_t || p) - level``)."""
+    if level == 0:
         return float(np.mean(l) if p is None else np.sum(p * l)), 0.0
     support = l if p is None else l[p > 0]
-    lmax, lmin = float(np.max(support)), float(np.min(support))
-    at_max = np.count_nonzero(l == lmax) / l.size if p is None else float(np.sum(p[l == lmax]))
-    if at_max >= 1.0 - alpha or lmax == lmin:
-        # KL(w_t || p) never reaches log(1/(1-alpha)): the infimum is the limit t -> inf
+    lmax = float(np.max(support))
+    try:
+        t = float(tilt_for_kl(l, level, weights=p))
+    except ValueError:  # the radius is within rounding of its limit: the value is the max
         return lmax, math.inf
-    level = -math.log1p(-alpha)
-    la = xp_np.asarray(l)
-    pa = None if p is None else xp_np.asarray(p)
+    if not math.isfinite(t):
+        return lmax, math.inf
+    risk = float(_risk_kernel(xp_np.asarray(l), None if p is None else xp_np.asarray(p),
+                              xp_np.asarray(t), xp_np))  # fmt: skip
+    return min(risk + level / t, lmax), t
 
-    def risk(t: float) -> float:
-        return float(_risk_kernel(la, pa, xp_np.asarray(t), xp_np))
 
-    def excess_kl(s: float) -> float:
-        # d/dt [R(t) + level/t] has the sign of KL(w_t || p) - level, which increases in t
-        t = math.exp(s)
-        tt = xp_np.asarray(t)
-        r = float(_risk_kernel(la, pa, tt, xp_np))
-        w = np.asarray(_weights_kernel(la, pa, tt, xp_np))
-        return float(np.sum(w * (t * (l - r)))) - level
-
-    # start near t = 1/spread (capped: a subnormal spread would overflow exp)
-    lo = hi = min(-math.log(lmax - lmin), 690.0)
-    while excess_kl(lo) >= 0 and lo > -700:
-        lo -= 2.0
-    while excess_kl(hi) <= 0:
-        if hi > 700:
-            return lmax, math.inf
-        hi += 2.0
-    s = brentq(excess_kl, lo, hi, xtol=1e-15, rtol=4 * np.finfo(float).eps, maxiter=500)
-    t = math.exp(s)
-    return min(risk(t) + level / t, lmax), t
+def _radii(alpha: Any, radius: Any) -> np.ndarray:
+    """The KL radii (0-d or 1-d float64 host array) from exactly one of the two."""
+    if (alpha is None) == (radius is None):
+        raise TypeError(
+            "pass exactly one of `alpha` (a confidence level) and `radius` (a KL radius, "
+            "radius = -log(1 - alpha))"
+        )
+    if alpha is not None:
+        return -np.log1p(-_host_levels(alpha))
+    if isinstance(radius, bool):
+        raise TypeError(f"`radius` must be a number >= 0 or a 1-d array, got {radius!r}")
+    try:
+        arr = np.asarray(to_numpy(radius) if hasattr(radius, "__array_namespace__") else radius)
+    except (TypeError, ValueError) as exc:  # pragma: no cover - exotic inputs
+        raise TypeError(f"`radius` must be a number >= 0: {exc}") from None
+    if arr.dtype.kind not in "iuf":
+        raise TypeError(f"`radius` must be real, got dtype {arr.dtype}")
+    arr = arr.astype(np.float64)
+    if arr.ndim > 1 or (arr.ndim == 1 and arr.size == 0):
+        raise ValueError(f"`radius` must be a scalar or a non-empty 1-d array, got {arr.shape}")
+    if np.any(np.isnan(arr)) or np.any(arr < 0):
+        raise ValueError(f"`radius` must be >= 0 (a KL divergence), got {radius!r}")
+    return arr
 
 
 def entropic_value_at_risk(
     losses: Any,
-    alpha: Any,
+    alpha: Any = None,
     *,
+    radius: Any = None,
     axis: int = -1,
     weights: Any = None,
     return_tilt: bool = False,
@@ -89,12 +92,13 @@ def entropic_value_at_risk(
     It is the tightest Chernoff bound on the VaR, so ``VaR <= CVaR <= EVaR <= max``.
     ``alpha = 0`` gives the mean (the infimum as ``t -> 0``); when the mass at the
     largest loss is at least ``1 - alpha`` the infimum is the maximum, reached as
-    ``t -> inf``.
+    ``t -> inf``. The same value at a KL radius ``r`` directly: ``radius=r`` (which
+    ``alpha = 1 - exp(-r)`` cannot express once it rounds to 1, from ``r`` about 36.7).
 
     The objective is unimodal in ``t``: its derivative has the sign of
     ``KL(w_t || p) - log(1/(1-alpha))`` (``w_t`` the tilted weights), which increases
-    with ``t``. The root is found by Brent's method in ``log t`` on a bracket, in float64
-    on the host, and the objective is evaluated there.
+    with ``t``: the minimiser is :func:`tiltlab.tilt_for_kl` of the radius, solved in
+    float64 on the host, and the objective is evaluated there.
 
     Parameters
     ----------
@@ -102,6 +106,9 @@ def entropic_value_at_risk(
         Per-sample losses along ``axis``; finite and non-empty.
     alpha : float or 1-d array
         Confidence level(s) in ``[0, 1)``; a 1-d array adds a leading axis.
+    radius : float or 1-d array, optional
+        Instead of ``alpha``: the KL radius (or radii) ``-log(1 - alpha) >= 0``, any size
+        (``inf`` gives the maximum). Exactly one of ``alpha`` and ``radius`` is given.
     axis, weights, xp
         As for :func:`tail_fraction`.
     return_tilt : bool, optional
@@ -116,8 +123,16 @@ def entropic_value_at_risk(
     tilt : array
         Only with ``return_tilt=True``; same shape, namespace and dtype.
 
+    Raises
+    ------
+    TypeError
+        Both or neither of ``alpha`` and ``radius``.
+    ValueError
+        ``alpha`` outside ``[0, 1)``, ``radius`` negative or NaN, bad losses or weights.
+
     See Also
     --------
+    tiltlab.tilt_for_kl : The minimising tilt at a radius.
     superquantile : The risk measure it bounds from above.
     kl_dro_dual : The KL-robust view of the tilted risk.
 
@@ -131,10 +146,12 @@ def entropic_value_at_risk(
     (True, True)
     >>> float(entropic_value_at_risk(l, 0.0))  # the mean
     3.2
+    >>> float(entropic_value_at_risk(l, radius=50.0))  # alpha = 1 - e^-50 rounds to 1
+    10.0
     """
     xp = namespace_of(losses=losses, weights=weights) if xp is None else xp
     l, p = _samples_last(losses, axis, weights, xp)
-    al = _host_levels(alpha)
+    al = _radii(alpha, radius)
     xp_np = namespace_of(x=np.zeros(1))
     l_h = np.asarray(to_numpy(l), dtype=np.float64)
     p_h = None if p is None else np.asarray(to_numpy(p), dtype=np.float64)

@@ -38,8 +38,8 @@ The code lives in submodules named after what they hold; import it from here:
 * :mod:`~tiltlab.risk.kernels`: the shifted risk and weight kernels, without validation;
 * :mod:`~tiltlab.risk.fast_path`: one-dimensional losses on eager backends;
 * :mod:`~tiltlab.risk.sample`: :func:`tilted_risk` and :func:`tilted_weights`;
-* :mod:`~tiltlab.risk.ess`: :func:`tilt_for_ess`, the tilt at a given effective sample
-  size;
+* :mod:`~tiltlab.risk.ess`: :func:`tilt_for_ess` and :func:`tilt_for_kl`, the tilt at a
+  given effective sample size or KL radius;
 * :mod:`~tiltlab.risk.advantage`: :func:`tilted_advantage`, the advantage of a reward
   against its group's tilted mean;
 * :mod:`~tiltlab.risk.hierarchy`: hierarchical tilting (:class:`GroupTree`,
@@ -51,7 +51,7 @@ The code lives in submodules named after what they hold; import it from here:
 # Every name the single-module ``tiltlab.risk`` defined stays importable from here
 # (other tiltlab modules import the kernels and the ``prepare_*`` helpers).
 from .advantage import tilted_advantage
-from .ess import tilt_for_ess
+from .ess import tilt_for_ess, tilt_for_kl
 from .fast_path import (
     _check_losses,
     _checked_extremes,
@@ -102,4 +102,5 @@ __all__ = [
     "hierarchical_weights",
     "tilt_for_ess",
     "tilted_advantage",
+    "tilt_for_kl",
 ]
