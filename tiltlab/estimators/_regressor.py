@@ -10,7 +10,14 @@ from sklearn.utils.validation import validate_data
 from .._compat import check_finite
 from ..losses import get_loss
 from ._base import FitData, Problem, TiltedLinearBase, drop_zero_weight_rows, split_theta
-from ._checks import as_float_X, check_real, check_sample_weight, is_numpy, namespace
+from ._checks import (
+    as_float_X,
+    check_real,
+    check_sample_weight,
+    follow_X,
+    is_numpy,
+    namespace,
+)
 
 __all__ = ["TiltedRegressor"]
 
@@ -218,7 +225,7 @@ class TiltedRegressor(RegressorMixin, TiltedLinearBase):
     def _validate_Xy(self, X: Any, y: Any) -> tuple[Any, Any]:
         X, y = validate_data(self, X, y, dtype="numeric", y_numeric=True, multi_output=False)
         xp = namespace(X)
-        return as_float_X(X, xp), as_float_X(y, xp)
+        return as_float_X(X, xp), as_float_X(follow_X(y, X, xp), xp)
 
     def fit(self, X: Any, y: Any, sample_weight: Any = None, groups: Any = None):
         """Fit the tilted linear model.
