@@ -155,7 +155,8 @@ class TiltedRegressor(RegressorMixin, TiltedLinearBase):
     >>> term = TiltedRegressor(t=-2.0, early_stopping=True, random_state=0).fit(X, y)
     >>> from sklearn.linear_model import LinearRegression
     >>> ols = LinearRegression().fit(X, y)                 # plain least squares
-    >>> def rmse(m): return float(np.sqrt(np.mean((m.predict(d.X_test[:, :-1]) - d.y_test) ** 2)))
+    >>> def rmse(m):
+    ...     return float(np.sqrt(np.mean((m.predict(d.X_test[:, :-1]) - d.y_test) ** 2)))
     >>> rmse(term) < 1.5 < 3.0 < rmse(ols)
     True
     >>> noisy = d.noisy_train[:2000]            # 40% of the rows, under 30% of the weight

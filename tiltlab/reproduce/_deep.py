@@ -375,10 +375,12 @@ def train(
     Examples
     --------
     >>> import numpy as np
-    >>> from tiltlab.reproduce.deep import cross_entropy, digits_split, make_model, mean_of, train
+    >>> from tiltlab.reproduce.deep import (
+    ...     cross_entropy, digits_split, make_model, mean_of, train)
     >>> s = digits_split(0)
     >>> model = make_model("mlp", 64, 10, s.image_shape).float()  # float32, as the data
-    >>> model = train(model, s.X_train, s.y_train, mean_of(cross_entropy()), epochs=2, seed=0)
+    >>> model = train(model, s.X_train, s.y_train, mean_of(cross_entropy()),
+    ...               epochs=2, seed=0)
     >>> model.training
     False
     """
@@ -448,10 +450,12 @@ def predict(model: Any, X: np.ndarray, device: str = "cpu") -> np.ndarray:
     Examples
     --------
     >>> import numpy as np
-    >>> from tiltlab.reproduce.deep import cross_entropy, digits_split, make_model, mean_of, train
+    >>> from tiltlab.reproduce.deep import (
+    ...     cross_entropy, digits_split, make_model, mean_of, train)
     >>> s = digits_split(0)
     >>> model = make_model("mlp", 64, 10, s.image_shape).float()  # float32, as the data
-    >>> model = train(model, s.X_train, s.y_train, mean_of(cross_entropy()), epochs=2, seed=0)
+    >>> model = train(model, s.X_train, s.y_train, mean_of(cross_entropy()),
+    ...               epochs=2, seed=0)
     >>> from tiltlab.reproduce.deep import predict
     >>> predict(model, s.X_test[:5]).shape
     (5,)
@@ -489,10 +493,12 @@ def accuracy(model: Any, X: np.ndarray, y: np.ndarray, device: str = "cpu") -> f
     Examples
     --------
     >>> import numpy as np
-    >>> from tiltlab.reproduce.deep import cross_entropy, digits_split, make_model, mean_of, train
+    >>> from tiltlab.reproduce.deep import (
+    ...     cross_entropy, digits_split, make_model, mean_of, train)
     >>> s = digits_split(0)
     >>> model = make_model("mlp", 64, 10, s.image_shape).float()  # float32, as the data
-    >>> model = train(model, s.X_train, s.y_train, mean_of(cross_entropy()), epochs=2, seed=0)
+    >>> model = train(model, s.X_train, s.y_train, mean_of(cross_entropy()),
+    ...               epochs=2, seed=0)
     >>> from tiltlab.reproduce.deep import accuracy
     >>> bool(accuracy(model, s.X_test, s.y_test) > 0.5)  # chance is 0.1
     True
@@ -530,10 +536,12 @@ def class_accuracies(
     Examples
     --------
     >>> import numpy as np
-    >>> from tiltlab.reproduce.deep import cross_entropy, digits_split, make_model, mean_of, train
+    >>> from tiltlab.reproduce.deep import (
+    ...     cross_entropy, digits_split, make_model, mean_of, train)
     >>> s = digits_split(0)
     >>> model = make_model("mlp", 64, 10, s.image_shape).float()  # float32, as the data
-    >>> model = train(model, s.X_train, s.y_train, mean_of(cross_entropy()), epochs=2, seed=0)
+    >>> model = train(model, s.X_train, s.y_train, mean_of(cross_entropy()),
+    ...               epochs=2, seed=0)
     >>> from tiltlab.reproduce.deep import class_accuracies
     >>> class_accuracies(model, s.X_test, s.y_test, 10).shape
     (10,)

@@ -95,7 +95,8 @@ def training_report(losses: np.ndarray, groups: np.ndarray, tilts: Sequence[floa
     --------
     >>> import numpy as np
     >>> from tiltlab.reproduce.deep import training_report
-    >>> rep = training_report(np.array([0.1, 0.2, 3.0, 0.3]), np.array([0, 0, 1, 1]), (-2, -2))
+    >>> rep = training_report(np.array([0.1, 0.2, 3.0, 0.3]), np.array([0, 0, 1, 1]),
+    ...                       (-2, -2))
     >>> rep["group"], [round(w, 3) for w in rep["weight"]]
     ([0, 1], [0.73, 0.27])
     """
