@@ -474,3 +474,31 @@ def test_dask_tilts_checked_inside_the_one_graph(threads_cluster):
             r_nan_t.compute()
     keep = tl.tilted_risk(ld, da.asarray(-1.0), keepdims=True).compute()
     np.testing.assert_allclose(keep, [tl.tilted_risk(l, -1.0)], rtol=1e-13)
+
+
+@pytest.mark.parametrize("t", [2.0, -1.5, 0.0, np.float32(0.5), np.inf])
+def test_risks_with_a_float_tilt_and_default_arguments_compute_nothing_at_call_time(t):
+    # a scheduler that counts every graph run (any compute, not only those that report
+    # to local callbacks): the calls with default arguments build graphs and run none;
+    # computing the result runs one
+    runs = []
+
+    def counting_get(dsk, keys, **kwargs):
+        runs.append(keys)
+        return dask.get(dsk, keys, **kwargs)
+
+    l, g = _risk_data()
+    ld = da.from_array(l, chunks=250)
+    with dask.config.set(scheduler=counting_get):
+        risk = tl.tilted_risk(ld, t)
+        hier = tl.hierarchical_risk(ld, g, (t, 0.5))
+        hier_dask_labels = tl.hierarchical_risk(ld, da.from_array(g, chunks=250), (t, 0.5))
+        assert runs == []
+        got = [float(r.compute()) for r in (risk, hier, hier_dask_labels)]
+        assert len(runs) == 3
+    want = [
+        float(tl.tilted_risk(l, t)),
+        float(tl.hierarchical_risk(l, g, (t, 0.5))),
+        float(tl.hierarchical_risk(l, g, (t, 0.5))),
+    ]
+    np.testing.assert_allclose(got, want, rtol=1e-13)

@@ -1,10 +1,54 @@
-"""scikit-learn's estimator checks for the four tilted estimators."""
+"""scikit-learn's estimator checks for the four tilted estimators.
+
+The array-API checks (``check_array_api_input``, ``check_array_api_mixed_inputs``: ``X``
+from one library, ``y`` and ``sample_weight`` from another, which follow ``X``) run only
+with ``SCIPY_ARRAY_API=1`` set before SciPy is imported, as the docs tell users to set it;
+``test_checks_with_array_api_subprocess`` reruns this file in a child process with the
+variable set, so that every check runs in one configuration or the other.
+"""
 
 from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 pytest.importorskip("sklearn")
+
+IN_CHILD = os.environ.get("SCIPY_ARRAY_API") == "1"
+
+
+def _skip_cupy_without_a_device() -> None:
+    """Skip scikit-learn's CuPy checks where CuPy imports but has no usable GPU (as it
+    skips them where CuPy is not installed), instead of failing on the missing driver."""
+    try:
+        import cupy
+
+        cupy.cuda.runtime.getDeviceCount()
+        return
+    except ImportError:
+        return
+    except Exception:
+        pass
+    from unittest import SkipTest
+
+    from sklearn.utils import estimator_checks
+
+    namespace_for_tests = estimator_checks._array_api_for_tests
+
+    def without_cupy(array_namespace, *args, **kwargs):
+        if array_namespace == "cupy":
+            raise SkipTest("CuPy has no usable GPU here: not checking CuPy inputs")
+        return namespace_for_tests(array_namespace, *args, **kwargs)
+
+    estimator_checks._array_api_for_tests = without_cupy
+
+
+if IN_CHILD:
+    _skip_cupy_without_a_device()
 
 from sklearn.utils.estimator_checks import parametrize_with_checks  # noqa: E402
 
@@ -68,3 +112,33 @@ def _expected_failures(estimator):
 @parametrize_with_checks(ESTIMATORS, expected_failed_checks=_expected_failures)
 def test_sklearn_compatible(estimator, check):
     check(estimator)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(IN_CHILD, reason="this is the child process")
+def test_checks_with_array_api_subprocess():
+    pytest.importorskip("torch")
+    pytest.importorskip("array_api_strict")
+    env = dict(os.environ, SCIPY_ARRAY_API="1")
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-rs", __file__],
+        env=env,
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
+    summary = proc.stdout.strip().splitlines()[-1]
+    assert " passed" in summary and "failed" not in summary, summary
+    # the mixed-namespace check ran and passed for every configuration (array-api-strict
+    # y and sample_weight with torch X): it was not skipped
+    mixed = [
+        line
+        for line in proc.stdout.splitlines()
+        if "check_array_api_mixed_inputs" in line
+        and "xp='array_api_strict'" in line
+        and " PASSED" in line
+    ]
+    assert len(mixed) == len(ESTIMATORS), "\n".join(mixed)

@@ -1,4 +1,4 @@
-"""The integration examples of docs/user_guide/choosing_tilt.md run as shown.
+"""The integration examples of docs/user_guide/minibatch.md run as shown.
 
 The PyTorch Lightning and Hugging Face Trainer blocks are read from the page (each follows
 a marker comment) and executed; each test is skipped where its framework is missing. The
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-PAGE = Path(__file__).resolve().parent.parent / "docs" / "user_guide" / "choosing_tilt.md"
+PAGE = Path(__file__).resolve().parent.parent / "docs" / "user_guide" / "minibatch.md"
 
 
 def _block(marker: str) -> str:

@@ -152,21 +152,23 @@ def test_report_losses_and_weights_against_a_direct_computation():
     assert math.isclose(rep["ess_all"], 1.0 / (y.size * np.sum(w**2)), rel_tol=1e-12)
 
 
-def test_ess_tilted_loss_keeps_the_asked_share_of_each_batch():
+def test_term_ess_loss_keeps_the_asked_share_of_each_batch():
+    # TERM-ESS trains with TiltedLoss(ess=...): each batch's tilt gives its weights the
+    # asked effective sample size, checked against tilted_weights of that batch
     from tiltlab import tilted_weights
-    from tiltlab.reproduce._deep_report import ESSTiltedLoss
+    from tiltlab.reproduce.label_noise import _objective
 
     ce = torch.nn.CrossEntropyLoss(reduction="none")
-    loss = ESSTiltedLoss(ce, lambda step: [1.0, 0.6, 0.3][step])
+    loss = _objective("TERM-ESS", ce, 2, 0.3)  # the share ramps from 1 to 0.3 in 2 steps
     gen = torch.Generator().manual_seed(0)
-    for step in range(3):
+    for step, share_wanted in enumerate([1.0, 0.65, 0.3]):
         logits = torch.randn(32, 5, generator=gen, dtype=torch.float64)
         target = torch.randint(0, 5, (32,), generator=gen)
         loss(logits, target)
         t = loss.tilts[-1]
         w = tilted_weights(ce(logits, target).numpy(), t)
         share = 1.0 / (32 * np.sum(w**2))
-        assert math.isclose(share, [1.0, 0.6, 0.3][step], rel_tol=1e-8)
+        assert math.isclose(share, share_wanted, rel_tol=1e-8)
         assert (t == 0.0) if step == 0 else (t < 0.0)
 
 

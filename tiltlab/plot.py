@@ -110,7 +110,8 @@ def plot_tradeoffs(path_or_curves: Any, ax: Any = None) -> Any:
     >>> import tiltlab as tl
     >>> from tiltlab.plot import plot_tradeoffs
     >>> X = np.c_[np.linspace(0, 1, 20), np.ones(20)]
-    >>> path = tl.tilt_path(tl.TiltedObjective("squared", X, X[:, 0] ** 2), [-1.0, 0.0, 1.0])
+    >>> obj = tl.TiltedObjective("squared", X, X[:, 0] ** 2)
+    >>> path = tl.tilt_path(obj, [-1.0, 0.0, 1.0])
     >>> len(plot_tradeoffs(path))
     3
     """
@@ -218,7 +219,8 @@ def plot_quantile_curves(
     >>> from tiltlab.bounds import quantile_curves
     >>> from tiltlab.plot import plot_quantile_curves
     >>> X = np.c_[np.linspace(0, 1, 20), np.ones(20)]
-    >>> path = tl.tilt_path(tl.TiltedObjective("squared", X, X[:, 0] ** 2), [-1.0, 0.0, 1.0])
+    >>> obj = tl.TiltedObjective("squared", X, X[:, 0] ** 2)
+    >>> path = tl.tilt_path(obj, [-1.0, 0.0, 1.0])
     >>> a = np.linspace(0.001, 0.05, 20)
     >>> ax = plot_quantile_curves(quantile_curves(path, a), a)
     >>> ax.get_xlabel()
@@ -273,7 +275,8 @@ def plot_path(path: Any, ax: Any = None, *, coords: Sequence[int] | None = None)
     >>> import tiltlab as tl
     >>> from tiltlab.plot import plot_path
     >>> X = np.c_[np.linspace(0, 1, 20), np.ones(20)]
-    >>> path = tl.tilt_path(tl.TiltedObjective("squared", X, X[:, 0] ** 2), [-1.0, 0.0, 1.0])
+    >>> obj = tl.TiltedObjective("squared", X, X[:, 0] ** 2)
+    >>> path = tl.tilt_path(obj, [-1.0, 0.0, 1.0])
     >>> [line.get_label() for line in plot_path(path).get_lines()][:2]
     ['theta[0]', 'theta[1]']
     """

@@ -427,7 +427,8 @@ def scale_by_group(values: np.ndarray, codes: np.ndarray, factors: np.ndarray) -
     --------
     >>> import numpy as np
     >>> from tiltlab._cpu_kernels.segments import scale_by_group
-    >>> scale_by_group(np.array([1.0, 2.0, 3.0]), np.array([1, 0, 1]), np.array([10.0, 0.5]))
+    >>> scale_by_group(np.array([1.0, 2.0, 3.0]), np.array([1, 0, 1]),
+    ...                np.array([10.0, 0.5]))
     array([ 0.5, 20. ,  1.5])
     """
     if use_kernels(codes.shape[0]) and values.flags.c_contiguous:

@@ -182,7 +182,8 @@ def finalize_risk(state: TiltState, xp: Any, dtype: Any) -> Any:
     Examples
     --------
     >>> import numpy as np
-    >>> float(finalize_risk(block_state(np.array([3.0, 3.0]), None, 5.0, np), np, np.float64))
+    >>> state = block_state(np.array([3.0, 3.0]), None, 5.0, np)
+    >>> float(finalize_risk(state, np, np.float64))
     3.0
     """
     return state.risk(xp, dtype)

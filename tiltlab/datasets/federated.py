@@ -229,7 +229,8 @@ def load_leaf_federated(data_dir: str | os.PathLike, *, name: str | None = None)
     ...     data = {"u1": {"x": [[0.0, 1.0], [1.0, 0.0]], "y": [-1, 1]},
     ...             "u2": {"x": [[2.0, 2.0]], "y": [1]}}
     ...     with open(os.path.join(root, split, "data.json"), "w") as fh:
-    ...         json.dump({"users": ["u1", "u2"], "num_samples": [2, 1], "user_data": data}, fh)
+    ...         json.dump({"users": ["u1", "u2"], "num_samples": [2, 1],
+    ...                    "user_data": data}, fh)
     >>> fed = load_leaf_federated(root)
     >>> fed.n_devices, fed.n_classes, fed.y_train[0].tolist()
     (2, 2, [0, 1])

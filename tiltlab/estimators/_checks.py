@@ -34,6 +34,23 @@ def take_rows(A: Any, idx: np.ndarray, xp: Any) -> Any:
     return xp.take(A, xp.asarray(idx.astype(np.int64), device=device(A)), axis=0)
 
 
+def follow_X(a: Any, X: Any, xp: Any) -> Any:
+    """``a`` (``y``, ``sample_weight``) in ``X``'s namespace and on its device.
+
+    Targets and weights follow ``X``, as in scikit-learn: with array API dispatch, ``y``
+    may come from another library or device than ``X``; it is copied through the host
+    then, and returned unchanged when it is already where ``X`` is.
+    """
+    if not is_array_api_obj(a):
+        return a
+    if namespace(a) is xp and device(a) == device(X):
+        return a
+    host = to_numpy(a)
+    if is_numpy(xp):
+        return host
+    return xp.asarray(host, device=device(X))
+
+
 def add_intercept_column(X: Any, xp: Any) -> Any:
     ones = xp.ones((X.shape[0], 1), dtype=X.dtype, device=device(X))
     return xp.concat([X, ones], axis=1)
@@ -141,7 +158,7 @@ def check_sample_weight(sample_weight: Any, n: int, X: Any, xp: Any) -> Any:
     if isinstance(sample_weight, numbers.Number):
         return xp.full((n,), float(sample_weight), dtype=X.dtype, device=device(X))
     if not is_numpy(xp) and is_array_api_obj(sample_weight):
-        sw = xp.asarray(sample_weight, device=device(X))
+        sw = follow_X(sample_weight, X, xp)
         sw = xp.astype(sw, X.dtype)
     else:
         sw_np = np.asarray(to_numpy(sample_weight))

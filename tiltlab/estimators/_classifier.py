@@ -13,7 +13,7 @@ from sklearn.utils.validation import validate_data
 from .._compat import device, to_numpy
 from ..losses import get_loss
 from ._base import FitData, Problem, TiltedLinearBase, drop_zero_weight_rows, split_theta
-from ._checks import as_float_X, check_sample_weight, is_numpy, namespace
+from ._checks import as_float_X, check_sample_weight, follow_X, is_numpy, namespace
 
 __all__ = ["TiltedClassifier"]
 
@@ -162,6 +162,7 @@ class TiltedClassifier(ClassifierMixin, TiltedLinearBase):
         check_classification_targets(y)
         xp = namespace(X)
         X = as_float_X(X, xp)
+        y = follow_X(y, X, xp)
         n = int(X.shape[0])
         classes, codes, codes_np = encode_labels(y, xp)
         k = int(classes.shape[0])

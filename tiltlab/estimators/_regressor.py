@@ -10,7 +10,14 @@ from sklearn.utils.validation import validate_data
 from .._compat import check_finite
 from ..losses import get_loss
 from ._base import FitData, Problem, TiltedLinearBase, drop_zero_weight_rows, split_theta
-from ._checks import as_float_X, check_real, check_sample_weight, is_numpy, namespace
+from ._checks import (
+    as_float_X,
+    check_real,
+    check_sample_weight,
+    follow_X,
+    is_numpy,
+    namespace,
+)
 
 __all__ = ["TiltedRegressor"]
 
@@ -159,7 +166,8 @@ class TiltedRegressor(RegressorMixin, TiltedLinearBase):
     >>> term = TiltedRegressor(t=-2.0, early_stopping=True, random_state=0).fit(X, y)
     >>> from sklearn.linear_model import LinearRegression
     >>> ols = LinearRegression().fit(X, y)                 # plain least squares
-    >>> def rmse(m): return float(np.sqrt(np.mean((m.predict(d.X_test[:, :-1]) - d.y_test) ** 2)))
+    >>> def rmse(m):
+    ...     return float(np.sqrt(np.mean((m.predict(d.X_test[:, :-1]) - d.y_test) ** 2)))
     >>> rmse(term) < 1.5 < 3.0 < rmse(ols)
     True
     >>> noisy = d.noisy_train[:2000]            # 40% of the rows, under 30% of the weight
@@ -231,7 +239,7 @@ class TiltedRegressor(RegressorMixin, TiltedLinearBase):
     def _validate_Xy(self, X: Any, y: Any) -> tuple[Any, Any]:
         X, y = validate_data(self, X, y, dtype="numeric", y_numeric=True, multi_output=False)
         xp = namespace(X)
-        return as_float_X(X, xp), as_float_X(y, xp)
+        return as_float_X(X, xp), as_float_X(follow_X(y, X, xp), xp)
 
     def fit(self, X: Any, y: Any, sample_weight: Any = None, groups: Any = None):
         """Fit the tilted linear model.

@@ -89,7 +89,7 @@ def check_objective(obj: Any, name: str = "objective", *, tilted: bool = False) 
     >>> check_objective(3.0, "x0")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    TypeError: `x0` must be a tiltlab.TiltedObjective or follow the ... (no value_and_gradient, ...)
+    TypeError: `x0` must be a tiltlab.TiltedObjective or follow the ... (no ...
     """
     if tilted:
         from ._facade import TiltedObjective

@@ -505,7 +505,8 @@ class Reproduction:
         Examples
         --------
         >>> from tiltlab.reproduce import Reproduction
-        >>> print(Reproduction("demo", [], title="Title", table="table", notes="notes").report())
+        >>> rep = Reproduction("demo", [], title="Title", table="table", notes="notes")
+        >>> print(rep.report())
         Title
         <BLANKLINE>
         table

@@ -65,7 +65,7 @@ class Split:
 
     Examples
     --------
-    >>> from tiltlab.reproduce._deep import digits_split
+    >>> from tiltlab.reproduce.deep import digits_split
     >>> s = digits_split(0)
     >>> s.X_train.dtype, s.X_train.shape[0] + s.X_val.shape[0] + s.X_test.shape[0]
     (dtype('float32'), 1797)
@@ -111,7 +111,7 @@ def digits_split(seed: int, *, val_fraction: float = 0.15, test_fraction: float 
 
     Examples
     --------
-    >>> from tiltlab.reproduce._deep import digits_split
+    >>> from tiltlab.reproduce.deep import digits_split
     >>> s = digits_split(0)
     >>> s.X_train.shape[1], s.n_classes, s.image_shape
     (64, 10, (1, 8, 8))
@@ -165,7 +165,7 @@ def stratified_split(
     Examples
     --------
     >>> import numpy as np
-    >>> from tiltlab.reproduce._deep import stratified_split
+    >>> from tiltlab.reproduce.deep import stratified_split
     >>> X, y = np.zeros((40, 2), np.float32), np.repeat([0, 1], 20)
     >>> s = stratified_split(X, y, 0, (1, 1, 2), val_fraction=0.25, test_fraction=0.25)
     >>> np.bincount(s.y_train).tolist(), np.bincount(s.y_test).tolist()
@@ -217,7 +217,7 @@ def uniform_label_noise(
     Examples
     --------
     >>> import numpy as np
-    >>> from tiltlab.reproduce._deep import uniform_label_noise
+    >>> from tiltlab.reproduce.deep import uniform_label_noise
     >>> y = np.zeros(1000, dtype=np.int64)
     >>> noisy, replaced = uniform_label_noise(y, 0.4, 10, np.random.default_rng(0))
     >>> int(replaced.sum())
@@ -276,7 +276,7 @@ def make_model(
 
     Examples
     --------
-    >>> from tiltlab.reproduce._deep import make_model
+    >>> from tiltlab.reproduce.deep import make_model
     >>> make_model("mlp", 64, 10, (1, 8, 8))[0].in_features
     64
     """
@@ -375,10 +375,12 @@ def train(
     Examples
     --------
     >>> import numpy as np
-    >>> from tiltlab.reproduce._deep import cross_entropy, digits_split, make_model, mean_of, train
+    >>> from tiltlab.reproduce.deep import (
+    ...     cross_entropy, digits_split, make_model, mean_of, train)
     >>> s = digits_split(0)
     >>> model = make_model("mlp", 64, 10, s.image_shape).float()  # float32, as the data
-    >>> model = train(model, s.X_train, s.y_train, mean_of(cross_entropy()), epochs=2, seed=0)
+    >>> model = train(model, s.X_train, s.y_train, mean_of(cross_entropy()),
+    ...               epochs=2, seed=0)
     >>> model.training
     False
     """
@@ -448,11 +450,13 @@ def predict(model: Any, X: np.ndarray, device: str = "cpu") -> np.ndarray:
     Examples
     --------
     >>> import numpy as np
-    >>> from tiltlab.reproduce._deep import cross_entropy, digits_split, make_model, mean_of, train
+    >>> from tiltlab.reproduce.deep import (
+    ...     cross_entropy, digits_split, make_model, mean_of, train)
     >>> s = digits_split(0)
     >>> model = make_model("mlp", 64, 10, s.image_shape).float()  # float32, as the data
-    >>> model = train(model, s.X_train, s.y_train, mean_of(cross_entropy()), epochs=2, seed=0)
-    >>> from tiltlab.reproduce._deep import predict
+    >>> model = train(model, s.X_train, s.y_train, mean_of(cross_entropy()),
+    ...               epochs=2, seed=0)
+    >>> from tiltlab.reproduce.deep import predict
     >>> predict(model, s.X_test[:5]).shape
     (5,)
     """
@@ -489,11 +493,13 @@ def accuracy(model: Any, X: np.ndarray, y: np.ndarray, device: str = "cpu") -> f
     Examples
     --------
     >>> import numpy as np
-    >>> from tiltlab.reproduce._deep import cross_entropy, digits_split, make_model, mean_of, train
+    >>> from tiltlab.reproduce.deep import (
+    ...     cross_entropy, digits_split, make_model, mean_of, train)
     >>> s = digits_split(0)
     >>> model = make_model("mlp", 64, 10, s.image_shape).float()  # float32, as the data
-    >>> model = train(model, s.X_train, s.y_train, mean_of(cross_entropy()), epochs=2, seed=0)
-    >>> from tiltlab.reproduce._deep import accuracy
+    >>> model = train(model, s.X_train, s.y_train, mean_of(cross_entropy()),
+    ...               epochs=2, seed=0)
+    >>> from tiltlab.reproduce.deep import accuracy
     >>> bool(accuracy(model, s.X_test, s.y_test) > 0.5)  # chance is 0.1
     True
     """
@@ -530,11 +536,13 @@ def class_accuracies(
     Examples
     --------
     >>> import numpy as np
-    >>> from tiltlab.reproduce._deep import cross_entropy, digits_split, make_model, mean_of, train
+    >>> from tiltlab.reproduce.deep import (
+    ...     cross_entropy, digits_split, make_model, mean_of, train)
     >>> s = digits_split(0)
     >>> model = make_model("mlp", 64, 10, s.image_shape).float()  # float32, as the data
-    >>> model = train(model, s.X_train, s.y_train, mean_of(cross_entropy()), epochs=2, seed=0)
-    >>> from tiltlab.reproduce._deep import class_accuracies
+    >>> model = train(model, s.X_train, s.y_train, mean_of(cross_entropy()),
+    ...               epochs=2, seed=0)
+    >>> from tiltlab.reproduce.deep import class_accuracies
     >>> class_accuracies(model, s.X_test, s.y_test, 10).shape
     (10,)
     """
@@ -571,7 +579,7 @@ def check_device(device: str) -> str:
 
     Examples
     --------
-    >>> from tiltlab.reproduce._deep import check_device
+    >>> from tiltlab.reproduce.deep import check_device
     >>> check_device("cpu")
     'cpu'
     """

@@ -52,7 +52,7 @@ def generalized_cross_entropy(q: float) -> Callable[[Any, Any], Any]:
     Examples
     --------
     >>> import torch
-    >>> from tiltlab.reproduce._deep import generalized_cross_entropy
+    >>> from tiltlab.reproduce.deep import generalized_cross_entropy
     >>> loss = generalized_cross_entropy(1.0)(torch.zeros(1, 4), torch.tensor([2]))
     >>> round(float(loss[0]), 6)
     0.75
@@ -94,7 +94,7 @@ def symmetric_cross_entropy(
     Examples
     --------
     >>> import torch
-    >>> from tiltlab.reproduce._deep import symmetric_cross_entropy
+    >>> from tiltlab.reproduce.deep import symmetric_cross_entropy
     >>> loss = symmetric_cross_entropy(0.0, 1.0)(torch.zeros(1, 4), torch.tensor([2]))
     >>> round(float(loss[0]), 6)
     3.0
@@ -132,7 +132,7 @@ def focal_loss(gamma: float = 2.0, class_weight: Any = None) -> Callable[[Any, A
     Examples
     --------
     >>> import torch
-    >>> from tiltlab.reproduce._deep import focal_loss
+    >>> from tiltlab.reproduce.deep import focal_loss
     >>> loss = focal_loss(0.0)(torch.zeros(1, 2), torch.tensor([1]))
     >>> round(float(loss[0]), 6) == round(float(torch.log(torch.tensor(2.0))), 6)
     True
@@ -169,7 +169,7 @@ def cross_entropy(class_weight: Any = None) -> Callable[[Any, Any], Any]:
     Examples
     --------
     >>> import torch
-    >>> from tiltlab.reproduce._deep import cross_entropy
+    >>> from tiltlab.reproduce.deep import cross_entropy
     >>> loss = cross_entropy([1.0, 3.0])(torch.zeros(2, 2), torch.tensor([0, 1]))
     >>> [round(v, 4) for v in loss.tolist()]  # log 2 and 3 log 2
     [0.6931, 2.0794]
@@ -207,7 +207,7 @@ def mean_of(criterion: Callable[[Any, Any], Any]) -> Callable[..., Any]:
     Examples
     --------
     >>> import torch
-    >>> from tiltlab.reproduce._deep import cross_entropy, mean_of
+    >>> from tiltlab.reproduce.deep import cross_entropy, mean_of
     >>> value = mean_of(cross_entropy())(torch.zeros(3, 2), torch.tensor([0, 1, 0]))
     >>> round(float(value), 4)
     0.6931

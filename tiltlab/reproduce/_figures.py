@@ -44,7 +44,8 @@ def plot_accuracy_curves(
     >>> import tempfile
     >>> from tiltlab.reproduce import Reproduction
     >>> from tiltlab.reproduce._figures import plot_accuracy_curves
-    >>> rep = Reproduction("demo", [{"method": "ERM"}], curves={"accuracy": {("ERM", 0.5): [0.9]}})
+    >>> rep = Reproduction("demo", [{"method": "ERM"}],
+    ...                    curves={"accuracy": {("ERM", 0.5): [0.9]}})
     >>> paths = plot_accuracy_curves(rep, [0.5], tempfile.mkdtemp(), xlabel="x", title="t",
     ...                              filename="demo.png")
     >>> paths[0].endswith("demo.png")

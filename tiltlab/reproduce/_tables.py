@@ -60,7 +60,8 @@ def format_grid(
     >>> from tiltlab.reproduce import make_row
     >>> from tiltlab.reproduce._common import format_grid
     >>> rows = [make_row("ERM", "clean", "rmse", "test", [1.0, 3.0], (2.1, None))]
-    >>> print(format_grid(rows, row_of=lambda r: r["method"], col_of=lambda r: r["setting"]))
+    >>> print(format_grid(rows, row_of=lambda r: r["method"],
+    ...                   col_of=lambda r: r["setting"]))
     method |                 clean
     ------------------------------
     ERM    | 2.000 (1.000) [2.100]

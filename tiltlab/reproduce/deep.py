@@ -28,10 +28,9 @@ from ._deep_losses import (
     mean_of,
     symmetric_cross_entropy,
 )
-from ._deep_report import ESSTiltedLoss, training_losses, training_report
+from ._deep_report import training_losses, training_report
 
 __all__ = [
-    "ESSTiltedLoss",
     "Split",
     "accuracy",
     "check_device",

@@ -78,7 +78,8 @@ def term_pca_path(
     >>> import numpy as np
     >>> from tiltlab.reproduce.fair_pca import term_pca_path
     >>> rng = np.random.default_rng(0)
-    >>> groups = [rng.normal(size=(50, 3)) * [3, 1, 1], rng.normal(size=(50, 3)) * [1, 3, 1]]
+    >>> groups = [rng.normal(size=(50, 3)) * [3, 1, 1],
+    ...           rng.normal(size=(50, 3)) * [1, 3, 1]]
     >>> [U.shape for U in term_pca_path(groups, 1, [0.0, 10.0])]
     [(3, 1), (3, 1)]
     """

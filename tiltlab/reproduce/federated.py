@@ -170,7 +170,8 @@ class FedAvg:
     >>> from tiltlab.reproduce.federated import FedAvg, device_accuracies
     >>> from tiltlab.datasets import synthetic_federated
     >>> data = synthetic_federated(n_devices=5, seed=0)
-    >>> W = FedAvg(clients=3, local_steps=5).run(data, rounds=3, rng=np.random.default_rng(0))
+    >>> W = FedAvg(clients=3, local_steps=5).run(data, rounds=3,
+    ...                                         rng=np.random.default_rng(0))
     >>> W.shape
     (61, 10)
     """
@@ -314,7 +315,8 @@ class TermFL(FedAvg):
     >>> from tiltlab.reproduce.federated import FedAvg, TermFL
     >>> data = synthetic_federated(n_devices=8, n_features=4, n_classes=3, seed=0)
     >>> fedavg = FedAvg(clients=4).run(data, 5, np.random.default_rng(0))
-    >>> flat = TermFL(clients=4, t=0.0, device_loss="sum").run(data, 5, np.random.default_rng(0))
+    >>> flat = TermFL(clients=4, t=0.0, device_loss="sum").run(
+    ...     data, 5, np.random.default_rng(0))
     >>> bool(np.allclose(flat, fedavg))  # t = 0 is FedAvg
     True
     """

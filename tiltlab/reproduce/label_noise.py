@@ -41,7 +41,7 @@ import numpy as np
 
 from . import _deep
 from ._common import Reproduction, check_choices, format_grid, make_row, progress_bar, seed_list
-from ._deep_report import ESSTiltedLoss, training_losses, training_report
+from ._deep_report import training_losses, training_report
 from ._figures import plot_accuracy_curves
 
 __all__ = ["ESS_TARGET", "GCE_QS", "METHODS", "NOISE", "PAPER_LABEL_NOISE", "label_noise"]
@@ -113,8 +113,27 @@ def _objective(method: str, ce: Any, steps: int, ess: float) -> Any:
     if method == "TERM":
         return TiltedLoss(ce, t=linear_schedule(0.0, T_FINAL, steps))
     if method == "TERM-ESS":
-        return ESSTiltedLoss(ce, linear_schedule(1.0, ess, steps))
+        return _RecordedTilts(TiltedLoss(ce, ess=linear_schedule(1.0, ess, steps)))
     return _deep.mean_of(ce)  # ERM, and Genie ERM on the kept rows
+
+
+class _RecordedTilts:
+    """A :class:`~tiltlab.torch.TiltedLoss` that records the tilt of each training call
+    (its ``t`` after the call: with ``ess=`` the tilt solved for that batch), for the
+    report's note on TERM-ESS."""
+
+    def __init__(self, loss: Any):
+        self.loss = loss
+        self.tilts: list[float] = []
+
+    def to(self, device: Any) -> _RecordedTilts:
+        self.loss.to(device)
+        return self
+
+    def __call__(self, logits: Any, target: Any, groups: Any = None) -> Any:
+        value = self.loss(logits, target)
+        self.tilts.append(float(self.loss.t))
+        return value
 
 
 class _Reports:

@@ -174,7 +174,8 @@ def ritz_pairs(S: list, Y: list, m: int) -> tuple[list, list] | None:
     >>> import numpy as np
     >>> from tiltlab.solvers._continuation import ritz_pairs
     >>> H = np.diag([1.0, 2.0, 5.0])
-    >>> S = [np.array([1.0, 1.0, 0.0]), np.array([0.0, 1.0, 1.0]), np.array([1.0, 0.0, 1.0])]
+    >>> S = [np.array([1.0, 1.0, 0.0]), np.array([0.0, 1.0, 1.0]),
+    ...      np.array([1.0, 0.0, 1.0])]
     >>> s, y = ritz_pairs(S, [H @ v for v in S], 2)
     >>> [round(float(v @ w / (v @ v)), 12) for v, w in zip(s, y)]
     [2.0, 1.0]

@@ -81,7 +81,8 @@ class Newton(Solver):
     --------
     >>> import numpy as np
     >>> import tiltlab as tl
-    >>> obj = tl.TiltedObjective("squared", np.c_[np.ones(5), np.arange(5.0)], np.arange(5.0))
+    >>> X = np.c_[np.ones(5), np.arange(5.0)]
+    >>> obj = tl.TiltedObjective("squared", X, np.arange(5.0))
     >>> res = tl.minimize(obj, method="newton", hessian="cg")
     >>> res.success, (np.round(res.x, 6) + 0.0).tolist()
     (True, [0.0, 1.0])

@@ -124,7 +124,8 @@ def check_path(
     >>> y = X @ np.array([1.0, 0.5]) + 0.3 * rng.normal(size=30)
     >>> obj = tl.TiltedObjective("squared", X, y, l2=1e-3)
     >>> path = tl.tilt_path(obj, np.linspace(-1, 2, 7), method="newton", tol=1e-12)
-    >>> checks = check_path(path, include=["objective_monotone_in_t", "solution_derivative_fd"])
+    >>> checks = check_path(
+    ...     path, include=["objective_monotone_in_t", "solution_derivative_fd"])
     >>> [(c.name, c.holds) for c in checks]
     [('objective_monotone_in_t', True), ('solution_derivative_fd', True)]
     >>> print(format_checks(checks).splitlines()[0])  # doctest: +NORMALIZE_WHITESPACE
