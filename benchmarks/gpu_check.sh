@@ -39,3 +39,28 @@ PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" timeout "${REPORT_TIMEOUT:-900}" "$
   benchmarks/gpu_report.py --no-tests --json "$out/gpu_report.json" ${REPORT_ARGS:-} 2>&1 \
   | tee "$out/gpu_report.txt"
 echo "report: $(( $(date +%s) - start )) s" | tee -a "$out/device.txt"
+
+# The asv history: the suite run on the installed package and recorded for this commit
+# under a machine profile named after the GPU (gpu-<device name>), in $out/asv-results;
+# copy its machine folder into benchmarks/results/ to add the point to the history.
+# Knobs: ASV_RECORD=0 skips it, ASV_BENCH (asv -b expression, default the GPU and Dask
+# benchmarks and the counts), ASV_TIMEOUT (seconds, 600 by default).
+if [ "${ASV_RECORD:-1}" != 0 ] && "$py" -c "import asv" 2>/dev/null; then
+  gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+  machine="gpu-$(printf '%s' "${gpu:-unknown}" | tr 'A-Z ' 'a-z-' | tr -cd 'a-z0-9-')"
+  date_arg=()
+  if ! git rev-parse HEAD >/dev/null 2>&1; then
+    date_arg=(--date "${TILTLAB_COMMIT_DATE:-$(date -u +%Y-%m-%dT%H:%M:%S)}")
+  fi
+  start=$(date +%s)
+  ASV_PYTHONPATH="$PWD" timeout "${ASV_TIMEOUT:-600}" "$py" benchmarks/asv_record.py \
+    --machine "$machine" --results-dir "$out/asv-results" --commit "$commit" "${date_arg[@]}" \
+    --cpu "$(nproc) CPU cores, ${gpu:-no GPU}" \
+    -b "${ASV_BENCH:-Bandwidth|TiltedRisk|TiltedWeights|HierarchicalRisk|ValueAndGradient|Passes|DaskEvaluation}" \
+    -- -a rounds=1 -a repeat=3 2>&1 | tee "$out/asv_run.txt" | tail -40
+  echo "asv: $(( $(date +%s) - start )) s, results in $out/asv-results/$machine" \
+    | tee -a "$out/device.txt"
+else
+  echo "asv not installed (pip install asv): no point added to the asv history" \
+    | tee -a "$out/device.txt"
+fi

@@ -185,7 +185,40 @@ def _no_inherited_type_doc(app, what, name, obj, options, lines):
         lines.clear()
 
 
+_ASV_MISSING = """<!DOCTYPE html>
+<html><head><meta charset="utf-8"><title>tiltlab benchmark history</title></head>
+<body><h1>tiltlab benchmark history</h1>
+<p>The graphs of the asv history were not built with this copy of the documentation
+(asv, or the git history of the recorded commits, was missing). Build them with
+<code>pip install asv; python benchmarks/asv_publish.py</code> from the repository's root
+and open <code>benchmarks/html/index.html</code>.</p></body></html>
+"""
+
+
+def _asv_graphs(app, config):
+    """Ship the asv history's graphs with the site as ``asv/index.html``: the committed
+    results of ``benchmarks/results`` published by ``benchmarks/asv_publish.py`` (asv's
+    pages with their scripts copied beside them: no network), or a page that says how to
+    build them where asv or the git history is missing."""
+    import subprocess
+
+    extra = DOCS / "_build" / "asv-extra"
+    site = extra / "asv"
+    shutil.rmtree(site, ignore_errors=True)
+    site.mkdir(parents=True)
+    script = ROOT / "benchmarks" / "asv_publish.py"
+    done = subprocess.run(
+        [sys.executable, str(script), str(site)], capture_output=True, check=False
+    ).returncode == 0
+    if not done:
+        shutil.rmtree(site, ignore_errors=True)
+        site.mkdir(parents=True)
+        (site / "index.html").write_text(_ASV_MISSING, encoding="utf-8")
+    config.html_extra_path = [*config.html_extra_path, str(extra)]
+
+
 def setup(app):
+    app.connect("config-inited", _asv_graphs)
     app.connect("missing-reference", tiltlab_sphinx.resolve_missing)
     app.connect("autodoc-process-docstring", tiltlab_sphinx.add_backend_line, priority=400)
     app.connect("source-read", _estimators_page)

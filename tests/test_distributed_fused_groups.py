@@ -484,3 +484,60 @@ def test_fused_multinomial_hierarchy_mixed_routes_and_non_finite_losses(route_ca
     assert route_calls["asked"] == 3 * 4 and route_calls["served"] == 2 * 2  # declined
     np.testing.assert_equal(value, generic)
     assert not np.isfinite(value)
+
+
+class _Reads:
+    """Counts, on Dask's local scheduler, the graphs computed and, per chunk of ``X`` held
+    in the graph (persisted data: arrays of ``D`` columns), the tasks that take it: the
+    sweeps over the data."""
+
+    def __init__(self):
+        from dask.callbacks import Callback
+
+        self.graphs = 0
+        self.reads: list[tuple[int, int]] = []  # (rows of the chunk, tasks that take it)
+
+        def start_state(dsk, state):
+            self.graphs += 1
+            for key, value in state["cache"].items():
+                if isinstance(value, np.ndarray) and value.ndim == 2 and value.shape[1] == D:
+                    self.reads.append((value.shape[0], len(state["dependents"].get(key, ()))))
+
+        self.callback = Callback(start_state=start_state)
+
+
+@needs_numba
+@pytest.mark.parametrize("loss", ["logistic", "multinomial"])
+@pytest.mark.parametrize("kind", ["sample", "hierarchy"])
+def test_one_graph_and_one_sweep_per_evaluation(loss, kind, route_calls):
+    """An evaluation of a persisted objective (value, value and gradient, Hessian-vector
+    product) is one graph that reads each chunk of ``X`` once, for a hierarchy as for the
+    sample level (the fused grouped kernel forms each chunk's group states and sums in
+    its one pass); the generic route of a hierarchy (``fused = False``) reads each chunk
+    twice (group states, then the products with the final weights)."""
+    if loss == "multinomial":
+        X, y, th, v, w = _multi_data(np.float64, seed=11)
+    else:
+        X, y, th, v, w = _data(loss, np.float64, seed=11)
+    kw = {"groups": _groups(), "tilts": (-1.0, 2.0)} if kind == "hierarchy" else {"t": -1.0}
+    Xd, yd = dask.persist(_dask(X), _dask(y))
+    obj = tl.TiltedObjective(loss, Xd, yd, **kw)
+    dask.compute(*obj.value_and_gradient(th))  # distributes (persists) the data once
+    for fused in (True, False):
+        obj.fused = fused
+        for mode, evaluate in (
+            ("value", lambda: dask.compute(obj.value(th))),
+            ("grad", lambda: dask.compute(*obj.value_and_gradient(th))),
+            ("hvp", lambda: dask.compute(obj.hvp(th, v))),
+        ):
+            two = kind == "hierarchy" and not fused and mode != "value"
+            reads = _Reads()
+            with reads.callback:
+                evaluate()
+            assert reads.graphs == 1
+            assert len(reads.reads) == len(CHUNKS)  # every chunk of X is in the graph
+            nonempty = [r for rows, r in reads.reads if rows]
+            assert nonempty == [2 if two else 1] * 3, (fused, mode, reads.reads)
+    if kind == "hierarchy":
+        # three non-empty chunks in each fused evaluation, the first one's included
+        assert route_calls["served"] == 3 * 4

@@ -33,6 +33,7 @@ import numpy as np
 from ._blocks import BLOCK, KERNEL, block_rows, dots, dots2
 from ._losses import loss_block
 from ._rows import _INLINE, LAZY_LIMIT
+from ._typed_math import expm1_t
 
 
 @_INLINE
@@ -80,6 +81,18 @@ def fold_loss(st, loss, pi, t, cg, rg, g, vectors):
     return pe, f
 
 
+@_INLINE
+def block_weights(lv, codes, state, i0, nb, t, x, e1):
+    """``e1 = expm1(t (l - shift_g))`` in float64 for the rows of a block, at the shifts
+    their groups have once the block's losses moved them (every exponent is at most 0):
+    the group shifts gathered in one loop, the ``expm1`` of the whole block in a second
+    loop that LLVM vectorises (:mod:`._vmath`)."""
+    for b in range(nb):
+        x[b] = t * (np.float64(lv[b]) - state[codes[i0 + b], 0])
+    for b in range(nb):
+        e1[b] = expm1_t(x[b])
+
+
 @KERNEL
 def group_scalar(
     X, y, p, codes, theta, v, t, code, param, want_grad, want_hvp, state, A, B, k0, k1
@@ -89,7 +102,14 @@ def group_scalar(
     ``want_hvp``), ``B`` (``G x d``) the second Hessian-product sums (any shape unless
     ``want_hvp``; ``A`` too without vectors). A non-finite loss on the support sets the
     flag (column 7) of its group and stops the pass.
-    ``k0, k1`` are the launcher's chunk range (one chunk: the whole of ``X``)."""
+    ``k0, k1`` are the launcher's chunk range (one chunk: the whole of ``X``).
+
+    A block of rows at a time: the predictors and losses (:mod:`._blocks`), then the
+    shifts of the block's groups moved to cover its losses (a compare a row; the sums of
+    the rows folded before rescaled when a shift moves), the weights of the whole block
+    at those shifts (:func:`block_weights`, vectorised), and last each row folded into
+    its group's sums. The result is the state of :func:`fold_loss` folding the rows one
+    by one, up to rounding."""
     n, d = X.shape
     G = state.shape[0]
     has_p = p.shape[0] > 0
@@ -100,8 +120,11 @@ def group_scalar(
     lv = np.empty(BLOCK, dtype=X.dtype)
     d1 = np.empty(BLOCK, dtype=X.dtype)
     d2 = np.empty(BLOCK, dtype=X.dtype)
+    x = np.empty(BLOCK)
+    e1 = np.empty(BLOCK)
     cg = np.zeros(G)  # the lazy shift of each group's vector sums
     rg = np.ones(G)  # exp(t (shift - cg))
+    seen = np.zeros(G, dtype=np.bool_)
     vectors = want_grad or want_hvp
     for i0 in range(0, n, step):
         nb = min(step, n - i0)
@@ -110,32 +133,77 @@ def group_scalar(
         else:
             dots(X, i0, nb, theta, z, zero)
         loss_block(code, z, y, i0, nb, param, lv, d1, d2)
-        for b in range(nb):
+        for b in range(nb):  # the groups' shifts cover the block's losses
             i = i0 + b
             pi = p[i] if has_p else 1.0
             if not pi > 0.0:
                 continue
             lo_ = np.float64(lv[b])
-            g1 = np.float64(d1[b])
             g = codes[i]
-            st = state[g]
-            if not (math.isfinite(lo_) and math.isfinite(g1)):
-                st[7] = 1.0
+            if not (math.isfinite(lo_) and math.isfinite(np.float64(d1[b]))):
+                state[g, 7] = 1.0
                 return
-            pe, f = fold_loss(st, lo_, pi, t, cg, rg, g, vectors)
+            # the first loss of the group sets its shift, a later one moves it when it
+            # passes it (the sums of the rows folded so far rescaled); the lazy shift of
+            # the group's vector sums follows (written out here: the same steps in an
+            # inlined function took twice the time of the whole loop)
+            f = 1.0
+            if not seen[g]:
+                seen[g] = True
+                state[g, 0] = lo_
+                state[g, 1] = lo_
+                state[g, 2] = lo_
+                cg[g] = lo_
+                rg[g] = 1.0
+                continue
+            if lo_ > state[g, 1]:
+                state[g, 1] = lo_
+            if lo_ < state[g, 2]:
+                state[g, 2] = lo_
+            new = state[g, 1] if t > 0.0 else state[g, 2]
+            c = state[g, 0]
+            if new == c:
+                continue
+            du = t * (c - new)
+            r = math.exp(du)
+            state[g, 5] = state[g, 3] * math.expm1(du) + state[g, 5] * r
+            state[g, 4] *= r
+            state[g, 8] *= r
+            state[g, 6] += state[g, 3] * (c - new)
+            state[g, 0] = new
+            if vectors and t * (new - cg[g]) > LAZY_LIMIT:
+                f = math.exp(t * (cg[g] - new))
+                cg[g] = new
+                rg[g] = 1.0
+            elif vectors:
+                rg[g] = math.exp(t * (new - cg[g]))
             if f != 1.0:  # the group's vector sums move to its shift
                 for j in range(d):
                     A[g, j] *= f
                 if want_hvp:
                     for j in range(d):
                         B[g, j] *= f
+        block_weights(lv, codes, state, i0, nb, t, x, e1)
+        for b in range(nb):
+            i = i0 + b
+            pi = p[i] if has_p else 1.0
+            if not pi > 0.0:
+                continue
+            g = codes[i]
+            m1 = e1[b]
+            pe = pi * (m1 + 1.0)
+            state[g, 3] += pi
+            state[g, 4] += pe
+            state[g, 5] += pi * m1
+            state[g, 6] += pi * (np.float64(lv[b]) - state[g, 0])
             if not vectors:
                 continue
+            g1 = np.float64(d1[b])
             w = pe * rg[g]  # p exp(t (l - cg))
             if want_hvp:
                 ub = np.float64(u[b])
                 a = g1 * ub
-                st[8] += pe * a
+                state[g, 8] += pe * a
                 ca = w * (np.float64(d2[b]) * ub + t * g1 * a)
                 cb = w * g1
                 for j in range(d):
