@@ -19,8 +19,8 @@ from .risk import (
     hierarchical_risk,
     hierarchical_weights,
     tilt_for_ess,
-    tilted_advantage,
     tilt_for_kl,
+    tilted_advantage,
     tilted_risk,
     tilted_weights,
 )
