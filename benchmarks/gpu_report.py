@@ -169,6 +169,13 @@ def main(argv=None):
     ap.add_argument("--n", type=int, default=10_000_000)
     ap.add_argument("--dims", type=int, nargs="+", default=[16, 128])
     ap.add_argument("--no-tests", action="store_true")
+    ap.add_argument("--losses", default="squared,logistic",
+                    help="losses of the value-and-gradient rows at the largest d: a comma "
+                         "list, or 'all' for every loss the CUDA kernels serve (the smaller "
+                         "d take squared and logistic)")
+    ap.add_argument("--risk-n", type=int, default=0,
+                    help="also time float32 tilted_risk and tilted_weights at this many "
+                         "losses (0: only at --n)")
     ap.add_argument("--repeat", type=int, default=9)
     ap.add_argument("--no-torch-step", action="store_true",
                     help="skip the TiltedLoss training-step ratios")
@@ -255,17 +262,17 @@ def main(argv=None):
                      "vs_numpy_float64": abs(r_dev - r_host) / abs(r_host)})
         print(_fmt(rows[-1]), flush=True)
         del l, groups, nested
+    if args.risk_n:
+        rows += large_risk_rows(cupy, tl, args.risk_n, bw, sync, args.repeat)
     rows += hierarchical_objective_rows(cupy, tl, n, args.dims[0], sync, args.repeat)
     for dtype in (np.float32, np.float64):
         for d in args.dims:
             X = cupy.random.default_rng(d).standard_normal((n, d), dtype=dtype)
             theta_h = (rng.standard_normal(d) / math.sqrt(d)).astype(dtype)
             theta = cupy.asarray(theta_h)
-            for loss, t in (("squared", -2.0), ("logistic", 1.0)):
-                if loss == "squared":
-                    y = X @ theta + cupy.random.default_rng(1).standard_normal(n, dtype=dtype)
-                else:
-                    y = (cupy.random.default_rng(2).random(n) < 0.3).astype(dtype)
+            for loss in _losses_at(args, d):
+                t = _TILTS.get(loss, 1.0)
+                y = _labels(cupy, loss, X, theta, n, dtype)
                 obj = tl.TiltedObjective(loss, X, y, t=t)
                 gen = tl.TiltedObjective(loss, X, y, t=t)
                 gen.fused = False
@@ -285,7 +292,7 @@ def main(argv=None):
                            fused_vs_generic_grad=float(cupy.max(cupy.abs(gf - gg))
                                                        / cupy.max(cupy.abs(gg))),
                            fused_vs_generic_value=abs(float(vf) - float(vg)) / abs(float(vg)))
-                if has_torch:
+                if has_torch and loss in ("squared", "logistic"):
                     tX = torch.as_tensor(X, device="cuda")
                     ty = torch.as_tensor(y, device="cuda")
                     tth = torch.as_tensor(theta, device="cuda")
@@ -327,6 +334,54 @@ def main(argv=None):
     return 0
 
 
+#: the tilt of each loss's value-and-gradient row
+_TILTS = {"squared": -2.0, "absolute": -2.0, "huber": -2.0, "pinball": -2.0}
+
+
+def _losses_at(args, d):
+    """The losses of the value-and-gradient rows at ``d`` features."""
+    if d != max(args.dims) or args.losses == "squared,logistic":
+        return ("squared", "logistic")
+    if args.losses == "all":
+        from tiltlab._cupy.source import C_LOSSES
+
+        return tuple(C_LOSSES)
+    return tuple(args.losses.split(","))
+
+
+def _labels(cupy, loss, X, theta, n, dtype):
+    """Labels in the loss's label set, from the linear model ``X theta``: a real target
+    with noise, 0/1 classes, or Poisson counts of ``exp(X theta)``."""
+    from tiltlab.losses.table import FORMULAS
+
+    kind = FORMULAS[loss].labels if loss in FORMULAS else "real"
+    if kind == "binary":
+        return (cupy.random.default_rng(2).random(n) < 0.3).astype(dtype)
+    z = X @ theta
+    if kind == "nonnegative":
+        lam = cupy.exp(cupy.clip(z, -5, 5))
+        return cupy.random.RandomState(3).poisson(lam).astype(dtype)
+    return z + cupy.random.default_rng(1).standard_normal(n, dtype=dtype)
+
+
+def large_risk_rows(cupy, tl, n, bw, sync, repeat):
+    """``tilted_risk`` and ``tilted_weights`` of ``n`` float32 losses (past the launch
+    latency that bounds them at 1e7)."""
+    rows = []
+    l = cupy.random.RandomState(5).exponential(3.0, size=n, dtype=cupy.float32)
+    sec = _timeit(lambda l=l: tl.tilted_risk(l, 1.0), sync, repeat)
+    rows.append({"call": "tilted_risk t=1", "dtype": "float32", "n": n, "ms": sec * 1e3,
+                 "GBps": l.nbytes / sec / 1e9, "frac_copy_bw": l.nbytes / sec / bw})
+    print(_fmt(rows[-1]), flush=True)
+    sec = _timeit(lambda l=l: tl.tilted_weights(l, 1.0), sync, repeat)
+    rows.append({"call": "tilted_weights t=1", "dtype": "float32", "n": n, "ms": sec * 1e3,
+                 "GBps": 2 * l.nbytes / sec / 1e9, "frac_copy_bw": 2 * l.nbytes / sec / bw})
+    print(_fmt(rows[-1]), flush=True)
+    del l
+    cupy.get_default_memory_pool().free_all_blocks()
+    return rows
+
+
 def _cases(args):
     """The measured cases, by name (what ``--dry-run`` prints)."""
     out = []
@@ -338,10 +393,12 @@ def _cases(args):
         for levels in ("1000", "100 x 1000"):
             out += [f"hierarchical {call} logistic {levels} groups {dtype} d={args.dims[0]}"
                     for call in ("value_and_gradient", "hvp")]
+    if args.risk_n:
+        out += [f"{call} t=1 float32 n={args.risk_n}" for call in ("tilted_risk",
+                                                                  "tilted_weights")]
     for dtype in ("float32", "float64"):
         for d in args.dims:
-            out += [f"value_and_gradient {loss} {dtype} d={d}" for loss in ("squared",
-                                                                             "logistic")]
+            out += [f"value_and_gradient {loss} {dtype} d={d}" for loss in _losses_at(args, d)]
     if not args.no_torch_step:
         out.append("TiltedLoss step / mean-loss step (cuda eager, cuda compiled, cpu)")
     if not args.no_estimators:
