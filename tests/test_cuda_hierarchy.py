@@ -322,8 +322,10 @@ def _glm_data(rng, loss, n, d, dtype):
     (a noisy linear response, or Bernoulli(0.3) classes)."""
     X = rng.standard_normal((n, d)).astype(dtype)
     theta = (rng.standard_normal(d) / np.sqrt(d)).astype(dtype)
-    if loss == "squared":
+    if loss in ("squared", "pinball"):
         y = (X.astype(np.float64) @ theta + rng.standard_normal(n)).astype(dtype)
+    elif loss == "poisson":  # counts of mean exp(z)
+        y = rng.poisson(np.exp(X.astype(np.float64) @ theta)).astype(dtype)
     else:
         y = (rng.random(n) < 0.3).astype(dtype)
     return X, theta, y
@@ -334,6 +336,9 @@ OBJECTIVE_CASES = [
     ("squared", 300, 40, (0.0, 2.0, -1.0), 0.3, True),
     ("logistic", 250, 5, (-math.inf, 1e-9, 3.0), 0.0, False),
     ("squared", 200, 1, (2.0, math.inf), 0.5, True),
+    # losses of the table beyond squared and logistic (the loss's parameter in the build)
+    ("poisson", 300, 4, (1.0, -2.0), 0.1, True),
+    ("pinball", 250, 6, (-1.0, 0.0, 2.0), 0.0, False),
 ]
 
 
@@ -371,7 +376,7 @@ def test_objective_value_and_gradient(rec, loss, n, d, tilts, l2, with_prior, dt
     np.testing.assert_allclose(grad, want_g, rtol=0, atol=64 * d * eps * gscale * big)
 
 
-HVP_CASES = OBJECTIVE_CASES + [
+HVP_CASES = [c for c in OBJECTIVE_CASES if c[0] != "pinball"] + [  # pinball: d2 = 0 a.e.
     ("logistic", 300, 6, (0.5, 3.0, -2.0), 0.0, True),
     ("squared", 500, 3, (-1.0, 0.0, 1.5), 0.1, False),
 ]
@@ -383,6 +388,8 @@ def _hvp_bound(loss, X, y, theta, v, tilts, l2):
     z, u = X @ theta, X @ v
     if loss == "squared":
         d1, d2 = 2 * (z - y), np.full_like(z, 2.0)
+    elif loss == "poisson":
+        d1, d2 = np.exp(z) - y, np.exp(z)
     else:
         s = 1 / (1 + np.exp(-z))
         d1, d2 = s - y, s * (1 - s)

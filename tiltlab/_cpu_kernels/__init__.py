@@ -38,9 +38,12 @@ path they agree to rounding: about ``1e-13`` relative in float64 and ``1e-5`` in
 tilted weights in float32 arithmetic, with vectorised float32 ``exp``/``log1p`` accurate
 to 2 units in the last place; the tilted state and every long vector sum are float64).
 
-Losses: squared, absolute, Huber (``loss_params={"delta": ...}``), logistic, hinge,
-squared hinge (labels 0/1) and multinomial (``theta`` of shape ``(d, K)``, integer
-labels in ``[0, K)``). Infinite tilts are not served (callers use the generic path).
+Losses: the scalar losses of the table ``tiltlab/losses/table.py``, whose block loops are
+generated into :mod:`._losses` (squared, absolute, Huber with ``loss_params={"delta":
+...}``, logistic, hinge, squared hinge with labels 0/1, Poisson with labels >= 0, pinball
+with ``loss_params={"quantile": ...}``), and the multinomial loss (``theta`` of shape
+``(d, K)``, integer labels in ``[0, K)``). Infinite tilts are not served (callers use the
+generic path).
 """
 
 from __future__ import annotations
@@ -405,7 +408,7 @@ def fused_value_and_gradient(
         Non-negative prior weights (normalised here; zeros allowed: those rows are
         skipped). Default uniform.
     loss_params : dict, optional
-        ``{"delta": ...}`` for the Huber loss.
+        ``{"delta": ...}`` for the Huber loss, ``{"quantile": ...}`` for the pinball loss.
     n_chunks : int, optional
         Row chunks (default :func:`default_chunks`); results do not depend on the
         number of threads for a given chunk count.
