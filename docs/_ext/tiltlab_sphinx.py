@@ -637,6 +637,8 @@ BACKEND_SUPPORT = {
     "tiltlab.hierarchical_risk": "all",
     "tiltlab.hierarchical_weights": "all",
     "tiltlab.tilt_for_ess": "all",
+    "tiltlab.tilt_for_kl": "all",
+    "tiltlab.minimize_dro": "all",
     "tiltlab.minimize": "all",
     "tiltlab.tilt_path": "all",
     "tiltlab.TiltedObjective": "all",
