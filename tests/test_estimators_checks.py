@@ -67,6 +67,8 @@ ESTIMATORS = [
     TiltedClassifier(tilts=(1.0, 0.0), groups="class"),
     TiltedRegressorCV(),
     TiltedClassifierCV(),
+    TiltedRegressor(robustness="kl", radius=0.2),
+    TiltedClassifier(robustness="cvar", tail=0.3),
 ]
 
 #: The checks these estimators are known to fail, with the reason (scikit-learn's own way:
@@ -97,7 +99,16 @@ CV_REGRESSOR_TOLERANCE = (
 )
 
 
+CVAR_FLAT = (
+    "the CVaR objective is piecewise linear in the losses: the fit meets its value to about "
+    "1e-9, which fixes the coefficients only to about the square root of that over the "
+    "ridge's curvature, so the weighted and the repeated fits differ beyond rtol=1e-7"
+)
+
+
 def _expected_failures(estimator):
+    if getattr(estimator, "robustness", None) == "cvar":
+        return {"check_sample_weight_equivalence_on_dense_data": CVAR_FLAT}
     if isinstance(estimator, TiltedRegressorCV):
         return {"check_sample_weight_equivalence_on_dense_data": CV_REGRESSOR_TOLERANCE}
     if isinstance(estimator, TiltedClassifierCV):

@@ -29,6 +29,7 @@ PUBLIC = {
         "tilt_for_kl",
         "TiltedObjective",
         "minimize",
+        "minimize_dro",
         "tilt_path",
         "TiltPath",
         "OptimizeResult",

@@ -24,7 +24,7 @@ from .risk import (
     tilted_risk,
     tilted_weights,
 )
-from .solvers import OptimizeResult, Status, TiltPath, minimize, tilt_path
+from .solvers import OptimizeResult, Status, TiltPath, minimize, minimize_dro, tilt_path
 
 __version__ = "0.1.0.dev0"
 
@@ -48,6 +48,7 @@ __all__ = [
     "tilt_for_kl",
     "TiltedObjective",
     "minimize",
+    "minimize_dro",
     "tilt_path",
     "TiltPath",
     "OptimizeResult",

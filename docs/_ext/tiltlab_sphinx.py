@@ -638,6 +638,8 @@ BACKEND_SUPPORT = {
     "tiltlab.hierarchical_weights": "all",
     "tiltlab.tilt_for_ess": "all",
     "tiltlab.tilted_advantage": "all",
+    "tiltlab.tilt_for_kl": "all",
+    "tiltlab.minimize_dro": "all",
     "tiltlab.minimize": "all",
     "tiltlab.tilt_path": "all",
     "tiltlab.TiltedObjective": "all",

@@ -214,6 +214,33 @@ class TiltedLinearBase(BaseEstimator):
                     f"`n_iter_no_change` must be a positive integer, got {self.n_iter_no_change!r}"
                 )
         check_solver_options(self.solver_options)
+        self._check_robustness()
+
+    def _check_robustness(self) -> None:
+        kind = getattr(self, "robustness", None)
+        if kind is None:
+            return
+        if not (isinstance(kind, str) and kind in ("kl", "cvar")):
+            raise ValueError(f"`robustness` must be None, 'kl' or 'cvar', got {kind!r}")
+        if kind == "kl":
+            r = check_real(self.radius, "radius")
+            if not 0 <= r < float("inf"):
+                raise ValueError(f"`radius` must be a finite number >= 0, got {self.radius!r}")
+        else:
+            a = check_real(self.tail, "tail")
+            if not 0 < a <= 1:
+                raise ValueError(f"`tail` must lie in (0, 1], got {self.tail!r}")
+        if self.solver not in ("lbfgs", "gd", "agd") and not (
+            kind == "kl" and self.solver == "newton"
+        ):
+            raise ValueError(
+                f"`solver`={self.solver!r} is not available with `robustness`={kind!r}"
+            )
+        if self.t != 0 or self.tilts is not None:
+            raise ValueError(
+                f"`robustness`={kind!r} chooses the tilt itself: leave `t` at 0 and `tilts` "
+                "unset"
+            )
 
     def _tilt_spec(self, groups: Any, n: int, class_codes: np.ndarray | None) -> TiltSpec:
         """Check ``t``, ``tilts`` and the groups together; clear errors at fit."""
@@ -299,6 +326,8 @@ class TiltedLinearBase(BaseEstimator):
         """``early_stopping="auto"``: on from ``AUTO_EARLY_STOPPING_ROWS`` rows up for a
         tilted objective; off for the untilted one (every tilt 0: the convex empirical
         risk that scikit-learn's linear models minimise to their tolerance)."""
+        if getattr(self, "robustness", None) is not None:
+            return False  # a robust fit has no validation objective to stop on
         if isinstance(self.early_stopping, str):
             return n >= AUTO_EARLY_STOPPING_ROWS and spec.tilted
         return bool(self.early_stopping)
@@ -334,9 +363,16 @@ class TiltedLinearBase(BaseEstimator):
         )
 
     def _minimize(self, obj: Any, theta0: Any, val: Any, seed: int) -> Any:
-        from ..solvers import minimize
+        from ..solvers import minimize, minimize_dro
 
         opts = check_solver_options(self.solver_options)
+        kind = getattr(self, "robustness", None)
+        if kind is not None:
+            level = {"kl": float(self.radius)} if kind == "kl" else {"cvar": float(self.tail)}
+            return minimize_dro(
+                obj, **level, theta0=theta0, method=self.solver, tol=float(self.tol),
+                max_iter=int(self.max_iter), **opts,
+            )  # fmt: skip
         kw: dict[str, Any] = {}
         if val is not None:
             kw = {"validation": val, "patience": int(self.n_iter_no_change)}
@@ -382,7 +418,8 @@ class TiltedLinearBase(BaseEstimator):
         thetas, results = [], []
         for k, prob in enumerate(data.problems):
             theta0 = None if theta0s is None else theta0s[k]
-            if split is None and self._direct(data, prob, spec):
+            robust = getattr(self, "robustness", None) is not None
+            if split is None and not robust and self._direct(data, prob, spec):
                 x, res = newton_solve(
                     data.features, prob.y, data.sample_weight, alpha=float(self.alpha),
                     intercept=data.intercept, tol=float(self.tol), xp=data.xp,
@@ -447,6 +484,17 @@ class TiltedLinearBase(BaseEstimator):
             )
             cols.append(obj.weights(th))
         return self._all_rows(data, cols[0] if len(cols) == 1 else xp.stack(cols, axis=1))
+
+    def _set_worst_case(self, data: FitData, results: list) -> None:
+        """``worst_case_weights_`` (and ``tilted_weights_``) of a robust fit."""
+        if getattr(self, "robustness", None) is None:
+            if hasattr(self, "worst_case_weights_"):
+                del self.worst_case_weights_
+            return
+        xp = data.xp
+        cols = [r.weights for r in results]
+        w = self._all_rows(data, cols[0] if len(cols) == 1 else xp.stack(cols, axis=1))
+        self.worst_case_weights_ = self.tilted_weights_ = w
 
     @staticmethod
     def _all_rows(data: FitData, w: Any) -> Any:

@@ -74,6 +74,8 @@ class TiltedClassifier(ClassifierMixin, TiltedLinearBase):
         As in :class:`TiltedRegressor`.
     early_stopping, validation_fraction, n_iter_no_change
         As in :class:`TiltedRegressor`; the validation split is stratified by class.
+    robustness, radius, tail
+        As in :class:`TiltedRegressor` (one robust fit per one-vs-rest problem).
 
     Attributes
     ----------
@@ -86,6 +88,8 @@ class TiltedClassifier(ClassifierMixin, TiltedLinearBase):
     tilted_weights_ : array of shape (n_samples,), or (n_samples, n_classes) one-vs-rest
         Tilted weights of the rows passed to ``fit`` at the solution; they sum to one.
     result_ : OptimizeResult, or a list of them (one-vs-rest)
+    worst_case_weights_ : array of shape (n_samples,) or (n_samples, n_classes)
+        Robust fits only: the worst-case distribution over the rows at the solution.
     n_features_in_, feature_names_in_
 
     Notes
@@ -135,6 +139,9 @@ class TiltedClassifier(ClassifierMixin, TiltedLinearBase):
         warm_start: bool = False,
         random_state: Any = None,
         solver_options: dict | None = None,
+        robustness: Any = None,
+        radius: float = 0.1,
+        tail: float = 0.1,
     ):
         self.loss = loss
         self.t = t
@@ -151,6 +158,9 @@ class TiltedClassifier(ClassifierMixin, TiltedLinearBase):
         self.warm_start = warm_start
         self.random_state = random_state
         self.solver_options = solver_options
+        self.robustness = robustness
+        self.radius = radius
+        self.tail = tail
 
     # ----------------------------------------------------------------------- fitting
 
@@ -231,6 +241,7 @@ class TiltedClassifier(ClassifierMixin, TiltedLinearBase):
         self.n_iter_ = int(max(r.nit for r in results))
         self.result_ = results[0] if len(results) == 1 else results
         self.tilted_weights_ = self._tilted_weights(data, data.spec, thetas)
+        self._set_worst_case(data, results)
 
     def _set_coef(self, data: FitData, thetas: list) -> None:
         xp = data.xp

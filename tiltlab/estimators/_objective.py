@@ -61,6 +61,12 @@ class MaskedRidgeObjective:
     def gradient(self, theta: Any) -> Any:
         return self.value_and_gradient(theta)[1]
 
+    def penalty(self, theta: Any) -> tuple[Any, Any]:
+        """The masked ridge term at ``theta``: its value and gradient."""
+        xp = self.base.xp
+        m = self._masked(theta)
+        return 0.5 * self.alpha * xp.sum(m * m), self.alpha * m
+
     def hvp(self, theta: Any, v: Any) -> Any:
         vv = self.base._theta(v, name="v")
         return self.base.hvp(theta, vv) + self.alpha * self._masked(vv)

@@ -124,6 +124,16 @@ class TiltedRegressor(RegressorMixin, TiltedLinearBase):
         Seeds the validation split and the stochastic solver.
     solver_options : dict, optional
         Extra options for the solver (e.g. ``{"batch_size": 64}`` for ``"stochastic"``).
+    robustness : {None, "kl", "cvar"}, default None
+        A distributionally robust fit (:func:`tiltlab.minimize_dro`) instead of the tilted
+        one: ``"kl"`` minimises the worst expected loss over the distributions within KL
+        divergence ``radius`` of the (weighted) data, ``"cvar"`` the mean of the worst
+        ``tail`` of the data (CVaR). Leave ``t`` at 0 and ``tilts`` unset; no early
+        stopping. Grid searches can tune it with ``radius`` and ``tail``.
+    radius : float, default 0.1
+        The KL radius (``robustness="kl"``), ``>= 0``.
+    tail : float, default 0.1
+        The tail fraction in ``(0, 1]`` (``robustness="cvar"``; ``1`` is the mean).
 
     Attributes
     ----------
@@ -134,7 +144,10 @@ class TiltedRegressor(RegressorMixin, TiltedLinearBase):
     tilted_weights_ : array of shape (n_samples,)
         Tilted weights of the rows passed to ``fit`` at the solution (they sum to one): small
         for the suppressed samples when ``t < 0``, large for the magnified ones when ``t > 0``.
-        With early stopping they cover the held-out rows too.
+        With early stopping they cover the held-out rows too. Robust fits: the worst case.
+    worst_case_weights_ : array of shape (n_samples,)
+        Robust fits only: the worst-case distribution over the rows at the solution (for
+        ``"kl"`` the tilted weights at the optimal tilt ``result_.t``).
     result_ : OptimizeResult
         The solver's result.
     n_features_in_ : int
@@ -194,6 +207,9 @@ class TiltedRegressor(RegressorMixin, TiltedLinearBase):
         warm_start: bool = False,
         random_state: Any = None,
         solver_options: dict | None = None,
+        robustness: Any = None,
+        radius: float = 0.1,
+        tail: float = 0.1,
     ):
         self.loss = loss
         self.t = t
@@ -211,6 +227,9 @@ class TiltedRegressor(RegressorMixin, TiltedLinearBase):
         self.warm_start = warm_start
         self.random_state = random_state
         self.solver_options = solver_options
+        self.robustness = robustness
+        self.radius = radius
+        self.tail = tail
 
     # ----------------------------------------------------------------------- fitting
 
@@ -270,6 +289,7 @@ class TiltedRegressor(RegressorMixin, TiltedLinearBase):
         self.n_iter_ = int(max(r.nit for r in results))
         self.result_ = results[0] if len(results) == 1 else results
         self.tilted_weights_ = self._tilted_weights(data, data.spec, thetas)
+        self._set_worst_case(data, results)
 
     def _set_coef(self, data: FitData, thetas: list) -> None:
         xp = data.xp

@@ -1,11 +1,14 @@
-"""Solvers for tilted objectives: ``minimize`` and ``tilt_path``."""
+"""Solvers for tilted objectives: ``minimize``, ``tilt_path`` and ``minimize_dro``."""
 
 from ._minimize import METHODS, minimize
 from ._result import OptimizeResult, SolverState, Status
+from .dro import DROResult, minimize_dro
 from .path import TiltPath, tilt_path
 
 __all__ = [
     "minimize",
+    "minimize_dro",
+    "DROResult",
     "tilt_path",
     "TiltPath",
     "OptimizeResult",

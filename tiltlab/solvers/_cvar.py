@@ -1,0 +1,279 @@
+r"""CVaR fits for :func:`~tiltlab.solvers.dro.minimize_dro`: a smoothing continuation.
+
+The objective
+
+.. math:: F(\theta, \eta) = \eta + \frac{1}{\alpha}\sum_i p_i\,(\ell_i(\theta) - \eta)_+
+          + \tfrac{\lambda}{2}\|\theta\|^2
+
+is convex and piecewise smooth. Write each sample's excess as a maximum of smooth
+pieces, :math:`(\ell_i - \eta)_+ = \max(0, a_{i1} - \eta, \dots, a_{iJ} - \eta)`: one
+piece :math:`a_{i1} = \ell_i` for a smooth loss, the two linear pieces of the absolute
+loss (``z - y`` and ``y - z``) or of the hinge (``1 - s z`` and ``0``), whose own kinks
+are then smoothed too. The continuation replaces each maximum by
+:math:`\mu \log(1 + \sum_j e^{(a_{ij} - \eta)/\mu})`, which lies between the maximum and
+the maximum plus :math:`\mu \log(J + 1)`: so
+
+.. math:: F \le F_\mu \le F + \mu\log(J+1)/\alpha,
+
+and a point that minimises :math:`F_\mu` is within :math:`\mu\log(J+1)/\alpha` of the
+minimum of ``F``. ``mu`` falls by 10 from stage to stage, each stage a smooth solve
+warm-started from the last, down to ``1e-9 * alpha`` of the losses' scale (float64;
+``50 eps`` of it in lower precision): the returned point is exact to that bound plus the
+last stage's own accuracy. The value reported is the exact CVaR at the point (its
+losses sorted once on the host).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import numpy as np
+
+from .._compat import materialize, to_numpy
+from ._minimize import minimize
+from ._result import Status
+
+__all__ = ["cvar_fit", "cvar_host", "penalty"]
+
+#: the factor by which the smoothing falls from one stage to the next
+_FACTOR = 10.0
+
+
+def cvar_host(l: np.ndarray, p: np.ndarray | None, alpha: float) -> tuple[float, float, np.ndarray]:
+    """(CVaR, VaR, worst-case weights) of a loss vector on the host (float64): the weights
+    put ``p_i / alpha`` on the largest losses until ``alpha`` of the mass is taken (the
+    last sample taken gets the remainder)."""
+    n = l.size
+    pm = np.full(n, 1.0 / n) if p is None else p / np.sum(p)
+    order = np.argsort(-l, kind="stable")
+    ps = pm[order]
+    before = np.cumsum(ps) - ps
+    take = np.clip(alpha - before, 0.0, ps)
+    q = np.zeros(n)
+    q[order] = take / alpha
+    last = int(np.flatnonzero(take > 0)[-1]) if np.any(take > 0) else 0
+    return float(np.dot(q, l)), float(l[order][last]), q
+
+
+class _SmoothedCVaR:
+    """``F_mu(theta, eta)`` as an objective of the flat parameter ``(theta, eta)``."""
+
+    def __init__(self, objective: Any, alpha: float, mu: float):
+        self.objective, self.alpha, self.mu = objective, alpha, mu
+        self.xp = objective.xp
+        self.pr = objective.problem  # not `problem`: no driver may take this for a TiltedObjective
+        self.shape = tuple(objective.zeros().shape)
+        self.size = int(math.prod(self.shape))
+        self.n_passes = 0.0
+        self.n_samples = objective.n_samples
+        self.kind = _kind(self.pr)
+        self.prior = objective.prior()
+
+    # -- parameters ------------------------------------------------------------------
+    def zeros(self) -> Any:
+        xp, pr = self.xp, self.pr
+        return xp.zeros((self.size + 1,), dtype=pr.dtype, device=pr.device)
+
+    def check_theta(self, theta: Any, name: str = "theta") -> Any:
+        xp, pr = self.xp, self.pr
+        out = xp.asarray(theta, dtype=pr.dtype, device=pr.device)
+        if tuple(out.shape) != (self.size + 1,):
+            raise ValueError(f"`{name}` must have shape {(self.size + 1,)}, got {out.shape}")
+        return out
+
+    def split(self, phi: Any) -> tuple[Any, Any]:
+        xp = self.xp
+        return xp.reshape(phi[: self.size], self.shape), phi[self.size]
+
+    # -- evaluation ------------------------------------------------------------------
+    def value_and_gradient(self, phi: Any) -> tuple[Any, Any]:
+        xp, mu = self.xp, self.mu
+        theta, eta = self.split(phi)
+        pieces, back = self._pieces(theta)
+        m = xp.zeros_like(pieces[0][0])
+        for a, _ in pieces:
+            m = xp.maximum(m, a - eta)
+        e0 = xp.exp(-m / mu)
+        es = [xp.exp((a - eta - m) / mu) for a, _ in pieces]
+        S = e0
+        for e in es:
+            S = S + e
+        h = m + mu * xp.log(S)
+        p = self.prior
+        wsum = (lambda v: xp.mean(v)) if p is None else (lambda v: xp.sum(p * v))
+        value = eta + wsum(h) / self.alpha
+        pis = [e / S for e in es]
+        tail = pis[0]
+        for q in pis[1:]:
+            tail = tail + q
+        d_eta = 1.0 - wsum(tail) / self.alpha
+        scale = (1.0 / (self.alpha * self.n_samples)) if p is None else (p / self.alpha)
+        g = back([scale * q for q in pis], [d for _, d in pieces])
+        pen = penalty(self.objective, theta)
+        if pen is not None:
+            value, g = value + pen[0], g + pen[1]
+        grad = xp.concat([xp.reshape(g, (-1,)), xp.reshape(d_eta, (1,))])
+        value, grad = materialize(value, grad)  # one graph per evaluation on Dask
+        return value, grad
+
+    def _pieces(self, theta: Any):
+        """The pieces ``a_ij`` with their derivatives, and the map from per-piece
+        coefficients ``c_ij`` to ``sum_ij c_ij grad a_ij`` (the gradient in theta)."""
+        xp, pr = self.xp, self.pr
+        if self.kind == "parameter":
+            idx = xp.arange(self.n_samples, device=pr.device)
+            ell, vjp = self.objective.batch_losses_and_vjp(xp.reshape(theta, (-1,)), idx)
+            self.n_passes += 2
+
+            def back_p(cs, _ds):
+                return xp.reshape(vjp(cs[0]), self.shape)
+
+            return [(ell, None)], back_p
+        X, y = pr.X, pr.y
+        z = X @ theta
+        self.n_passes += 2
+        if self.kind == "absolute":
+            one = xp.ones_like(z)
+            pieces = [(z - y, one), (y - z, -one)]
+        elif self.kind == "hinge":
+            s = 2.0 * y - 1.0
+            pieces = [(1.0 - s * z, -s), (xp.zeros_like(z), xp.zeros_like(z))]
+        else:
+            ell, d1, _ = pr.loss.derivatives(z, y, validate=False, xp=xp)
+            pieces = [(ell, d1)]
+
+        def back(cs, ds):
+            coef = None
+            for c, d in zip(cs, ds, strict=True):
+                term = c[:, None] * d if d.ndim == 2 else c * d
+                coef = term if coef is None else coef + term
+            return X.T @ coef
+
+        return pieces, back
+
+    def value(self, phi: Any) -> Any:
+        return self.value_and_gradient(phi)[0]
+
+    def gradient(self, phi: Any) -> Any:
+        return self.value_and_gradient(phi)[1]
+
+    def hvp(self, phi: Any, v: Any) -> Any:  # pragma: no cover - first-order methods only
+        raise NotImplementedError("the smoothed CVaR objective has no Hessian products")
+
+    hessian = linearize = hvp
+
+
+def _kind(problem: Any) -> str:
+    if not problem.is_linear:
+        return "parameter"
+    name = getattr(problem.loss, "name", "")
+    if name in ("absolute", "hinge") and type(problem.loss).__name__ in (
+        "AbsoluteLoss",
+        "HingeLoss",
+    ):
+        return name
+    return "smooth"
+
+
+def _host(a: Any) -> np.ndarray:
+    return np.asarray(to_numpy(a), dtype=np.float64).reshape(-1)
+
+
+def cvar_fit(objective, alpha, theta0, method, tol, max_stages, options) -> dict:
+    """Minimise the CVaR at ``alpha`` (module notes); the fields of a DROResult."""
+    xp = objective.xp
+    t_start = time.perf_counter()
+    prior = objective.prior()
+    p_host = None if prior is None else _host(prior)
+    x0 = objective.zeros() if theta0 is None else objective.check_theta(theta0, name="theta0")
+    history: dict[str, list] = {k: [] for k in ("mu", "fun", "nit", "n_passes", "time")}
+    if alpha == 1.0:  # the mean: the ERM fit
+        res = minimize(objective.with_tilt(0.0), x0, method=method, tol=tol, **options)
+        value = objective.with_tilt(0.0).value(res.x)
+        w = _weights(objective, np.ones(1), p_host, mean=True)
+        history.update(mu=[0.0], fun=[float(to_numpy(value))], nit=[res.nit],
+                       n_passes=[res.n_passes], time=[time.perf_counter() - t_start])  # fmt: skip
+        return dict(x=res.x, fun=value, jac=res.jac, nit=res.nit, nfev=res.nfev,
+                    success=res.success, status=res.status, message=res.message,
+                    n_passes=res.n_passes, history=history, method=method, t=math.nan,
+                    weights=w)  # fmt: skip
+    l0 = _host(objective.losses(x0))
+    _, eta0, _ = cvar_host(l0, p_host, alpha)
+    scale = max(abs(eta0), float(np.mean(np.abs(l0))), float(np.std(l0)), 1e-300)
+    eps = float(xp.finfo(objective.dtype).eps)
+    mu_end = max(1e-9 * alpha, 50.0 * eps) * scale
+    mu = scale
+    smooth = _SmoothedCVaR(objective, alpha, mu)
+    phi = xp.concat([xp.reshape(x0, (-1,)), xp.asarray([eta0], dtype=objective.dtype,
+                                                        device=objective.device)])  # fmt: skip
+    nit = nfev = 0
+    passes = 0.0
+    state = None
+    status, detail = Status.MAX_ITER, f"max_outer={max_stages} smoothing stages"
+    res = None
+    for _ in range(max_stages):
+        smooth.mu = mu
+        # a stage ends where its value settles well inside the smoothing's own error
+        stage = dict(options)
+        stage.setdefault("ftol", max(0.1 * mu * alpha / scale, 4.0 * eps))
+        res = minimize(smooth, phi, method=method, tol=tol, warm_state=state, **stage)
+        phi, state = res.x, res.solver_state
+        nit, nfev, passes = nit + res.nit, nfev + res.nfev, passes + res.n_passes
+        theta, _ = smooth.split(phi)
+        lh = _host(objective.losses(xp.reshape(theta, smooth.shape)))
+        history["mu"].append(mu)
+        history["fun"].append(cvar_host(lh, p_host, alpha)[0] + _ridge(objective, theta))
+        history["nit"].append(res.nit)
+        history["n_passes"].append(passes)
+        history["time"].append(time.perf_counter() - t_start)
+        if res.status in (Status.NONFINITE, Status.DIVERGED):
+            status, detail = res.status, f"smoothing mu = {mu:.3g}"
+            break
+        if mu <= mu_end:
+            pieces = 3 if smooth.kind in ("absolute", "hinge") else 2
+            bound = mu * math.log(pieces) / alpha
+            status = Status.CONVERGED if res.success else res.status
+            if res.status is Status.LINE_SEARCH_FAILED and len(history["mu"]) > 1:
+                # at the last, sharpest smoothing no decrease is left at rounding level
+                status = Status.PRECISION
+            detail = f"within {bound:.2g} of the minimum plus the last smooth solve's accuracy"
+            break
+        mu = max(mu / _FACTOR, mu_end)
+    theta, _ = smooth.split(phi)
+    x = xp.reshape(theta, smooth.shape)
+    lh = _host(objective.losses(x))
+    value, _, q = cvar_host(lh, p_host, alpha)
+    value += _ridge(objective, theta)
+    jac = xp.reshape(res.jac[: smooth.size], smooth.shape)
+    return dict(
+        x=x, fun=xp.asarray(value, dtype=objective.dtype, device=objective.device), jac=jac,
+        nit=nit, nfev=nfev, success=status.success, status=status,
+        message=status.describe(nit, detail), n_passes=passes, history=history,
+        method=method, t=math.nan,
+        weights=xp.asarray(q, dtype=objective.dtype, device=objective.device),
+    )  # fmt: skip
+
+
+def penalty(objective: Any, theta: Any) -> tuple[Any, Any] | None:
+    """The objective's ridge term at ``theta``: ``(value, gradient)``, or None without one.
+    An objective with its own ``penalty(theta)`` (a ridge that spares an intercept) gives
+    it; otherwise ``l2 / 2 ||theta||^2``."""
+    own = getattr(objective, "penalty", None)
+    if own is not None:
+        return own(theta)
+    if not objective.l2:
+        return None
+    return 0.5 * objective.l2 * objective.xp.sum(theta * theta), objective.l2 * theta
+
+
+def _ridge(objective: Any, theta: Any) -> float:
+    pen = penalty(objective, objective.xp.reshape(theta, tuple(objective.zeros().shape)))
+    return 0.0 if pen is None else float(to_numpy(pen[0]))
+
+
+def _weights(objective: Any, q: np.ndarray, p_host: Any, *, mean: bool) -> Any:
+    n = objective.n_samples
+    w = (np.full(n, 1.0 / n) if p_host is None else p_host / np.sum(p_host)) if mean else q
+    return objective.xp.asarray(w, dtype=objective.dtype, device=objective.device)

@@ -1,0 +1,380 @@
+r"""Distributionally robust fits: :func:`minimize_dro`.
+
+KL ball
+-------
+For a radius ``r > 0`` the worst case over the distributions ``q`` within KL divergence
+``r`` of the prior ``p`` is, by duality,
+
+.. math:: V(\theta) = \sup_{\mathrm{KL}(q\|p) \le r} E_q[\ell(\theta)]
+          = \min_{t > 0}\; R_t(\theta) + r / t,
+
+attained at the tilted weights of the minimising ``t``. The two minimisations commute:
+``min_theta V = min_t phi(t)`` with ``phi(t) = min_theta R_t(theta) + r/t``. By the
+envelope theorem ``phi'(t) = (KL(w_t(theta*(t)) || p) - r) / t^2``, and
+``s * R_{1/s}(theta) + r s`` is jointly convex in ``(theta, s)`` for convex losses (a
+perspective), so the root in ``t`` is unique. It is found on the map
+``g(t) = tilt_for_kl(losses(theta*(t)), r)``, which is non-decreasing, with
+``g(t) > t`` exactly below the root: fixed-point steps from the ERM solution approach it
+from below, secant steps on ``log g(t) - log t`` accelerate them, and a bracket keeps
+them safe (regula falsi, Illinois). Each step is one TERM fit warm-started from the last
+(its iterate and its L-BFGS pairs), so the fits after the first few cost a handful of
+iterations each.
+
+CVaR
+----
+:mod:`tiltlab.solvers._cvar` (the smoothing continuation).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from .._compat import is_lazy, real_number, to_numpy
+from ..objective.protocol import check_objective as _check_objective
+from ..risk import tilt_for_kl, tilted_risk, tilted_weights
+from ._cvar import cvar_fit, penalty
+from ._linalg import working_eps
+from ._minimize import METHODS, minimize
+from ._result import OptimizeResult, Status
+from ._stop import default_tol
+
+__all__ = ["minimize_dro", "DROResult"]
+
+#: the gradient tolerance of the fits far from the root (relative, as ``minimize``'s)
+_LOOSE = 1e-3
+
+
+@dataclass(repr=False)
+class DROResult(OptimizeResult):
+    """Result of :func:`minimize_dro`: an :class:`OptimizeResult` with the worst case.
+
+    Attributes
+    ----------
+    x, jac, nit, nfev, success, status, message, n_passes, method
+        As for :class:`OptimizeResult`; ``jac`` is a (sub)gradient of the robust
+        objective at ``x``, ``nit`` and ``nfev`` add up the inner solves.
+    fun : array
+        The robust value at ``x`` (0-d): the worst-case expected loss over the KL ball, or
+        the CVaR, plus the ridge term.
+    t : float
+        KL: the optimal tilt (``inf`` where the optimum is the min-max limit); CVaR: NaN.
+    weights : array
+        The worst-case distribution at ``x`` (shape ``(N,)``, sums to one).
+    history : dict of lists
+        One entry per inner solve: ``t`` (KL) or ``mu`` (CVaR, the smoothing), ``fun``
+        (the robust value at the iterate), ``nit``, ``n_passes`` (cumulative), ``time``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import tiltlab as tl
+    >>> X = np.c_[np.ones(40), np.linspace(-1, 1, 40)]
+    >>> res = tl.minimize_dro(tl.TiltedObjective("squared", X, X[:, 1] ** 2), kl=0.1)
+    >>> res.success, bool(res.t > 0), round(float(np.sum(res.weights)), 12)
+    (True, True, 1.0)
+    """
+
+    t: float = math.nan
+    weights: Any = None
+
+    def __repr__(self) -> str:
+        return super().__repr__().replace("OptimizeResult(", f"DROResult(t={self.t:.6g}, ", 1)
+
+
+def minimize_dro(
+    objective: Any,
+    *,
+    kl: Any = None,
+    cvar: Any = None,
+    theta0: Any = None,
+    method: str = "lbfgs",
+    tol: float | None = None,
+    max_outer: int = 60,
+    **options: Any,
+) -> DROResult:
+    r"""Fit a model to its worst case: a KL ball of radius ``kl``, or the CVaR at ``cvar``.
+
+    KL (``kl=r``): minimises :math:`\sup\{E_q[\ell(\theta)] : \mathrm{KL}(q\|p) \le r\}
+    = \min_{t>0} R_t(\theta) + r/t` (plus the ridge term), exactly: the minimisations in
+    ``theta`` and ``t`` commute, and the optimal ``t`` is the root of
+    :math:`\mathrm{KL}(w_t(\theta^*(t))\,\|\,p) = r` (module notes), found by TERM fits
+    warm-started one from the other.
+
+    CVaR (``cvar=alpha``): minimises :math:`\eta + \frac{1}{\alpha}\sum_i p_i
+    (\ell_i(\theta) - \eta)_+` (plus the ridge term) over ``theta`` and ``eta``, the mean
+    of the worst ``alpha`` of the prior mass. Non-smooth at the ``eta`` of each sample
+    (and at the kinks of the absolute and hinge losses); solved by a smoothing
+    continuation that converges to the exact minimiser (:mod:`tiltlab.solvers._cvar`),
+    never by a tilted surrogate. ``cvar=1`` is the mean (ERM).
+
+    Parameters
+    ----------
+    objective : TiltedObjective
+        Its loss, data, prior weights and ridge term are fitted; its tilt is ignored.
+        Sample-level objectives only (no ``groups``).
+    kl : float, optional
+        The KL radius ``r >= 0`` (``0``: ERM).
+    cvar : float, optional
+        The tail fraction ``alpha`` in ``(0, 1]``. Exactly one of ``kl`` and ``cvar``.
+    theta0 : array, optional
+        Starting point (default zeros).
+    method : {"lbfgs", "gd", "agd", "newton"}
+        The solver of the inner problems (KL: each TERM fit; CVaR: the smoothed
+        problems, where ``"newton"`` is not available).
+    tol : float, optional
+        The inner solves' gradient tolerance (as for :func:`minimize`). KL: the outer
+        root stops when the tilt moves by less than ``max(1e-7, 10 tol)`` (relative);
+        the value is stationary in ``t``, so its error is of the order of that squared.
+    max_outer : int, default 60
+        KL: the most TERM fits; CVaR: the most smoothing stages.
+    **options
+        Passed to :func:`minimize` for each inner solve (``max_iter``, ``memory``...).
+
+    Returns
+    -------
+    DROResult
+        ``x``, ``fun`` (the robust value at ``x``), ``t`` (KL: the optimal tilt, ``inf``
+        where the optimum is the min-max limit; CVaR: NaN), ``weights`` (the worst-case
+        distribution at ``x``), ``status``, ``message`` and ``history``.
+
+    Raises
+    ------
+    TypeError
+        Both or neither of ``kl`` and ``cvar``; not a sample-level
+        :class:`~tiltlab.TiltedObjective`.
+    ValueError
+        ``kl`` negative or not finite; ``cvar`` outside ``(0, 1]``; an unknown
+        ``method``. ``cvar`` with Dask data (``TypeError``: the continuation's many
+        small evaluations run on eager libraries).
+
+    See Also
+    --------
+    tiltlab.tilt_for_kl : The tilt at a radius for a fixed loss vector.
+    tiltlab.bounds.entropic_value_at_risk : The KL worst case of a fixed loss vector.
+    tiltlab.bounds.superquantile : The CVaR of a fixed loss vector.
+
+    Notes
+    -----
+    ``t = inf`` (KL): where the radius reaches the divergence of the prior restricted to
+    the largest losses at every ``theta`` near the optimum, ``phi`` decreases for ever
+    and the optimum is ``min_theta max_i l_i`` over the support. The fit then stops at a
+    tilt with ``t * spread = 1e4`` (``spread`` of the losses there), which is within
+    ``log(1/p_min) / t`` of the min-max value, and says so in its message.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import tiltlab as tl
+    >>> rng = np.random.default_rng(0)
+    >>> X = np.c_[np.ones(200), rng.normal(size=200)]
+    >>> y = (X[:, 1] + 0.5 * rng.normal(size=200) > 0).astype(float)
+    >>> obj = tl.TiltedObjective("logistic", X, y)
+    >>> res = tl.minimize_dro(obj, kl=0.2)
+    >>> res.success, bool(res.t > 0)
+    (True, True)
+    >>> erm = tl.minimize(obj)
+    >>> bool(res.fun <= tl.bounds.entropic_value_at_risk(obj.losses(erm.x), radius=0.2))
+    True
+    >>> tail = tl.minimize_dro(obj, cvar=0.1)  # the mean of the worst 10%
+    >>> bool(tail.fun >= tl.bounds.superquantile(obj.losses(tail.x), 0.0))
+    True
+    """
+    _check_objective(objective, "objective")
+    missing = [m for m in ("with_tilt", "losses", "prior", "problem") if not hasattr(objective, m)]
+    if missing:
+        raise TypeError(
+            f"`objective` must be a tiltlab.TiltedObjective (no {', '.join(missing)}), "
+            f"got {type(objective).__name__}"
+        )
+    if objective.is_hierarchical:
+        raise TypeError("`objective` must be sample-level (no `groups`) for minimize_dro")
+    if (kl is None) == (cvar is None):
+        raise TypeError("pass exactly one of `kl` (a KL radius) and `cvar` (a tail fraction)")
+    if not isinstance(method, str) or method not in METHODS or method == "stochastic":
+        raise ValueError(
+            f"`method` must be one of {sorted(set(METHODS) - {'stochastic'})}, got {method!r}"
+        )
+    if isinstance(max_outer, bool) or not isinstance(max_outer, int) or max_outer < 1:
+        raise ValueError(f"`max_outer` must be an integer >= 1, got {max_outer!r}")
+    if kl is not None:
+        r = real_number(kl, "kl")
+        if not (r >= 0 and math.isfinite(r)):
+            raise ValueError(f"`kl` must be a finite radius >= 0, got {kl!r}")
+        return _kl_fit(objective, r, theta0, method, tol, max_outer, options)
+    a = real_number(cvar, "cvar")
+    if not 0.0 < a <= 1.0:
+        raise ValueError(f"`cvar` must be a tail fraction in (0, 1], got {cvar!r}")
+    if method == "newton":
+        raise ValueError("`method`='newton' is not available for `cvar` (a first-order method)")
+    if is_lazy(objective.xp):
+        raise TypeError(
+            "`cvar` fits need an eager array library (NumPy, PyTorch, CuPy, "
+            "array-api-strict); for Dask data fit `kl`, or compute the data first"
+        )
+    res = cvar_fit(objective, a, theta0, method, tol, max_outer, options)
+    return DROResult(**res)
+
+
+# ---------------------------------------------------------------------------
+# KL
+
+
+class _Fits:
+    """TERM fits along the outer iteration: each warm-started from the last."""
+
+    def __init__(self, objective, method, tol, options, theta0):
+        self.objective, self.method, self.tol, self.options = objective, method, tol, options
+        self.x, self.state = theta0, None
+        self.nit = self.nfev = 0
+        self.passes = 0.0
+        self.last: OptimizeResult | None = None
+        self.t0 = time.perf_counter()
+        self.history: dict[str, list] = {k: [] for k in ("t", "fun", "nit", "n_passes", "time")}
+
+    def fit(self, t: float, tol: float | None = None) -> OptimizeResult:
+        obj = self.objective.with_tilt(t)
+        self.tol_used = self.tol if tol is None else tol
+        res = minimize(obj, self.x, method=self.method, tol=self.tol_used,
+                       warm_state=self.state, **self.options)  # fmt: skip
+        self.x, self.state, self.last = res.x, res.solver_state, res
+        self.nit += res.nit
+        self.nfev += res.nfev
+        self.passes += res.n_passes
+        return res
+
+    def record(self, t: float, fun: float) -> None:
+        h = self.history
+        h["t"].append(t)
+        h["fun"].append(fun)
+        h["nit"].append(self.last.nit if self.last is not None else 0)
+        h["n_passes"].append(self.passes)
+        h["time"].append(time.perf_counter() - self.t0)
+
+
+def _worst_case(
+    objective: Any, x: Any, r: float, weights: bool = True
+) -> tuple[Any, Any, float, Any]:
+    """(robust value with the ridge term, worst-case weights, tilt, losses) at ``x``."""
+    ell = objective.losses(x)
+    prior = objective.prior()
+    t = float(to_numpy(tilt_for_kl(ell, r, weights=prior)))
+    w = tilted_weights(ell, t, weights=prior) if weights else None
+    if t == 0.0:
+        value = tilted_risk(ell, 0.0, weights=prior)
+    elif math.isinf(t):
+        value = tilted_risk(ell, math.inf, weights=prior)
+    else:
+        value = tilted_risk(ell, t, weights=prior) + r / t
+    pen = penalty(objective, x)
+    if pen is not None:
+        value = value + pen[0]
+    return value, w, t, ell
+
+
+def _spread(ell: Any, prior: Any, xp: Any) -> float:
+    on = ell if prior is None else xp.where(prior > 0, ell, xp.zeros_like(ell))
+    lo = ell if prior is None else xp.where(prior > 0, ell, xp.max(on) + xp.zeros_like(ell))
+    return float(to_numpy(xp.max(on) - xp.min(lo)))
+
+
+def _kl_fit(objective, r, theta0, method, tol, max_outer, options) -> DROResult:
+    x0 = objective.zeros() if theta0 is None else objective.check_theta(theta0, name="theta0")
+    final_tol = default_tol(working_eps(x0)) if tol is None else tol
+    fits = _Fits(objective, method, final_tol, options, x0)
+    xtol = max(1e-7, 10.0 * final_tol)
+    # inexact fits while the tilt is far from the root, exact ones near it
+    res = fits.fit(0.0, None if r == 0.0 else max(final_tol, _LOOSE))  # ERM: g(0) < root
+    if r == 0.0:
+        return _kl_result(objective, fits, r, Status.CONVERGED if res.success else res.status,
+                          "radius 0: the ERM fit")  # fmt: skip
+    value, _, g, ell = _worst_case(objective, res.x, r, weights=False)
+    fits.record(0.0, float(to_numpy(value)))
+    t_cap = 1e4 / max(_spread(ell, objective.prior(), objective.xp), 1e-300)
+    lo = hi = None  # (s, rho) with rho > 0 (below the root) and rho < 0
+    prev = None
+    s = math.log(min(g, t_cap)) if g > 0 else math.log(t_cap)
+    detail, status = "", Status.MAX_ITER
+    inner = _LOOSE
+    for _ in range(max_outer):
+        t = math.exp(s)
+        res = fits.fit(t, max(final_tol, inner))
+        value, _, g, ell = _worst_case(objective, res.x, r, weights=False)
+        fits.record(t, float(to_numpy(value)))
+        rho = (math.log(g) - s) if math.isfinite(g) else math.inf
+        if g == 0.0:  # pragma: no cover - equal losses at the fit
+            rho = -math.inf
+        if abs(rho) <= xtol:
+            if fits.tol_used > final_tol:  # the root of an inexact fit: refine it
+                inner = 0.0
+                continue
+            status = Status.CONVERGED if res.success else res.status
+            break
+        inner = min(inner, 0.1 * rho * rho) if math.isfinite(rho) else inner
+        if rho > 0:
+            if s >= math.log(t_cap) - 1e-12:
+                status, detail = Status.CONVERGED if res.success else res.status, (
+                    "the optimum is the min-max limit t = inf; x is the fit at "
+                    f"t = {t:.6g} (t * spread = 1e4)"
+                )
+                fits.history["t"][-1] = math.inf
+                return _kl_result(objective, fits, r, status, detail, t_inf=True)
+            lo = (s, rho) if lo is None or s > lo[0] else lo
+        else:
+            hi = (s, rho) if hi is None or s < hi[0] else hi
+        s_new = _next_s(s, rho, prev, lo, hi, t_cap)
+        prev = (s, rho)
+        if lo is not None and hi is not None and abs(hi[0] - lo[0]) <= xtol:
+            status = Status.CONVERGED if res.success else res.status
+            break
+        s = s_new
+    else:
+        detail = f"max_outer={max_outer} TERM fits"
+    return _kl_result(objective, fits, r, status, detail)
+
+
+def _next_s(s, rho, prev, lo, hi, t_cap) -> float:
+    """The next log-tilt: a secant step on rho(s) = log g(e^s) - s, kept inside the
+    bracket (bisection where it would leave it), or a fixed-point step while no point
+    above the root is known."""
+    cap = math.log(t_cap)
+    cand = None
+    if math.isfinite(rho) and prev is not None and math.isfinite(prev[1]) and prev[1] != rho:
+        cand = s - rho * (s - prev[0]) / (rho - prev[1])
+    if lo is not None and hi is not None:
+        a, b = min(lo[0], hi[0]), max(lo[0], hi[0])
+        if cand is None or not a < cand < b:
+            # regula falsi between the bracket's ends, or the midpoint
+            fa, fb = lo[1], hi[1]
+            cand = lo[0] - fa * (hi[0] - lo[0]) / (fb - fa) if math.isfinite(fa) else None
+            if cand is None or not a < cand < b or abs(cand - s) < 1e-3 * (b - a):
+                cand = 0.5 * (a + b)
+        return cand
+    if rho > 0:  # below the root: at least the fixed-point step, at most a few of them
+        fixed = s + (rho if math.isfinite(rho) else 2.0)
+        if cand is None or cand < fixed:
+            cand = fixed
+        return min(cand, fixed + 4.0 * (fixed - s), cap)
+    # above the root without a point below (a warm start beyond it): step back
+    fixed = s + rho
+    return max(cand, fixed - 4.0 * abs(rho)) if cand is not None and cand < s else fixed
+
+
+def _kl_result(objective, fits, r, status, detail, t_inf=False) -> DROResult:
+    res = fits.last
+    value, w, t, _ = _worst_case(objective, res.x, r)
+    if t_inf:
+        t = math.inf
+    # the gradient of the robust objective at x: the TERM gradient at the tilt of x
+    # (envelope theorem); at t = inf or 0 the one of the last fit
+    jac = res.jac
+    if 0.0 < t < math.inf:
+        jac = objective.with_tilt(t).gradient(res.x)
+    success = status.success
+    return DROResult(
+        x=res.x, fun=value, jac=jac, nit=fits.nit, nfev=fits.nfev, success=success,
+        status=status, message=status.describe(fits.nit, detail), n_passes=fits.passes,
+        history=fits.history, method=fits.method, t=t, weights=w,
+    )  # fmt: skip
