@@ -10,6 +10,7 @@ variable set, so that every check runs in one configuration or the other.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -131,7 +132,7 @@ def test_checks_with_array_api_subprocess():
     )
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
     summary = proc.stdout.strip().splitlines()[-1]
-    assert " passed" in summary and "failed" not in summary, summary
+    assert " passed" in summary and not re.search(r"\d+ failed", summary), summary
     # the mixed-namespace check ran and passed for every configuration (array-api-strict
     # y and sample_weight with torch X): it was not skipped
     mixed = [
