@@ -72,7 +72,7 @@ ESTIMATORS = [
 
 #: The checks these estimators are known to fail, with the reason (scikit-learn's own way:
 #: the ``expected_failed_checks`` of ``parametrize_with_checks``, as in its
-#: ``PER_ESTIMATOR_XFAIL_CHECKS`` table). The README lists them.
+#: ``PER_ESTIMATOR_XFAIL_CHECKS`` table). The estimators guide lists them.
 CV_FOLDS_DIFFER = (
     "cross-validation folds of repeated rows differ from the folds of weighted rows, so "
     "the held-out scores (and possibly the chosen t) differ"
