@@ -4,13 +4,15 @@ A longer line runs past the right edge of a code block on the documentation site
 block scrolls sideways, so ``distributed=True`` reads ``distributed=Tru``) and wraps in a
 terminal. Checked: the code blocks of README.md and of every Markdown and reStructuredText
 page under ``docs/`` (fenced blocks, ``code-block`` directives and literal blocks), and
-the Examples sections of the docstrings of every public name that the API pages show.
+the Examples sections of the docstrings of every public name that the API pages show,
+and the code cells of the notebooks the site renders.
 """
 
 from __future__ import annotations
 
 import importlib
 import inspect
+import json
 import pkgutil
 import re
 from pathlib import Path
@@ -159,3 +161,18 @@ def test_docstring_example_lines_fit():
         if len(line) > MAX
     ]
     assert not long, f"docstring example lines over {MAX} characters:\n" + "\n".join(long)
+
+
+@pytest.mark.parametrize(
+    "path", sorted((ROOT / "notebooks").glob("*.ipynb")), ids=lambda p: p.name
+)
+def test_notebook_code_lines_fit(path):
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    long = [
+        f"cell {k}: {len(line)} chars: {line[:50]}..."
+        for k, cell in enumerate(cells)
+        if cell["cell_type"] == "code"
+        for line in "".join(cell["source"]).splitlines()
+        if len(line) > MAX
+    ]
+    assert not long, f"{path.name}: code lines over {MAX} characters: {long}"

@@ -83,7 +83,8 @@ def median_time(fn, lib, device, repeat=5):
 
 
 BACKENDS = backends()
-print("machine:", platform.processor() or platform.machine(), "| backends:", ", ".join(BACKENDS))""",
+print("machine:", platform.processor() or platform.machine(),
+      "| backends:", ", ".join(BACKENDS))""",
     ),
     ("md", "## Measure"),
     (
@@ -93,7 +94,8 @@ losses = rng.exponential(size=N_RISK)
 Xo = rng.standard_normal((N_OBJ, D_OBJ))
 yo = Xo @ rng.standard_normal(D_OBJ) + rng.standard_normal(N_OBJ)
 Xf = rng.standard_normal((N_FIT, D_FIT))
-yf = (Xf @ rng.standard_normal(D_FIT) + rng.standard_normal(N_FIT) > 1.0).astype(np.float64)
+yf = Xf @ rng.standard_normal(D_FIT) + rng.standard_normal(N_FIT)
+yf = (yf > 1.0).astype(np.float64)
 
 results = []
 for name, (lib, device) in BACKENDS.items():
@@ -109,7 +111,8 @@ for name, (lib, device) in BACKENDS.items():
             "backend": name,
             "dtype": dtype,
             "tilted_risk": median_time(lambda: tl.tilted_risk(ell, 2.0), lib, device),
-            "value_and_gradient": median_time(lambda: obj.value_and_gradient(theta), lib, device),
+            "value_and_gradient": median_time(
+                lambda: obj.value_and_gradient(theta), lib, device),
             "minimize": median_time(lambda: tl.minimize(fit, method="lbfgs", tol=1e-6),
                                     lib, device, repeat=3),
         })
@@ -120,7 +123,8 @@ print(f"sizes: tilted_risk N={N_RISK:,}; value_and_gradient {N_OBJ:,} x {D_OBJ};
 print("median times in milliseconds:")
 print(f"{'backend':>13} {'dtype':>7}" + "".join(f"{w:>19}" for w in WORK))
 for r in results:
-    print(f"{r['backend']:>13} {r['dtype']:>7}" + "".join(f"{1e3 * r[w]:19.2f}" for w in WORK))
+    cells = "".join(f"{1e3 * r[w]:19.2f}" for w in WORK)
+    print(f"{r['backend']:>13} {r['dtype']:>7}" + cells)
 
 out = os.environ.get("TILTLAB_BENCH_JSON")
 if out:  # used to record the run shown in the last section
@@ -156,7 +160,8 @@ else:
     start = time.perf_counter()
     value = float(lazy.compute())
     print(f"dask, 8 chunks: {1e3 * (time.perf_counter() - start):.1f} ms;",
-          "same as numpy:", np.isclose(value, float(tl.tilted_risk(losses, 2.0)), rtol=1e-12))""",
+          "same as numpy:",
+          np.isclose(value, float(tl.tilted_risk(losses, 2.0)), rtol=1e-12))""",
     ),
     (
         "md",
@@ -191,6 +196,7 @@ else:
     for r in rec["results"]:
         if r["backend"] != "numpy":
             ratios = [base[r["dtype"]][w] / r[w] for w in WORK]
-            print(f"{r['backend']:>13} {r['dtype']:>7}" + "".join(f"{x:18.1f}x" for x in ratios))""",
+            cells = "".join(f"{x:18.1f}x" for x in ratios)
+            print(f"{r['backend']:>13} {r['dtype']:>7}" + cells)""",
     ),
 ]

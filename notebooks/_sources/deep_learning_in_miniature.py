@@ -40,8 +40,10 @@ X, y = torch.as_tensor(split.X_train), torch.as_tensor(noisy)
 
 epochs, batch = 80, 64
 steps = epochs * -(-len(y) // batch)
-model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
-loss_fn = TiltedLoss(torch.nn.CrossEntropyLoss(reduction="none"), t=linear_schedule(0.0, -2.0, steps))
+model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(),
+                            torch.nn.Linear(128, 10))
+loss_fn = TiltedLoss(torch.nn.CrossEntropyLoss(reduction="none"),
+                     t=linear_schedule(0.0, -2.0, steps))
 opt = torch.optim.Adam(model.parameters(), lr=1e-3)
 for epoch in range(epochs):
     for idx in torch.randperm(len(y)).split(batch):

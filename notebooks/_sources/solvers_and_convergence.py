@@ -45,7 +45,8 @@ path = tl.tilt_path(base, tilts, method="newton")
 rule = fit_step_size_rule(base, path.x, tilts)
 print(f"C1 = {rule.C1:.4f}, C2 = {rule.C2:.4f}")
 for t, beta in zip(rule.ts, rule.betas, strict=True):
-    print(f"t = {t:5.1f}: smoothness {beta:8.4f} <= C1 + C2 t = {rule.C1 + rule.C2 * t:8.4f}")""",
+    bound = rule.C1 + rule.C2 * t
+    print(f"t = {t:5.1f}: smoothness {beta:8.4f} <= C1 + C2 t = {bound:8.4f}")""",
     ),
     (
         "md",
@@ -117,7 +118,8 @@ for t in (-1.0, 1.0, 10.0):
         dist.append(np.linalg.norm(np.asarray(res.x) - best) / np.linalg.norm(best))
     ax.plot(epochs, dist, "o-", label=f"t = {t:g}")
     print(f"t = {t:5.1f}: relative distance after {epochs[-1]} epochs: {dist[-1]:.3f}")
-ax.set(xscale="log", yscale="log", xlabel="epochs", ylabel="relative distance to optimum")
+ax.set(xscale="log", yscale="log", xlabel="epochs",
+       ylabel="relative distance to optimum")
 ax.legend()
 plt.show()""",
     ),

@@ -37,7 +37,8 @@ from tiltlab.datasets import (
 from tiltlab.plot import plot_path, plot_quantile_curves, plot_tradeoffs
 from tiltlab.theory import check_path, format_checks, tradeoff_curves
 
-# tilts on both sides of 0, dense near 0 and reaching far out (the bound's infimum over t)
+# tilts on both sides of 0, dense near 0 and reaching far out (the bound's infimum
+# over t)
 tilts = np.r_[-np.logspace(1, -2, 10), 0.0, np.logspace(-2, 2, 16)]""",
     ),
     ("md", "## Superquantile figure: point estimation"),
@@ -45,14 +46,16 @@ tilts = np.r_[-np.logspace(1, -2, 10), 0.0, np.logspace(-2, 2, 16)]""",
         "code",
         """points, inlier = point_estimation_2d(n=50, outlier_fraction=0.2, seed=0)
 pe = point_estimation_objective(points)
-pe_path = tl.tilt_path(pe, tilts, method="newton", tol=1e-10, theta0=points.mean(axis=0))
+pe_path = tl.tilt_path(pe, tilts, method="newton", tol=1e-10,
+                       theta0=points.mean(axis=0))
 
 a_pe = np.linspace(0.05, 30.0, 80)
 pe_curves = quantile_curves(pe_path, a_pe)
 pe_q0 = min_tail_fraction(points, a_pe)  # exact: best open disk of radius sqrt(a)
 
 assert np.all(pe_q0 <= pe_curves["Q1"] + 1e-12)
-assert np.all(pe_curves["Q1"] <= pe_curves["Q2"]) and np.all(pe_curves["Q2"] <= pe_curves["Q3"])
+assert np.all(pe_curves["Q1"] <= pe_curves["Q2"])
+assert np.all(pe_curves["Q2"] <= pe_curves["Q3"])
 print("largest gap Q2 - Q0:", np.max(pe_curves["Q2"] - pe_q0))""",
     ),
     ("md", "## Superquantile figure: linear regression"),
@@ -67,7 +70,8 @@ lr_curves = quantile_curves(lr_path, a_lr)
 lr_q0 = min_tail_fraction(lr, a_lr)  # exact: best open strip of half-width sqrt(a)
 
 assert np.all(lr_q0 <= lr_curves["Q1"] + 1e-12)
-assert np.all(lr_curves["Q1"] <= lr_curves["Q2"]) and np.all(lr_curves["Q2"] <= lr_curves["Q3"])
+assert np.all(lr_curves["Q1"] <= lr_curves["Q2"])
+assert np.all(lr_curves["Q2"] <= lr_curves["Q3"])
 print("largest gap Q2 - Q0:", np.max(lr_curves["Q2"] - lr_q0))
 
 fig, axes = plt.subplots(2, 1, figsize=(6.5, 7.5), layout="constrained")
@@ -90,7 +94,8 @@ tail share, although the bound `Q3` itself is loose.""",
 lg = tl.TiltedObjective("logistic", Xl, yl, l2=1e-3)
 grid = np.linspace(-2.0, 4.0, 25)
 lg_path = tl.tilt_path(lg, grid, method="newton", tol=1e-10)
-pe_small = tl.tilt_path(pe, grid / 4, method="newton", tol=1e-10, theta0=points.mean(axis=0))
+pe_small = tl.tilt_path(pe, grid / 4, method="newton", tol=1e-10,
+                        theta0=points.mean(axis=0))
 
 fig, axes = plt.subplots(3, 2, figsize=(9, 10), layout="constrained")
 plot_tradeoffs(pe_small, ax=axes[:, 0])
@@ -138,7 +143,8 @@ objective is convex and every solution is accurate to ~1e-12: the max-loss *rise
         "code",
         """lr_curves_t = tradeoff_curves(lr_path)
 positive = lr_curves_t["t"] >= 0
-for t, top in zip(lr_curves_t["t"][positive], lr_curves_t["max"][positive], strict=True):
+positive_t, positive_max = lr_curves_t["t"][positive], lr_curves_t["max"][positive]
+for t, top in zip(positive_t, positive_max, strict=True):
     print(f"t = {t:8.4f}   max loss = {top:.4f}")""",
     ),
     (

@@ -95,7 +95,8 @@ for t, theta in zip(lr_path.ts, np.asarray(lr_path.x), strict=True):
 print("logistic regression: accuracy on the rare and the common class")
 for t, theta in zip(lg_path.ts, np.asarray(lg_path.x), strict=True):
     pred = Xc @ theta > 0
-    print(f"  t = {t:5.1f}: rare {pred[yc == 1].mean():.2f}, common {(~pred[yc == 0]).mean():.2f}")""",
+    rare, common = pred[yc == 1].mean(), (~pred[yc == 0]).mean()
+    print(f"  t = {t:5.1f}: rare {rare:.2f}, common {common:.2f}")""",
     ),
     (
         "md",
@@ -122,7 +123,7 @@ s = path.stats
 order = np.argsort(path.ts)
 print("    t     mean      max      min   variance")
 for k in order[::4]:
-    print(f"{path.ts[k]:6.2f} {s['mean'][k]:8.3f} {s['max'][k]:8.3f} {s['min'][k]:8.4f} "
-          f"{s['variance'][k]:9.3f}")""",
+    print(f"{path.ts[k]:6.2f} {s['mean'][k]:8.3f} {s['max'][k]:8.3f} "
+          f"{s['min'][k]:8.4f} {s['variance'][k]:9.3f}")""",
     ),
 ]

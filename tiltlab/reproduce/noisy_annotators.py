@@ -156,8 +156,7 @@ def noisy_annotators(
     Examples
     --------
     >>> from tiltlab.reproduce import noisy_annotators
-    >>> rep = noisy_annotators(seeds=1, spammer_shares=[0.8], methods=["ERM", "TERM"],
-    ...                        epochs=2)
+    >>> rep = noisy_annotators(1, spammer_shares=[0.8], methods=["ERM", "TERM"], epochs=2)
     >>> [(r["method"], r["setting"]) for r in rep.rows]
     [('ERM', 'spammers=80%'), ('TERM', 'spammers=80%')]
     """
