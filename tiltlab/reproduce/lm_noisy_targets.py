@@ -118,6 +118,19 @@ def _objective(method: str, t_token: float, t_sequence: float):
 
 def _train_eval(torch, method, x, y, x_test, y_test, *, seed, epochs, device, t_token,
                 t_sequence, dim, layers):
+    threads = torch.get_num_threads()
+    if device == "cpu":  # a network this small gains nothing from a second thread
+        torch.set_num_threads(1)
+    try:
+        return _fit(torch, method, x, y, x_test, y_test, seed=seed, epochs=epochs,
+                    device=device, t_token=t_token, t_sequence=t_sequence, dim=dim,
+                    layers=layers)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _fit(torch, method, x, y, x_test, y_test, *, seed, epochs, device, t_token, t_sequence,
+         dim, layers):
     net = _model(torch, dim, layers, seed).to(device)
     opt = torch.optim.Adam(net.parameters(), lr=3e-3)
     loss_fn = _objective(method, t_token, t_sequence)
