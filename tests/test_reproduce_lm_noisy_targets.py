@@ -16,13 +16,14 @@ M = __import__("importlib").import_module("tiltlab.reproduce.lm_noisy_targets")
 def test_language_follows_its_rule_and_corruption_its_other_rule():
     rule, bad = M._rules(0)
     x = M._sequences(2000, rule, np.random.default_rng(0))
-    follows = x[:, 2:] == rule[x[:, :-2], x[:, 1:-1]]
+    follows = x[:, 1:] == rule[x[:, :-1]]
     # the rule's token with probability P_RULE, plus a uniform draw that hits it
     expected = M.P_RULE + (1 - M.P_RULE) / M.VOCAB
     assert abs(follows.mean() - expected) < 0.01
+    assert sorted(rule) == list(range(M.VOCAB)) and sorted(bad) == list(range(M.VOCAB))
+    assert np.all(rule != bad)  # the corruption changes every next token
     y = M._corrupt(x, bad)
-    assert np.array_equal(y[:, 1:], bad[x[:, :-2], x[:, 1:-1]])
-    assert np.array_equal(y[:, 0], x[:, 1])  # the first target has no context to corrupt
+    assert y.shape == (2000, M.LENGTH) and np.array_equal(y, bad[x[:, :-1]])
 
 
 def test_rows_follow_the_schema_and_the_command_writes_json(tmp_path, capsys):
