@@ -272,3 +272,99 @@ def test_module_groups_count_and_errors():
         TiltedCrossEntropy(-1.0, level="group")
     with pytest.raises(ValueError, match="groups"):
         TiltedCrossEntropy(-1.0)(h, W, y, groups=g)
+
+
+LM_WORKER = r"""
+import sys
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from tiltlab.torch import TiltedCrossEntropy
+
+rank, world, init, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+distributed = world > 1
+if distributed:
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+torch.set_num_threads(1)
+
+
+class LM(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = torch.nn.Linear(4, 6, dtype=torch.float64)
+        self.head = torch.nn.Linear(6, 9, bias=False, dtype=torch.float64)
+
+    def forward(self, x):
+        return torch.tanh(self.body(x))
+
+
+SIZES = (3, 5)  # sequences per process: unequal batches
+results = {}
+for case, kwargs in {"token": dict(t=-2.0), "sequence": dict(t=-1.0, level="sequence")}.items():
+    torch.manual_seed(0)
+    model = LM()
+    net = torch.nn.parallel.DistributedDataParallel(model) if distributed else model
+    loss_fn = TiltedCrossEntropy(distributed=distributed, lam=0.3, chunk_size=3, **kwargs)
+    loss_fn = loss_fn.double()
+    opt = torch.optim.SGD(model.parameters(), lr=0.2)
+    gen = torch.Generator().manual_seed(1)
+    for step in range(3):
+        X = torch.randn(sum(SIZES), 4, 4, generator=gen, dtype=torch.float64)
+        y = torch.randint(0, 9, (sum(SIZES), 4), generator=gen)
+        y[:, 0] = -100
+        if distributed:
+            lo = sum(SIZES[:rank])
+            X, y = X[lo : lo + SIZES[rank]], y[lo : lo + SIZES[rank]]
+        opt.zero_grad()
+        value = loss_fn(net(X), model.head.weight, y)
+        value.backward()
+        grads = [p.grad.reshape(-1) for p in model.parameters()]
+        results[f"{case}/{step}/grad"] = torch.cat(grads).numpy()
+        results[f"{case}/{step}/value"] = np.array(float(value.detach()))
+        opt.step()
+np.savez(out, **results)
+if distributed:
+    dist.destroy_process_group()
+"""
+
+
+def test_module_data_parallel_equals_one_process_on_the_global_batch(tmp_path):
+    dist = pytest.importorskip("torch.distributed")
+    if not dist.is_available() or not dist.is_gloo_available():
+        pytest.skip("torch.distributed with gloo is not available")
+    import os
+    import pathlib
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    import tiltlab
+
+    script = tmp_path / "worker.py"
+    script.write_text(LM_WORKER)
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    root = str(pathlib.Path(tiltlab.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join([root, env.get("PYTHONPATH", "")])
+    init = f"file://{tmp_path / 'rendezvous'}"
+
+    def launch(rank, world, out):
+        cmd = [sys.executable, str(script), str(rank), str(world), init, str(out)]
+        return subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
+
+    procs = [launch(r, 2, tmp_path / f"rank{r}.npz") for r in range(2)]
+    single = launch(0, 1, tmp_path / "single.npz")
+    for p in [*procs, single]:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+    ref = np.load(tmp_path / "single.npz")
+    for r in range(2):
+        got = np.load(tmp_path / f"rank{r}.npz")
+        for key in ref.files:
+            if key.endswith("/value"):  # each process's value is the shared running estimate
+                np.testing.assert_allclose(got[key], ref[key], rtol=1e-10, err_msg=key)
+            else:
+                np.testing.assert_allclose(got[key], ref[key], rtol=1e-10, atol=1e-13,
+                                           err_msg=key)
