@@ -27,7 +27,7 @@ Usage::
     python benchmarks/engine_speed.py --before /tmp/b
     python benchmarks/engine_speed.py --only hier-objective --threads 1 --before /tmp/b
 
-Nothing here asserts a timing; figures go in benchmarks/README.md and the issue notes.
+Nothing here asserts a timing; figures go in benchmarks/README.md and the Speed page.
 """
 
 from __future__ import annotations

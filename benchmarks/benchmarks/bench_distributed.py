@@ -2,7 +2,9 @@
 
 The data are ``N x D`` float64 (a seeded logistic regression, chunks of ``CHUNK`` rows),
 persisted in memory, on Dask's synchronous scheduler in this process (the costs of the
-tasks themselves, without a cluster's messages). ``kind`` is the sample-level objective
+tasks themselves, without a cluster's messages), on one thread: BLAS limited to one
+thread (threadpoolctl) and the compiled kernels too (numba), so that CPU times compare the
+work done rather than the threads spinning. ``kind`` is the sample-level objective
 (``t = -1``) or a two-level hierarchy over ``GROUPS`` Zipf-sized groups (tilts ``(-1, 2)``).
 
 - ``track_graphs_per_evaluation`` (unit "graphs"): the graphs one ``value_and_gradient``
@@ -68,6 +70,19 @@ class DaskEvaluation:
                                                  "tilts": TILTS}
         self._config = dask.config.set(scheduler="synchronous")
         self._config.__enter__()
+        self._limits = None
+        try:
+            from threadpoolctl import threadpool_limits
+
+            self._limits = threadpool_limits(1)
+        except ImportError:
+            pass
+        try:
+            import numba
+
+            numba.set_num_threads(1)
+        except ImportError:
+            pass
         Xd, yd = dask.persist(
             da.from_array(X, chunks=(CHUNK, D)), da.from_array(y, chunks=CHUNK)
         )
@@ -81,6 +96,8 @@ class DaskEvaluation:
 
     def teardown(self, kind):
         self._config.__exit__(None, None, None)
+        if self._limits is not None:
+            self._limits.restore_original_limits()
 
     def evaluate(self):
         out = self.obj.value_and_gradient(self.theta)
