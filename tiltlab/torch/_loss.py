@@ -7,7 +7,6 @@ from typing import Any
 
 import torch
 
-from tiltlab._compat import library_namespace
 from tiltlab.minibatch import _kernels as K
 from tiltlab.minibatch import _stats as S
 from tiltlab.minibatch._sampling import level_probabilities
@@ -17,20 +16,16 @@ from tiltlab.minibatch._validation import (
     check_lam,
     check_positive_int,
     check_tilt_spec,
-    resolve,
 )
 
+from . import _steps as steps
 from ._accumulate import finish, micro_batch, observe_batch, planned_step
-from ._checks import check_call, mlmc_level
-from ._ess import ess_tilt
+from ._checks import check_call
 from ._grouped import lean_group_step, lean_tilts
-from ._parallel import gather_stats, gather_values, keep_state_dtypes, lean_running_step
+from ._parallel import gather_stats, keep_state_dtypes, lean_running_step
 from ._placement import misplaced, place_state, place_state_eagerly
 
 __all__ = ["TiltedLoss"]
-
-#: the array-API namespace of PyTorch tensors (the minibatch kernels are written for it)
-xp_torch = library_namespace(torch.empty(0))
 
 
 class TiltedLoss(torch.nn.Module):
@@ -320,88 +315,13 @@ class TiltedLoss(torch.nn.Module):
             self.__dict__["_step_cache"] = (self.step, self.step._version, host + 1)
 
     def _tilts_now(self, like: torch.Tensor, compiling: bool) -> list[Any]:
-        """``[t_group, t_sample]`` of this step: Python floats (validated on the host), or
-        0-d tensors where a schedule runs inside a compiled graph (flagged on the device)."""
-        out: list[Any] = []
-        names = ("tilts[0]", "tilts[1]" if self.hierarchical else "t")
-        for i, schedule in enumerate(self._schedules):
-            if schedule is None:
-                value: Any = self._values[i]
-            elif compiling:
-                value = schedule(self.step.to(torch.float64))
-                if isinstance(value, torch.Tensor):
-                    if value.ndim != 0 or not value.is_floating_point():
-                        raise TypeError(f"`{names[i]}` must return a real number or a 0-d tensor")
-                    value = value.to(like.dtype)
-                else:
-                    value = resolve(value, 0, names[i])
-            else:
-                value = resolve(schedule, self._host_step(), names[i])
-            if S.is_number(value):
-                if self.estimator == "variational" and math.isinf(value):
-                    raise ValueError(f"`{names[i]}` must be finite for estimator='variational'")
-                value = S.fit_tilt(value, like.dtype, xp_torch)
-            out.append(value)
-        return out
+        return steps.tilts_now(self, like, compiling)
 
     def _solve_ess(self, values: torch.Tensor, compiling: bool) -> Any:
-        """The tilt at which the weights of the union of every process's batch keep the
-        ESS fraction (:func:`ess_tilt`, on the device). Eagerly it is read once (kept in
-        ``t``; an unreachable fraction raises); when compiling it stays a 0-d tensor (an
-        unreachable fraction gives NaN: the batch is skipped and counted, see
-        :meth:`check`)."""
-        spec = self._ess
-        if callable(spec):
-            if compiling:
-                step = self.step if self.training else (self.step - 1).clamp_min(0)
-                fraction = spec(step.to(torch.float64))
-                if not isinstance(fraction, torch.Tensor):
-                    fraction = check_ess(fraction)
-            else:
-                step = self._host_step() if self.training else max(self._host_step() - 1, 0)
-                fraction = check_ess(resolve(spec, step, "ess"))
-        else:
-            fraction = spec
-        union = values
-        if self.distributed:
-            if compiling:
-                raise RuntimeError(
-                    "`ess` with `distributed=True` solves the tilt on the losses gathered "
-                    "from every process (sizes known on the host only): call the loss "
-                    "outside the compiled region"
-                )
-            union = gather_values(values, self.process_group)
-        if union.shape[0] == 0:
-            t = torch.zeros((), dtype=values.dtype, device=values.device)
-        else:
-            t = ess_tilt(union, fraction, self.ess_sign).to(values.dtype)
-        if compiling:
-            return t
-        value = float(t)
-        if math.isnan(value):
-            if not bool(torch.isfinite(union).all()):
-                value = 0.0  # a non-finite batch: skipped and reported as such
-            else:
-                raise ValueError(
-                    f"`ess`={fraction!r}: no finite tilt of sign {self.ess_sign:+d} reaches "
-                    f"this fraction of the batch's {union.shape[0]} losses (the tilted "
-                    f"weights keep at least the share of the losses tied at the "
-                    f"{'largest' if self.ess_sign > 0 else 'smallest'} loss, all of them "
-                    f"for equal losses); give a larger `ess`"
-                )
-        self._values[1] = value
-        return value
+        return steps.solve_ess(self, values, compiling)
 
     def _record_tilts(self, t_group: Any, t_sample: Any, like: Any, compiling: bool) -> None:
-        """Keep the tilts of this training call for :attr:`tilts_in_use`: as Python numbers
-        eagerly (no device operation), in the ``used`` buffer when compiling."""
-        if not compiling:
-            buf = self.used
-            self.__dict__["_used"] = (float(t_group), float(t_sample), buf, buf._version)
-            return
-        pair = [t if isinstance(t, torch.Tensor) else K.const(t, like, xp_torch) for t in
-                (t_group, t_sample)]
-        self.used.copy_(torch.stack(pair))
+        steps.record_tilts(self, t_group, t_sample, like, compiling)
 
     @property
     def tilts_in_use(self) -> tuple[float, float]:
@@ -421,12 +341,7 @@ class TiltedLoss(torch.nn.Module):
         >>> loss_fn.tilts_in_use
         (0.0, -1.0)
         """
-        cache = self.__dict__.get("_used")
-        buf = self.used
-        if cache is not None and cache[2] is buf and cache[3] == buf._version:
-            return cache[0], cache[1]
-        t_group, t_sample = buf.tolist()
-        return float(t_group), float(t_sample)
+        return steps.used_tilts(self)
 
     def group_report(self) -> dict:
         """The running state per group, with the keys of
@@ -446,16 +361,7 @@ class TiltedLoss(torch.nn.Module):
         >>> [round(v, 4) for v in rep["risk"].tolist()], rep["mass"].tolist()
         ([0.2, 3.0], [0.5, 0.5])
         """
-        if self.estimator != "running":
-            raise ValueError("`group_report` is for the running estimator")
-        dtype = self.risk.dtype
-        schedule = self._schedules[0]
-        if schedule is None:
-            t_group = self._values[0]
-        else:
-            t_group = resolve(schedule, self._host_step(), "tilts[0]")
-        t_group = S.fit_tilt(t_group, dtype, xp_torch)
-        return S.report_from_state(self.risk, self.counts, self.ess.to(dtype), t_group, xp_torch)
+        return steps.report(self)
 
     # -- state ---------------------------------------------------------------------------
 
@@ -527,17 +433,7 @@ class TiltedLoss(torch.nn.Module):
         ``loss_fn(input, target, groups=None)`` with a criterion, ``loss_fn(losses,
         groups=None)`` without.
         """
-        if self.criterion is not None:
-            if target is None:
-                raise ValueError("`target` is required: this loss wraps a criterion")
-            losses = self.criterion(input, target)
-        else:
-            if target is not None:
-                raise ValueError(
-                    "`target` given but no criterion: pass per-sample losses, or build the "
-                    "loss as TiltedLoss(criterion, ...)"
-                )
-            losses = input
+        losses = steps.per_sample(self, input, target)
         compiling = torch.compiler.is_compiling()
         if not compiling:
             check_call(self, losses, groups)
@@ -556,7 +452,7 @@ class TiltedLoss(torch.nn.Module):
             return self._tilted(losses, groups, compiling)
 
     def _tilted(self, losses: torch.Tensor, groups: Any, compiling: bool) -> torch.Tensor:
-        xp = xp_torch
+        xp = steps.xp_torch
         acc = K.accumulation_dtype(losses.dtype, torch)
         values = losses.detach().to(acc)
         if self.training and self.__dict__.get("_plan_open"):
@@ -580,7 +476,7 @@ class TiltedLoss(torch.nn.Module):
                 self, losses, values, groups, t_group, t_sample, update, compiling
             )
         if self.estimator == "mlmc":
-            return self._mlmc(losses, values, t_sample, update, compiling)
+            return steps.mlmc(self, losses, values, t_sample, update, compiling)
         codes = mask = None
         valid = None
         if self.hierarchical:
@@ -607,10 +503,12 @@ class TiltedLoss(torch.nn.Module):
             if self.accumulation_steps > 1 and update:
                 value, weights = self._accumulate(values, stats, t_group, t_sample, ok, compiling)
             else:
-                value, weights = self._running(values, stats, codes, t_group, t_sample, ok, update)
+                value, weights = steps.running(
+                    self, values, stats, codes, t_group, t_sample, ok, update
+                )
             extra = None
         else:
-            value, weights, extra = self._variational(values, stats, t_sample, ok, update)
+            value, weights, extra = steps.variational(self, values, stats, t_sample, ok, update)
         if update:
             with torch.no_grad():
                 self.nonfinite.add_((~ok).to(torch.int64))
@@ -624,26 +522,8 @@ class TiltedLoss(torch.nn.Module):
         out = value + torch.dot(weights.detach(), losses.to(acc) - values)
         return out if extra is None else out + extra
 
-    def _running(self, values, stats, codes, t_group, t_sample, ok, update):
-        xp = xp_torch
-        dtype = values.dtype
-        state = [b.to(dtype) for b in (self.risk, self.seen, self.counts)]
-        value, coef, risk, seen, counts = S.running_from_stats(
-            stats, t_group, t_sample, *state, self.lam, xp
-        )
-        weights = S.sample_weights(values, risk, stats, codes, coef, t_sample, xp)
-        if update:
-            with torch.no_grad():
-                ess = S.ess_fraction(stats, xp)
-                self.ess.copy_(torch.where(ok & ~torch.isnan(ess), ess, self.ess.to(dtype)))
-                for buf, new, old in zip(
-                    (self.risk, self.seen, self.counts), (risk, seen, counts), state, strict=True
-                ):
-                    buf.copy_(torch.where(ok, new, old))
-        return value, weights
-
     def _accumulate(self, values, stats, t_group, t_sample, ok, compiling):
-        return micro_batch(self, values, stats, t_group, t_sample, ok, compiling, xp_torch)
+        return micro_batch(self, values, stats, t_group, t_sample, ok, compiling, steps.xp_torch)
 
     def finish_step(self, parameters: Any) -> None:
         """End an accumulation step: rescale the gradients accumulated over the
@@ -661,7 +541,7 @@ class TiltedLoss(torch.nn.Module):
         gradients by ``(c / c_0) exp(t (a - R))`` gives that call's gradient. Without
         pending micro-batches it does nothing.
         """
-        finish(self, parameters, xp_torch)
+        finish(self, parameters, steps.xp_torch)
 
     def observe(self, input: Any, target: Any = None, groups: Any = None) -> None:
         """The first pass of a two-pass step: take a micro-batch's losses (computed
@@ -689,20 +569,14 @@ class TiltedLoss(torch.nn.Module):
         ...          (torch.tensor([0.5, 1.0]), torch.tensor([1, 1]))]
         >>> for l, g in parts:  # the first pass (with the model: under torch.no_grad())
         ...     loss_fn.observe(l, groups=g)
-        >>> total = 0.0
         >>> for l, g in parts:  # the training pass: backward() after each call
-        ...     total = total + loss_fn(l.requires_grad_(), groups=g).detach()
+        ...     _ = loss_fn(l, groups=g)
         >>> union = TiltedLoss(tilts=(1.0, -1.0), n_groups=2)
         >>> _ = union(torch.cat([l for l, _ in parts]), groups=torch.tensor([0, 1, 1, 1]))
         >>> torch.allclose(loss_fn.risk, union.risk)
         True
         """
-        if self.criterion is not None:
-            if target is None:
-                raise ValueError("`target` is required: this loss wraps a criterion")
-            losses = self.criterion(input, target)
-        else:
-            losses = input
+        losses = steps.per_sample(self, input, target)
         self.__dict__["_plan_open"] = True
         check_call(self, losses, groups)
         observe_batch(self, losses, groups)
@@ -720,46 +594,3 @@ class TiltedLoss(torch.nn.Module):
             self.finish_step(p for group in opt.param_groups for p in group["params"])
 
         return optimizer.register_step_pre_hook(hook)
-
-    def _variational(self, values, stats, t_sample, ok, update):
-        xp = xp_torch
-        eta_now = self.eta.detach().to(values.dtype)
-        value, eta_used, eta_grad, _, coef = S.variational_from_stats(
-            stats, t_sample, eta_now, self.ready > 0, xp
-        )
-        weights = S.sample_weights(values, eta_used, stats, None, coef, t_sample, xp)
-        ok_all = ok & torch.isfinite(weights).all()
-        if not torch.compiler.is_compiling() and values.device.type == "cpu":
-            if bool(ok) and not bool(ok_all):
-                raise ValueError(
-                    "`losses`: the variational weights exp(t (loss - eta)) overflowed; this "
-                    "batch is far from the current eta: lower `t` or use estimator='running' "
-                    "(its weights are bounded by 1/lam)"
-                )
-        if update:
-            with torch.no_grad():
-                self.eta.copy_(torch.where(ok_all, eta_used, eta_now))
-                self.ready.copy_(torch.where(ok_all, torch.ones_like(self.ready), self.ready))
-        extra = eta_grad.detach() * (self.eta - self.eta.detach())
-        return value, weights, extra
-
-    def _mlmc(self, losses, values, t_sample, update, compiling):
-        xp = xp_torch
-        n = values.shape[0]
-        level = mlmc_level(self, n)
-        prob = 1.0 if level is None else self._level_p[level - 1]
-        t = K.const(t_sample, values, xp) if S.is_number(t_sample) else t_sample
-        weights, value = K.mlmc_step(
-            values, self.base_batch_size, level or 0, prob, level is None, t, xp
-        )
-        ok = torch.isfinite(values).all()
-        if not compiling and losses.device.type == "cpu" and self.check_finite and not bool(ok):
-            raise ValueError("`losses` contains NaN or infinite values; every loss must be finite")
-        if update:
-            with torch.no_grad():
-                self.nonfinite.add_((~ok).to(torch.int64))
-            self._advance(compiling)
-        value = torch.where(ok, value, torch.full_like(value, math.nan)).detach()
-        if not losses.requires_grad:
-            return value
-        return value + torch.dot(weights.detach(), losses.to(values.dtype) - values)
