@@ -13,7 +13,7 @@ Tiers (``--tier`` or ``TILTLAB_TIER``; ``push`` by default):
   parameter at least once, on the backends installed here (the instances that skip for
   want of a backend get a design of their own: a run without PyTorch records them).
   The contract rows (``test_contract.py``), tests marked ``push`` and test ids named on
-  the command line run in full; tests marked ``full`` do not run.
+  the command line run in full; tests marked ``slow`` do not run.
 - ``full``: every collected test.
 - ``rest``: the full tier less the push tier (the push tier's complement, for a run
   after the push tier in the same environment).
@@ -44,9 +44,6 @@ def pytest_configure(config):
         "markers", "gpu: runs CuPy on a CUDA device (benchmarks/gpu_check.sh runs -m gpu)"
     )
     config.addinivalue_line(
-        "markers", "full: slow and redundant with the push tier: runs in the full tier only"
-    )
-    config.addinivalue_line(
         "markers", "push: runs every instance in the push tier (no covering design)"
     )
 
@@ -60,7 +57,7 @@ def pytest_addoption(parser):
         choices=TIERS,
         default=None,
         help="push (default; env TILTLAB_TIER): a covering design of each parametrized "
-        "test, without the tests marked full; full: every test; rest: full less push",
+        "test, without the tests marked slow; full: every test; rest: full less push",
     )
 
 
@@ -208,7 +205,7 @@ def _push_tier(config, items):
     groups = defaultdict(list)
     keep = set()
     for it in items:
-        if it.get_closest_marker("full") is not None:
+        if it.get_closest_marker("slow") is not None:
             continue
         if (
             not hasattr(it, "callspec")
