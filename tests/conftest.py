@@ -12,8 +12,9 @@ Tiers (``--tier`` or ``TILTLAB_TIER``; ``push`` by default):
   the fewest (chosen greedily, deterministically) that meet every value of every
   parameter at least once, on the backends installed here (the instances that skip for
   want of a backend get a design of their own: a run without PyTorch records them).
-  The contract rows (``test_contract.py``), tests marked ``push`` and test ids named on
-  the command line run in full; tests marked ``full`` do not run.
+  The contract rows (``test_contract.py``) and tests marked ``push`` run in full; tests
+  marked ``slow`` do not run; a test named on the command line (``file::test`` or
+  ``file::test[id]``) runs as named.
 - ``full``: every collected test.
 - ``rest``: the full tier less the push tier (the push tier's complement, for a run
   after the push tier in the same environment).
@@ -44,9 +45,6 @@ def pytest_configure(config):
         "markers", "gpu: runs CuPy on a CUDA device (benchmarks/gpu_check.sh runs -m gpu)"
     )
     config.addinivalue_line(
-        "markers", "full: slow and redundant with the push tier: runs in the full tier only"
-    )
-    config.addinivalue_line(
         "markers", "push: runs every instance in the push tier (no covering design)"
     )
 
@@ -60,7 +58,7 @@ def pytest_addoption(parser):
         choices=TIERS,
         default=None,
         help="push (default; env TILTLAB_TIER): a covering design of each parametrized "
-        "test, without the tests marked full; full: every test; rest: full less push",
+        "test, without the tests marked slow; full: every test; rest: full less push",
     )
 
 
@@ -201,20 +199,34 @@ def _skips_for(item, installed):
     return None
 
 
+def _named(config) -> set:
+    """The tests named on the command line (``file::test`` or ``file::test[id]``), as
+    (file name, rest of the id) pairs."""
+    out = set()
+    for arg in config.args:
+        if "::" in arg:
+            path, rest = arg.split("::", 1)
+            out.add((os.path.basename(path), rest))
+    return out
+
+
 def _push_tier(config, items):
     """The items of the push tier (see the module's docstring), in collection order."""
-    named = [a.replace("\\", "/") for a in config.args if "[" in a]
+    named = _named(config)
     installed = {name: _installed(name) for name in BACKENDS}
     groups = defaultdict(list)
     keep = set()
     for it in items:
-        if it.get_closest_marker("full") is not None:
+        path, rest = it.nodeid.split("::", 1)
+        name = os.path.basename(path)
+        if (name, rest) in named or (name, rest.split("[", 1)[0]) in named:
+            keep.add(it)  # asked for by name: runs as asked
+        elif it.get_closest_marker("slow") is not None:
             continue
-        if (
+        elif (
             not hasattr(it, "callspec")
             or it.get_closest_marker("push") is not None
-            or it.path.name == "test_contract.py"
-            or any(a.endswith(it.nodeid) for a in named)
+            or name == "test_contract.py"
         ):
             keep.add(it)
         else:

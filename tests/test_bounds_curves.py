@@ -108,6 +108,7 @@ TILTS = np.r_[-np.logspace(1, -2, 8), 0.0, np.logspace(-2, 2, 12)]
 # min_tail_fraction: linear regression
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(4))
 def test_q0_strip_matches_brute_force(seed):
     rng = np.random.default_rng(seed)

@@ -226,6 +226,7 @@ print(float(g[0]) == float(r[0]) and bool(np.all(g[1] == r[1])))
 """
 
 
+@pytest.mark.slow
 def test_a_missing_kernel_is_compiled_in_the_background(tmp_path):
     """With an empty cache the first problem is served by NumPy while another process
     compiles the kernel into the cache; a later problem loads it from there."""
@@ -243,6 +244,7 @@ def test_a_missing_kernel_is_compiled_in_the_background(tmp_path):
     assert any(tmp_path.rglob("vg_scalar-float32.ready"))
 
 
+@pytest.mark.slow
 def test_the_background_process_compiles_the_grouped_kernels(tmp_path):
     """``python -m tiltlab._cpu_kernels._warmup KEY`` compiles the grouped kernels (which
     Dask hierarchies use) into the cache and marks them ready, as it does the others."""

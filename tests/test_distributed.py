@@ -234,6 +234,7 @@ def cluster_client():
         cluster.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("loss", "kw", "method"),
     [("logistic", {"t": -1.0, "l2": 1e-2}, "lbfgs"),

@@ -204,6 +204,7 @@ def test_fused_setting_off_and_non_finite_losses(route_calls):
     assert value == np.inf
 
 
+@pytest.mark.slow
 @needs_numba
 @pytest.mark.parametrize("loss", ["squared", "multinomial"])
 def test_grouped_kernel_compiled_in_the_background(loss, route_calls, monkeypatch):

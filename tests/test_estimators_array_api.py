@@ -32,6 +32,7 @@ needs_flag = pytest.mark.skipif(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(IN_CHILD, reason="this is the child process")
 def test_array_api_subprocess():
     pytest.importorskip("torch")

@@ -234,6 +234,7 @@ if distributed:
 """
 
 
+@pytest.mark.slow
 def test_data_parallel_gradient_equals_one_process_on_the_global_batch(tmp_path):
     torch = pytest.importorskip("torch")
     dist = pytest.importorskip("torch.distributed")

@@ -93,6 +93,7 @@ def test_notebook_matches_its_source(path):
     assert stored == expected, "stale notebook: run python notebooks/_build_notebooks.py"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
 def test_notebook_executes(path, monkeypatch):
     pytest.importorskip("ipykernel")

@@ -88,6 +88,7 @@ def test_torch_compile_fullgraph_without_checks(torch):
     assert float(w.sum()) == pytest.approx(1.0, rel=1e-13)
 
 
+@pytest.mark.slow
 def test_torch_compile_after_new_imports(torch, tmp_path):
     # a compiled call of tilted_risk after an earlier compilation and then the import of
     # another array library: array-api-compat's type tests (a look-up in sys.modules)

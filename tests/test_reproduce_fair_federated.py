@@ -176,6 +176,7 @@ def test_command_rows():
     assert "summed" in rep.notes
 
 
+@pytest.mark.slow
 def test_term_lifts_the_worst_devices():
     # the paper's finding on the synthetic (1, 1) data at the command's protocol, with the
     # sweep block's t = 0.3 (at the headline t = 0.1 on mean losses the gain is within the
