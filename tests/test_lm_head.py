@@ -195,6 +195,7 @@ def test_token_cross_entropy_and_its_backward():
         ({"chunk_size": 0}, ValueError, "chunk_size"),
         ({"t": "a"}, TypeError, "t"),
         ({"t": math.inf, "normalize": "count"}, ValueError, "t"),
+        ({"groups": torch.zeros(4, dtype=torch.int64)}, ValueError, "groups"),
     ],
 )
 def test_errors_name_the_argument(kwargs, exc, word):

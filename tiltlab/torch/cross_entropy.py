@@ -306,6 +306,8 @@ def tilted_cross_entropy(
     if not isinstance(weight, torch.Tensor) or weight.ndim != 2:
         raise ValueError("`weight` must be a tensor of shape (V, H)")
     spec = _parse(t, tilts, level, normalize, ignore_index, chunk_size, weight.shape[0])
+    if groups is not None and level != "group":
+        raise ValueError("`groups` goes with level='group', and only")
     valid = _check(hidden, weight, targets, bias, spec, groups)
     if not bool(valid.any()):
         raise ValueError("`targets`: every token is `ignore_index`, no loss to reduce")
