@@ -195,6 +195,7 @@ def test_token_cross_entropy_and_its_backward():
         ({"chunk_size": 0}, ValueError, "chunk_size"),
         ({"t": "a"}, TypeError, "t"),
         ({"t": math.inf, "normalize": "count"}, ValueError, "t"),
+        ({"groups": torch.zeros(4, dtype=torch.int64)}, ValueError, "groups"),
     ],
 )
 def test_errors_name_the_argument(kwargs, exc, word):
@@ -368,3 +369,43 @@ def test_module_data_parallel_equals_one_process_on_the_global_batch(tmp_path):
             else:
                 np.testing.assert_allclose(got[key], ref[key], rtol=1e-10, atol=1e-13,
                                            err_msg=key)
+
+
+@pytest.mark.parametrize("t", [-1.0, 0.0, 1e-12, math.inf, -math.inf, 3.0])
+@pytest.mark.parametrize("level", ["token", "sequence"])
+@pytest.mark.parametrize("normalize", ["weights", "count"])
+def test_vocabulary_in_blocks_matches_full_logits(t, level, normalize, monkeypatch):
+    # a budget of 12 logits and chunks of at least 3 tokens: vocabulary blocks of 4, 4, 3
+    from tiltlab.torch import cross_entropy as ce
+
+    monkeypatch.setattr(ce, "CHUNK_ELEMENTS", 12)
+    monkeypatch.setattr(ce, "MIN_TOKENS", 3)
+    if normalize == "count" and math.isinf(t):
+        return
+    got, ref = _both(t, level, None, normalize=normalize)
+    for a, r in zip(got, ref, strict=True):
+        torch.testing.assert_close(a, r, **TOL)
+
+
+def test_vocabulary_in_blocks_groups_and_token_losses(monkeypatch):
+    from tiltlab.torch import cross_entropy as ce
+
+    monkeypatch.setattr(ce, "CHUNK_ELEMENTS", 12)
+    monkeypatch.setattr(ce, "MIN_TOKENS", 3)
+    got, ref = _both(None, "group", None, tilts=(2.0, -1.0), groups=torch.tensor([0, 1, 0, 1]))
+    for a, r in zip(got, ref, strict=True):
+        torch.testing.assert_close(a, r, **TOL)
+    h, W, b, y = _data()
+    hs, Ws = (x.clone().requires_grad_(True) for x in (h, W))
+    l = token_cross_entropy(hs, Ws, y)
+    ref_l = F.cross_entropy((h @ W.T).reshape(-1, 11), y.reshape(-1),
+                            reduction="none").reshape(y.shape)
+    torch.testing.assert_close(l, ref_l, **TOL)
+    v = torch.randn(y.shape, dtype=D)
+    got = torch.autograd.grad((l * v).sum(), (hs, Ws))
+    hr, Wr = (x.clone().requires_grad_(True) for x in (h, W))
+    lr = F.cross_entropy((hr @ Wr.T).reshape(-1, 11), y.reshape(-1),
+                         reduction="none").reshape(y.shape)
+    want = torch.autograd.grad((lr * v).sum(), (hr, Wr))
+    for a, r in zip(got, want, strict=True):
+        torch.testing.assert_close(a, r, **TOL)

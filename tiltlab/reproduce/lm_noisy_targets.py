@@ -193,6 +193,11 @@ def lm_noisy_targets(
         Rows ``(method, "noise p", metric, "test")`` with metrics ``token_accuracy`` and
         ``token_loss`` on clean held-out sequences.
 
+    See Also
+    --------
+    tiltlab.torch.tilted_cross_entropy : The chunked tilted head every method trains with.
+    tiltlab.reproduce.run : Runs an experiment by its command name.
+
     Examples
     --------
     >>> from tiltlab.reproduce import lm_noisy_targets

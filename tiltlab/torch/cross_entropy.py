@@ -23,6 +23,9 @@ xp_torch = library_namespace(torch.empty(0))
 
 #: logits (tokens x vocabulary) formed at once by default: 4 Mi elements, 16 MiB in float32
 CHUNK_ELEMENTS = 1 << 22
+#: the fewest tokens of a default chunk: beyond ``CHUNK_ELEMENTS / MIN_TOKENS`` (64 Ki)
+#: words the vocabulary is taken in blocks too
+MIN_TOKENS = 64
 
 LEVELS = ("token", "sequence", "group")
 NORMALIZE = ("weights", "count")
@@ -36,6 +39,7 @@ class _Spec:
     normalize: str
     ignore_index: int
     chunk: int
+    vblock: int
 
 
 def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -43,9 +47,23 @@ def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
-def _logits_pass(h, tgt, W, b, grad: bool):
-    """Per-token cross-entropy of one chunk, with ``softmax - onehot`` and its product
-    with ``W`` (the hidden states' gradient of each token's loss) when ``grad``."""
+def _logits_pass(h, tgt, W, b, grad: bool, vblock: int):
+    """Per-token cross-entropy of one chunk, with what its gradients need when ``grad``:
+    ``softmax - onehot`` and its product with ``W`` (the hidden states' gradient of each
+    token's loss), or, with the vocabulary in blocks of ``vblock``, a :class:`_Blocks`
+    that recomputes them block by block in :func:`_add_chunk`."""
+    V = W.shape[0]
+    if vblock < V:
+        lse = torch.full(tgt.shape, -math.inf, dtype=h.dtype, device=h.device)
+        zt = torch.zeros(tgt.shape, dtype=h.dtype, device=h.device)
+        for v0 in range(0, V, vblock):
+            v1 = min(v0 + vblock, V)
+            z = _block_logits(h, W, b, v0, v1)
+            lse = torch.logaddexp(lse, torch.logsumexp(z, dim=-1))
+            inside = (tgt >= v0) & (tgt < v1)
+            at = z.gather(1, (tgt - v0).clamp(0, v1 - v0 - 1)[:, None])[:, 0]
+            zt = zt + torch.where(inside, at, 0.0)
+        return lse - zt, (_Blocks(h, tgt, W, b, lse, vblock) if grad else None), None
     z = h @ W.T
     if b is not None:
         z += b
@@ -57,6 +75,36 @@ def _logits_pass(h, tgt, W, b, grad: bool):
     z.exp_()
     z[torch.arange(z.shape[0], device=z.device), tgt] -= 1.0
     return loss, z, z @ W
+
+
+def _block_logits(h, W, b, v0, v1):
+    z = h @ W[v0:v1].T
+    if b is not None:
+        z += b[v0:v1]
+    return z
+
+
+@dataclass
+class _Blocks:
+    """A chunk's ``softmax - onehot`` by vocabulary blocks, recomputed when used."""
+
+    h: Any
+    tgt: Any
+    W: Any
+    b: Any
+    lse: Any
+    vblock: int
+
+    def blocks(self):
+        V = self.W.shape[0]
+        for v0 in range(0, V, self.vblock):
+            v1 = min(v0 + self.vblock, V)
+            z = _block_logits(self.h, self.W, self.b, v0, v1)
+            z -= self.lse[:, None]
+            z.exp_()
+            rows = torch.nonzero((self.tgt >= v0) & (self.tgt < v1))[:, 0]
+            z[rows, self.tgt[rows] - v0] -= 1.0
+            yield v0, v1, z
 
 
 def _check(hidden, weight, targets, bias, spec, groups):
@@ -112,13 +160,16 @@ def _parse(t, tilts, level, normalize, ignore_index, chunk_size, V):
             raise ValueError("normalize='count' needs a finite `t`")
     if isinstance(ignore_index, bool) or not isinstance(ignore_index, int):
         raise TypeError(f"`ignore_index` must be an int, got {ignore_index!r}")
+    vblock = V
     if chunk_size is None:
-        chunk = max(1, CHUNK_ELEMENTS // max(V, 1))
+        chunk = max(MIN_TOKENS, CHUNK_ELEMENTS // max(V, 1))
+        if chunk * V > CHUNK_ELEMENTS:
+            vblock = max(1, CHUNK_ELEMENTS // chunk)
     else:
         if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
             raise ValueError(f"`chunk_size` must be a positive int, got {chunk_size!r}")
         chunk = chunk_size
-    return _Spec(tt, tl, level, normalize, ignore_index, chunk)
+    return _Spec(tt, tl, level, normalize, ignore_index, chunk, vblock)
 
 
 def token_cross_entropy(hidden, weight, targets, *, bias=None, ignore_index=-100,
@@ -157,12 +208,12 @@ def token_cross_entropy(hidden, weight, targets, *, bias=None, ignore_index=-100
     """
     spec = _parse(None, None, "token", "weights", ignore_index, chunk_size, weight.shape[0])
     valid = _check(hidden, weight, targets, bias, spec, None)
-    return _TokenLosses.apply(hidden, weight, bias, targets, valid, spec.chunk)
+    return _TokenLosses.apply(hidden, weight, bias, targets, valid, spec)
 
 
 class _TokenLosses(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, hidden, weight, bias, targets, valid, chunk):
+    def forward(ctx, hidden, weight, bias, targets, valid, spec):
         acc = _acc_dtype(hidden.dtype)
         h2 = hidden.reshape(-1, hidden.shape[-1])
         y = targets.reshape(-1)
@@ -171,11 +222,11 @@ class _TokenLosses(torch.autograd.Function):
         b = None if bias is None else bias.to(acc)
         out = torch.zeros(h2.shape[0], dtype=acc, device=hidden.device)
         idx = torch.nonzero(ok)[:, 0]
-        for s in range(0, idx.shape[0], chunk):
-            j = idx[s : s + chunk]
-            out[j] = _logits_pass(h2[j].to(acc), y[j], W, b, False)[0]
+        for s in range(0, idx.shape[0], spec.chunk):
+            j = idx[s : s + spec.chunk]
+            out[j] = _logits_pass(h2[j].to(acc), y[j], W, b, False, spec.vblock)[0]
         ctx.save_for_backward(hidden, weight, bias, targets, valid)
-        ctx.chunk = chunk
+        ctx.spec = spec
         return out.reshape(targets.shape)
 
     @staticmethod
@@ -190,13 +241,14 @@ class _TokenLosses(torch.autograd.Function):
         gw = torch.zeros(W.shape, dtype=acc, device=W.device)
         gb = None if b is None else torch.zeros(b.shape, dtype=acc, device=W.device)
         idx = torch.nonzero(ok)[:, 0]
-        for s in range(0, idx.shape[0], ctx.chunk):
-            j = idx[s : s + ctx.chunk]
+        spec = ctx.spec
+        for s in range(0, idx.shape[0], spec.chunk):
+            j = idx[s : s + spec.chunk]
             hj = h2[j].to(acc)
-            _, G, dhj = _logits_pass(hj, y[j], W, b, True)
+            _, G, dhj = _logits_pass(hj, y[j], W, b, True, spec.vblock)
             a = g[j]
-            dh[j] = dhj * a[:, None]
-            _add_chunk(gw, gb, G, hj, a, 1.0)
+            blocked = _add_chunk(gw, gb, G, hj, a, 1.0)
+            dh[j] = (dhj if blocked is None else blocked) * a[:, None]
         return (
             dh.reshape(hidden.shape).to(hidden.dtype),
             gw.to(weight.dtype),
@@ -232,7 +284,10 @@ def tilted_cross_entropy(
     FlashAttention rescales its output) merge exactly, so the value and the gradients do
     not depend on ``chunk_size``. At group level the tilted weights of the hierarchy
     (:func:`tiltlab.hierarchical_weights`) need every loss first: a first pass computes
-    the losses, a second the gradients. 16-bit inputs are accumulated in float32.
+    the losses, a second the gradients. By default a chunk holds about 4 Mi logits and at
+    least 64 tokens; beyond 64 Ki words the vocabulary is taken in blocks too (an online
+    log-sum-exp over the blocks, then the blocks again for the gradients). 16-bit inputs
+    are accumulated in float32.
 
     With ``normalize="weights"`` (default) the value is the tilted risk
     :math:`R_t = \frac1t \log \frac1N \sum_i e^{t \ell_i}` of the items (non-ignored
@@ -269,7 +324,8 @@ def tilted_cross_entropy(
     ignore_index : int, default -100
     normalize : {"weights", "count"}
     chunk_size : int, optional
-        Tokens per chunk (default: about 4 Mi logits, 16 MiB in float32, at once).
+        Tokens per chunk (default: about 4 Mi logits, 16 MiB in float32, at once, and at
+        least 64 tokens; a given ``chunk_size`` takes the whole vocabulary at once).
 
     Returns
     -------
@@ -306,6 +362,8 @@ def tilted_cross_entropy(
     if not isinstance(weight, torch.Tensor) or weight.ndim != 2:
         raise ValueError("`weight` must be a tensor of shape (V, H)")
     spec = _parse(t, tilts, level, normalize, ignore_index, chunk_size, weight.shape[0])
+    if groups is not None and level != "group":
+        raise ValueError("`groups` goes with level='group', and only")
     valid = _check(hidden, weight, targets, bias, spec, groups)
     if not bool(valid.any()):
         raise ValueError("`targets`: every token is `ignore_index`, no loss to reduce")
@@ -373,7 +431,7 @@ def _head(hidden, weight, bias, targets, valid, groups, spec, grad):
         j = torch.arange(lo, hi, device=hidden.device) if seq else idx_all[lo:hi]
         hj = h2[j].to(acc)
         yj = torch.where(ok[j], y[j], 0)
-        loss, G, dhj = _logits_pass(hj, yj, W, b, grad)
+        loss, G, dhj = _logits_pass(hj, yj, W, b, grad, spec.vblock)
         if seq:
             m = ok[j].reshape(-1, T).to(acc)
             cnt = counts[lo // T : hi // T].to(acc)
@@ -392,13 +450,13 @@ def _head(hidden, weight, bias, targets, valid, groups, spec, grad):
             def spread(a):
                 return a
         items.append(item)
-        if grad:
+        if grad and dhj is not None:
             dh[j] = dhj
         if spec.normalize == "count":
             a = torch.exp(spec.t * item) / n_items
             value = value + (a * item).sum()
             if grad:
-                _add_chunk(gw, gb, G, hj, spread(a), 1.0)
+                _set_rows(dh, j, _add_chunk(gw, gb, G, hj, spread(a), 1.0))
             continue
         # the chunk's state; the gradients' accumulators are rescaled with the factors the
         # merge applies to the two states' sums (markers (1, 0) and (0, 1), read back)
@@ -414,7 +472,7 @@ def _head(hidden, weight, bias, targets, valid, groups, spec, grad):
         if grad:
             ra, rb = (float(x) for x in state.sums)
             if "pe" in box and rb != 0.0:
-                _add_chunk(gw, gb, G, hj, spread(box["pe"]) * rb, ra)
+                _set_rows(dh, j, _add_chunk(gw, gb, G, hj, spread(box["pe"]) * rb, ra))
             elif ra != 1.0:
                 gw.mul_(ra)
                 if gb is not None:
@@ -438,10 +496,28 @@ def _head(hidden, weight, bias, targets, valid, groups, spec, grad):
 
 def _add_chunk(gw, gb, G, h, a, beta):
     """``gw <- beta gw + sum_i a_i G_i^T h_i`` and ``gb <- beta gb + sum_i a_i G_i`` in
-    place (one buffer of each gradient)."""
+    place (one buffer of each gradient). With the vocabulary in blocks (``G`` a
+    :class:`_Blocks`) it also returns the hidden states' gradients ``G_i W`` of the
+    chunk's tokens (unweighted), else None."""
+    if isinstance(G, _Blocks):
+        dh = torch.zeros(h.shape, dtype=h.dtype, device=h.device)
+        ha = h * a[:, None]
+        for v0, v1, z in G.blocks():
+            dh.addmm_(z, G.W[v0:v1])
+            gw[v0:v1].addmm_(z.T, ha, beta=beta)
+            if gb is not None:
+                gb[v0:v1].addmv_(z.T, a, beta=beta)
+        return dh
     gw.addmm_(G.T, h * a[:, None], beta=beta)
     if gb is not None:
         gb.addmv_(G.T, a, beta=beta)
+    return None
+
+
+def _set_rows(dh, j, rows):
+    """The hidden states' gradients of a chunk computed with the vocabulary in blocks."""
+    if rows is not None:
+        dh[j] = rows
 
 
 def _scale_rows(dh, w_items, ok, counts, T, acc):
@@ -476,7 +552,7 @@ def _group_head(h2, y, ok, W, b, groups, spec, grad, dh, shape, hidden):
     losses = torch.zeros(ok.shape, dtype=acc, device=h2.device)
     for s in range(0, idx.shape[0], spec.chunk):
         j = idx[s : s + spec.chunk]
-        losses[j] = _logits_pass(h2[j].to(acc), y[j], W, b, False)[0]
+        losses[j] = _logits_pass(h2[j].to(acc), y[j], W, b, False, spec.vblock)[0]
     if per_seq:
         m = ok.reshape(n_seq, T).to(acc)
         cnt = m.sum(1)
@@ -501,8 +577,8 @@ def _group_head(h2, y, ok, W, b, groups, spec, grad, dh, shape, hidden):
     for s in range(0, idx.shape[0], spec.chunk):
         j = idx[s : s + spec.chunk]
         hj = h2[j].to(acc)
-        _, G, dhj = _logits_pass(hj, y[j], W, b, True)
-        dh[j] = dhj * wt[j][:, None]
-        _add_chunk(gw, gb, G, hj, wt[j], 1.0)
+        _, G, dhj = _logits_pass(hj, y[j], W, b, True, spec.vblock)
+        blocked = _add_chunk(gw, gb, G, hj, wt[j], 1.0)
+        dh[j] = (dhj if blocked is None else blocked) * wt[j][:, None]
     return value, dh.reshape(hidden.shape), gw, gb
 
