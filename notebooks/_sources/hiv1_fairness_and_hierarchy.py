@@ -54,11 +54,12 @@ erm = fit(data.X_train, data.y_train)
 fair = fit(data.X_train, data.y_train, groups=data.y_train, tilts=(50.0, 0.0))
 
 # ERM+ (the paper's protocol): move ERM's decision threshold until its validation
-# accuracy
-# on the rare class equals that of TERM (t = 50); the largest such threshold
+# accuracy on the rare class equals that of TERM (t = 50); the largest such threshold
 target = accuracies(data.X_val, data.y_val, fair)["rare"]
 z_val = data.X_val @ np.asarray(erm)
 candidates = np.sort(z_val)[::-1]
+
+
 def rare_accuracy(c):
     return accuracies(data.X_val, data.y_val, erm, c - 1e-12)["rare"]
 
