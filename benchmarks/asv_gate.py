@@ -122,10 +122,12 @@ def compare(new_dir: Path, machine_dir: Path, units: dict) -> int:
         if value > old * (1 + 1e-9) + 1e-12:
             worse.append(f"  INCREASE: {label}: {old:g} -> {value:g} {unit} "
                          f"(recorded at {commit[:8]})")
-    print("\n".join(fresh))
+    if fresh:
+        print("\n".join(fresh))
     print(f"{checked} counts compared with the history of {machine_dir.name}; "
           f"{len(worse)} increased")
-    print("\n".join(worse))
+    if worse:
+        print("\n".join(worse))
     return len(worse)
 
 
