@@ -345,8 +345,20 @@ def test_output_checks_can_fail(tmp_path):
     assert proc.returncode != 0 and "the page says '3'" in proc.stderr
 
 
+#: pages whose snippets take seconds (a local cluster, training loops): the full tier
+SLOW_PAGES = {"user_guide/scale_out.md", "user_guide/minibatch.md",
+              "user_guide/language_models.md"}
+
+
 @pytest.mark.parametrize(
-    "page", GUIDE_PAGES, ids=[p.relative_to(DOCS_DIR).as_posix() for p in GUIDE_PAGES]
+    "page",
+    [
+        pytest.param(p, marks=pytest.mark.slow)
+        if p.relative_to(DOCS_DIR).as_posix() in SLOW_PAGES
+        else p
+        for p in GUIDE_PAGES
+    ],
+    ids=[p.relative_to(DOCS_DIR).as_posix() for p in GUIDE_PAGES],
 )
 def test_guide_snippets_run(page, tmp_path):
     text = page.read_text(encoding="utf-8")

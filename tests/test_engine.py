@@ -190,6 +190,7 @@ def test_zipf_hierarchy_matches_loop(xp, tilts):
     assert w.sum() == pytest.approx(1.0, rel=1e-12)
 
 
+@pytest.mark.slow
 def test_hundred_thousand_groups():
     rng = np.random.default_rng(4)
     n = 400_000

@@ -134,7 +134,8 @@ def test_checks_with_array_api_subprocess():
     env = dict(os.environ, SCIPY_ARRAY_API="1")
     root = Path(__file__).resolve().parents[1]
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-rs", __file__],
+        [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-n", "0", "-rs",
+         __file__],
         env=env,
         cwd=root,
         capture_output=True,

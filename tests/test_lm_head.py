@@ -331,6 +331,7 @@ if distributed:
 """
 
 
+@pytest.mark.slow  # two processes
 def test_module_data_parallel_equals_one_process_on_the_global_batch(tmp_path):
     dist = pytest.importorskip("torch.distributed")
     if not dist.is_available() or not dist.is_gloo_available():

@@ -60,6 +60,7 @@ def fairness():
     return hiv1_fairness(seeds=1)
 
 
+@pytest.mark.slow  # a whole reproduction (11 s): the CLI tests cover the command
 def test_hiv1_fairness(fairness):
     by = _check_schema(fairness, "hiv1-fairness")
     # methods x metrics x splits, two thresholds (ERM+, RobustRegRisk+) and the chosen rho/n

@@ -82,6 +82,7 @@ def test_large_tilt_approaches_minmax():
         assert minmax - 1e-9 <= max_loss <= minmax + np.log(n) / t + 1e-9
 
 
+@pytest.mark.slow  # 11 s: the stochastic method's convergence runs in the full tier
 def test_stochastic_reproducible_and_near_batch():
     X, y = _problem("logistic", n=400, d=4, seed=7)
     for kw in [{"t": 1.0}, {"groups": y.astype(int), "tilts": (1.0, 0.5)}]:

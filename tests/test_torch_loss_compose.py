@@ -240,7 +240,13 @@ SIZES_ONE = [(13,), (9,)]
 
 
 @pytest.mark.parametrize(
-    ("name", "mode"), [(n, m) for n, modes in MODES.items() for m in modes]
+    ("name", "mode"),
+    [
+        # the compiled modes (several seconds each) run in the full tier
+        pytest.param(n, m, marks=pytest.mark.slow) if "compiled" in m else (n, m)
+        for n, modes in MODES.items()
+        for m in modes
+    ],
 )
 def test_one_process_equals_one_call_on_the_union(name, mode):
     spec = SPECS[name]
@@ -399,6 +405,7 @@ DISTRIBUTED = [
 ]
 
 
+@pytest.mark.slow  # two processes
 def test_two_processes_equal_one_call_on_the_union(tmp_path):
     dist = pytest.importorskip("torch.distributed")
     if not dist.is_available() or not dist.is_gloo_available():
