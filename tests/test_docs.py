@@ -45,6 +45,7 @@ EXAMPLE_DEPENDENCIES = {
     "tiltlab.reproduce._deep_report": ("torch", "sklearn"),
     "tiltlab.reproduce.class_imbalance": ("torch", "sklearn"),
     "tiltlab.reproduce.label_noise": ("torch", "sklearn"),
+    "tiltlab.reproduce.lm_noisy_targets": ("torch",),
     "tiltlab.reproduce.noisy_annotators": ("torch", "sklearn"),
 }
 

@@ -109,6 +109,19 @@ def test_limit_gives_infinity():
     assert float(tl.tilt_for_kl(l, 0.0)) == 0.0
 
 
+@pytest.mark.parametrize("weights", [None, np.ones(21), np.linspace(0.1, 1.0, 21)])
+def test_equal_losses_reach_no_positive_radius(weights):
+    # equal losses keep the prior at every tilt: KL(w_t || p) = 0, so a positive radius
+    # is beyond reach (t = inf), and the entropic value at risk is that common loss
+    l = np.full(21, 0.5)
+    assert float(tl.tilt_for_kl(l, 1e-300, weights=weights)) == math.inf
+    assert float(tl.tilt_for_kl(l, 0.3, weights=weights)) == math.inf
+    ev = bounds.entropic_value_at_risk(l, np.array([0.0, 1e-292, 0.5]), weights=weights)
+    # the prior's normalisation rounds: a weighted mean of 21 equal losses is within
+    # 21 roundings of the loss
+    np.testing.assert_allclose(np.asarray(ev), 0.5, rtol=32 * np.finfo(float).eps, atol=0)
+
+
 @pytest.mark.parametrize("scale", [1e-300, 1e200])
 def test_scale_free_across_the_float_range(scale):
     l = _data(4) * scale

@@ -452,7 +452,9 @@ def tilt_for_kl(losses: Any, radius: Any, *, weights: Any = None, xp: Any = None
     if r == 0.0:
         return xp.asarray(0.0, dtype=out_dtype, device=device(l))
     g = _LogESS(lw, p, 1, xp)
-    if g.limit >= 1.0 or r >= -math.log(g.limit):
+    # equal losses (spread 0) keep the prior at every tilt: no positive radius is reached,
+    # whatever rounding left in the tied mass
+    if g.spread == 0 or g.limit >= 1.0 or r >= -math.log(g.limit):
         return xp.asarray(math.inf, dtype=out_dtype, device=device(l))
     t = _solve_kl(g, r, float(xp.finfo(lw.dtype).max))
     t = _unscale(t, g.k, out_dtype, xp, "radius")
