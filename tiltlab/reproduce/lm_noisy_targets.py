@@ -179,7 +179,7 @@ def lm_noisy_targets(
         Show a progress bar.
     noise : sequence of float, default (0.2, 0.4, 0.6)
         Shares of corrupted training sequences, in [0, 1).
-    methods : sequence of str, default all of :data:`METHODS`
+    methods : sequence of str, default all of ``METHODS``
     t_token, t_sequence : float
         The (negative) tilts of token- and sequence-level TERM.
     device : str, default "cpu"
