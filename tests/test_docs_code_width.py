@@ -28,7 +28,7 @@ SKIP_DIRS = {"_build", "generated", "modules", "notebooks"}
 
 
 def _pages() -> list[Path]:
-    pages = [ROOT / "README.md"]
+    pages = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", ROOT / "benchmarks" / "README.md"]
     for path in sorted((ROOT / "docs").rglob("*")):
         rel = path.relative_to(ROOT / "docs")
         if path.suffix in (".md", ".rst") and not SKIP_DIRS & set(rel.parts[:-1]):
