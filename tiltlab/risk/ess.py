@@ -325,15 +325,8 @@ def tilt_for_ess(
     f = real_number(fraction, "fraction")
     if not 0.0 < f <= 1.0:
         raise ValueError(f"`fraction` must lie in (0, 1], got {f!r}")
-    l = prepare_losses(losses, xp, True)
-    if l.ndim != 1:
-        raise ValueError(f"`losses` must be 1-d (one loss per sample), got shape {tuple(l.shape)}")
+    l, lw, p = _prepared(losses, weights, xp)
     out_dtype = l.dtype
-    p = prepare_prior(weights, l, xp)
-    lw = _wide(l, xp)
-    if p is not None:
-        p = xp.astype(p, lw.dtype) if p.dtype != lw.dtype else p
-    lw, p = materialize(lw, p) if p is not None else (materialize(lw)[0], None)
     if f == 1.0:
         return xp.asarray(0.0, dtype=out_dtype, device=device(l))
     g = _LogESS(lw, p, s, xp)
@@ -440,15 +433,8 @@ def tilt_for_kl(losses: Any, radius: Any, *, weights: Any = None, xp: Any = None
     r = real_number(radius, "radius")
     if not r >= 0.0:
         raise ValueError(f"`radius` must be a non-negative number, got {r!r}")
-    l = prepare_losses(losses, xp, True)
-    if l.ndim != 1:
-        raise ValueError(f"`losses` must be 1-d (one loss per sample), got shape {tuple(l.shape)}")
+    l, lw, p = _prepared(losses, weights, xp)
     out_dtype = l.dtype
-    p = prepare_prior(weights, l, xp)
-    lw = _wide(l, xp)
-    if p is not None:
-        p = xp.astype(p, lw.dtype) if p.dtype != lw.dtype else p
-    lw, p = materialize(lw, p) if p is not None else (materialize(lw)[0], None)
     if r == 0.0:
         return xp.asarray(0.0, dtype=out_dtype, device=device(l))
     g = _LogESS(lw, p, 1, xp)
@@ -460,6 +446,20 @@ def tilt_for_kl(losses: Any, radius: Any, *, weights: Any = None, xp: Any = None
     t = _unscale(t, g.k, out_dtype, xp, "radius")
     return xp.asarray(t, dtype=out_dtype, device=device(l))
 
+
+
+def _prepared(losses: Any, weights: Any, xp: Any) -> tuple[Any, Any, Any]:
+    """The validated 1-d ``losses``, the same widened for the root search (float64 where
+    the device has it) and the prior in that dtype, materialised (one graph on Dask)."""
+    l = prepare_losses(losses, xp, True)
+    if l.ndim != 1:
+        raise ValueError(f"`losses` must be 1-d (one loss per sample), got shape {tuple(l.shape)}")
+    p = prepare_prior(weights, l, xp)
+    lw = _wide(l, xp)
+    if p is not None:
+        p = xp.astype(p, lw.dtype) if p.dtype != lw.dtype else p
+    lw, p = materialize(lw, p) if p is not None else (materialize(lw)[0], None)
+    return l, lw, p
 
 def _solve_kl(g: _LogESS, r: float, big: float) -> float:
     """The tilt (of the scaled losses) with ``KL(w_t || p) = r``, ``0 < r < log(1/P*)``:
