@@ -359,6 +359,7 @@ def test_masked_ridge_objective_derivatives(loss):
     np.testing.assert_allclose(H @ v.reshape(-1), fd_h, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow  # fits to convergence on kinked losses: the full tier
 def test_kinked_losses_stop_on_the_value_test():
     # hinge and absolute fits stop once the objective stalls (ftol = tol), a success;
     # solver_options={"ftol": 0} restores the gradient test alone, which a kink never meets

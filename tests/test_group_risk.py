@@ -272,6 +272,7 @@ def test_hierarchical_risk_with_prior_zeros_and_three_levels(dtype):
 
 
 @needs_numba
+@pytest.mark.slow  # 1e6 losses
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_hierarchical_risk_large_uses_kernels_and_agrees(dtype):
     rng = np.random.default_rng(2)

@@ -191,6 +191,7 @@ def test_fair_pca_reads_a_local_copy(tmp_path):
         fair_pca(seeds=1, datasets=["abalone"], tilts=(-1.0,))
 
 
+@pytest.mark.slow  # a whole command run
 def test_command_with_a_local_copy(tmp_path, capsys):
     import json
 
