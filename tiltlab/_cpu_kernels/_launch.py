@@ -2,10 +2,10 @@
 
 :func:`available` is the policy's question (numba installed, not switched off by
 ``TILTLAB_FUSED``, not failed in this process); :func:`_call` runs a kernel over its row
-chunks, split into contiguous ranges among :func:`threads` threads (the kernels are compiled
-without the GIL), and turns a numba error while compiling into :class:`KernelsUnavailable`
-(one warning; the callers then take the NumPy path). Each chunk writes only its own state,
-so results do not depend on the number of threads.
+chunks, which :func:`threads` threads take from a shared queue in contiguous runs (the
+kernels are compiled without the GIL), and turns a numba error while compiling into
+:class:`KernelsUnavailable` (one warning; the callers then take the NumPy path). Each
+chunk writes only its own state, so results do not depend on the number of threads.
 """
 
 from __future__ import annotations
@@ -113,19 +113,34 @@ def _run(kernel: Any, args: tuple, k0: int, k1: int) -> None:
     _warm.mark_ready(_warm.key(kernel.__name__, args[0]))
 
 
+#: each thread takes this many grabs of chunks on average (a thread that another thread
+#: pool keeps off its core, such as a BLAS pool spinning after its last call, then takes
+#: fewer chunks instead of holding up the others)
+GRABS_PER_THREAD = 8
+
+
 def _call(kernel: Any, *args: Any, chunks: int) -> None:
-    """Run ``kernel`` over ``chunks`` row chunks, split into contiguous ranges of chunks
-    among :func:`threads` threads (the kernels release the GIL). Each chunk writes only its
-    own state, so the results do not depend on the split."""
+    """Run ``kernel`` over ``chunks`` row chunks on :func:`threads` threads (the kernels
+    release the GIL). The threads take contiguous runs of chunks from a shared queue as
+    they become free (about :data:`GRABS_PER_THREAD` runs each), so a thread that gets less
+    of the processor than the others (a BLAS pool spinning after its last call, another
+    thread pool of the user) does less of the work. Each chunk writes only its own state,
+    so the results do not depend on which thread ran it."""
     n = min(threads(), chunks)
     if n <= 1:
         _run(kernel, args, 0, chunks)
         return
-    bounds = [(i * chunks) // n for i in range(n + 1)]
+    size = max(1, -(-chunks // (n * GRABS_PER_THREAD)))
+    runs = iter(range(0, chunks, size))  # next() on a range iterator holds the GIL
+
+    def work() -> None:
+        for k0 in runs:
+            _run(kernel, args, k0, min(chunks, k0 + size))
+
     pool = _pool()
-    futures = [pool.submit(_run, kernel, args, bounds[i], bounds[i + 1]) for i in range(1, n)]
+    futures = [pool.submit(work) for _ in range(1, n)]
     try:
-        _run(kernel, args, bounds[0], bounds[1])
+        work()
     finally:
         errors = [f.exception() for f in futures]
     for exc in errors:
