@@ -198,5 +198,7 @@ def _merge(state: np.ndarray, t: float) -> _Merged | None:
 
 
 def _combine(r: np.ndarray, V: np.ndarray, S: float) -> np.ndarray:
-    """``sum_k r_k V_k / S`` over the chunk axis."""
-    return np.tensordot(r, V, axes=1) / S
+    """``sum_k r_k V_k / S`` over the chunk axis, summed by NumPy rather than by a BLAS
+    product: a threaded BLAS would wake its thread pool at every evaluation, and the pool,
+    spinning after the call, would then hold a core that the next kernel call needs."""
+    return (r.reshape((-1,) + (1,) * (V.ndim - 1)) * V).sum(axis=0) / S
