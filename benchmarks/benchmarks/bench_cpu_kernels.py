@@ -94,3 +94,42 @@ class FusedKernels:
         return self._ratio(lambda: self.time_linearized_hvp(shape, dtype, loss))
 
     track_linearized_hvp_in_matvecs.unit = "matvecs"
+
+
+class NextToBlas:
+    """Value and gradient at 2e5 x 100 float64 as a solver calls it: right after one
+    threaded NumPy ``X @ theta`` (OpenBLAS's pool is then spinning), against the same call
+    after an evaluation. ``track_after_blas_in_alone`` is the ratio of the two (medians of
+    7, interleaved; 1 means that the BLAS pool takes nothing from the kernels)."""
+
+    timeout = 600
+
+    def setup(self):
+        try:
+            from tiltlab import _cpu_kernels as ck
+        except ImportError as exc:  # pragma: no cover - older tiltlab
+            raise NotImplementedError(str(exc)) from None
+        if not ck.available():
+            raise NotImplementedError("numba is not installed")
+        self.X, self.y, self.theta, _, self.t = _problem("200000x100", "float64", "squared")
+        self.fp = ck.FusedProblem("squared", self.X, self.y)
+        self.fp.value_and_gradient(self.theta, self.t)
+
+    def time_matvec_then_value_and_gradient(self):
+        self.X @ self.theta
+        self.fp.value_and_gradient(self.theta, self.t)
+
+    def track_after_blas_in_alone(self):
+        times: dict = {"alone": [], "after": []}
+        for _ in range(7):
+            self.fp.value_and_gradient(self.theta, self.t)
+            t0 = time.perf_counter()
+            self.fp.value_and_gradient(self.theta, self.t)
+            times["alone"].append(time.perf_counter() - t0)
+            self.X @ self.theta
+            t0 = time.perf_counter()
+            self.fp.value_and_gradient(self.theta, self.t)
+            times["after"].append(time.perf_counter() - t0)
+        return float(np.median(times["after"]) / np.median(times["alone"]))
+
+    track_after_blas_in_alone.unit = "evaluations"
