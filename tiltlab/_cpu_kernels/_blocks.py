@@ -141,8 +141,10 @@ ROWS = 4
 #: rows of at most this many entries take their two dot products two rows at a time
 SHORT_ROW = 256
 #: rows of at most this many bytes have the next block prefetched during the rank-one
-#: updates of the current one (:func:`ahead_rows`)
-PREFETCH_ROW_BYTES = 256
+#: updates of the current one (:func:`ahead_rows`): 2e5 x 100 (800 and 400 bytes) value
+#: and gradient 1.37-1.61 matvecs against 1.57-1.87 without (one thread, side by side);
+#: 8000-byte rows were within the noise either way
+PREFETCH_ROW_BYTES = 1024
 
 
 @_INLINE
@@ -150,12 +152,12 @@ def ahead_rows(d, itemsize, step):
     """How far ahead (in rows) the rank-one updates prefetch ``X``: one block (``step``
     rows) for rows of at most ``PREFETCH_ROW_BYTES``, else 0 (none).
 
-    Short rows cost the most work per byte, so the loss, weight and update loops of a
-    block take long while ``X`` does not stream; a prefetch of the next block's rows
-    spread over the updates (a few lines per group of ``ROWS`` rows) lets memory and
-    computation overlap. With longer rows the prefetches took the line-fill buffers that
-    the updates' reads from L2 need, and made them slower (measured with
-    benchmarks/cpu_kernel_speed.py)."""
+    The loss, weight and update loops of a block take long while ``X`` does not stream; a
+    prefetch of the next block's rows spread over the updates (a few lines per group of
+    ``ROWS`` rows) lets memory and computation overlap. Rows of up to 1 KiB gain from it
+    (measured with benchmarks/cpu_kernel_speed.py at 1e6 x 20 and 2e5 x 100); with
+    rows of several KiB the prefetches compete with the updates' reads from L2 for the
+    line-fill buffers, and no gain was measured."""
     return step if d * itemsize <= PREFETCH_ROW_BYTES else 0
 
 
