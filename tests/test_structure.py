@@ -238,16 +238,16 @@ LAYERS = {
     # the tilted reduction and segment (group) sums
     "accumulator": 1,
     "segments": 1,
-    # compiled CPU kernels (numba, optional): plain NumPy in, NumPy out
-    "_cpu_kernels": 0,
     "losses": 2,
     "risk": 3,
     # the objective and its engines
     "objective": 4,
     "solvers": 5,
     # backends: they register into the tables below them (distributed: Dask; _cupy: every
-    # CuPy registration, the CUDA sources, kernels and engine)
+    # CuPy registration, the CUDA sources, kernels and engine; _cpu_kernels: every numba
+    # registration, the compiled CPU kernels, their engine, segment kernels and Dask route)
     "_cupy": 6,
+    "_cpu_kernels": 6,
     # tools built on solved objectives; distributed registers into the tables below it
     "distributed": 6,
     "diagnostics": 6,
@@ -315,11 +315,13 @@ def _lazy_target(node, modules) -> str | None:
     """The module a lazy registration names (``table.register_lazy(library, "tiltlab.x")``
     or ``importlib.import_module("tiltlab.x")``): an import made later, by name, which
     the layering counts like any other."""
-    if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+    if not isinstance(node, ast.Call):
         return None
-    if node.func.attr == "register_lazy" and len(node.args) == 2:
-        arg = node.args[1]
-    elif node.func.attr == "import_module" and len(node.args) == 1:
+    func = node.func
+    attr = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+    if attr == "register_lazy" and len(node.args) in (2, 3):  # by table, or by its name
+        arg = node.args[-1]
+    elif attr == "import_module" and len(node.args) == 1:
         arg = node.args[0]
     else:
         return None
@@ -453,7 +455,7 @@ def test_the_graph_sees_imports_inside_functions():
     assert "tiltlab.objective.engines" in edges["tiltlab._backends"]
     # lazy registrations are edges: the layering sees who loads the CuPy backend
     assert "tiltlab._cupy" in edges["tiltlab._backends"]
-    assert "tiltlab.objective.engines.fused_cpu" in edges["tiltlab._backends"]
+    assert "tiltlab._cpu_kernels" in edges["tiltlab._backends"]
     assert "tiltlab.solvers" in edges["tiltlab.plot"]  # only inside a function
     assert "tiltlab.objective.blocks" in edges["tiltlab.objective.engines.onepass"]
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]

@@ -15,7 +15,6 @@ from typing import Any
 import numpy as np
 
 from .._compat import device
-from .._cpu_kernels.segments import use_kernels
 from ..accumulator import (
     TiltState,
     block_state,
@@ -26,6 +25,7 @@ from ..accumulator import (
     pooled_risk,
     shifted_exponent,
 )
+from ..segments import use_kernels
 from .fast_path import _quiet
 from .inputs import narrow, prepare_losses, prepare_tilts, widen_half
 from .kernels import _inplace_exp, _risk_kernel, _weights_kernel

@@ -28,7 +28,6 @@ from .._compat import (
     seq_of_arrays,
     tiny_sqrt,
 )
-from .._cpu_kernels.segments import int_range, nest_parents, segment_counts
 from ..accumulator import (
     NonFiniteLosses,
     TiltState,
@@ -36,7 +35,7 @@ from ..accumulator import (
     group_risk,
     series_threshold,
 )
-from ..segments import Segments
+from ..segments import Segments, int_range, nest_parents, segment_counts
 from ._dispatch import HIERARCHICAL_RISK, HIERARCHICAL_WEIGHTS
 from ._labelled import (  # _weights_from_state: re-exported by the package
     _scalar_risk_weights,
