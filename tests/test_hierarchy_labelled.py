@@ -77,13 +77,13 @@ class _TreeSpy:
 
     def __init__(self, monkeypatch):
         self.calls = 0
-        real = _hierarchy._group_level
+        real = _hierarchy.group_level
 
         def spy(*args, **kwargs):
             self.calls += 1
             return real(*args, **kwargs)
 
-        monkeypatch.setattr(_hierarchy, "_group_level", spy)
+        monkeypatch.setattr(_hierarchy, "group_level", spy)
 
 
 def _small_problem(dtype, rng, n=40):

@@ -12,14 +12,14 @@ from __future__ import annotations
 from ._dispatch import register_lazy
 from .accumulator import EXTREMES
 from .objective.engines import ENGINES
-from .risk._dispatch import (
+from .risk import (
     HIERARCHICAL_RISK,
     HIERARCHICAL_WEIGHTS,
     TILTED_RISK,
     TILTED_WEIGHTS,
 )
 from .segments import SEGMENT_KERNELS
-from .solvers._external import DRIVERS
+from .solvers import DRIVERS
 
 __all__: list[str] = []
 

@@ -22,7 +22,7 @@ engine), the solvers' driver table (:func:`tiltlab.minimize`), and the risk func
 The user guide's page *Scale-out with Dask* walks through a fit on a laptop cluster.
 """
 
-from ..risk._dispatch import HIERARCHICAL_RISK, TILTED_RISK, TILTED_WEIGHTS
+from ..risk import HIERARCHICAL_RISK, TILTED_RISK, TILTED_WEIGHTS
 from ._api import objective_call
 from ._chunk_engine import CHUNK_ROUTES, DECLINE, ChunkRoute
 from ._objective import DaskPlan, distribute, evaluate, supported
