@@ -85,7 +85,7 @@ def test_data_the_kernels_reject_is_handed_on(monkeypatch):
     def refuse(*args, **kwargs):
         raise TypeError("`X`: not for these kernels")
 
-    monkeypatch.setattr(ck, "FusedProblem", refuse)
+    monkeypatch.setattr(ck.engine, "FusedProblem", refuse)
     obj = TiltedObjective("squared", X, y, t=1.0)
     assert engines_for(obj.problem)[0].name == "fused CPU"
     got = obj.value_and_gradient(theta)
@@ -166,7 +166,7 @@ def test_a_kernel_that_does_not_compile_falls_back(monkeypatch, dtype):
     kernels = SimpleNamespace(
         STATE_COLS=9, vg_scalar=fails, hvp_scalar=fails, vg_multi=fails, hvp_multi=fails
     )
-    monkeypatch.setattr(ck, "_kernels", lambda: kernels)
+    monkeypatch.setattr(ck.fused, "_kernels", lambda: kernels)
     X, y, theta = _data("squared", dtype)
     obj = TiltedObjective("squared", X, y, t=-1.0)
     with pytest.warns(RuntimeWarning, match="cannot compile"):
@@ -189,7 +189,8 @@ def test_other_errors_of_a_kernel_are_not_hidden(monkeypatch):
     def fails(*args):
         raise MemoryError("simulated")
 
-    monkeypatch.setattr(ck, "_kernels", lambda: SimpleNamespace(STATE_COLS=9, vg_scalar=fails))
+    kernels = SimpleNamespace(STATE_COLS=9, vg_scalar=fails)
+    monkeypatch.setattr(ck.fused, "_kernels", lambda: kernels)
     X, y, theta = _data("squared", np.float64)
     with pytest.raises(MemoryError):
         TiltedObjective("squared", X, y, t=1.0).value_and_gradient(theta)

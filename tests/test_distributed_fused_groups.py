@@ -25,7 +25,6 @@ dask = pytest.importorskip("dask")
 special = pytest.importorskip("scipy.special")
 
 from tiltlab._cpu_kernels import LOSS_CODES, FusedProblem, available  # noqa: E402
-from tiltlab._cpu_kernels import dask_chunks as nc  # noqa: E402
 from tiltlab.distributed import _chunk_engine as ce  # noqa: E402
 
 needs_numba = pytest.mark.skipif(not available(), reason="the fused kernels need numba")
@@ -275,7 +274,7 @@ def test_group_states_match_the_accumulator(dtype, t):
     got = st.sums[0][on] / st.s[on, None]
     want = ref.sums[0][on] / ref.s[on, None]
     np.testing.assert_allclose(got, want, rtol=0, atol=tol * np.abs(want).max())
-    risk = nc._group_state(st).risk(np, np.float64)
+    risk = st.group_state().risk(np, np.float64)
     np.testing.assert_allclose(risk[on], ref.risk()[on], rtol=tol, atol=tol * lf.max())
 
 
@@ -377,7 +376,7 @@ def test_multinomial_group_states_match_the_accumulator(dtype, t, mode):
     np.testing.assert_allclose(st.mass[on], ref.mass[on], rtol=1e-14)
     np.testing.assert_allclose(st.shift[on], ref.shift[on], rtol=0, atol=tol * ell.max())
     np.testing.assert_allclose(st.s[on], ref.s[on], rtol=tol * max(1.0, ell.max()))
-    risk = nc._group_state(st).risk(np, np.float64)
+    risk = st.group_state().risk(np, np.float64)
     np.testing.assert_allclose(risk[on], ref.risk()[on], rtol=0, atol=tol * ell.max())
     assert len(st.sums) == {"value": 0, "grad": 1, "hvp": 3}[mode]
     for got, want in zip(st.sums, ref.sums, strict=True):

@@ -6,14 +6,14 @@ fused pass over the chunk's rows (:meth:`FusedProblem.block_states`): the kernel
 the chunk into row blocks of their own and return one tilted state per block
 (:class:`KernelStates`: shift, extremes, mass, ``s``, ``q``, ``lsum``) with the block's
 unnormalised gradient (or the pieces of a Hessian-vector product); those block states are
-merged here by :meth:`~tiltlab.accumulator.GroupState.collapse` (the accumulator's exact
-merge, vectorised over the blocks), so that the chunk's state is the accumulator's state
-of the chunk up to rounding. Value, gradient and Hessian-vector products; the scalar
-losses the kernels know and the multinomial loss. For a hierarchy,
-:func:`numpy_group_state` gives the chunk's state per innermost group with per-group sums
-(:meth:`FusedProblem.group_states`, one pass; the same losses). The data of a chunk are
-validated and bound once per worker process (a small cache keyed by the chunk arrays),
-not at every evaluation.
+merged by :meth:`KernelStates.merged` (the accumulator's exact merge,
+:meth:`~tiltlab.accumulator.GroupState.collapse`, vectorised over the blocks), so that
+the chunk's state is the accumulator's state of the chunk up to rounding. Value, gradient
+and Hessian-vector products; the scalar losses the kernels know and the multinomial loss.
+For a hierarchy, :func:`numpy_group_state` gives the chunk's state per innermost group
+with per-group sums (:meth:`FusedProblem.group_states`, one pass; the same losses). The
+data of a chunk are validated and bound once per worker process (a small cache keyed by
+the chunk arrays), not at every evaluation.
 
 A kernel that a worker process has neither compiled nor found in the cache is not
 compiled in the task that needs it (seconds of compiling in every worker at once): as for
@@ -28,13 +28,11 @@ from __future__ import annotations
 import threading
 import weakref
 from collections import OrderedDict
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from .._compat import to_numpy
-from ..accumulator import GroupState, TiltState
 from ..distributed import DECLINE, ChunkRoute
 from ._launch import KernelsUnavailable
 from ._prepare import LOSS_CODES
@@ -137,25 +135,7 @@ def numpy_state(
         return DECLINE
     if states is None or not np.any(states.present):
         return DECLINE  # non-finite losses: the generic route decides what they give
-    st = _group_state(states).collapse()
-    if st.t == 0.0:  # the mean's state has no small-tilt sum (as the accumulator's own)
-        st = _replace_q(st, None)
-    return st
-
-
-def _group_state(states: Any) -> GroupState:
-    """The :class:`GroupState` of the kernels' :class:`KernelStates`
-    (one entry per block or group; the small-tilt sum is absent at ``t = 0``, as in the
-    accumulator's own states)."""
-    t = float(states.t)
-    return GroupState(
-        t=t, hi=states.hi, lo=states.lo, mass=states.mass, s=states.s,
-        q=None if t == 0.0 else states.q, lsum=states.lsum, sums=tuple(states.sums),
-    )  # fmt: skip
-
-
-def _replace_q(st: TiltState, q: Any) -> TiltState:
-    return replace(st, q=q)
+    return states.merged()
 
 
 #: most entries of one per-group sum of a NumPy chunk (``n_groups x d``, times the classes
@@ -211,7 +191,7 @@ def numpy_group_state(
         return DECLINE
     if states is None:
         return DECLINE  # non-finite losses: the generic route decides what they give
-    return _group_state(states)
+    return states.group_state()
 
 
 #: the route registered for NumPy chunks

@@ -69,9 +69,7 @@ from ._prepare import (
     MAX_CHUNKS,
     _at,
     _bind,
-    _combine,
     _direction,
-    _merge,
     _Problem,
     default_chunks,
 )
@@ -498,21 +496,28 @@ def fused_linearize(
     return fp.linearize(theta, t)
 
 
+def _merged(pb: _Problem, state: np.ndarray, sums: tuple = ()) -> Any:
+    """The chunk states of a pass merged by the rule of :mod:`tiltlab.accumulator`
+    (:meth:`KernelStates.merged`); None when a loss on the support is not finite."""
+    states = states_of(state, pb.t, sums)
+    return None if states is None else states.merged()
+
+
 def _value(pb: _Problem) -> np.ndarray | None:
     state, _, _ = _run_vg(pb, False, False)
-    merged = _merge(state, pb.t)
+    merged = _merged(pb, state)
     if merged is None:
         return None
-    return np.asarray(merged.value, dtype=pb.X.dtype)
+    return np.asarray(merged.risk(np, np.float64), dtype=pb.X.dtype)
 
 
 def _value_and_gradient(pb: _Problem) -> tuple[np.ndarray, np.ndarray] | None:
     state, G, _ = _run_vg(pb, True, False)
-    merged = _merge(state, pb.t)
+    merged = _merged(pb, state, (G,))
     if merged is None:
         return None
-    g = _combine(merged.r, G, merged.s)
-    return np.asarray(merged.value, dtype=pb.X.dtype), g.astype(pb.X.dtype)
+    (g,) = merged.normalized_sums()
+    return np.asarray(merged.risk(np, np.float64), dtype=pb.X.dtype), g.astype(pb.X.dtype)
 
 
 # ---------------------------------------------------------------------------------------
@@ -521,12 +526,11 @@ def _value_and_gradient(pb: _Problem) -> tuple[np.ndarray, np.ndarray] | None:
 
 def _hvp(pb: _Problem, v: Any) -> np.ndarray | None:
     state, A, G = _run_hvp(pb, _direction(v, pb))
-    merged = _merge(state, pb.t)
+    merged = _merged(pb, state, (A, G, np.array(state[:, 8])))
     if merged is None:
         return None
-    out = _combine(merged.r, A, merged.s)
-    if pb.t != 0.0:
-        out = out - pb.t * merged.av * _combine(merged.r, G, merged.s)
+    h, g, av = merged.normalized_sums()
+    out = h - pb.t * av * g if pb.t != 0.0 else h
     return out.astype(pb.X.dtype)
 
 
@@ -574,10 +578,10 @@ def _run_hvp(pb: _Problem, V: np.ndarray) -> tuple:
 
 def _linearize(pb: _Problem) -> Linearization | None:
     state, G, out = _run_vg(pb, True, True)
-    merged = _merge(state, pb.t)
+    merged = _merged(pb, state, (G,))
     if merged is None:
         return None
-    g = _combine(merged.r, G, merged.s).astype(pb.X.dtype)
+    g = merged.normalized_sums()[0].astype(pb.X.dtype)
     ell = out[0] if pb.loss == "multinomial" else out[:, 0]
     p = np.ones(ell.shape[0]) if pb.p.shape[0] == 0 else pb.p
     on = p > 0
@@ -595,5 +599,5 @@ def _linearize(pb: _Problem) -> Linearization | None:
         d1, d2 = out[:, 1], out[:, 2]
         alpha = w * (d2 + pb.t * d1 * d1)
         beta = pb.t * w * d1
-    value = np.asarray(merged.value, dtype=pb.X.dtype)
+    value = np.asarray(merged.risk(np, np.float64), dtype=pb.X.dtype)
     return Linearization(value, g, w, d1, d2, pb.t, pb.X, pb.n_chunks, alpha, beta)
