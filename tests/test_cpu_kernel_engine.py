@@ -85,7 +85,7 @@ def test_data_the_kernels_reject_is_handed_on(monkeypatch):
     def refuse(*args, **kwargs):
         raise TypeError("`X`: not for these kernels")
 
-    monkeypatch.setattr(ck, "FusedProblem", refuse)
+    monkeypatch.setattr(ck.engine, "FusedProblem", refuse)
     obj = TiltedObjective("squared", X, y, t=1.0)
     assert engines_for(obj.problem)[0].name == "fused CPU"
     got = obj.value_and_gradient(theta)
@@ -166,7 +166,7 @@ def test_a_kernel_that_does_not_compile_falls_back(monkeypatch, dtype):
     kernels = SimpleNamespace(
         STATE_COLS=9, vg_scalar=fails, hvp_scalar=fails, vg_multi=fails, hvp_multi=fails
     )
-    monkeypatch.setattr(ck, "_kernels", lambda: kernels)
+    monkeypatch.setattr(ck.fused, "_kernels", lambda: kernels)
     X, y, theta = _data("squared", dtype)
     obj = TiltedObjective("squared", X, y, t=-1.0)
     with pytest.warns(RuntimeWarning, match="cannot compile"):
@@ -189,7 +189,8 @@ def test_other_errors_of_a_kernel_are_not_hidden(monkeypatch):
     def fails(*args):
         raise MemoryError("simulated")
 
-    monkeypatch.setattr(ck, "_kernels", lambda: SimpleNamespace(STATE_COLS=9, vg_scalar=fails))
+    kernels = SimpleNamespace(STATE_COLS=9, vg_scalar=fails)
+    monkeypatch.setattr(ck.fused, "_kernels", lambda: kernels)
     X, y, theta = _data("squared", np.float64)
     with pytest.raises(MemoryError):
         TiltedObjective("squared", X, y, t=1.0).value_and_gradient(theta)
@@ -200,7 +201,7 @@ _BACKGROUND = """
 import sys
 import numpy as np
 import tiltlab
-from tiltlab._cpu_kernels import _warm
+from tiltlab._cpu_kernels import warmup as _warm
 
 rng = np.random.default_rng(0)
 X = rng.standard_normal((4096, 64)).astype(np.float32)
@@ -246,14 +247,14 @@ def test_a_missing_kernel_is_compiled_in_the_background(tmp_path):
 
 @pytest.mark.slow
 def test_the_background_process_compiles_the_grouped_kernels(tmp_path):
-    """``python -m tiltlab._cpu_kernels._warmup KEY`` compiles the grouped kernels (which
+    """``python -m tiltlab._cpu_kernels KEY`` compiles the grouped kernels (which
     Dask hierarchies use) into the cache and marks them ready, as it does the others."""
     pytest.importorskip("numba")
     env = {k: v for k, v in os.environ.items() if k != ck.SWITCH}
     env.update(NUMBA_CACHE_DIR=str(tmp_path), NUMBA_NUM_THREADS="1")
     for name in ("group_scalar-float32", "group_multi-float64"):
         subprocess.run(
-            [sys.executable, "-m", "tiltlab._cpu_kernels._warmup", name],
+            [sys.executable, "-m", "tiltlab._cpu_kernels", name],
             capture_output=True, text=True, check=True, env=env,
         )  # fmt: skip
         assert any(tmp_path.rglob(f"{name}.ready")), name
@@ -282,7 +283,8 @@ def test_any_number_of_threads_gives_the_same_bits(monkeypatch, dtype):
 def test_one_process_compiles_a_kernel_at_a_time(tmp_path, monkeypatch):
     """The processes of a pool share the cache: the second asking for a kernel waits for
     the first one's compilation; a lock left by a process that died is taken over."""
-    from tiltlab._cpu_kernels import _cache, _warm
+    from tiltlab._cpu_kernels import _cache
+    from tiltlab._cpu_kernels import warmup as _warm
 
     monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
     _cache.cache_folder().mkdir(parents=True)

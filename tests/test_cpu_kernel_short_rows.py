@@ -16,8 +16,8 @@ from tiltlab import _cpu_kernels as ck
 numba = pytest.importorskip("numba", reason="the fused CPU kernels need numba")
 
 from tiltlab._cpu_kernels import _short  # noqa: E402  (imports numba)
-from tiltlab._cpu_kernels._blocks import short_rows  # noqa: E402
 from tiltlab._cpu_kernels._short import SHORT_BYTES, VBYTES  # noqa: E402
+from tiltlab._cpu_kernels.block_steps import short_rows  # noqa: E402
 
 DTYPES = [np.float64, np.float32]
 #: below the register width (float32 1..7, float64 1..3), multiples of it and not, the
@@ -291,7 +291,8 @@ import sys
 sys.modules["numba"] = None
 sys.modules["llvmlite"] = None
 import numpy as np
-from tiltlab._cpu_kernels import _blocks, _short
+from tiltlab._cpu_kernels import _short
+from tiltlab._cpu_kernels import block_steps as _blocks
 assert _short.vdot is _short.vdot_py
 rng = np.random.default_rng(0)
 X = rng.standard_normal((13, 20)).astype(np.float32)

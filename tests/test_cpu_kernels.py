@@ -349,7 +349,7 @@ def test_long_rows_over_many_blocks(loss, dtype):
 def test_block_rows():
     """Blocks: about BLOCK_BYTES of X, at least 64 rows while within 4 x BLOCK_BYTES,
     a multiple of 8 in [8, BLOCK], the same for every call."""
-    from tiltlab._cpu_kernels import _blocks as bl
+    from tiltlab._cpu_kernels import block_steps as bl
 
     for itemsize in (4, 8):
         for d in (1, 8, 20, 40, 100, 700, 1000, 4000, 10**5):

@@ -10,6 +10,8 @@ with the route off. The route's use is checked by counting its calls.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -20,6 +22,7 @@ dask = pytest.importorskip("dask")
 special = pytest.importorskip("scipy.special")
 
 from tiltlab._cpu_kernels import LOSS_CODES, available  # noqa: E402
+from tiltlab._cpu_kernels import dask_chunks as nc  # noqa: E402
 from tiltlab.distributed import _chunk_engine as ce  # noqa: E402
 
 needs_numba = pytest.mark.skipif(not available(), reason="the fused kernels need numba")
@@ -57,7 +60,8 @@ def _dask(a):
 def route_calls(monkeypatch):
     """Counts the chunks the NumPy route serves (it declines by returning DECLINE)."""
     calls = {"served": 0, "asked": 0}
-    inner = ce.numpy_state
+    route = ce.CHUNK_ROUTES.lookup("numpy")
+    inner = route.state
 
     def counting(*args):
         calls["asked"] += 1
@@ -65,7 +69,7 @@ def route_calls(monkeypatch):
         calls["served"] += out is not ce.DECLINE
         return out
 
-    monkeypatch.setitem(ce.STATE_ROUTES._impls, "numpy", counting)
+    monkeypatch.setitem(ce.CHUNK_ROUTES._impls, "numpy", replace(route, state=counting))
     return calls
 
 
@@ -150,7 +154,7 @@ def background(monkeypatch):
     """The default compile mode with a recording stand-in for the background process: the
     kernels named in ``ready`` count as cached, ``started`` lists the compilations asked
     for (none is run)."""
-    from tiltlab._cpu_kernels import _warm
+    from tiltlab._cpu_kernels import warmup as _warm
 
     rec = {"ready": set(), "started": []}
     monkeypatch.setenv(_warm.SWITCH, "")
@@ -219,26 +223,24 @@ def test_non_finite_losses_and_small_problems_go_to_the_generic_route(route_call
 def test_bound_chunks_are_cached_and_validated_once(monkeypatch):
     """A chunk's data are bound once per worker process; labels the kernels do not take
     (non-binary targets of the logistic loss) are declined, not refused."""
-    from tiltlab import _cpu_kernels
-
     X, y, th, _ = _data("logistic", np.float64, seed=7, n=3000)
     made = []
-    real = _cpu_kernels.FusedProblem
+    real = nc.FusedProblem
 
     def counting(*args, **kwargs):
         made.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(_cpu_kernels, "FusedProblem", counting)
-    monkeypatch.setattr(ce, "_BOUND", type(ce._BOUND)())
+    monkeypatch.setattr(nc, "FusedProblem", counting)
+    monkeypatch.setattr(nc, "_BOUND", type(nc._BOUND)())
     loss = tl.losses.get_loss("logistic")
     for _ in range(3):
-        st = ce.numpy_state(X, y, None, th, None, loss, 1.0, "grad")
+        st = nc.numpy_state(X, y, None, th, None, loss, 1.0, "grad")
     assert len(made) == 1 and st is not ce.DECLINE
     y_bad = y.copy()
     y_bad[0] = 0.5
-    assert ce.numpy_state(X, y_bad, None, th, None, loss, 1.0, "grad") is ce.DECLINE
-    assert ce.numpy_state(X, y, None, th, None, loss, 1.0, "hess") is ce.DECLINE
+    assert nc.numpy_state(X, y_bad, None, th, None, loss, 1.0, "grad") is ce.DECLINE
+    assert nc.numpy_state(X, y, None, th, None, loss, 1.0, "hess") is ce.DECLINE
 
 
 # ---------------------------------------------------------------------------------------
@@ -346,7 +348,8 @@ def test_engine_route_in_the_one_graph(monkeypatch):
             self.n += 1
 
     engine = _StandIn()
-    monkeypatch.delitem(ce.STATE_ROUTES._impls, "numpy")
+    ce.CHUNK_ROUTES.lookup("numpy")  # registered (imported) first, then taken out
+    monkeypatch.delitem(ce.CHUNK_ROUTES._impls, "numpy")
     monkeypatch.setattr(ce, "numpy_route_applies", lambda *args: True)  # small problem
     monkeypatch.setitem(ENGINES._impls, "numpy", engine)
     X, y, th, _ = _data("logistic", np.float64, seed=14, n=1200, d=6)

@@ -210,7 +210,7 @@ def test_fused_setting_off_and_non_finite_losses(route_calls):
 def test_grouped_kernel_compiled_in_the_background(loss, route_calls, monkeypatch):
     """The grouped kernel is not compiled in the task that needs it: the chunks take the
     generic route while a background process is asked to compile it, then the kernel."""
-    from tiltlab._cpu_kernels import _warm
+    from tiltlab._cpu_kernels import warmup as _warm
 
     ready, started = set(), []
     monkeypatch.setenv(_warm.SWITCH, "")
@@ -274,7 +274,7 @@ def test_group_states_match_the_accumulator(dtype, t):
     got = st.sums[0][on] / st.s[on, None]
     want = ref.sums[0][on] / ref.s[on, None]
     np.testing.assert_allclose(got, want, rtol=0, atol=tol * np.abs(want).max())
-    risk = ce._group_state(st).risk(np, np.float64)
+    risk = st.group_state().risk(np, np.float64)
     np.testing.assert_allclose(risk[on], ref.risk()[on], rtol=tol, atol=tol * lf.max())
 
 
@@ -376,7 +376,7 @@ def test_multinomial_group_states_match_the_accumulator(dtype, t, mode):
     np.testing.assert_allclose(st.mass[on], ref.mass[on], rtol=1e-14)
     np.testing.assert_allclose(st.shift[on], ref.shift[on], rtol=0, atol=tol * ell.max())
     np.testing.assert_allclose(st.s[on], ref.s[on], rtol=tol * max(1.0, ell.max()))
-    risk = ce._group_state(st).risk(np, np.float64)
+    risk = st.group_state().risk(np, np.float64)
     np.testing.assert_allclose(risk[on], ref.risk()[on], rtol=0, atol=tol * ell.max())
     assert len(st.sums) == {"value": 0, "grad": 1, "hvp": 3}[mode]
     for got, want in zip(st.sums, ref.sums, strict=True):

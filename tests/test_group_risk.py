@@ -16,8 +16,8 @@ import pytest
 from scipy.special import logsumexp
 
 import tiltlab as tl
+from tiltlab import segments as kernels
 from tiltlab._cpu_kernels import available
-from tiltlab._cpu_kernels import segments as kernels
 from tiltlab.accumulator import (
     TiltState,
     group_risk,

@@ -16,8 +16,8 @@ import pytest
 from scipy.special import logsumexp
 
 import tiltlab as tl
+from tiltlab import segments as kernels
 from tiltlab._cpu_kernels import available
-from tiltlab._cpu_kernels import segments as kernels
 from tiltlab.accumulator import NonFiniteLosses, labelled_level
 from tiltlab.risk import _labelled
 from tiltlab.risk import hierarchy as _hierarchy
@@ -77,13 +77,13 @@ class _TreeSpy:
 
     def __init__(self, monkeypatch):
         self.calls = 0
-        real = _hierarchy._group_level
+        real = _hierarchy.group_level
 
         def spy(*args, **kwargs):
             self.calls += 1
             return real(*args, **kwargs)
 
-        monkeypatch.setattr(_hierarchy, "_group_level", spy)
+        monkeypatch.setattr(_hierarchy, "group_level", spy)
 
 
 def _small_problem(dtype, rng, n=40):

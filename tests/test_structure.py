@@ -93,6 +93,10 @@ PUBLIC = {
 # Names outside ``__all__`` that other modules (tiltlab.objective, tiltlab.bounds) or users
 # of the single-module tiltlab.risk import from it.
 RISK_EXTRA = [
+    "HIERARCHICAL_RISK",
+    "HIERARCHICAL_WEIGHTS",
+    "TILTED_RISK",
+    "TILTED_WEIGHTS",
     "GroupTree",
     "build_tree",
     "broadcast_groups",
@@ -104,11 +108,13 @@ RISK_EXTRA = [
     "prepare_tilts",
     "risk_and_weights",
     "risk_weights_scalar",
+    "group_level",
+    "level_masses",
     "segment_sum",
-    "_moments",
-    "_risk_kernel",
-    "_weights_kernel",
-    "_wsum",
+    "support_range",
+    "risk_kernel",
+    "weights_kernel",
+    "prior_mean",
     "_GRID_CHUNK",
 ]
 
@@ -238,16 +244,16 @@ LAYERS = {
     # the tilted reduction and segment (group) sums
     "accumulator": 1,
     "segments": 1,
-    # compiled CPU kernels (numba, optional): plain NumPy in, NumPy out
-    "_cpu_kernels": 0,
     "losses": 2,
     "risk": 3,
     # the objective and its engines
     "objective": 4,
     "solvers": 5,
     # backends: they register into the tables below them (distributed: Dask; _cupy: every
-    # CuPy registration, the CUDA sources, kernels and engine)
+    # CuPy registration, the CUDA sources, kernels and engine; _cpu_kernels: every numba
+    # registration, the compiled CPU kernels, their engine, segment kernels and Dask route)
     "_cupy": 6,
+    "_cpu_kernels": 6,
     # tools built on solved objectives; distributed registers into the tables below it
     "distributed": 6,
     "diagnostics": 6,
@@ -315,11 +321,13 @@ def _lazy_target(node, modules) -> str | None:
     """The module a lazy registration names (``table.register_lazy(library, "tiltlab.x")``
     or ``importlib.import_module("tiltlab.x")``): an import made later, by name, which
     the layering counts like any other."""
-    if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+    if not isinstance(node, ast.Call):
         return None
-    if node.func.attr == "register_lazy" and len(node.args) == 2:
-        arg = node.args[1]
-    elif node.func.attr == "import_module" and len(node.args) == 1:
+    func = node.func
+    attr = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+    if attr == "register_lazy" and len(node.args) in (2, 3):  # by table, or by its name
+        arg = node.args[-1]
+    elif attr == "import_module" and len(node.args) == 1:
         arg = node.args[0]
     else:
         return None
@@ -453,7 +461,7 @@ def test_the_graph_sees_imports_inside_functions():
     assert "tiltlab.objective.engines" in edges["tiltlab._backends"]
     # lazy registrations are edges: the layering sees who loads the CuPy backend
     assert "tiltlab._cupy" in edges["tiltlab._backends"]
-    assert "tiltlab.objective.engines.fused_cpu" in edges["tiltlab._backends"]
+    assert "tiltlab._cpu_kernels" in edges["tiltlab._backends"]
     assert "tiltlab.solvers" in edges["tiltlab.plot"]  # only inside a function
     assert "tiltlab.objective.blocks" in edges["tiltlab.objective.engines.onepass"]
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
@@ -542,6 +550,114 @@ def test_the_private_kernel_rule_sees_each_form():
         "import tiltlab._cpu_kernels._prepare",
         "_cpu_kernels._kernels",
     ]
+
+
+#: the private names one subpackage may still take from another (importing module, the
+#: private module or name it reaches); each is named, with its reason, in CONTRIBUTING.md
+#: (Layers). The ground floor (``_compat``, ``_dispatch``) is not private to anyone.
+ALLOWED_PRIVATE_IMPORTS: set[tuple[str, str]] = {
+    ("tiltlab", "tiltlab._backends"),
+    ("tiltlab.torch._accumulate", "tiltlab.minibatch._kernels"),
+    ("tiltlab.torch._accumulate", "tiltlab.minibatch._stats"),
+    ("tiltlab.torch._loss", "tiltlab.minibatch._kernels"),
+    ("tiltlab.torch._loss", "tiltlab.minibatch._sampling"),
+    ("tiltlab.torch._loss", "tiltlab.minibatch._stats"),
+    ("tiltlab.torch._loss", "tiltlab.minibatch._validation"),
+    ("tiltlab.torch._parallel", "tiltlab.minibatch._stats"),
+    ("tiltlab.torch._placement", "tiltlab.minibatch._kernels"),
+    ("tiltlab.torch._steps", "tiltlab.minibatch._kernels"),
+    ("tiltlab.torch._steps", "tiltlab.minibatch._stats"),
+    ("tiltlab.torch._steps", "tiltlab.minibatch._validation"),
+}
+
+#: top-level modules that every layer may use, private names or not
+_GROUND_FLOOR = ("_compat", "_dispatch")
+
+
+def _private_imports(module: str, is_pkg: bool, tree: ast.AST) -> set[tuple[str, str]]:
+    """The private names one module takes from another subpackage: ``(module, target)``
+    for each import (inside functions too; ``from ..x import _y``, ``from ..x._y import
+    z``, ``import tiltlab.x._y``) whose path below ``tiltlab`` leaves the module's own
+    subpackage and passes a name starting with one underscore; ``target`` is that path
+    up to the first such name."""
+    parts = module.split(".")
+    unit = _unit(module)
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = parts if is_pkg else parts[:-1]
+                base = base[: len(base) - (node.level - 1)]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            paths = [f"{mod}.{a.name}".split(".") for a in node.names]
+        elif isinstance(node, ast.Import):
+            paths = [a.name.split(".") for a in node.names]
+        else:
+            continue
+        for path in paths:
+            if path[0] != "tiltlab" or len(path) < 2 or path[1] in (unit,) + _GROUND_FLOOR:
+                continue
+            for i, name in enumerate(path[1:], start=1):
+                if name.startswith("_") and not name.startswith("__"):
+                    found.add((module, ".".join(path[: i + 1])))
+                    break
+    return found
+
+
+def _all_private_imports() -> set[tuple[str, str]]:
+    found = set()
+    for module, (path, is_pkg) in _modules().items():
+        found |= _private_imports(module, is_pkg, ast.parse(path.read_text(encoding="utf-8")))
+    return found
+
+
+def test_private_names_stay_in_their_subpackage():
+    """A subpackage takes another's public names only, except the few listed (each with
+    its reason in CONTRIBUTING.md); the list only shrinks."""
+    found = _all_private_imports()
+    extra = sorted(found - ALLOWED_PRIVATE_IMPORTS)
+    assert not extra, "private names taken across subpackages:\n" + "\n".join(
+        f"{a} imports {b}" for a, b in extra
+    )
+    gone = sorted(ALLOWED_PRIVATE_IMPORTS - found)
+    assert not gone, f"remove from ALLOWED_PRIVATE_IMPORTS: {gone}"
+
+
+def test_the_private_import_rule_sees_each_form():
+    src = (
+        "from ..risk import _risk_kernel, tilted_risk\n"
+        "from ..risk._dispatch import TILTED_RISK\n"
+        "import tiltlab.solvers._external\n"
+        "from .. import _cpu_kernels\n"
+        "from .._compat import _private_helper\n"  # the ground floor
+        "from ._chunk_engine import DECLINE\n"  # its own subpackage
+        "from ..accumulator import TiltState\n"  # public
+        "def f():\n"
+        "    from ..reproduce._deep import check_device\n"
+    )
+    found = _private_imports("tiltlab.distributed._x", False, ast.parse(src))
+    assert sorted(b for _, b in found) == [
+        "tiltlab._cpu_kernels",
+        "tiltlab.reproduce._deep",
+        "tiltlab.risk._dispatch",
+        "tiltlab.risk._risk_kernel",
+        "tiltlab.solvers._external",
+    ]
+    # a package's own relative imports resolve from the package itself
+    pkg = _private_imports("tiltlab.bounds", True, ast.parse("from ..risk import _wsum\n"))
+    assert pkg == {("tiltlab.bounds", "tiltlab.risk._wsum")}
+
+
+def test_only_the_cpu_kernels_import_numba():
+    """numba is the compiled CPU backend's (``tiltlab/_cpu_kernels/``): every other module
+    reaches the kernels through the tables the backend registers into."""
+    _, outside = _import_graph()
+    users = sorted(m for m, pkgs in outside.items()
+                   if "numba" in pkgs and not m.startswith("tiltlab._cpu_kernels"))
+    assert not users, users
+
 
 
 # ----------------------------------------------------------------------------------------

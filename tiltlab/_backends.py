@@ -9,15 +9,17 @@ the first time an array of its library is evaluated, and registers its implement
 
 from __future__ import annotations
 
+from ._dispatch import register_lazy
 from .accumulator import EXTREMES
 from .objective.engines import ENGINES
-from .risk._dispatch import (
+from .risk import (
     HIERARCHICAL_RISK,
     HIERARCHICAL_WEIGHTS,
     TILTED_RISK,
     TILTED_WEIGHTS,
 )
-from .solvers._external import DRIVERS
+from .segments import SEGMENT_KERNELS
+from .solvers import DRIVERS
 
 __all__: list[str] = []
 
@@ -37,8 +39,15 @@ for _table in (
 for _table in (TILTED_RISK, HIERARCHICAL_RISK, TILTED_WEIGHTS):
     _table.register_lazy("dask", "tiltlab.distributed")
 
-# objective engines, one per array library (tiltlab/objective/engines/__init__.py)
-ENGINES.register_lazy("numpy", "tiltlab.objective.engines.fused_cpu")
+# the compiled CPU kernels (numba): every registration in one backend package
+# (tiltlab/_cpu_kernels/): the fused objective engine, the segment kernels and the route
+# of NumPy chunks of a Dask evaluation (a table of tiltlab.distributed, named here so that
+# this module does not import it)
+ENGINES.register_lazy("numpy", "tiltlab._cpu_kernels")
+SEGMENT_KERNELS.register_lazy("numpy", "tiltlab._cpu_kernels")
+register_lazy("dask chunk routes", "numpy", "tiltlab._cpu_kernels")
+
+# objective engines of Dask (tiltlab/objective/engines/__init__.py)
 ENGINES.register_lazy("dask", "tiltlab.distributed._objective")
 
 # solvers driven from outside the array library (tiltlab/solvers/_external.py)

@@ -8,7 +8,9 @@ to import the first time an array of a library is seen; that module registers it
 implementations when it is imported. The wiring of these lazy modules lives at the top of
 the package (``tiltlab/_backends.py``), which is allowed to know every layer.
 
-The model is ``dask.utils.Dispatch`` with its ``register_lazy``.
+The model is ``dask.utils.Dispatch`` with its ``register_lazy``. A table that lives in a
+module the top of the package does not import (so that ``import tiltlab`` stays light:
+Dask's chunk routes) takes its lazy registrations by name, :func:`register_lazy`.
 """
 
 from __future__ import annotations
@@ -18,7 +20,11 @@ import threading
 from types import ModuleType
 from typing import Any
 
-__all__ = ["Dispatch", "library_of"]
+__all__ = ["Dispatch", "library_of", "register_lazy"]
+
+#: the tables by name, and the lazy registrations named for tables not made yet
+_TABLES: dict[str, Dispatch] = {}
+_PENDING: dict[str, dict[str, str]] = {}
 
 
 def library_of(obj: Any) -> str:
@@ -74,8 +80,9 @@ class Dispatch:
     def __init__(self, name: str) -> None:
         self.name = name
         self._impls: dict[str, Any] = {}
-        self._lazy: dict[str, str] = {}
+        self._lazy: dict[str, str] = dict(_PENDING.get(name, {}))
         self._lock = threading.Lock()
+        _TABLES[name] = self
 
     def __repr__(self) -> str:
         return f"Dispatch({self.name!r}, libraries={self.registered()})"
@@ -121,3 +128,23 @@ class Dispatch:
     def registered(self) -> list[str]:
         """Libraries with an implementation or a lazy module, sorted."""
         return sorted(set(self._impls) | set(self._lazy))
+
+
+def register_lazy(table: str, library: str, module: str) -> None:
+    """:meth:`Dispatch.register_lazy` for the table named ``table``, made now or later.
+
+    For a table defined in a module that the wiring at the top of the package must not
+    import: the registration waits until the table is made (its module imported).
+
+    Examples
+    --------
+    >>> register_lazy("demo later", "numpy", "tiltlab.segments")
+    >>> Dispatch("demo later").registered()
+    ['numpy']
+    """
+    if not isinstance(module, str) or not module:
+        raise TypeError(f"`module` must be a non-empty module path, got {module!r}")
+    _PENDING.setdefault(table, {})[library] = module
+    existing = _TABLES.get(table)
+    if existing is not None:
+        existing.register_lazy(library, module)

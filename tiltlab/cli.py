@@ -284,7 +284,7 @@ def _check_data_dir(parser: argparse.ArgumentParser, experiment: str, data_dir: 
 def _check_device(parser: argparse.ArgumentParser, device: str) -> None:
     """``--device`` of the deep reproductions: PyTorch installed and the device usable."""
     try:
-        from .reproduce._deep import check_device
+        from .reproduce.deep import check_device
 
         check_device(device)
     except ImportError as exc:

@@ -22,7 +22,7 @@ Freshness
 ---------
 Numba checks only the source file that defines a compiled function when it decides
 whether a cached machine code is still valid. The fused kernels inline helpers from
-other files of this package (:mod:`._rows`, :mod:`._blocks`, :mod:`._vmath`), so after
+other files of this package (:mod:`._rows`, :mod:`.block_steps`, :mod:`._vmath`), so after
 an upgrade that changes a helper but not the kernel's own file, numba would load the old
 machine code. :func:`refresh_cache` prevents that: it fingerprints every source file of
 the package together with the numba version, keeps the fingerprint in a stamp file next
@@ -44,7 +44,7 @@ __all__ = ["cache_folder", "cache_root", "fingerprint", "jit", "refresh_cache"]
 #: the file, in the cache folder, that holds the fingerprint of the cached kernels
 STAMP = "tiltlab-kernels.stamp"
 #: the suffixes of numba's cache files (index and data) and of the files that say a kernel
-#: is in the cache or being compiled (:mod:`._warm`)
+#: is in the cache or being compiled (:mod:`.warmup`)
 CACHE_SUFFIXES = (".nbi", ".nbc", ".ready", ".compiling")
 
 

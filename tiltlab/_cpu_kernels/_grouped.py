@@ -17,7 +17,7 @@ product along ``v`` (``u = x . v``, ``a = l' u``), ``sum pe (l'' u + t l' a) x``
 vector sums follow a lazy second shift that moves only when the weights would exceed
 ``exp(LAZY_LIMIT)``, and are brought to the exact shift at the end.
 
-The predictors and the losses come from the block steps of :mod:`._blocks` (in ``X``'s
+The predictors and the losses come from the block steps of :mod:`.block_steps` (in ``X``'s
 dtype, a block of rows at a time); the fold of each row into its group is scalar and in
 float64. The rows are walked in order by one thread (a Dask chunk is one task): the result
 does not depend on the number of threads. The multinomial loss has a kernel of its own,
@@ -30,10 +30,10 @@ import math
 
 import numpy as np
 
-from ._blocks import BLOCK, KERNEL, block_rows, dots, dots2
 from ._losses import loss_block
 from ._rows import _INLINE, LAZY_LIMIT
 from ._typed_math import expm1_t
+from .block_steps import BLOCK, KERNEL, block_rows, dots, dots2
 
 
 @_INLINE
@@ -104,7 +104,7 @@ def group_scalar(
     flag (column 7) of its group and stops the pass.
     ``k0, k1`` are the launcher's chunk range (one chunk: the whole of ``X``).
 
-    A block of rows at a time: the predictors and losses (:mod:`._blocks`), then the
+    A block of rows at a time: the predictors and losses (:mod:`.block_steps`), then the
     shifts of the block's groups moved to cover its losses (a compare a row; the sums of
     the rows folded before rescaled when a shift moves), the weights of the whole block
     at those shifts (:func:`block_weights`, vectorised), and last each row folded into

@@ -19,13 +19,13 @@ from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 from typing import Any
 
-from . import _warm
+from . import warmup
 
 __all__ = ["SWITCH", "KernelsUnavailable", "available", "switched_off", "threads"]
 
 #: the environment variable that turns the compiled CPU kernels off (``TILTLAB_FUSED=0``)
-#: or has missing kernels compiled in the calling process (``wait``), see :mod:`._warm`
-SWITCH = _warm.SWITCH
+#: or has missing kernels compiled in the calling process (``wait``), see :mod:`.warmup`
+SWITCH = warmup.SWITCH
 #: why the kernels could not be imported or compiled in this process (then not tried again)
 _BROKEN: list[str] = []
 
@@ -41,7 +41,7 @@ def switched_off() -> bool:
     >>> switched_off() == (os.environ.get("TILTLAB_FUSED") == "0")
     True
     """
-    return _warm.mode() == "off"
+    return warmup.mode() == "off"
 
 
 def available() -> bool:
@@ -110,7 +110,7 @@ def _run(kernel: Any, args: tuple, k0: int, k1: int) -> None:
         if errors is not None and isinstance(exc, errors.NumbaError):
             raise _give_up(exc) from exc
         raise
-    _warm.mark_ready(_warm.key(kernel.__name__, args[0]))
+    warmup.mark_ready(warmup.key(kernel.__name__, args[0]))
 
 
 #: each thread takes this many grabs of chunks on average (a thread that another thread

@@ -11,8 +11,8 @@ the loss code (:data:`._loss_codes.SCALAR_CODES`).
 # ruff: noqa: E501
 from __future__ import annotations
 
-from ._blocks import _INLINE
 from ._typed_math import exp_t, expm1_t, log1p_unit_t, log_t
+from .block_steps import _INLINE
 
 __all__ = [
     "loss_block",

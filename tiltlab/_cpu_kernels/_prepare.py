@@ -1,9 +1,9 @@
-"""Input checks of the fused CPU kernels and the merge of their chunk states.
+"""Input checks of the fused CPU kernels.
 
-:func:`_bind` validates the data once (what :class:`FusedProblem` keeps), :func:`_at` adds
-one ``theta`` and tilt, and :func:`_merge` combines the per-chunk tilted states exactly as
-:func:`tiltlab.accumulator.merge` and :func:`~tiltlab.accumulator.finalize_risk` do,
-vectorised over the chunks (in a fixed order: the result does not depend on threads).
+:func:`_bind` validates the data once (what :class:`FusedProblem` keeps) and :func:`_at`
+adds one ``theta`` and tilt. The chunk states a pass writes are merged by the rule of
+:mod:`tiltlab.accumulator` (:meth:`._states.KernelStates.merged`, vectorised over the
+chunks in a fixed order: the result does not depend on threads).
 """
 
 from __future__ import annotations
@@ -156,49 +156,3 @@ def _direction(v: Any, pb: _Problem) -> np.ndarray:
     if v.shape != pb.theta.shape:
         raise ValueError(f"`v` must have the shape of `theta` {pb.theta.shape}, got {v.shape}")
     return np.ascontiguousarray(v, dtype=pb.X.dtype)
-
-
-# ---------------------------------------------------------------------------------------
-# the merge of chunk states (tiltlab.accumulator.merge and finalize_risk, vectorised)
-
-_SQRT_TINY = math.sqrt(np.finfo(np.float64).tiny)
-
-
-@dataclass(frozen=True)
-class _Merged:
-    value: float
-    shift: float
-    s: float
-    r: np.ndarray  # per-chunk factors exp(t (c_k - C))
-    av: float
-
-
-def _merge(state: np.ndarray, t: float) -> _Merged | None:
-    """Merge the chunk states; None when a loss on the support is not finite."""
-    if np.any(state[:, 7] != 0):
-        return None
-    c, hi, lo, mass, s, q, lsum = (state[:, j] for j in range(7))
-    used = mass > 0
-    H, L = float(np.max(hi[used])), float(np.min(lo[used]))
-    C = H if t > 0 else L
-    du = np.where(used, t * (c - C), -np.inf)
-    r = np.exp(du)
-    S = float(np.sum(s * r))
-    M = float(np.sum(mass))
-    scale = abs(t) * (H - L)
-    if scale < _SQRT_TINY:
-        value = C + float(np.sum(np.where(used, lsum + mass * (c - C), 0.0))) / M
-    elif scale <= 1.0:
-        Q = float(np.sum(np.where(used, mass * np.expm1(du) + q * r, 0.0)))
-        value = C + math.log1p(Q / M) / t
-    else:
-        value = C + math.log(S / M) / t
-    av = float(np.sum(state[:, 8] * r)) / S
-    return _Merged(value, C, S, r, av)
-
-
-def _combine(r: np.ndarray, V: np.ndarray, S: float) -> np.ndarray:
-    """``sum_k r_k V_k / S`` over the chunk axis, summed by NumPy rather than by a BLAS
-    product: a threaded BLAS would wake its thread pool at every evaluation, and the pool,
-    spinning after the call, would then hold a core that the next kernel call needs."""
-    return (r.reshape((-1,) + (1,) * (V.ndim - 1)) * V).sum(axis=0) / S

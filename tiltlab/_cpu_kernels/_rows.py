@@ -9,19 +9,19 @@ whatever the number of threads.
 Per chunk, the tilted state follows :mod:`tiltlab.accumulator`: an exact running shift
 ``c`` (the largest loss for ``t > 0``, the smallest for ``t <= 0``) with ``s``, ``q`` and
 ``lsum`` rescaled each time it moves (scalars: cheap; the scalar-loss kernels move it at
-most once per block of rows, to the block's extreme, see :mod:`._blocks`). The vector
+most once per block of rows, to the block's extreme, see :mod:`.block_steps`). The vector
 accumulators (gradient, Hessian-vector product) are kept relative to a second, lazy shift
 ``cg`` that follows ``c`` only when the weights would otherwise exceed
 ``exp(LAZY_LIMIT)``: rows sorted by loss then cost one rescale of a ``d``-vector per
 ``LAZY_LIMIT / |t|`` of loss range, not one per row. Vector sums are taken in ``X``'s
-dtype over sub-blocks of ``SUB_BLOCK`` rows (``FLUSH_ROWS`` in :mod:`._blocks`) and added
+dtype over sub-blocks of ``SUB_BLOCK`` rows (``FLUSH_ROWS`` in :mod:`.block_steps`) and added
 into float64 accumulators (float32 input stays accurate over long chunks). Dot products
 are taken in ``X``'s dtype (vectorised, see ``_DOT``); the scalar-loss kernels keep the
 predictor, the loss, its derivatives and the weights in ``X``'s dtype too (see
-:mod:`._blocks`), the multinomial kernels in float64; the tilted state is float64.
+:mod:`.block_steps`), the multinomial kernels in float64; the tilted state is float64.
 
 The kernels themselves live in :mod:`._scalar` (scalar-predictor losses, in blocks of
-rows with the vectorised steps of :mod:`._blocks`) and :mod:`._multinomial` (row by
+rows with the vectorised steps of :mod:`.block_steps`) and :mod:`._multinomial` (row by
 row). Without numba the same functions run as plain Python (slow; for tiny examples
 only).
 

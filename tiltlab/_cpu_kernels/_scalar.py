@@ -1,7 +1,7 @@
 """Fused kernels for the scalar-predictor losses (squared, absolute, Huber, logistic,
 hinge, squared hinge): value and gradient, one-pass Hessian-vector products and the
 linearised product. See :mod:`._rows` for the chunk state and its conventions and
-:mod:`._blocks` for the vectorised steps on a block of rows."""
+:mod:`.block_steps` for the vectorised steps on a block of rows."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ import math
 
 import numpy as np
 
-from ._blocks import (
+from ._losses import loss_block
+from ._rows import LAZY_LIMIT, SUB_BLOCK, _chunk, _dot, _flush
+from .block_steps import (
     BLOCK,
     KERNEL,
     ahead_rows,
@@ -24,8 +26,6 @@ from ._blocks import (
     weights_block,
     wsum,
 )
-from ._losses import loss_block
-from ._rows import LAZY_LIMIT, SUB_BLOCK, _chunk, _dot, _flush
 
 
 @KERNEL

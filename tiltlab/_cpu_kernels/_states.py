@@ -5,15 +5,18 @@ of a partition of the rows) as a row of a float64 table (:mod:`._rows`: shift, h
 mass, s, q, lsum, non-finite flag, av). :func:`states_of` turns that table and the
 per-entry vector sums into a :class:`KernelStates`, which callers outside the package
 merge by the rule of :mod:`tiltlab.accumulator` (a state per entry: each field is that of
-:class:`tiltlab.accumulator.TiltState`).
+:class:`tiltlab.accumulator.TiltState`). :meth:`KernelStates.merged` is that merge, the
+one the fused evaluations finish with as well.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
+
+from ..accumulator import GroupState, TiltState
 
 __all__ = ["KernelStates", "run_groups", "states_of"]
 
@@ -72,6 +75,33 @@ class KernelStates:
     def present(self) -> np.ndarray:
         """Which entries have rows of positive prior weight."""
         return self.mass > 0
+
+    def group_state(self) -> GroupState:
+        """The entries as a :class:`~tiltlab.accumulator.GroupState` (one group per
+        entry; the small-tilt sum is absent at ``t = 0``, as in the accumulator's own
+        states)."""
+        t = float(self.t)
+        return GroupState(
+            t=t, hi=self.hi, lo=self.lo, mass=self.mass, s=self.s,
+            q=None if t == 0.0 else self.q, lsum=self.lsum, sums=tuple(self.sums),
+        )  # fmt: skip
+
+    def merged(self) -> TiltState:
+        """Every entry merged into one :class:`~tiltlab.accumulator.TiltState` by the
+        accumulator's exact merge (:meth:`~tiltlab.accumulator.GroupState.collapse`,
+        vectorised over the entries).
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from tiltlab._cpu_kernels import FusedProblem
+        >>> fp = FusedProblem("squared", np.eye(2), np.array([1.0, 3.0]), n_chunks=2)
+        >>> st = fp.block_states(np.zeros(2), 0.0, gradient=True).merged()
+        >>> float(st.risk()), (st.sums[0] / st.s).tolist()
+        (5.0, [-1.0, -3.0])
+        """
+        st = self.group_state().collapse()
+        return replace(st, q=None) if st.t == 0.0 else st
 
 
 def states_of(state: np.ndarray, t: float, sums: tuple) -> KernelStates | None:

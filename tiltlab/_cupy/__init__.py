@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from ..accumulator import EXTREMES
 from ..objective.engines import ENGINES
-from ..risk._dispatch import (
+from ..risk import (
     HIERARCHICAL_RISK,
     HIERARCHICAL_WEIGHTS,
     TILTED_RISK,

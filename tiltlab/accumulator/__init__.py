@@ -70,7 +70,8 @@ from ._shared import (
     pooled_risk,
     shared_shift_risk,
 )
-from ._support import EXTREMES, NonFiniteLosses, _extremes  # noqa: F401  (for drivers)
+from ._support import EXTREMES, NonFiniteLosses  # noqa: F401  (for drivers)
+from ._support import _extremes as host_extremes  # noqa: F401  (for drivers)
 from ._vectorised import finish_risk, risk_of_exponents, series_threshold
 
 __all__ = [

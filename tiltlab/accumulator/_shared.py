@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
+from .. import segments as _kernels
 from .._compat import apply_inplace, is_numpy_namespace, tiny_sqrt
-from .._cpu_kernels import segments as _kernels
 from ..segments import Segments
 from ._rule import TiltState
 from ._support import _extremes, _nonfinite

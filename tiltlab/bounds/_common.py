@@ -26,11 +26,11 @@ from .._compat import (
     to_numpy,
 )
 from ..risk import (
-    _moments,
-    _risk_kernel,
-    _wsum,
     prepare_losses,
     prepare_prior,
+    prior_mean,
+    risk_kernel,
+    support_range,
 )
 
 __all__: list[str] = []
@@ -108,7 +108,7 @@ def _floor(floor: Any, xp: Any, l: Any, p: Any) -> Any:
             f"`floor` of shape {tuple(f.shape)} does not broadcast to the batch shape {batch} "
             "of `losses`"
         ) from exc
-    _, lmin = _moments(l, p, xp)
+    _, lmin = support_range(l, p, xp)
     if not bool(xp.all(f <= lmin)):
         raise ValueError(
             "`floor` exceeds the smallest loss; it must be a lower bound F(-inf) on every "
@@ -130,7 +130,7 @@ def _tail_kernel(l: Any, p: Any, aa: Any, xp: Any) -> Any:
     """Q(a) with the threshold axis (if any) leading: shape a.shape + batch."""
     ab = _bshape(aa, 0, l.ndim, xp)
     hit = xp.astype(l >= ab, l.dtype)
-    return _wsum(hit, p, xp)
+    return prior_mean(hit, p, xp)
 
 
 def _take_along_last(x: Any, idx: Any, xp: Any) -> Any:
@@ -258,15 +258,15 @@ def _infinite_tilt_limit(l: Any, p: Any, aa: Any, R_inf: Any, xp: Any, T: int) -
 
 def _tail_bound_kernel(l, p, aa, tt, F, t_host, xp):
     T, A, nb = tt.ndim, aa.ndim, l.ndim - 1
-    R = _risk_kernel(l, p, tt, xp)
+    R = risk_kernel(l, p, tt, xp)
     Rb = xp.reshape(R, tuple(tt.shape) + (1,) * A + tuple(l.shape[:-1]))
     Fb = _bshape(F, T + A, 0, xp)
     # R(t) lies between the smallest and the largest loss on the prior's support (its
     # limits at t = -inf and +inf); a computed R may leave that range by rounding, or by
     # underflow when the prior scales subnormal losses (a weighted mean of two equal
     # subnormal losses can round to 0), so it is brought back into it
-    lo = _risk_kernel(l, p, xp.asarray(-xp.inf, dtype=l.dtype, device=device(l)), xp)
-    hi = _risk_kernel(l, p, xp.asarray(xp.inf, dtype=l.dtype, device=device(l)), xp)
+    lo = risk_kernel(l, p, xp.asarray(-xp.inf, dtype=l.dtype, device=device(l)), xp)
+    hi = risk_kernel(l, p, xp.asarray(xp.inf, dtype=l.dtype, device=device(l)), xp)
     Rb = xp.minimum(xp.maximum(xp.maximum(Rb, lo), Fb), hi)
     ab = _bshape(aa, T, nb, xp)
     tb = _bshape(tt, 0, A + nb, xp)
@@ -287,12 +287,12 @@ def _tail_bound_kernel(l, p, aa, tt, F, t_host, xp):
     out = xp.where(small, (Rb - Fb) / span + xp.zeros_like(out), out)
     if np.any(np.isinf(t_host)):
         if np.any(t_host == np.inf):
-            r_inf = _risk_kernel(l, p, xp.asarray(xp.inf, dtype=l.dtype, device=device(l)), xp)
+            r_inf = risk_kernel(l, p, xp.asarray(xp.inf, dtype=l.dtype, device=device(l)), xp)
             lim = _infinite_tilt_limit(l, p, aa, r_inf, xp, T)
             out = xp.where(tb == xp.inf, lim + xp.zeros_like(out), out)
         if np.any(t_host == -np.inf):
             # e^{t (R - F)} -> mass at F: the bound tends to the mass strictly above F
-            at_floor = _wsum(xp.astype(l <= F[..., None], l.dtype), p, xp)
+            at_floor = prior_mean(xp.astype(l <= F[..., None], l.dtype), p, xp)
             lim = _bshape(1 - at_floor, T + A, 0, xp)
             out = xp.where(tb == -xp.inf, lim + xp.zeros_like(out), out)
     return out

@@ -21,9 +21,9 @@ from .._compat import (
     to_numpy,
 )
 from ..risk import (
-    _risk_kernel,
-    _weights_kernel,
     prepare_tilt,
+    risk_kernel,
+    weights_kernel,
 )
 from ._common import _samples_last
 from .entropic import entropic_value_at_risk
@@ -104,7 +104,7 @@ def kl_dro_dual(
     if radius is not None:
         return _constrained(l, p, radius, xp)
     tt, _ = prepare_tilt(t, xp, l)
-    return _risk_kernel(l, p, tt, xp), _weights_kernel(l, p, tt, xp)
+    return risk_kernel(l, p, tt, xp), weights_kernel(l, p, tt, xp)
 
 
 def worst_case_distribution(
@@ -164,7 +164,7 @@ def _constrained(l: Any, p: Any, radius: Any, xp: Any) -> tuple[Any, Any]:
     prows = None if p is None else xp.reshape(xp.broadcast_to(p, l.shape), (-1, n))
     tilts = to_numpy(xp.reshape(tilt, (-1,)))
     q = [
-        _weights_kernel(rows[i, :], None if prows is None else prows[i, :],
+        weights_kernel(rows[i, :], None if prows is None else prows[i, :],
                         xp.asarray(float(tilts[i]), dtype=l.dtype, device=device(l)), xp)
         for i in range(rows.shape[0])
     ]  # fmt: skip

@@ -17,7 +17,7 @@ from .._compat import (
     namespace_of,
     to_numpy,
 )
-from ..risk import _risk_kernel, tilt_for_kl
+from ..risk import risk_kernel, tilt_for_kl
 from ._common import _host_levels, _samples_last
 
 __all__ = ["entropic_value_at_risk"]
@@ -42,7 +42,7 @@ def _evar_row(l: np.ndarray, p: np.ndarray | None, level: float, xp_np: Any) -> 
         return lmax, math.inf
     if not math.isfinite(t):
         return lmax, math.inf
-    risk = float(_risk_kernel(xp_np.asarray(l), None if p is None else xp_np.asarray(p),
+    risk = float(risk_kernel(xp_np.asarray(l), None if p is None else xp_np.asarray(p),
                               xp_np.asarray(t), xp_np))  # fmt: skip
     return min(risk + level / t, lmax), t
 

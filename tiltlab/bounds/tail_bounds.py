@@ -19,8 +19,8 @@ from .._compat import (
     to_numpy,
 )
 from ..risk import (
-    _risk_kernel,
     prepare_tilt,
+    risk_kernel,
 )
 from ._common import (
     _bshape,
@@ -177,7 +177,7 @@ def chernoff_bound(
     if np.any(t_host < 0):
         raise ValueError("`t` must be non-negative for the Chernoff bound on Q(a)")
     T, A, nb = tt.ndim, aa.ndim, l.ndim - 1
-    R = _risk_kernel(l, p, tt, xp)
+    R = risk_kernel(l, p, tt, xp)
     Rb = xp.reshape(R, tuple(tt.shape) + (1,) * A + tuple(l.shape[:-1]))
     ab = _bshape(aa, T, nb, xp)
     tb = _bshape(tt, 0, A + nb, xp)
@@ -185,7 +185,7 @@ def chernoff_bound(
     e = xp.where(fin, tb, xp.zeros_like(tb)) * (Rb - ab)
     out = _guarded_exp(e, xp.ones_like(e), xp)
     if np.any(np.isinf(t_host)):
-        r_inf = _risk_kernel(l, p, xp.asarray(xp.inf, dtype=l.dtype, device=device(l)), xp)
+        r_inf = risk_kernel(l, p, xp.asarray(xp.inf, dtype=l.dtype, device=device(l)), xp)
         lim = _infinite_tilt_limit(l, p, aa, r_inf, xp, T)
         out = xp.where(tb == xp.inf, lim + xp.zeros_like(out), out)
     return out
@@ -311,7 +311,7 @@ def _k_bound_kernel(l, F, tt, j, t_host, xp):
     c = n / (n - j)
     T, nb = tt.ndim, l.ndim - 1
     dev = device(l)
-    R = _risk_kernel(l, None, tt, xp)
+    R = risk_kernel(l, None, tt, xp)
     Fb = _bshape(F, T, 0, xp)
     R = xp.maximum(R, Fb)  # exact maths: R >= min >= F
     tb = _bshape(tt, 0, nb, xp)

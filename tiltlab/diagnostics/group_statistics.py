@@ -17,14 +17,14 @@ import numpy as np
 from .. import segments as _segments
 from .._compat import device, host_labels, namespace_of, seq_of_arrays, to_numpy
 from ..risk import (
-    _group_level,
-    _level_masses,
-    _scalar_risk_weights,
     build_tree,
     check_group_mass,
+    group_level,
+    level_masses,
     prepare_losses,
     prepare_prior,
     prepare_tilts,
+    risk_weights_scalar,
 )
 
 __all__ = ["group_report", "format_group_report"]
@@ -132,12 +132,12 @@ def group_report(
     ts = prepare_tilts(tilts, tree.depth)
     p = prepare_prior(weights, l, xp)
     check_group_mass(p, tree, xp)
-    masses = _level_masses(p, tree, l, xp)
+    masses = level_masses(p, tree, l, xp)
     values, conditional = l, []
     for depth, lev in enumerate(tree.levels):
         tau = ts[len(tree.levels) - depth]
         m = 1.0 / tree.n_samples if depth == 0 and p is None else masses[depth]
-        values, cond = _group_level(values, m, masses[depth + 1], lev, tau, xp, True)
+        values, cond = group_level(values, m, masses[depth + 1], lev, tau, xp, True)
         conditional.append((lev, cond))
     # the weight of each sample within its outermost group: the product of its
     # conditional weights down the tree (as in hierarchical_weights, without the top)
@@ -146,7 +146,7 @@ def group_report(
         q = _segments.expand(q, lev, xp) * cond
     top = tree.sample_layouts[-1]
     mass = masses[-1]
-    _, weight = _scalar_risk_weights(values, mass, ts[0], xp, True)
+    _, weight = risk_weights_scalar(values, mass, ts[0], xp, weights=True)
     # ESS fraction of the in-group weights q against the in-group prior p_x / P_g:
     # 1 / sum_x q_x^2 (P_g / p_x), i.e. 1 / (|g| sum_x q_x^2) under the uniform prior
     if p is None:

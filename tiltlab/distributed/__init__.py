@@ -22,8 +22,9 @@ engine), the solvers' driver table (:func:`tiltlab.minimize`), and the risk func
 The user guide's page *Scale-out with Dask* walks through a fit on a laptop cluster.
 """
 
-from ..risk._dispatch import HIERARCHICAL_RISK, TILTED_RISK, TILTED_WEIGHTS
+from ..risk import HIERARCHICAL_RISK, TILTED_RISK, TILTED_WEIGHTS
 from ._api import objective_call
+from ._chunk_engine import CHUNK_ROUTES, DECLINE, ChunkRoute
 from ._objective import DaskPlan, distribute, evaluate, supported
 from ._risk import dask_hierarchical_risk, dask_tilted_risk, dask_tilted_weights
 from ._solvers import ClientObjective, client_minimize, is_dask_objective
@@ -33,6 +34,9 @@ HIERARCHICAL_RISK.register("dask", dask_hierarchical_risk)
 TILTED_WEIGHTS.register("dask", dask_tilted_weights)
 
 __all__ = [
+    "CHUNK_ROUTES",
+    "DECLINE",
+    "ChunkRoute",
     "ClientObjective",
     "DaskPlan",
     "client_minimize",

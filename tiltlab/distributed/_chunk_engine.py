@@ -9,22 +9,14 @@ caller then takes the generic array-API route of :mod:`tiltlab.distributed._stat
 which is also the reference the fast routes are tested against). The route is chosen by
 the chunk's array library:
 
-* **NumPy chunks**: the fused CPU kernels (:mod:`tiltlab._cpu_kernels`, numba) in one pass
-  over the chunk's rows, through their public face only
-  (:meth:`~tiltlab._cpu_kernels.FusedProblem.block_states`). The kernels split the chunk
-  into row blocks of their own and return one tilted state per block
-  (:class:`~tiltlab._cpu_kernels.KernelStates`: shift, extremes, mass, ``s``, ``q``,
-  ``lsum``) with the block's unnormalised gradient (or the pieces of a Hessian-vector
-  product); those block states are merged here by
-  :meth:`~tiltlab.accumulator.GroupState.collapse` (the accumulator's exact merge,
-  vectorised over the blocks), so that the chunk's state is the accumulator's state of
-  the chunk up to rounding. Value, gradient and Hessian-vector products; the scalar
-  losses the kernels know and the multinomial loss. For a hierarchy,
-  :func:`numpy_group_state` gives the chunk's state per innermost group with per-group
-  sums (:meth:`~tiltlab._cpu_kernels.FusedProblem.group_states`, one pass; the same
-  losses), which merges group by group with the other chunks' (the one-sweep graph of
-  :mod:`tiltlab.distributed._groups`). The data of a chunk are validated and bound once
-  per worker process (a small cache keyed by the chunk arrays), not at every evaluation.
+* a library with a :class:`ChunkRoute` registered in :data:`CHUNK_ROUTES` takes it. The
+  compiled CPU kernels register theirs for **NumPy chunks** (``tiltlab/_backends.py``
+  names them): one fused pass over the chunk's rows gives one tilted state per row block
+  of the kernels' own, merged into the chunk's state by the accumulator's exact merge
+  (:meth:`~tiltlab.accumulator.GroupState.collapse`), with the gradient (or the pieces
+  of a Hessian-vector product); for a hierarchy, the chunk's state per innermost group
+  with per-group sums (:func:`numpy_group_state`), which merges group by group with the
+  other chunks' (the one-sweep graph of :mod:`tiltlab.distributed._groups`).
 * **other libraries** (CuPy): the engine registered for the library in
   :data:`tiltlab.objective.engines.ENGINES` (the fused CUDA kernel for CuPy), asked for
   the value and gradient of the chunk alone. A chunk's tilted risk ``R`` and gradient
@@ -36,69 +28,65 @@ the chunk's array library:
   declines, or returns None, leaves the chunk to the generic route).
 
 Non-finite losses are always left to the generic route, which decides what they give.
-
-A kernel that a worker process has neither compiled nor found in the cache is not
-compiled in the task that needs it (seconds of compiling in every worker at once): as for
-the eager objectives (:mod:`tiltlab._cpu_kernels._warm`), one background process compiles
-it into the cache while the chunks take the generic route, and they take the kernel from
-the first evaluation after it is ready (the two routes agree to rounding). With
-``TILTLAB_FUSED=wait`` a task compiles what it needs on its first call.
 """
 
 from __future__ import annotations
 
-import threading
-import weakref
-from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from .._compat import device, library_namespace, to_numpy
 from .._dispatch import Dispatch, library_of
-from ..accumulator import GroupState, TiltState
+from ..accumulator import TiltState
 
 __all__ = [
+    "CHUNK_ROUTES",
     "DECLINE",
-    "STATE_ROUTES",
+    "ChunkRoute",
     "chunk_state",
-    "MAX_GROUP_SUM_ENTRIES",
-    "numpy_state",
+    "engine_state",
     "numpy_group_state",
     "numpy_groups_apply",
-    "engine_state",
     "numpy_route_applies",
 ]
 
 #: what a route returns when it does not serve a chunk (the generic route then does)
 DECLINE = "decline"
 
-#: chunk-state routes by array library (``route(Xb, yb, pb, theta, V, loss, t, mode)``);
-#: a library without an entry goes to its registered objective engine (:func:`engine_state`)
-STATE_ROUTES = Dispatch("chunk state route")
 
-#: bound chunks kept per worker process (a persisted chunk is the same object at every
-#: evaluation; a few dozen cover the chunks a worker holds in the benchmarks)
-_BOUND_MAX = 256
-_BOUND: OrderedDict = OrderedDict()
-_LOCK = threading.Lock()
-#: held around a kernel call while numba's threading layer may not take concurrent
-#: launches (its ``workqueue`` layer, or before the first parallel kernel has run)
-_KERNEL_LOCK = threading.Lock()
+@dataclass(frozen=True)
+class ChunkRoute:
+    """The compiled route of the chunks of one array library.
+
+    Parameters
+    ----------
+    applies : callable
+        ``applies(loss, n, d, k) -> bool``: whether the chunks of a sample-level ``n x d``
+        problem (``k`` outputs) take the route (asked on the client, before the graph).
+    state : callable
+        ``state(Xb, yb, pb, theta, V, loss, t, mode)``: the chunk's
+        :class:`~tiltlab.accumulator.TiltState`, or :data:`DECLINE`.
+    groups_apply : callable
+        ``groups_apply(loss, n, d, n_groups, k) -> bool``: the same question for a
+        hierarchy with ``n_groups`` innermost groups.
+    group_state : callable
+        ``group_state(Xb, yb, pb, cb, theta, V, loss, tau, n_groups, mode)``: the chunk's
+        :class:`~tiltlab.accumulator.GroupState` over its innermost groups (codes ``cb``)
+        with the per-group sums of ``mode``, or :data:`DECLINE`.
+    """
+
+    applies: Callable[..., bool]
+    state: Callable[..., Any]
+    groups_apply: Callable[..., bool]
+    group_state: Callable[..., Any]
 
 
-def _kernel_guard() -> Any:
-    """A lock for a kernel call where numba's threading layer cannot be entered by two
-    threads at once (a Dask worker with several threads), else a no-op context."""
-    import contextlib
-
-    import numba
-
-    try:
-        safe = numba.threading_layer() != "workqueue"
-    except ValueError:  # no parallel kernel has run in this process yet
-        safe = False
-    return contextlib.nullcontext() if safe else _KERNEL_LOCK
+#: compiled chunk routes by array library (:class:`ChunkRoute`); a library without one goes
+#: to its registered objective engine (:func:`engine_state`)
+CHUNK_ROUTES = Dispatch("dask chunk routes")
 
 
 def chunk_state(
@@ -107,123 +95,29 @@ def chunk_state(
     """The chunk's :class:`~tiltlab.accumulator.TiltState` (NumPy fields) from a compiled
     engine, :data:`~tiltlab.distributed._states.EMPTY`-free; :data:`DECLINE` when no
     compiled route serves the chunk (or its losses are not finite)."""
-    route = STATE_ROUTES.lookup(library_of(Xb))
+    route = CHUNK_ROUTES.lookup(library_of(Xb))
     if route is None:
-        route = engine_state
-    return route(Xb, yb, pb, theta, V, loss, t, mode)
+        return engine_state(Xb, yb, pb, theta, V, loss, t, mode)
+    return route.state(Xb, yb, pb, theta, V, loss, t, mode)
 
 
 # ---------------------------------------------------------------------------------------
-# NumPy chunks: the fused CPU kernels
+# NumPy chunks: the route registered for them (the fused CPU kernels)
 
 
 def numpy_route_applies(loss: Any, n: int, d: int, k: int) -> bool:
-    """Whether NumPy chunks of an ``n x d`` problem (``k`` outputs) take the fused kernels:
-    the loss is one the kernels know and the problem passes the fused engine's size policy
-    (:func:`tiltlab._cpu_kernels.use_fused`, which also needs numba)."""
-    from .. import _cpu_kernels
-
-    name = getattr(loss, "name", None)
-    return name in _cpu_kernels.LOSS_CODES and _cpu_kernels.use_fused(n, d, k)
-
-
-def _loss_params(loss: Any) -> dict | None:
-    params = loss.parameters() if hasattr(loss, "parameters") else {}
-    return dict(params) or None
-
-
-def _bound(Xb: np.ndarray, yb: Any, pb: Any, loss: Any) -> Any:
-    """The chunk's data validated and bound for the kernels (cached per chunk arrays), or
-    None when the kernels do not take them (labels, dtype, an all-zero prior...)."""
-    from .. import _cpu_kernels
-
-    key = (id(Xb), id(yb), id(pb), loss.name, tuple(sorted((_loss_params(loss) or {}).items())))
-    with _LOCK:
-        hit = _BOUND.get(key)
-        if hit is not None:
-            refs, fp = hit
-            if all(r() is a for r, a in zip(refs, (Xb, yb, pb), strict=True)):
-                _BOUND.move_to_end(key)
-                return fp
-    try:
-        fp = _cpu_kernels.FusedProblem(loss.name, Xb, yb, pb, loss_params=_loss_params(loss))
-    except (TypeError, ValueError):
-        fp = None
-    try:
-        refs = tuple((lambda: None) if a is None else weakref.ref(a) for a in (Xb, yb, pb))
-    except TypeError:  # an array type without weak references: not cached
-        return fp
-    with _LOCK:
-        _BOUND[key] = (refs, fp)
-        while len(_BOUND) > _BOUND_MAX:
-            _BOUND.popitem(last=False)
-    return fp
-
-
-def numpy_state(
-    Xb: Any, yb: Any, pb: Any, theta: Any, V: Any, loss: Any, t: float, mode: str
-) -> Any:
-    """NumPy chunk: the fused kernels' block states merged into one state (see the module
-    doc); :data:`DECLINE` for a dense Hessian, a loss or data the kernels do not take, a
-    chunk without prior mass, and non-finite losses."""
-    if mode not in ("value", "grad", "hvp") or not isinstance(Xb, np.ndarray):
-        return DECLINE
-    if int(Xb.shape[0]) == 0:
-        return DECLINE
-    fp = _bound(Xb, yb, pb, loss)
-    if fp is None or not fp.prepared("hvp" if mode == "hvp" else "value_and_gradient"):
-        return DECLINE
-    from .. import _cpu_kernels
-
-    try:
-        with _kernel_guard():
-            states = fp.block_states(
-                np.asarray(to_numpy(theta)),
-                t,
-                gradient=mode == "grad",
-                hvp_vector=np.asarray(to_numpy(V)) if mode == "hvp" else None,
-            )
-    except (TypeError, ValueError, _cpu_kernels.KernelsUnavailable):
-        return DECLINE
-    if states is None or not np.any(states.present):
-        return DECLINE  # non-finite losses: the generic route decides what they give
-    st = _group_state(states).collapse()
-    if st.t == 0.0:  # the mean's state has no small-tilt sum (as the accumulator's own)
-        st = _replace_q(st, None)
-    return st
-
-
-def _group_state(states: Any) -> GroupState:
-    """The :class:`GroupState` of the kernels' :class:`~tiltlab._cpu_kernels.KernelStates`
-    (one entry per block or group; the small-tilt sum is absent at ``t = 0``, as in the
-    accumulator's own states)."""
-    t = float(states.t)
-    return GroupState(
-        t=t, hi=states.hi, lo=states.lo, mass=states.mass, s=states.s,
-        q=None if t == 0.0 else states.q, lsum=states.lsum, sums=tuple(states.sums),
-    )  # fmt: skip
-
-
-def _replace_q(st: TiltState, q: Any) -> TiltState:
-    from dataclasses import replace
-
-    return replace(st, q=q)
-
-
-#: most entries of one per-group sum of a NumPy chunk (``n_groups x d``, times the classes
-#: ``K`` of the multinomial loss; float64) for the fused grouped route; beyond it
-#: hierarchies keep the generic two sweeps
-MAX_GROUP_SUM_ENTRIES = 1 << 21
+    """Whether NumPy chunks of an ``n x d`` problem (``k`` outputs) take the compiled route
+    registered for NumPy (:attr:`ChunkRoute.applies`); False without one."""
+    route = CHUNK_ROUTES.lookup("numpy")
+    return route is not None and bool(route.applies(loss, n, d, k))
 
 
 def numpy_groups_apply(loss: Any, n: int, d: int, n_groups: int, k: int = 1) -> bool:
-    """Whether NumPy chunks of a hierarchical ``n x d`` problem (``k`` outputs: the classes
-    of the multinomial loss) with ``n_groups`` innermost groups take the fused grouped
-    kernel (:meth:`~tiltlab._cpu_kernels.FusedProblem.group_states`): a loss the kernels
-    know, the fused engine's size policy, and ``n_groups x d x k`` sums of at most
-    :data:`MAX_GROUP_SUM_ENTRIES` entries."""
-    k = max(int(k), 1)
-    return n_groups * d * k <= MAX_GROUP_SUM_ENTRIES and numpy_route_applies(loss, n, d, k)
+    """Whether NumPy chunks of a hierarchical ``n x d`` problem (``k`` outputs) with
+    ``n_groups`` innermost groups take the compiled route registered for NumPy
+    (:attr:`ChunkRoute.groups_apply`); False without one."""
+    route = CHUNK_ROUTES.lookup("numpy")
+    return route is not None and bool(route.groups_apply(loss, n, d, n_groups, k))
 
 
 def numpy_group_state(
@@ -238,37 +132,14 @@ def numpy_group_state(
     n_groups: int,
     mode: str,
 ) -> Any:
-    """NumPy chunk of a hierarchy: the :class:`GroupState` of its innermost groups with the
-    per-group sums of ``mode`` (those of
-    :func:`~tiltlab.distributed._groups_stream.chunk_group_sums`), from one fused pass of
-    the grouped kernel; :data:`DECLINE` for a loss or data the kernels do not take, a
-    chunk without rows or prior mass, and non-finite losses."""
-    if mode not in ("value", "grad", "hvp") or not isinstance(Xb, np.ndarray):
+    """NumPy chunk of a hierarchy: the :class:`~tiltlab.accumulator.GroupState` of its
+    innermost groups with the per-group sums of ``mode`` (those of
+    :func:`~tiltlab.distributed._groups_stream.chunk_group_sums`) from the compiled route
+    registered for NumPy (:attr:`ChunkRoute.group_state`); :data:`DECLINE` without one."""
+    route = CHUNK_ROUTES.lookup("numpy")
+    if route is None:
         return DECLINE
-    if int(Xb.shape[0]) == 0:
-        return DECLINE
-    fp = _bound(Xb, yb, pb, loss)
-    if fp is None or not fp.prepared("group_states"):
-        return DECLINE
-    from .. import _cpu_kernels
-
-    try:  # one thread walks the rows (no threading layer: no guard)
-        states = fp.group_states(
-            np.asarray(to_numpy(theta)),
-            tau,
-            np.asarray(to_numpy(cb)),
-            int(n_groups),
-            gradient=mode == "grad",
-            hvp_vector=np.asarray(to_numpy(V)) if mode == "hvp" else None,
-        )
-    except (TypeError, ValueError, _cpu_kernels.KernelsUnavailable):
-        return DECLINE
-    if states is None:
-        return DECLINE  # non-finite losses: the generic route decides what they give
-    return _group_state(states)
-
-
-STATE_ROUTES.register("numpy", numpy_state)
+    return route.group_state(Xb, yb, pb, cb, theta, V, loss, tau, n_groups, mode)
 
 
 # ---------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from .._compat import is_dask_namespace, library_namespace, to_numpy
 from ..objective.linearization import Linearization
 from ..objective.problem import TiltedProblem
 from ..objective.protocol import linearize_by_products
-from ..solvers._external import DRIVERS
+from ..solvers import DRIVERS
 from ._objective import distribute, evaluate, supported
 
 __all__ = ["ClientObjective", "client_minimize", "is_dask_objective"]

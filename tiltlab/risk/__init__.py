@@ -50,6 +50,7 @@ The code lives in submodules named after what they hold; import it from here:
 # ruff: noqa: F401  (private re-exports, see below)
 # Every name the single-module ``tiltlab.risk`` defined stays importable from here
 # (other tiltlab modules import the kernels and the ``prepare_*`` helpers).
+from ._dispatch import HIERARCHICAL_RISK, HIERARCHICAL_WEIGHTS, TILTED_RISK, TILTED_WEIGHTS
 from .advantage import tilted_advantage
 from .ess import tilt_for_ess, tilt_for_kl
 from .fast_path import (
@@ -67,17 +68,16 @@ from .hierarchy import (
     GroupTree,
     _build_levels,
     _codes_of,
-    _group_level,
-    _level_masses,
     _prepare_hierarchy,
-    _scalar_risk_weights,
     _weights_from_state,
     broadcast_groups,
     build_tree,
     check_group_mass,
+    group_level,
     hierarchical_risk,
     hierarchical_weights,
     hierarchy_eval,
+    level_masses,
     risk_and_weights,
     risk_weights_scalar,
     segment_sum,
@@ -86,12 +86,12 @@ from .inputs import prepare_losses, prepare_prior, prepare_tilt, prepare_tilts
 from .kernels import (
     _inplace,
     _inplace_exp,
-    _moments,
-    _risk_kernel,
     _shift,
     _Shifted,
-    _weights_kernel,
-    _wsum,
+    prior_mean,
+    risk_kernel,
+    support_range,
+    weights_kernel,
 )
 from .sample import _GRID_CHUNK, _risk_grid, tilted_risk, tilted_weights
 

@@ -15,7 +15,6 @@ from typing import Any
 import numpy as np
 
 from .._compat import device
-from .._cpu_kernels.segments import use_kernels
 from ..accumulator import (
     TiltState,
     block_state,
@@ -26,21 +25,13 @@ from ..accumulator import (
     pooled_risk,
     shifted_exponent,
 )
+from ..segments import use_kernels
 from .fast_path import _quiet
 from .inputs import narrow, prepare_losses, prepare_tilts, widen_half
-from .kernels import _inplace_exp, _risk_kernel, _weights_kernel
+from .kernels import _inplace_exp, risk_kernel, weights_kernel
 
 # the package re-exports ``risk_weights_scalar``; the routes are for tiltlab.risk.hierarchy
 __all__ = ["risk_weights_scalar"]
-
-
-def _scalar_risk_weights(l: Any, p: Any, t: float, xp: Any, want_weights: bool):
-    """Risk and weights for a host tilt over the last axis (any batch shape)."""
-    if l.ndim == 1 and math.isfinite(t) and t != 0.0:
-        return risk_weights_scalar(l, p, t, xp, weights=want_weights)
-    tt = xp.asarray(t, dtype=l.dtype, device=device(l))
-    r = _risk_kernel(l, p, tt, xp)
-    return r, (_weights_kernel(l, p, tt, xp) if want_weights else None)
 
 
 def risk_weights_scalar(
@@ -62,8 +53,8 @@ def risk_weights_scalar(
     t = float(t)
     if l.ndim != 1 or t == 0.0 or not math.isfinite(t):
         tt = xp.asarray(t, dtype=l.dtype, device=device(l))
-        r = _risk_kernel(l, p, tt, xp)
-        return (r, _weights_kernel(l, p, tt, xp)) if weights else (r, None)
+        r = risk_kernel(l, p, tt, xp)
+        return (r, weights_kernel(l, p, tt, xp)) if weights else (r, None)
     st = block_state(l, p, t, xp, extremes=extremes)
     r = finalize_risk(st, xp, l.dtype)
     if not weights:
@@ -181,7 +172,7 @@ def labelled_two_levels_risk(losses: Any, groups: Any, tilts: Any, xp: Any) -> A
         if risk is None:
             counts /= l.shape[0]
             top = counts.astype(l.dtype, copy=False)
-            risk = _scalar_risk_weights(R, top, ts[0], xp, False)[0]
+            risk = risk_weights_scalar(R, top, ts[0], xp, weights=False)[0]
     return narrow(risk, half, xp)
 
 

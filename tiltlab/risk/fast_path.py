@@ -21,8 +21,8 @@ from .._compat import (
     is_torch_namespace,
     to_numpy,
 )
-from ..accumulator import _extremes, block_state, finalize_risk, shifted_exponent
-from .kernels import _inplace_exp, _moments, _safe_mean
+from ..accumulator import block_state, finalize_risk, host_extremes, shifted_exponent
+from .kernels import _inplace_exp, _safe_mean, support_range
 
 __all__: list[str] = []
 
@@ -97,7 +97,7 @@ def _risk_1d(l: Any, p: Any, tt: Any, grid: bool, xp: Any, check: bool) -> Any:
         elif math.isinf(t):
             if ext is None:
                 ext = _checked_extremes(l, p, xp, check)
-            r = _moments(l, p, xp)[0 if t > 0 else 1]  # on the device: differentiable
+            r = support_range(l, p, xp)[0 if t > 0 else 1]  # on the device: differentiable
         else:
             if ext is None:
                 ext = _checked_extremes(l, p, xp, check)
@@ -107,7 +107,7 @@ def _risk_1d(l: Any, p: Any, tt: Any, grid: bool, xp: Any, check: bool) -> Any:
 
 
 def _checked_extremes(l: Any, p: Any, xp: Any, check: bool) -> tuple[float, float]:
-    hi, lo = _extremes(l, p, xp)
+    hi, lo = host_extremes(l, p, xp)
     if check and not (math.isfinite(hi) and math.isfinite(lo)):
         _check_losses(l, xp)
     return hi, lo

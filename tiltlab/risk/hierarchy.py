@@ -28,7 +28,6 @@ from .._compat import (
     seq_of_arrays,
     tiny_sqrt,
 )
-from .._cpu_kernels.segments import int_range, nest_parents, segment_counts
 from ..accumulator import (
     NonFiniteLosses,
     TiltState,
@@ -36,10 +35,9 @@ from ..accumulator import (
     group_risk,
     series_threshold,
 )
-from ..segments import Segments
+from ..segments import Segments, int_range, nest_parents, segment_counts
 from ._dispatch import HIERARCHICAL_RISK, HIERARCHICAL_WEIGHTS
 from ._labelled import (  # _weights_from_state: re-exported by the package
-    _scalar_risk_weights,
     _weights_from_state,  # noqa: F401
     labelled_eval,
     labelled_two_levels_risk,
@@ -48,7 +46,7 @@ from ._labelled import (  # _weights_from_state: re-exported by the package
 )
 from .fast_path import _quiet
 from .inputs import narrow, prepare_losses, prepare_prior, prepare_tilts, widen_half
-from .kernels import _risk_kernel, _weights_kernel
+from .kernels import risk_kernel, weights_kernel
 
 __all__ = [
     "GroupTree",
@@ -179,7 +177,7 @@ def broadcast_groups(values: Any, layout: Segments, xp: Any) -> Any:
     return _segments.expand(values, layout, xp)
 
 
-def _group_level(v: Any, m: Any, M: Any, seg: Segments, tau: float, xp: Any, want: bool):
+def group_level(v: Any, m: Any, M: Any, seg: Segments, tau: float, xp: Any, want: bool):
     """Tilted risk of each group of ``seg`` at tilt ``tau``, and the conditional weights.
 
     ``v`` (..., n) are the children's values, ``m`` their non-negative masses (an array,
@@ -239,10 +237,10 @@ def risk_and_weights(l: Any, p: Any, t: Any, xp: Any) -> tuple[Any, Any]:
     ``p`` is a normalised prior or None; ``t`` a 0-d array of ``l``'s dtype. For
     internal callers (objectives, solvers) that validated their inputs once.
     """
-    return _risk_kernel(l, p, t, xp), _weights_kernel(l, p, t, xp)
+    return risk_kernel(l, p, t, xp), weights_kernel(l, p, t, xp)
 
 
-def _level_masses(p: Any, tree: GroupTree, like: Any, xp: Any) -> list[Any]:
+def level_masses(p: Any, tree: GroupTree, like: Any, xp: Any) -> list[Any]:
     """Masses of the children of every level (innermost first) and of the top groups.
 
     For the uniform prior (``p`` None) the first entry is None: every sample has the
@@ -284,7 +282,7 @@ def hierarchy_eval(l: Any, p: Any, tree: GroupTree, ts: Sequence[float], xp: Any
         out = labelled_eval(l, tree, ts, xp, weights)
         if out is not None:
             return out
-    masses = _level_masses(p, tree, l, xp)
+    masses = level_masses(p, tree, l, xp)
     values = l
     conditional = []
     for depth, lev in enumerate(tree.levels):
@@ -292,13 +290,13 @@ def hierarchy_eval(l: Any, p: Any, tree: GroupTree, ts: Sequence[float], xp: Any
         m = masses[depth]
         if depth == 0 and p is None:
             m = 1.0 / tree.n_samples  # uniform prior: one shared mass, nothing to mask
-        R, w = _group_level(values, m, masses[depth + 1], lev, tau, xp, weights)
+        R, w = group_level(values, m, masses[depth + 1], lev, tau, xp, weights)
         conditional.append((lev, w))
         values = R
     top_mass = masses[-1]
     if top_mass.ndim < values.ndim:
         top_mass = top_mass + xp.zeros_like(values)
-    risk, w_top = _scalar_risk_weights(values, top_mass, float(ts[0]), xp, weights)
+    risk, w_top = risk_weights_scalar(values, top_mass, float(ts[0]), xp, weights=weights)
     if not weights:
         return risk, None
     w = w_top
@@ -444,7 +442,7 @@ def _autograd_eval(
     and the top level the sample-level kernel, which differentiates through its tilt as
     :func:`tilted_risk` does.
     """
-    masses = _level_masses(p, tree, l, xp)
+    masses = level_masses(p, tree, l, xp)
     values = l
     for depth, lev in enumerate(tree.levels):
         k = len(tree.levels) - depth
@@ -455,12 +453,12 @@ def _autograd_eval(
     top_mass = masses[-1]
     if top_mass.ndim < values.ndim:
         top_mass = top_mass + xp.zeros_like(values)
-    return _risk_kernel(values, top_mass, tts[0], xp)
+    return risk_kernel(values, top_mass, tts[0], xp)
 
 
 def _autograd_level(v: Any, m: Any, M: Any, seg: Segments, tau: float, tt: Any, xp: Any):
     """Tilted risk of every group of ``seg`` at the tilt array ``tt`` (host value ``tau``),
-    differentiable in ``tt`` and ``v`` (see :func:`_group_level` for the arguments)."""
+    differentiable in ``tt`` and ``v`` (see :func:`group_level` for the arguments)."""
     if math.isinf(tau):  # the extreme child: does not depend on the tilt (derivative 0)
         R = _extreme_level(v, m, seg, tau, xp, False, isinstance(m, float))[0]
         return R + xp.where(xp.isfinite(tt), tt, xp.zeros_like(tt)) * 0.0

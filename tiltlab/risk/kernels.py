@@ -37,7 +37,7 @@ class _Shifted:
     lmin: Any
 
 
-def _moments(l: Any, p: Any, xp: Any) -> tuple[Any, Any]:
+def support_range(l: Any, p: Any, xp: Any) -> tuple[Any, Any]:
     """(max, min) over the support of ``p`` along the last axis."""
     if p is None:
         return xp.max(l, axis=-1), xp.min(l, axis=-1)
@@ -47,7 +47,7 @@ def _moments(l: Any, p: Any, xp: Any) -> tuple[Any, Any]:
     return xp.max(xp.where(on, l, ninf), axis=-1), xp.min(xp.where(on, l, pinf), axis=-1)
 
 
-def _wsum(a: Any, p: Any, xp: Any) -> Any:
+def prior_mean(a: Any, p: Any, xp: Any) -> Any:
     """Prior-weighted sum along the last axis (the mean when ``p`` is None)."""
     if p is None:
         return xp.mean(a, axis=-1)
@@ -55,16 +55,16 @@ def _wsum(a: Any, p: Any, xp: Any) -> Any:
 
 
 def _safe_mean(a: Any, p: Any, xp: Any) -> Any:
-    """:func:`_wsum` that cannot overflow for finite ``a``: where the plain mean does (losses
+    """:func:`prior_mean` that cannot overflow for finite ``a``: where the plain mean does (losses
     near the float maximum), the sum of ``a / n`` is used instead (no synchronisation)."""
-    m = _wsum(a, p, xp)
+    m = prior_mean(a, p, xp)
     if p is not None:
         return m  # a sum of p * a with p summing to one cannot overflow
     return xp.where(xp.isfinite(m), m, xp.sum(a * (1.0 / a.shape[-1]), axis=-1))
 
 
 def _shift(l: Any, p: Any, tt: Any, xp: Any) -> _Shifted:
-    lmax, lmin = _moments(l, p, xp)
+    lmax, lmin = support_range(l, p, xp)
     one = xp.ones_like(tt)
     fin = xp.isfinite(tt) & (tt != 0)
     t_fin = xp.where(fin, tt, xp.where(tt < 0, -one, one))
@@ -80,7 +80,7 @@ def _shift(l: Any, p: Any, tt: Any, xp: Any) -> _Shifted:
     return _Shifted(t_fin=tb, c=c, u=u, half=d, lmax=lmax, lmin=lmin)
 
 
-def _risk_kernel(l: Any, p: Any, tt: Any, xp: Any) -> Any:
+def risk_kernel(l: Any, p: Any, tt: Any, xp: Any) -> Any:
     """Tilted risk along the last axis of ``l`` for tilts ``tt`` (0-d or 1-d).
 
     The normalisers are formed here and finished by
@@ -111,8 +111,8 @@ def _half_gap(a: Any, b: Any) -> Any:
 def _series(l: Any, p: Any, mean: Any, tb: Any, s: _Shifted, xp: Any) -> tuple:
     """``(t, k2, k3, near)`` for the cumulant series of the risk near ``t = 0``."""
     d = l - mean[..., None]
-    k2 = _wsum(d * d, p, xp)
-    k3 = _wsum(d * d * d, p, xp)
+    k2 = prior_mean(d * d, p, xp)
+    k3 = prior_mean(d * d * d, p, xp)
     k2 = xp.where(xp.isfinite(k2), k2, xp.zeros_like(k2))  # 0 * inf must not reach t = 0
     k3 = xp.where(xp.isfinite(k3), k3, xp.zeros_like(k3))
     fin = xp.isfinite(tb)
@@ -121,7 +121,7 @@ def _series(l: Any, p: Any, mean: Any, tb: Any, s: _Shifted, xp: Any) -> tuple:
     return t0, k2, k3, near
 
 
-def _weights_kernel(l: Any, p: Any, tt: Any, xp: Any) -> Any:
+def weights_kernel(l: Any, p: Any, tt: Any, xp: Any) -> Any:
     """Tilted weights along the last axis; the tilt grid (if any) leads."""
     s = _shift(l, p, tt, xp)
     tb = xp.reshape(tt, tuple(tt.shape) + (1,) * l.ndim)

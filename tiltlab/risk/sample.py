@@ -14,7 +14,7 @@ from .._compat import (
     namespace_of,
     normalize_axis,
 )
-from ..accumulator import NonFiniteLosses, _extremes
+from ..accumulator import NonFiniteLosses, host_extremes
 from ._dispatch import TILTED_RISK, TILTED_WEIGHTS
 from .fast_path import (
     _check_losses,
@@ -26,7 +26,7 @@ from .fast_path import (
     _weights_1d,
 )
 from .inputs import narrow, prepare_losses, prepare_prior, prepare_tilt, widen_half
-from .kernels import _risk_kernel, _weights_kernel
+from .kernels import risk_kernel, weights_kernel
 
 __all__ = ["tilted_risk", "tilted_weights"]
 
@@ -167,10 +167,10 @@ def _risk_grid(l: Any, p: Any, tt: Any, grid: bool, keepdims: bool, ax: int, xp:
     if grid and tt.shape[0] * n_elem > _GRID_CHUNK:
         # bound the temporaries: blocks of tilts, each block vectorised
         step = max(1, _GRID_CHUNK // n_elem)
-        parts = [_risk_kernel(l, p, tt[i : i + step], xp) for i in range(0, tt.shape[0], step)]
+        parts = [risk_kernel(l, p, tt[i : i + step], xp) for i in range(0, tt.shape[0], step)]
         r = xp.concat(parts, axis=0)
     else:
-        r = _risk_kernel(l, p, tt, xp)
+        r = risk_kernel(l, p, tt, xp)
     if keepdims:
         r = xp.expand_dims(r, axis=ax + (1 if grid else 0))
     return r
@@ -237,14 +237,14 @@ def tilted_weights(
     ):
         if check_finite and p is not None:
             _check_losses(l, xp)
-        hi, lo = _extremes(l, p, xp)
+        hi, lo = host_extremes(l, p, xp)
         if math.isfinite(hi) and math.isfinite(lo):
             with _quiet(xp, not check_finite):
                 return narrow(_weights_1d(l, p, float(tt), hi, lo, xp), half, xp)
     if check_finite:
         _check_losses(l, xp)
     with _quiet(xp, not check_finite):
-        w = _weights_kernel(l, p, tt, xp)
+        w = weights_kernel(l, p, tt, xp)
     if not check_finite:
         w = w + _nan_of_nan(l, p, xp)[..., None]
     if ax != l.ndim - 1:

@@ -1,5 +1,6 @@
 """Solvers for tilted objectives: ``minimize``, ``tilt_path`` and ``minimize_dro``."""
 
+from ._external import DRIVERS  # noqa: F401  (the table the backends fill)
 from ._minimize import METHODS, minimize
 from ._result import OptimizeResult, SolverState, Status
 from .dro import DROResult, minimize_dro

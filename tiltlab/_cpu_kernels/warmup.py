@@ -15,7 +15,7 @@ The environment variable ``TILTLAB_FUSED`` sets this (:func:`mode`): ``0`` (or `
 calling process on its first call (what the direct functions of the package always do),
 anything else (the default) compiles in the background.
 
-The background process runs ``python -m tiltlab._cpu_kernels._warmup KEY``, which compiles
+The background process runs ``python -m tiltlab._cpu_kernels KEY``, which compiles
 the kernel named by ``KEY`` (:func:`key`) and marks it ready.
 """
 
@@ -57,7 +57,7 @@ def mode() -> str:
     Examples
     --------
     >>> import os
-    >>> from tiltlab._cpu_kernels._warm import mode
+    >>> from tiltlab._cpu_kernels.warmup import mode
     >>> mode() in ("off", "wait", "background")
     True
     """
@@ -74,7 +74,7 @@ def key(kernel: str, X: np.ndarray) -> str:
     Examples
     --------
     >>> import numpy as np
-    >>> from tiltlab._cpu_kernels._warm import key
+    >>> from tiltlab._cpu_kernels.warmup import key
     >>> key("vg_scalar", np.zeros((2, 2), np.float32))
     'vg_scalar-float32'
     """
@@ -103,7 +103,7 @@ def ready(name: str) -> bool:
 
     Examples
     --------
-    >>> from tiltlab._cpu_kernels._warm import ready
+    >>> from tiltlab._cpu_kernels.warmup import ready
     >>> isinstance(ready("vg_scalar-float64"), bool)
     True
     """
@@ -165,7 +165,7 @@ def start(name: str) -> bool:
     env.setdefault("NUMBA_NUM_THREADS", "1")
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tiltlab._cpu_kernels._warmup", name],
+            [sys.executable, "-m", "tiltlab._cpu_kernels", name],
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,

@@ -1,6 +1,6 @@
-"""``python -m tiltlab._cpu_kernels._warmup KEY``: compile the kernel named by ``KEY``
-(:func:`._warm.key`) into the cache and mark it ready; what :func:`._warm.start` runs in a
-background process."""
+"""``python -m tiltlab._cpu_kernels KEY``: compile the kernel named by ``KEY``
+(:func:`.warmup.key`) into the cache and mark it ready; what :func:`.warmup.start` runs in
+a background process."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import sys
 
 import numpy as np
 
-from . import FusedProblem, _warm
+from . import warmup
+from .fused import FusedProblem
 
 
 def _compile(name: str) -> None:
@@ -36,4 +37,4 @@ if __name__ == "__main__":  # pragma: no cover - run in a background process
     try:
         _compile(sys.argv[1])
     finally:
-        _warm._release(sys.argv[1])
+        warmup._release(sys.argv[1])

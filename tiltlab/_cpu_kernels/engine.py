@@ -1,15 +1,16 @@
 """The fused CPU engine (numba): value, gradient and Hessian-vector products that read each
 row of ``X`` once in one compiled loop, on all cores (:mod:`tiltlab._cpu_kernels`).
 
-Registered for NumPy arrays in ``tiltlab/_backends.py``. It serves sample-level problems
+Registered for NumPy arrays in :data:`tiltlab.objective.engines.ENGINES` by this
+package (``tiltlab/_backends.py`` names it). It serves sample-level problems
 with a finite tilt, a loss the kernels know and float32 or float64 data, when numba is
 installed (a dependency of the package) and the problem is large enough for compiled code
-to pay (:func:`~tiltlab._cpu_kernels.use_fused`). Everything else goes on to the next
+to pay (:func:`~tiltlab.use_fused`). Everything else goes on to the next
 engines: other dtypes (float16), data the kernels do not take, a call whose losses are not
 finite, and every call once the kernels failed to import or compile (a warning says so
 once). A kernel that is neither compiled nor in the on-disk cache is compiled by a
 background process while the next engines serve the problem (which then keeps them; see
-:mod:`tiltlab._cpu_kernels._warm`). ``fused = False`` on the objective, or the
+:mod:`tiltlab._cpu_kernels.warmup`). ``fused = False`` on the objective, or the
 environment variable ``TILTLAB_FUSED=0``, turns it off; ``TILTLAB_FUSED=wait`` compiles
 missing kernels in the calling process on first use instead.
 """
@@ -21,8 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from ... import _cpu_kernels
-from .base import ENGINES, Context, Engine
+from ..objective.engines import Context, Engine
+from ._launch import KernelsUnavailable, available
+from ._prepare import LOSS_CODES
+from .fused import FusedProblem, use_fused
 
 __all__ = ["FUSED_CPU", "FusedCpuEngine"]
 
@@ -46,7 +49,7 @@ class FusedCpuEngine(Engine):
     def applies(self, problem: Any) -> bool:
         if not problem.is_linear or problem.groups is not None or not problem.ready:
             return False
-        if problem.loss.name not in _cpu_kernels.LOSS_CODES:
+        if problem.loss.name not in LOSS_CODES:
             return False
         if getattr(problem.X, "dtype", None) not in _DTYPES:
             return False
@@ -54,7 +57,7 @@ class FusedCpuEngine(Engine):
             return False
         n, d = problem.n_samples or 0, problem.n_features or 0
         k = problem.shape[1] if problem.shape is not None and len(problem.shape) == 2 else 1
-        return _cpu_kernels.use_fused(n, d, k)
+        return use_fused(n, d, k)
 
     def _bound(self, problem: Any) -> Any:
         """The problem's data bound to the kernels (kept in its cache), or None when the
@@ -62,7 +65,7 @@ class FusedCpuEngine(Engine):
         fused = problem.cache.get(_CACHE_KEY)
         if fused is None:
             try:
-                fused = _cpu_kernels.FusedProblem(
+                fused = FusedProblem(
                     problem.loss.name,
                     problem.X,
                     problem.y,
@@ -76,7 +79,7 @@ class FusedCpuEngine(Engine):
 
     def _serve(self, problem: Any, ctx: Context, method: str, *args: Any) -> Any:
         """``method`` of the bound problem, or None to decline."""
-        if not ctx.fused or not _cpu_kernels.available():
+        if not ctx.fused or not available():
             return None
         fused = self._bound(problem)
         if fused is None:
@@ -91,7 +94,7 @@ class FusedCpuEngine(Engine):
             return None
         try:
             out = getattr(fused, method)(*args, float(problem.tilts[0]))
-        except _cpu_kernels.KernelsUnavailable:  # warned once; NumPy from now on
+        except KernelsUnavailable:  # warned once; NumPy from now on
             return None
         if out is not None:
             ctx.count(1)
@@ -122,4 +125,3 @@ class FusedCpuEngine(Engine):
 
 #: The fused CPU engine (compiled kernels, NumPy data), one instance shared by every objective.
 FUSED_CPU = FusedCpuEngine()
-ENGINES.register("numpy", FUSED_CPU)
