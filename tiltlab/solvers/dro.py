@@ -32,7 +32,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from .._compat import is_lazy, real_number, to_numpy
+import numpy as np
+
+from .._compat import is_lazy, real_number, tiny_sqrt, to_numpy
+from ..accumulator import risk_of_exponents
 from ..objective.protocol import check_objective as _check_objective
 from ..risk import tilt_for_kl, tilted_risk, tilted_weights
 from ._cvar import cvar_fit, penalty
@@ -203,6 +206,9 @@ def minimize_dro(
         r = real_number(kl, "kl")
         if not (r >= 0 and math.isfinite(r)):
             raise ValueError(f"`kl` must be a finite radius >= 0, got {kl!r}")
+        if r > 0.0 and method != "newton" and (objective.problem.is_linear
+                                               or not is_lazy(objective.xp)):
+            return _kl_joint(objective, r, theta0, method, tol, options)
         return _kl_fit(objective, r, theta0, method, tol, max_outer, options)
     a = real_number(cvar, "cvar")
     if not 0.0 < a <= 1.0:
@@ -278,6 +284,178 @@ def _spread(ell: Any, prior: Any, xp: Any) -> float:
     on = ell if prior is None else xp.where(prior > 0, ell, xp.zeros_like(ell))
     lo = ell if prior is None else xp.where(prior > 0, ell, xp.max(on) + xp.zeros_like(ell))
     return float(to_numpy(xp.max(on) - xp.min(lo)))
+
+
+class _JointKL:
+    """``F(theta, v) = R_t(theta) + r / t`` (plus the ridge term) with ``t = e^v``, as an
+    objective of the flat parameter ``(theta, v)``: value, gradient in ``theta`` (the
+    tilted gradient) and derivative in ``v``, ``(KL(w_t || p) - r) / t``, from one
+    evaluation (one pass over the data; one graph on Dask, parameters on the client)."""
+
+    def __init__(self, objective: Any, r: float, t_cap: float):
+        self.objective, self.r, self.t_cap = objective, r, t_cap
+        self.data_xp = objective.xp
+        self.lazy = is_lazy(self.data_xp)
+        self.pr = objective.problem
+        self.shape = tuple(objective.zeros().shape)
+        self.size = int(math.prod(self.shape))
+        self.n_passes = 0.0
+        p = objective.prior()
+        self.p = None if p is None else p / self.data_xp.sum(p)
+        self.dtype = self.pr.dtype
+        if self.lazy:  # the solver runs on the client, in NumPy
+            self.xp, self.device = np, "cpu"
+            self.dtype = np.dtype(to_numpy(self.data_xp.zeros((), dtype=self.pr.dtype)).dtype)
+        else:
+            self.xp, self.device = self.data_xp, self.pr.device
+        self.tiny = tiny_sqrt(self.pr.dtype, self.data_xp)
+
+    def zeros(self) -> Any:
+        return self.xp.zeros((self.size + 1,), dtype=self.dtype, device=self.device)
+
+    def check_theta(self, theta: Any, name: str = "theta") -> Any:
+        out = self.xp.asarray(theta, dtype=self.dtype, device=self.device)
+        if tuple(out.shape) != (self.size + 1,):
+            raise ValueError(f"`{name}` must have shape {(self.size + 1,)}, got {out.shape}")
+        return out
+
+    def split(self, phi: Any) -> tuple[Any, float]:
+        return self.xp.reshape(phi[: self.size], self.shape), float(to_numpy(phi[self.size]))
+
+    def join(self, theta: Any, v: float) -> Any:
+        xp = self.xp
+        th = xp.reshape(xp.asarray(theta, dtype=self.dtype, device=self.device), (-1,))
+        return xp.concat([th, xp.asarray([v], dtype=self.dtype, device=self.device)])
+
+    def value_and_gradient(self, phi: Any) -> tuple[Any, Any]:
+        theta, v = self.split(phi)
+        t_raw = math.exp(min(v, 700.0))
+        t = min(t_raw, self.t_cap)  # flat in v beyond the cap (the min-max limit)
+        xp, p = self.data_xp, self.p
+        ell, back = self._losses(theta)
+        wsum = (lambda a: xp.mean(a)) if p is None else (lambda a: xp.sum(p * a))
+        if p is None:
+            hi, lo = xp.max(ell), xp.min(ell)
+            d = ell - hi
+        else:
+            on = p > 0
+            hi = xp.max(xp.where(on, ell, xp.full_like(ell, -math.inf)))
+            lo = xp.min(xp.where(on, ell, xp.full_like(ell, math.inf)))
+            d = xp.where(on, ell - hi, xp.zeros_like(ell))
+        u = t * d
+        risk = risk_of_exponents(u, p, hi, t * (hi - lo), wsum(ell), t, xp, tiny=self.tiny)
+        e = xp.exp(u)
+        w = e / (xp.sum(e) if p is None else xp.sum(p * e))
+        if p is not None:
+            w = p * w
+        # E_w[l] - R_t, both about the shift; KL(w || p) = t (E_w[l] - R_t)
+        gap = xp.sum(w * d) - (risk - hi)
+        value = risk + self.r / t
+        dv = (gap - self.r / t) if t_raw <= self.t_cap else 0.0 * gap
+        g = back(w)
+        value, g, dv = _compute(value, g, dv)
+        self.n_passes += 2
+        pen = penalty(self.objective, theta) if not self.lazy else self._ridge(theta)
+        if pen is not None:
+            value, g = value + pen[0], g + pen[1]
+        xs = self.xp
+        grad = xs.concat([xs.reshape(xs.asarray(g, dtype=self.dtype, device=self.device), (-1,)),
+                          xs.reshape(xs.asarray(dv, dtype=self.dtype, device=self.device), (1,))])
+        return xs.asarray(value, dtype=self.dtype, device=self.device), grad
+
+    def _ridge(self, theta: Any) -> tuple[Any, Any] | None:
+        l2 = self.objective.l2
+        return None if not l2 else (0.5 * l2 * np.sum(theta * theta), l2 * theta)
+
+    def _losses(self, theta: Any):
+        """The losses at ``theta`` and the map ``c -> sum_i c_i grad l_i(theta)``."""
+        xp, pr = self.data_xp, self.pr
+        if not pr.is_linear:
+            idx = xp.arange(self.objective.n_samples, device=pr.device)
+            ell, vjp = self.objective.batch_losses_and_vjp(xp.reshape(theta, (-1,)), idx)
+            return ell, lambda c: xp.reshape(vjp(c), self.shape)
+        X, y = pr.X, pr.y
+        z = X @ theta
+        ell, d1 = pr.loss.value_and_d1(z, y, validate=False, xp=xp)
+
+        def back(c):
+            return X.T @ (c[:, None] * d1 if d1.ndim == 2 else c * d1)
+
+        return ell, back
+
+    def value(self, phi: Any) -> Any:
+        return self.value_and_gradient(phi)[0]
+
+    def gradient(self, phi: Any) -> Any:
+        return self.value_and_gradient(phi)[1]
+
+    def hvp(self, phi: Any, v: Any) -> Any:  # pragma: no cover - first-order methods only
+        raise NotImplementedError("the joint KL objective has no Hessian products")
+
+    hessian = linearize = hvp
+
+
+def _compute(*arrays: Any) -> tuple:
+    """Lazy (Dask) arrays computed together, in one graph; others pass through."""
+    if any(type(a).__module__.startswith("dask") for a in arrays):
+        import dask
+
+        return tuple(np.asarray(a) for a in dask.compute(*arrays))
+    return arrays
+
+
+def _start_tilt(ell: Any, prior: Any, r: float, xp: Any) -> tuple[float, float]:
+    """(a starting tilt, the tilt cap ``1e4 / scale``) from the losses at the start."""
+    lh = np.asarray(to_numpy(ell), dtype=np.float64).reshape(-1)
+    if prior is not None:
+        lh = lh[np.asarray(to_numpy(prior)).reshape(-1) > 0]
+    spread = float(np.max(lh) - np.min(lh)) if lh.size else 0.0
+    scale = max(spread, float(np.mean(np.abs(lh))) if lh.size else 0.0, 1e-300)
+    t_cap = 1e4 / scale
+    t0 = float(to_numpy(tilt_for_kl(ell, r, weights=prior)))
+    if not 0.0 < t0 < t_cap:
+        sd = float(np.std(lh)) if lh.size else 0.0
+        t0 = math.sqrt(2.0 * r) / (sd if sd > 0 else scale)  # KL ~ t^2 Var / 2
+    return min(t0, 0.5 * t_cap), t_cap
+
+
+def _kl_joint(objective, r, theta0, method, tol, options) -> DROResult:
+    """KL fit as one smooth solve in ``(theta, log t)`` (module notes)."""
+    x0 = objective.zeros() if theta0 is None else objective.check_theta(theta0, name="theta0")
+    t_start = time.perf_counter()
+    t0, t_cap = _start_tilt(objective.losses(x0), objective.prior(), r, objective.xp)
+    joint = _JointKL(objective, r, t_cap)
+    phi0 = joint.join(to_numpy(x0) if joint.lazy else x0, math.log(t0))
+    history: dict[str, list] = {k: [] for k in ("t", "fun", "nit", "n_passes", "time")}
+
+    def record(state):
+        history["t"].append(min(math.exp(min(float(to_numpy(state.x[joint.size])), 700.0)),
+                                t_cap))  # fmt: skip
+        history["fun"].append(state.fun_float)
+        history["nit"].append(state.nit)
+        history["n_passes"].append(joint.n_passes)
+        history["time"].append(time.perf_counter() - t_start)
+
+    res = minimize(joint, phi0, method=method, tol=tol, callback=record, **options)
+    theta, v = joint.split(res.x)
+    x = theta if not joint.lazy else objective.check_theta(theta, name="theta")
+    at_cap = math.exp(min(v, 700.0)) >= t_cap * (1.0 - 1e-12)
+    value, w, t, _ = _worst_case(objective, x, r)
+    status, detail = res.status, ""
+    if at_cap and 0.0 < t < math.inf:
+        detail = (f"the optimum is the min-max limit t = inf; x is the fit at t = {t_cap:.6g} "
+                  f"(1e4 over the losses' scale at the start); fun and weights are the "
+                  f"worst case at x, at its tilt {t:.6g}")  # fmt: skip
+        t = math.inf
+    jac = joint.xp.reshape(res.jac[: joint.size], joint.shape)
+    if joint.lazy:
+        jac = objective.check_theta(jac, name="jac")
+    return DROResult(
+        x=x, fun=value, jac=jac, nit=res.nit, nfev=res.nfev, success=status.success,
+        status=status, message=status.describe(res.nit, detail), n_passes=res.n_passes,
+        history=history, method=method, t=t, weights=w,
+    )  # fmt: skip
+
 
 
 def _kl_fit(objective, r, theta0, method, tol, max_outer, options) -> DROResult:
