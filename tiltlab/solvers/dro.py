@@ -48,6 +48,12 @@ __all__ = ["minimize_dro", "DROResult"]
 
 #: the gradient tolerance of the fits far from the root (relative, as ``minimize``'s)
 _LOOSE = 1e-3
+#: the gradient tolerance of the TERM fit that moves a tied start off its ties
+_WARM = 1e-2
+#: the most Newton steps for the tilt of one evaluation, and their stopping test on
+#: ``log KL - log r`` (the value is stationary in the tilt: its error is of its square)
+_NEWTON_STEPS = 60
+_KL_RTOL = 1e-10
 
 
 @dataclass(repr=False)
@@ -208,7 +214,7 @@ def minimize_dro(
             raise ValueError(f"`kl` must be a finite radius >= 0, got {kl!r}")
         if r > 0.0 and method != "newton" and (objective.problem.is_linear
                                                or not is_lazy(objective.xp)):
-            return _kl_joint(objective, r, theta0, method, tol, options)
+            return _kl_smooth(objective, r, theta0, method, tol, options)
         return _kl_fit(objective, r, theta0, method, tol, max_outer, options)
     a = real_number(cvar, "cvar")
     if not 0.0 < a <= 1.0:
@@ -287,10 +293,11 @@ def _spread(ell: Any, prior: Any, xp: Any) -> float:
 
 
 class _JointKL:
-    """``F(theta, v) = R_t(theta) + r / t`` (plus the ridge term) with ``t = e^v``, as an
-    objective of the flat parameter ``(theta, v)``: value, gradient in ``theta`` (the
-    tilted gradient) and derivative in ``v``, ``(KL(w_t || p) - r) / t``, from one
-    evaluation (one pass over the data; one graph on Dask, parameters on the client)."""
+    """``F(theta, s) = R_{1/s}(theta) + r s`` (plus the ridge term) as an objective of
+    the flat parameter ``(theta, s)``: value, gradient in ``theta`` (the tilted gradient)
+    and derivative in ``s``, ``r - KL(w_t || p)``, from one evaluation (one pass over the
+    data; one graph on Dask, with the parameters on the client). Below ``s = 1 / t_cap``
+    it is continued flat in ``s`` (the min-max limit)."""
 
     def __init__(self, objective: Any, r: float, t_cap: float):
         self.objective, self.r, self.t_cap = objective, r, t_cap
@@ -322,36 +329,19 @@ class _JointKL:
     def split(self, phi: Any) -> tuple[Any, float]:
         return self.xp.reshape(phi[: self.size], self.shape), float(to_numpy(phi[self.size]))
 
-    def join(self, theta: Any, v: float) -> Any:
+    def join(self, theta: Any, s: float) -> Any:
         xp = self.xp
         th = xp.reshape(xp.asarray(theta, dtype=self.dtype, device=self.device), (-1,))
-        return xp.concat([th, xp.asarray([v], dtype=self.dtype, device=self.device)])
+        return xp.concat([th, xp.asarray([s], dtype=self.dtype, device=self.device)])
 
     def value_and_gradient(self, phi: Any) -> tuple[Any, Any]:
-        theta, v = self.split(phi)
-        t_raw = math.exp(min(v, 700.0))
-        t = min(t_raw, self.t_cap)  # flat in v beyond the cap (the min-max limit)
-        xp, p = self.data_xp, self.p
-        ell, back = self._losses(theta)
-        wsum = (lambda a: xp.mean(a)) if p is None else (lambda a: xp.sum(p * a))
-        if p is None:
-            hi, lo = xp.max(ell), xp.min(ell)
-            d = ell - hi
-        else:
-            on = p > 0
-            hi = xp.max(xp.where(on, ell, xp.full_like(ell, -math.inf)))
-            lo = xp.min(xp.where(on, ell, xp.full_like(ell, math.inf)))
-            d = xp.where(on, ell - hi, xp.zeros_like(ell))
-        u = t * d
-        risk = risk_of_exponents(u, p, hi, t * (hi - lo), wsum(ell), t, xp, tiny=self.tiny)
-        e = xp.exp(u)
-        w = e / (xp.sum(e) if p is None else xp.sum(p * e))
-        if p is not None:
-            w = p * w
-        # E_w[l] - R_t, both about the shift; KL(w || p) = t (E_w[l] - R_t)
-        gap = xp.sum(w * d) - (risk - hi)
+        theta, s = self.split(phi)
+        capped = not s * self.t_cap > 1.0
+        t = self.t_cap if capped else 1.0 / s  # flat in s beyond the cap (min-max limit)
+        ell, back = _losses(self.objective, self.pr, theta, self.shape)
+        gap, risk, w = _tilted(ell, self.p, t, self.data_xp, self.tiny)
         value = risk + self.r / t
-        dv = (gap - self.r / t) if t_raw <= self.t_cap else 0.0 * gap
+        dv = 0.0 * gap if capped else self.r - t * gap
         g = back(w)
         value, g, dv = _compute(value, g, dv)
         self.n_passes += 2
@@ -367,21 +357,8 @@ class _JointKL:
         l2 = self.objective.l2
         return None if not l2 else (0.5 * l2 * np.sum(theta * theta), l2 * theta)
 
-    def _losses(self, theta: Any):
-        """The losses at ``theta`` and the map ``c -> sum_i c_i grad l_i(theta)``."""
-        xp, pr = self.data_xp, self.pr
-        if not pr.is_linear:
-            idx = xp.arange(self.objective.n_samples, device=pr.device)
-            ell, vjp = self.objective.batch_losses_and_vjp(xp.reshape(theta, (-1,)), idx)
-            return ell, lambda c: xp.reshape(vjp(c), self.shape)
-        X, y = pr.X, pr.y
-        z = X @ theta
-        ell, d1 = pr.loss.value_and_d1(z, y, validate=False, xp=xp)
-
-        def back(c):
-            return X.T @ (c[:, None] * d1 if d1.ndim == 2 else c * d1)
-
-        return ell, back
+    def tilt(self, s: float) -> float:
+        return self.t_cap if not s * self.t_cap > 1.0 else 1.0 / s
 
     def value(self, phi: Any) -> Any:
         return self.value_and_gradient(phi)[0]
@@ -395,6 +372,148 @@ class _JointKL:
     hessian = linearize = hvp
 
 
+def _tilted(ell: Any, p: Any, t: float, xp: Any, tiny: float) -> tuple[Any, Any, Any]:
+    """``(E_w[l] - R_t, R_t, w)`` at the tilt ``t > 0`` (``p`` normalised or None), without
+    host reads: ``KL(w_t || p) = t (E_w[l] - R_t)``. The risk follows the tilted
+    reduction's rule; the gap is formed about the shift (the largest loss)."""
+    wsum = (lambda a: xp.mean(a)) if p is None else (lambda a: xp.sum(p * a))
+    if p is None:
+        hi, lo = xp.max(ell), xp.min(ell)
+        d = ell - hi
+    else:
+        on = p > 0
+        hi = xp.max(xp.where(on, ell, xp.full_like(ell, -math.inf)))
+        lo = xp.min(xp.where(on, ell, xp.full_like(ell, math.inf)))
+        d = xp.where(on, ell - hi, xp.zeros_like(ell))
+    u = t * d
+    risk = risk_of_exponents(u, p, hi, t * (hi - lo), wsum(ell), t, xp, tiny=tiny)
+    e = xp.exp(u)
+    w = e / (xp.sum(e) if p is None else xp.sum(p * e))
+    if p is not None:
+        w = p * w
+    return xp.sum(w * d) - (risk - hi), risk, w
+
+
+class _ProjectedKL:
+    """``V(theta) = min_{0 < t <= t_cap} R_t(theta) + r / t`` (plus the ridge term), the
+    robust value with the tilt eliminated: for each ``theta`` the tilt solves
+    ``KL(w_t || p) = r`` by safeguarded Newton steps in ``log t`` on the loss vector,
+    warm-started from the last evaluation's. By the envelope theorem the gradient is
+    the tilted gradient at that tilt (one pass over the data for the losses, one for the
+    gradient). Eager libraries (a host read per Newton step)."""
+
+    def __init__(self, objective: Any, r: float, t_cap: float, t0: float):
+        self.objective, self.r, self.t_cap, self.t = objective, r, t_cap, t0
+        self.xp = objective.xp
+        self.pr = objective.problem
+        self.shape = tuple(objective.zeros().shape)
+        self.n_passes = 0.0
+        p = objective.prior()
+        self.p = None if p is None else p / self.xp.sum(p)
+        self.tiny = tiny_sqrt(self.pr.dtype, self.xp)
+        self.eps = float(self.xp.finfo(self.pr.dtype).eps)
+        self.inner = 0
+
+    def zeros(self) -> Any:
+        return self.objective.zeros()
+
+    def check_theta(self, theta: Any, name: str = "theta") -> Any:
+        return self.objective.check_theta(theta, name=name)
+
+    def value_and_gradient(self, theta: Any) -> tuple[Any, Any]:
+        ell, back = _losses(self.objective, self.pr, theta, self.shape)
+        t, risk, w = self._root(ell)
+        value = risk + self.r / t
+        g = back(w)
+        self.n_passes += 2
+        pen = penalty(self.objective, theta)
+        if pen is not None:
+            value, g = value + pen[0], g + pen[1]
+        return value, g
+
+    def at(self, theta: Any) -> tuple[Any, Any, float]:
+        """(robust value with the ridge term, worst-case weights, tilt) at ``theta``."""
+        ell, _ = _losses(self.objective, self.pr, theta, self.shape)
+        t, risk, w = self._root(ell)
+        pen = penalty(self.objective, theta)
+        value = risk + self.r / t
+        return (value if pen is None else value + pen[0]), w, t
+
+    def _root(self, ell: Any) -> tuple[float, Any, Any]:
+        """The tilt in ``(0, t_cap]`` nearest ``KL(w_t || p) = r`` and ``R_t``, ``w_t``
+        there. The Newton steps read ``log Z``, ``E_w[d]`` and ``Var_w(d)`` of the
+        shifted losses ``d = l - max l`` (``KL = t E_w[d] - log Z``); the risk and the
+        weights at the tilt found are formed once, by the tilted reduction's rule."""
+        xp, r, p = self.xp, self.r, self.p
+        hi = xp.max(ell) if p is None else xp.max(xp.where(p > 0, ell, xp.full_like(ell, -math.inf)))
+        d = ell - hi if p is None else xp.where(p > 0, ell - hi, xp.zeros_like(ell))
+        wsum = (lambda a: xp.mean(a)) if p is None else (lambda a: xp.sum(p * a))
+        tol = max(_KL_RTOL, 64.0 * self.eps)
+        logr, x = math.log(r), math.log(min(self.t, self.t_cap))
+        lo = hi_x = None  # log-tilts below and above the root
+        x_cap = math.log(self.t_cap)
+        for _ in range(_NEWTON_STEPS):
+            t = math.exp(x)
+            self.inner += 1
+            e = xp.exp(t * d)
+            z, m1, m2 = (wsum(e), wsum(e * d), wsum(e * d * d))
+            z, m1, m2 = (float(v) for v in to_numpy(xp.stack([z, m1, m2])))
+            if not (z > 0 and math.isfinite(m1) and math.isfinite(m2)):
+                break  # overflowing losses: the value is not finite either
+            m1, var = m1 / z, max(m2 / z - (m1 / z) ** 2, 0.0)
+            kl = t * m1 - math.log(z)
+            h = math.log(kl) - logr if kl > 0 else -math.inf
+            if h < 0:
+                lo = x
+                if x >= x_cap - 1e-12:  # the radius is not reached below the cap
+                    break
+            else:
+                hi_x = x
+            if abs(h) <= tol:
+                break
+            slope = t * t * var / kl if kl > 0 else 0.0  # d h / d log t
+            step = -h / slope if slope > 0 and math.isfinite(h) else 1.0
+            x_new = min(x + max(min(step, 2.0), -2.0), x_cap)
+            if lo is not None and hi_x is not None and not min(lo, hi_x) < x_new < max(lo, hi_x):
+                x_new = 0.5 * (lo + hi_x)
+            done = abs(x_new - x) <= max(0.1 * math.sqrt(tol), 4.0 * self.eps) * max(1.0, abs(x))
+            x = x_new
+            if done:  # Newton's next error is of the order of this step squared
+                break
+        t = math.exp(x)
+        self.t = t
+        _, risk, w = _tilted(ell, p, t, xp, self.tiny)
+        return t, risk, w
+
+    def value(self, theta: Any) -> Any:
+        return self.value_and_gradient(theta)[0]
+
+    def gradient(self, theta: Any) -> Any:
+        return self.value_and_gradient(theta)[1]
+
+    def hvp(self, theta: Any, v: Any) -> Any:  # pragma: no cover - first-order methods only
+        raise NotImplementedError("the robust KL objective has no Hessian products")
+
+    hessian = linearize = hvp
+
+
+def _losses(objective: Any, pr: Any, theta: Any, shape: tuple):
+    """The losses at ``theta`` and the map ``c -> sum_i c_i grad l_i(theta)``."""
+    xp = objective.xp
+    if not pr.is_linear:
+        idx = xp.arange(objective.n_samples, device=pr.device)
+        ell, vjp = objective.batch_losses_and_vjp(xp.reshape(theta, (-1,)), idx)
+        return ell, lambda c: xp.reshape(vjp(c), shape)
+    X, y = pr.X, pr.y
+    z = X @ theta
+    ell, d1 = pr.loss.value_and_d1(z, y, validate=False, xp=xp)
+
+    def back(c):
+        return X.T @ (c[:, None] * d1 if d1.ndim == 2 else c * d1)
+
+    return ell, back
+
+
 def _compute(*arrays: Any) -> tuple:
     """Lazy (Dask) arrays computed together, in one graph; others pass through."""
     if any(type(a).__module__.startswith("dask") for a in arrays):
@@ -404,8 +523,10 @@ def _compute(*arrays: Any) -> tuple:
     return arrays
 
 
-def _start_tilt(ell: Any, prior: Any, r: float, xp: Any) -> tuple[float, float]:
-    """(a starting tilt, the tilt cap ``1e4 / scale``) from the losses at the start."""
+def _start_tilt(ell: Any, prior: Any, r: float) -> tuple[float, float, bool]:
+    """(a starting tilt, the tilt cap ``1e4 / scale``, whether the losses at the start
+    reach no radius ``r`` at any tilt (ties at the largest loss, as at ``theta = 0`` of
+    a classifier), from the losses at the start."""
     lh = np.asarray(to_numpy(ell), dtype=np.float64).reshape(-1)
     if prior is not None:
         lh = lh[np.asarray(to_numpy(prior)).reshape(-1) > 0]
@@ -413,46 +534,77 @@ def _start_tilt(ell: Any, prior: Any, r: float, xp: Any) -> tuple[float, float]:
     scale = max(spread, float(np.mean(np.abs(lh))) if lh.size else 0.0, 1e-300)
     t_cap = 1e4 / scale
     t0 = float(to_numpy(tilt_for_kl(ell, r, weights=prior)))
+    tied = not t0 < math.inf
     if not 0.0 < t0 < t_cap:
         sd = float(np.std(lh)) if lh.size else 0.0
         t0 = math.sqrt(2.0 * r) / (sd if sd > 0 else scale)  # KL ~ t^2 Var / 2
-    return min(t0, 0.5 * t_cap), t_cap
+    return min(t0, 0.5 * t_cap), t_cap, tied
 
 
-def _kl_joint(objective, r, theta0, method, tol, options) -> DROResult:
-    """KL fit as one smooth solve in ``(theta, log t)`` (module notes)."""
+def _record(history: dict, t: float, state: Any, nit: int, passes: float, t_start: float,
+            fun: float | None = None) -> None:
+    history["t"].append(t)
+    history["fun"].append(state.fun_float if fun is None else fun)
+    history["nit"].append(nit + state.nit)
+    history["n_passes"].append(passes)
+    history["time"].append(time.perf_counter() - t_start)
+
+
+def _kl_smooth(objective, r, theta0, method, tol, options) -> DROResult:
+    """KL fit as one smooth solve: in ``theta`` with the tilt eliminated (eager
+    libraries), or jointly in ``(theta, s = 1/t)`` (Dask) (module notes)."""
     x0 = objective.zeros() if theta0 is None else objective.check_theta(theta0, name="theta0")
     t_start = time.perf_counter()
-    t0, t_cap = _start_tilt(objective.losses(x0), objective.prior(), r, objective.xp)
-    joint = _JointKL(objective, r, t_cap)
-    phi0 = joint.join(to_numpy(x0) if joint.lazy else x0, math.log(t0))
     history: dict[str, list] = {k: [] for k in ("t", "fun", "nit", "n_passes", "time")}
+    t0, t_cap, tied = _start_tilt(objective.losses(x0), objective.prior(), r)
+    nit = nfev = 0
+    passes = 0.0
+    if not is_lazy(objective.xp):
+        proj = _ProjectedKL(objective, r, t_cap, t0)
 
-    def record(state):
-        history["t"].append(min(math.exp(min(float(to_numpy(state.x[joint.size])), 700.0)),
-                                t_cap))  # fmt: skip
-        history["fun"].append(state.fun_float)
-        history["nit"].append(state.nit)
-        history["n_passes"].append(joint.n_passes)
-        history["time"].append(time.perf_counter() - t_start)
+        def record(state):
+            _record(history, proj.t, state, nit, passes + proj.n_passes, t_start)
 
-    res = minimize(joint, phi0, method=method, tol=tol, callback=record, **options)
-    theta, v = joint.split(res.x)
-    x = theta if not joint.lazy else objective.check_theta(theta, name="theta")
-    at_cap = math.exp(min(v, 700.0)) >= t_cap * (1.0 - 1e-12)
-    value, w, t, _ = _worst_case(objective, x, r)
+        res = minimize(proj, x0, method=method, tol=tol, callback=record, **options)
+        x, jac = res.x, res.jac
+        value, w, t = proj.at(x)
+        at_cap = t >= t_cap * (1.0 - 1e-12)
+        if at_cap:  # the robust value at x, whose own tilt lies beyond the cap
+            value, w, t, _ = _worst_case(objective, x, r)
+    else:
+        if tied:
+            # ties at the start: the derivative in s is r there whatever s, and the joint
+            # solve would first run to the cap; a loose TERM fit at the guess leaves them
+            warm = minimize(objective.with_tilt(t0), x0, method=method, tol=_WARM, **options)
+            x0, nit, nfev, passes = warm.x, warm.nit, warm.nfev, warm.n_passes
+            _record(history, t0, warm, 0, passes, t_start, fun=float(warm.fun) + r / t0)
+            t0, t_cap, _ = _start_tilt(objective.losses(x0), objective.prior(), r)
+        joint = _JointKL(objective, r, t_cap)
+        phi0 = joint.join(to_numpy(x0), 1.0 / t0)
+
+        def record(state):
+            t = joint.tilt(float(to_numpy(state.x[joint.size])))
+            _record(history, t, state, nit, passes + joint.n_passes, t_start)
+
+        res = minimize(joint, phi0, method=method, tol=tol, callback=record, **options)
+        theta, s = joint.split(res.x)
+        x = objective.check_theta(theta, name="theta")
+        jac = objective.check_theta(np.reshape(res.jac[: joint.size], joint.shape), name="jac")
+        at_cap = not s * t_cap > 1.0
+        value, w, t, _ = _worst_case(objective, x, r)
     status, detail = res.status, ""
-    if at_cap and 0.0 < t < math.inf:
-        detail = (f"the optimum is the min-max limit t = inf; x is the fit at t = {t_cap:.6g} "
-                  f"(1e4 over the losses' scale at the start); fun and weights are the "
-                  f"worst case at x, at its tilt {t:.6g}")  # fmt: skip
+    if at_cap or t >= t_cap:
+        at_x = f"{t:.6g}" if t < math.inf else "inf (its largest losses tie)"
+        detail = (f"the optimal tilt reaches the cap t = {t_cap:.6g} (1e4 over the losses' "
+                  f"scale at the start): the optimum is taken as the min-max limit "
+                  f"t = inf, and x minimises the robust value over t <= {t_cap:.6g}, within "
+                  f"about log(1/p_min) / {t_cap:.6g} of it; fun and weights are the worst "
+                  f"case at x, whose own tilt is {at_x}")  # fmt: skip
         t = math.inf
-    jac = joint.xp.reshape(res.jac[: joint.size], joint.shape)
-    if joint.lazy:
-        jac = objective.check_theta(jac, name="jac")
     return DROResult(
-        x=x, fun=value, jac=jac, nit=res.nit, nfev=res.nfev, success=status.success,
-        status=status, message=status.describe(res.nit, detail), n_passes=res.n_passes,
+        x=x, fun=value, jac=jac, nit=nit + res.nit, nfev=nfev + res.nfev,
+        success=status.success, status=status, message=status.describe(nit + res.nit, detail),
+        n_passes=passes + res.n_passes,
         history=history, method=method, t=t, weights=w,
     )  # fmt: skip
 
