@@ -38,7 +38,7 @@ from .._compat import is_lazy, real_number, tiny_sqrt, to_numpy
 from ..accumulator import risk_of_exponents
 from ..objective.protocol import check_objective as _check_objective
 from ..risk import tilt_for_kl, tilted_risk, tilted_weights
-from ._cvar import cvar_fit, penalty
+from ._cvar import compute_together, cvar_fit, penalty
 from ._linalg import working_eps
 from ._minimize import METHODS, minimize
 from ._result import OptimizeResult, Status
@@ -221,11 +221,6 @@ def minimize_dro(
         raise ValueError(f"`cvar` must be a tail fraction in (0, 1], got {cvar!r}")
     if method == "newton":
         raise ValueError("`method`='newton' is not available for `cvar` (a first-order method)")
-    if is_lazy(objective.xp):
-        raise TypeError(
-            "`cvar` fits need an eager array library (NumPy, PyTorch, CuPy, "
-            "array-api-strict); for Dask data fit `kl`, or compute the data first"
-        )
     res = cvar_fit(objective, a, theta0, method, tol, max_outer, options)
     return DROResult(**res)
 
@@ -272,6 +267,9 @@ def _worst_case(
     """(robust value with the ridge term, worst-case weights, tilt, losses) at ``x``."""
     ell = objective.losses(x)
     prior = objective.prior()
+    lazy = is_lazy(objective.xp)
+    if lazy:  # one graph for the losses; the root search and the weights on the host
+        ell, prior = to_numpy(ell), None if prior is None else to_numpy(prior)
     t = float(to_numpy(tilt_for_kl(ell, r, weights=prior)))
     w = tilted_weights(ell, t, weights=prior) if weights else None
     if t == 0.0:
@@ -280,6 +278,10 @@ def _worst_case(
         value = tilted_risk(ell, math.inf, weights=prior)
     else:
         value = tilted_risk(ell, t, weights=prior) + r / t
+    if lazy:
+        xp = objective.xp
+        value = xp.asarray(np.asarray(value), dtype=objective.dtype)
+        w = None if w is None else xp.asarray(np.asarray(w), dtype=objective.dtype)
     pen = penalty(objective, x)
     if pen is not None:
         value = value + pen[0]
@@ -343,7 +345,7 @@ class _JointKL:
         value = risk + self.r / t
         dv = 0.0 * gap if capped else self.r - t * gap
         g = back(w)
-        value, g, dv = _compute(value, g, dv)
+        value, g, dv = compute_together(value, g, dv)
         self.n_passes += 2
         pen = penalty(self.objective, theta) if not self.lazy else self._ridge(theta)
         if pen is not None:
@@ -514,26 +516,17 @@ def _losses(objective: Any, pr: Any, theta: Any, shape: tuple):
     return ell, back
 
 
-def _compute(*arrays: Any) -> tuple:
-    """Lazy (Dask) arrays computed together, in one graph; others pass through."""
-    if any(type(a).__module__.startswith("dask") for a in arrays):
-        import dask
-
-        return tuple(np.asarray(a) for a in dask.compute(*arrays))
-    return arrays
-
-
 def _start_tilt(ell: Any, prior: Any, r: float) -> tuple[float, float, bool]:
     """(a starting tilt, the tilt cap ``1e4 / scale``, whether the losses at the start
     reach no radius ``r`` at any tilt (ties at the largest loss, as at ``theta = 0`` of
     a classifier), from the losses at the start."""
-    lh = np.asarray(to_numpy(ell), dtype=np.float64).reshape(-1)
-    if prior is not None:
-        lh = lh[np.asarray(to_numpy(prior)).reshape(-1) > 0]
+    l_all = np.asarray(to_numpy(ell), dtype=np.float64).reshape(-1)
+    ph = None if prior is None else np.asarray(to_numpy(prior), dtype=np.float64).reshape(-1)
+    lh = l_all if ph is None else l_all[ph > 0]
     spread = float(np.max(lh) - np.min(lh)) if lh.size else 0.0
     scale = max(spread, float(np.mean(np.abs(lh))) if lh.size else 0.0, 1e-300)
     t_cap = 1e4 / scale
-    t0 = float(to_numpy(tilt_for_kl(ell, r, weights=prior)))
+    t0 = float(tilt_for_kl(l_all, r, weights=ph))
     tied = not t0 < math.inf
     if not 0.0 < t0 < t_cap:
         sd = float(np.std(lh)) if lh.size else 0.0
