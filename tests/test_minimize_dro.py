@@ -328,3 +328,24 @@ def test_dask_one_graph_per_evaluation(kind, monkeypatch):
     want = (_kl_reference("logistic", X, y, 0.1)[0] if kind == "kl"
             else _cvar_lp("absolute", X, y, 0.1))  # fmt: skip
     assert_close(res.fun, want, xp=da, rtol=1e-6)
+
+
+def test_kl_parameter_space_loss():
+    # a loss written as a callable of theta (the parameter-space engine): squared
+    # residuals of a linear model, against the joint reference of the same losses
+    from tiltlab.losses.custom import CallableLoss
+
+    X, y = _regression_data(n=60, seed=16)
+
+    def fun(th, X, y):
+        return (X @ th - y) ** 2
+
+    def grad(th, X, y):
+        return 2.0 * (X @ th - y)[:, None] * X
+
+    obj = tl.TiltedObjective(CallableLoss(fun, grad), X=X, y=y)
+    res = tl.minimize_dro(obj, kl=0.1, theta0=np.zeros(3))
+    want, t_want = _kl_reference("squared", X, y, 0.1)
+    assert res.success, res.message
+    assert_close(res.fun, want, rtol=1e-9)
+    assert res.t == pytest.approx(t_want, rel=1e-3)

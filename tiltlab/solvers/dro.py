@@ -8,17 +8,33 @@ For a radius ``r > 0`` the worst case over the distributions ``q`` within KL div
 .. math:: V(\theta) = \sup_{\mathrm{KL}(q\|p) \le r} E_q[\ell(\theta)]
           = \min_{t > 0}\; R_t(\theta) + r / t,
 
-attained at the tilted weights of the minimising ``t``. The two minimisations commute:
-``min_theta V = min_t phi(t)`` with ``phi(t) = min_theta R_t(theta) + r/t``. By the
-envelope theorem ``phi'(t) = (KL(w_t(theta*(t)) || p) - r) / t^2``, and
-``s * R_{1/s}(theta) + r s`` is jointly convex in ``(theta, s)`` for convex losses (a
-perspective), so the root in ``t`` is unique. It is found on the map
-``g(t) = tilt_for_kl(losses(theta*(t)), r)``, which is non-decreasing, with
-``g(t) > t`` exactly below the root: fixed-point steps from the ERM solution approach it
-from below, secant steps on ``log g(t) - log t`` accelerate them, and a bracket keeps
-them safe (regula falsi, Illinois). Each step is one TERM fit warm-started from the last
-(its iterate and its L-BFGS pairs), so the fits after the first few cost a handful of
-iterations each.
+attained at the tilted weights of the minimising ``t``. With ``s = 1/t`` the objective
+``F(theta, s) = s log E_p[exp(l(theta) / s)] + r s`` is the perspective of a convex
+function of ``theta``, so it is jointly convex in ``(theta, s)`` for convex losses, and
+the minimisations over ``theta`` and ``t`` commute: ``min_theta V`` is the exact optimum.
+Its gradient in ``theta`` is the tilted gradient at ``t`` and its derivative in ``s`` is
+``r - KL(w_t || p)``, with ``KL(w_t || p) = t (E_w[l] - R_t)``.
+
+On eager libraries the fit minimises ``V`` itself, a smooth convex function of ``theta``
+(a partial minimum of a jointly convex one): each evaluation computes the losses (one
+pass over the data), solves ``KL(w_t || p) = r`` for ``t`` by safeguarded Newton steps
+in ``log t`` on the loss vector (``d KL / d t = t Var_w(l)``), warm-started from the
+previous evaluation's tilt, and returns ``R_t + r/t`` with the tilted gradient at that
+``t`` (the envelope theorem; one more pass). The solver sees a problem conditioned like
+one TERM fit at the optimal tilt. On Dask, where each Newton step would be a graph, the
+fit is one smooth solve in ``(theta, s)`` jointly, each evaluation one graph giving the
+value, the gradient in ``theta`` and the derivative in ``s``, with the solver on the
+client. ``method="newton"`` keeps the older scheme: TERM fits warm-started one from
+the other inside a root search over ``t`` (fixed-point, secant and bracketing steps on
+``g(t) = tilt_for_kl(losses(theta*(t)), r)``).
+
+The min-max limit: where the radius reaches ``log(1/P*)`` (``P*`` the prior mass tied at
+the largest loss) near the optimum, ``V`` decreases with ``t`` for ever and the optimum is
+``min_theta max_i l_i`` over the support. The tilt is capped at ``t_cap = 1e4 / scale``
+(``scale`` the losses' spread, or their mean magnitude, at the start): the fit minimises
+the robust value over ``t <= t_cap``, within about ``log(1/p_min) / t_cap`` of the min-max
+value, reports ``t = inf`` and says so in its message; ``fun`` and ``weights`` are the
+exact worst case at the returned ``x``.
 
 CVaR
 ----
@@ -73,8 +89,11 @@ class DROResult(OptimizeResult):
     weights : array
         The worst-case distribution at ``x`` (shape ``(N,)``, sums to one).
     history : dict of lists
-        One entry per inner solve: ``t`` (KL) or ``mu`` (CVaR, the smoothing), ``fun``
-        (the robust value at the iterate), ``nit``, ``n_passes`` (cumulative), ``time``.
+        KL: one entry per iteration (``"newton"``: per TERM fit), with ``t`` the tilt
+        of the iterate and ``fun`` its robust value (on Dask, the joint objective, an
+        upper bound of it); CVaR: one per smoothing stage, ``mu`` the smoothing and
+        ``fun`` the exact CVaR at the stage's point. Also ``nit``, ``n_passes``
+        (cumulative) and ``time``.
 
     Examples
     --------
@@ -108,9 +127,9 @@ def minimize_dro(
 
     KL (``kl=r``): minimises :math:`\sup\{E_q[\ell(\theta)] : \mathrm{KL}(q\|p) \le r\}
     = \min_{t>0} R_t(\theta) + r/t` (plus the ridge term), exactly: the minimisations in
-    ``theta`` and ``t`` commute, and the optimal ``t`` is the root of
-    :math:`\mathrm{KL}(w_t(\theta^*(t))\,\|\,p) = r` (module notes), found by TERM fits
-    warm-started one from the other.
+    ``theta`` and ``t`` commute. One smooth solve: in ``theta`` with the tilt solved on the
+    loss vector at each evaluation (eager libraries), or jointly in ``(theta, 1/t)``
+    (Dask, one graph per evaluation); module notes.
 
     CVaR (``cvar=alpha``): minimises :math:`\eta + \frac{1}{\alpha}\sum_i p_i
     (\ell_i(\theta) - \eta)_+` (plus the ridge term) over ``theta`` and ``eta``, the mean
@@ -131,14 +150,16 @@ def minimize_dro(
     theta0 : array, optional
         Starting point (default zeros).
     method : {"lbfgs", "gd", "agd", "newton"}
-        The solver of the inner problems (KL: each TERM fit; CVaR: the smoothed
-        problems, where ``"newton"`` is not available).
+        The solver (KL: of the robust objective; ``"newton"``: of TERM fits inside a
+        root search over ``t``. CVaR: of the smoothed problems, where ``"newton"`` is
+        not available).
     tol : float, optional
-        The inner solves' gradient tolerance (as for :func:`minimize`). KL: the outer
-        root stops when the tilt moves by less than ``max(1e-7, 10 tol)`` (relative);
-        the value is stationary in ``t``, so its error is of the order of that squared.
+        The gradient tolerance (as for :func:`minimize`). KL with ``"newton"``: the
+        outer root stops when the tilt moves by less than ``max(1e-7, 10 tol)``
+        (relative); the value is stationary in ``t``, so its error is of the order of
+        that squared.
     max_outer : int, default 60
-        KL: the most TERM fits; CVaR: the most smoothing stages.
+        KL with ``"newton"``: the most TERM fits; CVaR: the most smoothing stages.
     **options
         Passed to :func:`minimize` for each inner solve (``max_iter``, ``memory``...).
 
@@ -156,8 +177,7 @@ def minimize_dro(
         :class:`~tiltlab.TiltedObjective`.
     ValueError
         ``kl`` negative or not finite; ``cvar`` outside ``(0, 1]``; an unknown
-        ``method``. ``cvar`` with Dask data (``TypeError``: the continuation's many
-        small evaluations run on eager libraries).
+        ``method``.
 
     See Also
     --------
@@ -168,10 +188,14 @@ def minimize_dro(
     Notes
     -----
     ``t = inf`` (KL): where the radius reaches the divergence of the prior restricted to
-    the largest losses at every ``theta`` near the optimum, ``phi`` decreases for ever
-    and the optimum is ``min_theta max_i l_i`` over the support. The fit then stops at a
-    tilt with ``t * spread = 1e4`` (``spread`` of the losses there), which is within
-    ``log(1/p_min) / t`` of the min-max value, and says so in its message.
+    the largest losses at every ``theta`` near the optimum, the robust value decreases
+    with ``t`` for ever and the optimum is ``min_theta max_i l_i`` over the support. The
+    fit then minimises over tilts up to ``1e4`` over the losses' scale at the start,
+    within about ``log(1/p_min) / t`` of the min-max value, and says so in its message;
+    ``fun`` and ``weights`` are the exact worst case at ``x``.
+
+    On Dask each evaluation is one task graph (KL and CVaR), the solver's iterates on
+    the client; the start and the end read the loss vector once each.
 
     Examples
     --------
@@ -301,12 +325,12 @@ class _JointKL:
     data; one graph on Dask, with the parameters on the client). Below ``s = 1 / t_cap``
     it is continued flat in ``s`` (the min-max limit)."""
 
-    def __init__(self, objective: Any, r: float, t_cap: float):
+    def __init__(self, objective: Any, r: float, t_cap: float, shape: tuple):
         self.objective, self.r, self.t_cap = objective, r, t_cap
         self.data_xp = objective.xp
         self.lazy = is_lazy(self.data_xp)
         self.pr = objective.problem
-        self.shape = tuple(objective.zeros().shape)
+        self.shape = shape
         self.size = int(math.prod(self.shape))
         self.n_passes = 0.0
         p = objective.prior()
@@ -404,11 +428,11 @@ class _ProjectedKL:
     the tilted gradient at that tilt (one pass over the data for the losses, one for the
     gradient). Eager libraries (a host read per Newton step)."""
 
-    def __init__(self, objective: Any, r: float, t_cap: float, t0: float):
+    def __init__(self, objective: Any, r: float, t_cap: float, t0: float, shape: tuple):
         self.objective, self.r, self.t_cap, self.t = objective, r, t_cap, t0
         self.xp = objective.xp
         self.pr = objective.problem
-        self.shape = tuple(objective.zeros().shape)
+        self.shape = shape
         self.n_passes = 0.0
         p = objective.prior()
         self.p = None if p is None else p / self.xp.sum(p)
@@ -417,7 +441,7 @@ class _ProjectedKL:
         self.inner = 0
 
     def zeros(self) -> Any:
-        return self.objective.zeros()
+        return self.xp.zeros(self.shape, dtype=self.pr.dtype, device=self.pr.device)
 
     def check_theta(self, theta: Any, name: str = "theta") -> Any:
         return self.objective.check_theta(theta, name=name)
@@ -447,8 +471,11 @@ class _ProjectedKL:
         shifted losses ``d = l - max l`` (``KL = t E_w[d] - log Z``); the risk and the
         weights at the tilt found are formed once, by the tilted reduction's rule."""
         xp, r, p = self.xp, self.r, self.p
-        hi = xp.max(ell) if p is None else xp.max(xp.where(p > 0, ell, xp.full_like(ell, -math.inf)))
-        d = ell - hi if p is None else xp.where(p > 0, ell - hi, xp.zeros_like(ell))
+        if p is None:
+            d = ell - xp.max(ell)
+        else:
+            hi = xp.max(xp.where(p > 0, ell, xp.full_like(ell, -math.inf)))
+            d = xp.where(p > 0, ell - hi, xp.zeros_like(ell))
         wsum = (lambda a: xp.mean(a)) if p is None else (lambda a: xp.sum(p * a))
         tol = max(_KL_RTOL, 64.0 * self.eps)
         logr, x = math.log(r), math.log(min(self.t, self.t_cap))
@@ -553,7 +580,7 @@ def _kl_smooth(objective, r, theta0, method, tol, options) -> DROResult:
     nit = nfev = 0
     passes = 0.0
     if not is_lazy(objective.xp):
-        proj = _ProjectedKL(objective, r, t_cap, t0)
+        proj = _ProjectedKL(objective, r, t_cap, t0, tuple(x0.shape))
 
         def record(state):
             _record(history, proj.t, state, nit, passes + proj.n_passes, t_start)
@@ -572,7 +599,7 @@ def _kl_smooth(objective, r, theta0, method, tol, options) -> DROResult:
             x0, nit, nfev, passes = warm.x, warm.nit, warm.nfev, warm.n_passes
             _record(history, t0, warm, 0, passes, t_start, fun=float(warm.fun) + r / t0)
             t0, t_cap, _ = _start_tilt(objective.losses(x0), objective.prior(), r)
-        joint = _JointKL(objective, r, t_cap)
+        joint = _JointKL(objective, r, t_cap, tuple(x0.shape))
         phi0 = joint.join(to_numpy(x0), 1.0 / t0)
 
         def record(state):
@@ -600,7 +627,6 @@ def _kl_smooth(objective, r, theta0, method, tol, options) -> DROResult:
         n_passes=passes + res.n_passes,
         history=history, method=method, t=t, weights=w,
     )  # fmt: skip
-
 
 
 def _kl_fit(objective, r, theta0, method, tol, max_outer, options) -> DROResult:
