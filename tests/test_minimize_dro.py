@@ -287,7 +287,9 @@ def test_bad_arguments():
 # Dask: one graph per evaluation
 
 
-@pytest.mark.parametrize("kind", ["kl", "cvar"])
+@pytest.mark.parametrize(
+    "kind", ["kl", pytest.param("cvar", marks=pytest.mark.slow)]  # cvar: ~400 graphs
+)
 def test_dask_one_graph_per_evaluation(kind, monkeypatch):
     da = pytest.importorskip("dask.array")
     from dask.callbacks import Callback
