@@ -126,6 +126,33 @@ def test_kl_beyond_every_tilt_is_the_min_max():
     t_end = 1e4 / spread
     # TERM at t is within log(N)/t of the max; the fit is no better than the min-max
     assert minmax - 1e-9 <= float(res.fun) <= minmax + 2 * math.log(n) / t_end * 10
+    # the fields describe x: beyond log N every worst case is the largest loss
+    assert "min-max limit" in res.message
+    assert float(res.fun) == pytest.approx(float(np.max(ell)), rel=1e-12)
+    w = to_numpy(res.weights)
+    assert abs(w.sum() - 1) < 1e-12 and float(w @ ell) == pytest.approx(float(np.max(ell)))
+
+
+@pytest.mark.parametrize("method", ["newton", "agd"])
+def test_kl_other_inner_methods(method):
+    # "newton": TERM fits inside a root search over t; "agd": the eliminated tilt
+    X, y = _logistic_data(seed=13)
+    res = tl.minimize_dro(tl.TiltedObjective("logistic", X, y), kl=0.05, method=method,
+                          max_iter=20000)  # fmt: skip
+    want, t_want = _kl_reference("logistic", X, y, 0.05)
+    assert res.success, res.message
+    assert_close(res.fun, want, rtol=1e-9)
+    assert res.t == pytest.approx(t_want, rel=1e-3)
+
+
+def test_kl_history_follows_the_fit():
+    X, y = _logistic_data(seed=14)
+    res = tl.minimize_dro(tl.TiltedObjective("logistic", X, y), kl=0.1)
+    h = res.history
+    assert len(h["t"]) == len(h["fun"]) == len(h["nit"]) >= 2
+    assert h["t"][-1] == pytest.approx(res.t, rel=1e-6)
+    assert h["fun"][-1] == pytest.approx(float(res.fun), rel=1e-10)
+    assert all(np.diff(h["n_passes"]) >= 0) and all(np.diff(h["fun"]) <= 1e-12)
 
 
 # ---------------------------------------------------------------------------
@@ -219,14 +246,10 @@ def test_backends(xp, dtype_name):
     dtype = getattr(xp, dtype_name)
     obj = tl.TiltedObjective("absolute", xp.asarray(X, dtype=dtype), xp.asarray(y, dtype=dtype))
     rtol = 1e-6 if dtype_name == "float64" else 2e-4
-    if xp.__name__.endswith("dask.array"):
-        with pytest.raises(TypeError, match="eager array library"):
-            tl.minimize_dro(obj, cvar=0.25)
-    else:
-        res = tl.minimize_dro(obj, cvar=0.25)
-        assert res.success, res.message
-        assert_close(res.fun, _cvar_lp("absolute", X, y, 0.25), xp=xp, dtype=dtype, rtol=rtol)
-        assert res.weights.shape == (60,)
+    res = tl.minimize_dro(obj, cvar=0.25)
+    assert res.success, res.message
+    assert_close(res.fun, _cvar_lp("absolute", X, y, 0.25), xp=xp, dtype=dtype, rtol=rtol)
+    assert res.weights.shape == (60,)
     Xl, yl = _logistic_data(n=80, seed=12)
     obj = tl.TiltedObjective("logistic", xp.asarray(Xl, dtype=dtype), xp.asarray(yl, dtype=dtype))
     res = tl.minimize_dro(obj, kl=0.1)
@@ -258,3 +281,73 @@ def test_bad_arguments():
     hier = tl.TiltedObjective("logistic", X, y, groups=groups, tilts=[1.0, 0.0])
     with pytest.raises(TypeError, match="sample-level"):
         tl.minimize_dro(hier, kl=0.1)
+
+
+# ---------------------------------------------------------------------------
+# Dask: one graph per evaluation
+
+
+@pytest.mark.parametrize(
+    "kind", ["kl", pytest.param("cvar", marks=pytest.mark.slow)]  # cvar: ~400 graphs
+)
+def test_dask_one_graph_per_evaluation(kind, monkeypatch):
+    da = pytest.importorskip("dask.array")
+    from dask.callbacks import Callback
+
+    import tiltlab.solvers._cvar as cvar_module
+    import tiltlab.solvers.dro as dro_module
+
+    class Count(Callback):
+        def __init__(self):
+            super().__init__()
+            self.n = 0
+
+        def _start(self, dsk):
+            self.n += 1
+
+    cls = dro_module._JointKL if kind == "kl" else cvar_module._SmoothedCVaR
+    runs = []
+    inner = cls.value_and_gradient
+
+    def counted(self, phi):
+        with Count() as c:
+            out = inner(self, phi)
+        runs.append(c.n)
+        return out
+
+    monkeypatch.setattr(cls, "value_and_gradient", counted)
+    X, y = _logistic_data(n=300, seed=15) if kind == "kl" else _regression_data(n=300, seed=15)
+    obj = tl.TiltedObjective("logistic" if kind == "kl" else "absolute",
+                             da.from_array(X, chunks=(100, 3)), da.from_array(y, chunks=100))
+    with Count() as total:
+        res = tl.minimize_dro(obj, **{kind: 0.1})
+    assert res.success, res.message
+    assert len(runs) >= 5 and set(runs) == {1}
+    # besides the evaluations: the start, the warm-up TERM fit of a tied start (one graph
+    # per evaluation as well), the end; for CVaR one loss vector per smoothing stage
+    extra = res.nfev + 12 if kind == "kl" else len(res.history["mu"]) + 4
+    assert total.n <= len(runs) + extra
+    want = (_kl_reference("logistic", X, y, 0.1)[0] if kind == "kl"
+            else _cvar_lp("absolute", X, y, 0.1))  # fmt: skip
+    assert_close(res.fun, want, xp=da, rtol=1e-6)
+
+
+def test_kl_parameter_space_loss():
+    # a loss written as a callable of theta (the parameter-space engine): squared
+    # residuals of a linear model, against the joint reference of the same losses
+    from tiltlab.losses.custom import CallableLoss
+
+    X, y = _regression_data(n=60, seed=16)
+
+    def fun(th, X, y):
+        return (X @ th - y) ** 2
+
+    def grad(th, X, y):
+        return 2.0 * (X @ th - y)[:, None] * X
+
+    obj = tl.TiltedObjective(CallableLoss(fun, grad), X=X, y=y)
+    res = tl.minimize_dro(obj, kl=0.1, theta0=np.zeros(3))
+    want, t_want = _kl_reference("squared", X, y, 0.1)
+    assert res.success, res.message
+    assert_close(res.fun, want, rtol=1e-9)
+    assert res.t == pytest.approx(t_want, rel=1e-3)

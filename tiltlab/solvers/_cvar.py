@@ -31,11 +31,11 @@ from typing import Any
 
 import numpy as np
 
-from .._compat import materialize, to_numpy
+from .._compat import is_lazy, to_numpy
 from ._minimize import minimize
 from ._result import Status
 
-__all__ = ["cvar_fit", "cvar_host", "penalty"]
+__all__ = ["compute_together", "cvar_fit", "cvar_host", "penalty"]
 
 #: the factor by which the smoothing falls from one stage to the next
 _FACTOR = 10.0
@@ -62,8 +62,13 @@ class _SmoothedCVaR:
 
     def __init__(self, objective: Any, alpha: float, mu: float):
         self.objective, self.alpha, self.mu = objective, alpha, mu
-        self.xp = objective.xp
+        self.dx = objective.xp  # the data's namespace
         self.pr = objective.problem  # not `problem`: no driver may take this for a TiltedObjective
+        self.lazy = is_lazy(self.dx)
+        if self.lazy:  # the solver runs on the client, in NumPy; one graph per evaluation
+            self.xp, self.dtype, self.device = np, _host_dtype(self.dx, self.pr.dtype), "cpu"
+        else:
+            self.xp, self.dtype, self.device = self.dx, self.pr.dtype, self.pr.device
         self.shape = tuple(objective.zeros().shape)
         self.size = int(math.prod(self.shape))
         self.n_passes = 0.0
@@ -73,12 +78,10 @@ class _SmoothedCVaR:
 
     # -- parameters ------------------------------------------------------------------
     def zeros(self) -> Any:
-        xp, pr = self.xp, self.pr
-        return xp.zeros((self.size + 1,), dtype=pr.dtype, device=pr.device)
+        return self.xp.zeros((self.size + 1,), dtype=self.dtype, device=self.device)
 
     def check_theta(self, theta: Any, name: str = "theta") -> Any:
-        xp, pr = self.xp, self.pr
-        out = xp.asarray(theta, dtype=pr.dtype, device=pr.device)
+        out = self.xp.asarray(theta, dtype=self.dtype, device=self.device)
         if tuple(out.shape) != (self.size + 1,):
             raise ValueError(f"`{name}` must have shape {(self.size + 1,)}, got {out.shape}")
         return out
@@ -88,8 +91,13 @@ class _SmoothedCVaR:
         return xp.reshape(phi[: self.size], self.shape), phi[self.size]
 
     # -- evaluation ------------------------------------------------------------------
+    def join(self, theta: Any, eta: float) -> Any:
+        xp = self.xp
+        th = xp.reshape(xp.asarray(theta, dtype=self.dtype, device=self.device), (-1,))
+        return xp.concat([th, xp.asarray([eta], dtype=self.dtype, device=self.device)])
+
     def value_and_gradient(self, phi: Any) -> tuple[Any, Any]:
-        xp, mu = self.xp, self.mu
+        xp, mu = self.dx, self.mu
         theta, eta = self.split(phi)
         pieces, back = self._pieces(theta)
         m = xp.zeros_like(pieces[0][0])
@@ -111,17 +119,19 @@ class _SmoothedCVaR:
         d_eta = 1.0 - wsum(tail) / self.alpha
         scale = (1.0 / (self.alpha * self.n_samples)) if p is None else (p / self.alpha)
         g = back([scale * q for q in pis], [d for _, d in pieces])
-        pen = penalty(self.objective, theta)
+        value, g, d_eta = compute_together(value, g, d_eta)  # one graph on Dask
+        pen = penalty(self.objective, theta) if not self.lazy else _numpy_ridge(self, theta)
         if pen is not None:
             value, g = value + pen[0], g + pen[1]
-        grad = xp.concat([xp.reshape(g, (-1,)), xp.reshape(d_eta, (1,))])
-        value, grad = materialize(value, grad)  # one graph per evaluation on Dask
-        return value, grad
+        xs, kw = self.xp, dict(dtype=self.dtype, device=self.device)
+        grad = xs.concat([xs.reshape(xs.asarray(g, **kw), (-1,)),
+                          xs.reshape(xs.asarray(d_eta, **kw), (1,))])  # fmt: skip
+        return xs.asarray(value, **kw), grad
 
     def _pieces(self, theta: Any):
         """The pieces ``a_ij`` with their derivatives, and the map from per-piece
         coefficients ``c_ij`` to ``sum_ij c_ij grad a_ij`` (the gradient in theta)."""
-        xp, pr = self.xp, self.pr
+        xp, pr = self.dx, self.pr
         if self.kind == "parameter":
             idx = xp.arange(self.n_samples, device=pr.device)
             ell, vjp = self.objective.batch_losses_and_vjp(xp.reshape(theta, (-1,)), idx)
@@ -206,8 +216,7 @@ def cvar_fit(objective, alpha, theta0, method, tol, max_stages, options) -> dict
     mu_end = max(1e-9 * alpha, 50.0 * eps) * scale
     mu = scale
     smooth = _SmoothedCVaR(objective, alpha, mu)
-    phi = xp.concat([xp.reshape(x0, (-1,)), xp.asarray([eta0], dtype=objective.dtype,
-                                                        device=objective.device)])  # fmt: skip
+    phi = smooth.join(to_numpy(x0) if smooth.lazy else x0, eta0)
     nit = nfev = 0
     passes = 0.0
     state = None
@@ -222,7 +231,7 @@ def cvar_fit(objective, alpha, theta0, method, tol, max_stages, options) -> dict
         phi, state = res.x, res.solver_state
         nit, nfev, passes = nit + res.nit, nfev + res.nfev, passes + res.n_passes
         theta, _ = smooth.split(phi)
-        lh = _host(objective.losses(xp.reshape(theta, smooth.shape)))
+        lh = _host(objective.losses(_theta_of(objective, smooth, theta)))
         history["mu"].append(mu)
         history["fun"].append(cvar_host(lh, p_host, alpha)[0] + _ridge(objective, theta))
         history["nit"].append(res.nit)
@@ -242,11 +251,11 @@ def cvar_fit(objective, alpha, theta0, method, tol, max_stages, options) -> dict
             break
         mu = max(mu / _FACTOR, mu_end)
     theta, _ = smooth.split(phi)
-    x = xp.reshape(theta, smooth.shape)
+    x = _theta_of(objective, smooth, theta)
     lh = _host(objective.losses(x))
     value, _, q = cvar_host(lh, p_host, alpha)
     value += _ridge(objective, theta)
-    jac = xp.reshape(res.jac[: smooth.size], smooth.shape)
+    jac = _theta_of(objective, smooth, res.jac[: smooth.size])
     return dict(
         x=x, fun=xp.asarray(value, dtype=objective.dtype, device=objective.device), jac=jac,
         nit=nit, nfev=nfev, success=status.success, status=status,
@@ -277,3 +286,30 @@ def _weights(objective: Any, q: np.ndarray, p_host: Any, *, mean: bool) -> Any:
     n = objective.n_samples
     w = (np.full(n, 1.0 / n) if p_host is None else p_host / np.sum(p_host)) if mean else q
     return objective.xp.asarray(w, dtype=objective.dtype, device=objective.device)
+
+
+def _theta_of(objective: Any, smooth: _SmoothedCVaR, flat: Any) -> Any:
+    """A flat parameter of the solver as the objective's parameter (its library)."""
+    if smooth.lazy:
+        return objective.check_theta(np.reshape(np.asarray(flat), smooth.shape), name="theta")
+    return smooth.xp.reshape(flat, smooth.shape)
+
+
+def _host_dtype(xp: Any, dtype: Any) -> Any:
+    return np.dtype(to_numpy(xp.zeros((), dtype=dtype)).dtype)
+
+
+def _numpy_ridge(smooth: Any, theta: Any) -> tuple[Any, Any] | None:
+    """The ridge term of a parameter held on the client (NumPy)."""
+    l2 = smooth.objective.l2
+    return None if not l2 else (0.5 * l2 * np.sum(theta * theta), l2 * theta)
+
+
+def compute_together(*arrays: Any) -> tuple:
+    """Lazy (Dask) arrays computed together, in one graph, as NumPy arrays; others pass
+    through."""
+    if any(type(a).__module__.startswith("dask") for a in arrays):
+        import dask
+
+        return tuple(np.asarray(a) for a in dask.compute(*arrays))
+    return arrays

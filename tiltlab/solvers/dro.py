@@ -8,17 +8,33 @@ For a radius ``r > 0`` the worst case over the distributions ``q`` within KL div
 .. math:: V(\theta) = \sup_{\mathrm{KL}(q\|p) \le r} E_q[\ell(\theta)]
           = \min_{t > 0}\; R_t(\theta) + r / t,
 
-attained at the tilted weights of the minimising ``t``. The two minimisations commute:
-``min_theta V = min_t phi(t)`` with ``phi(t) = min_theta R_t(theta) + r/t``. By the
-envelope theorem ``phi'(t) = (KL(w_t(theta*(t)) || p) - r) / t^2``, and
-``s * R_{1/s}(theta) + r s`` is jointly convex in ``(theta, s)`` for convex losses (a
-perspective), so the root in ``t`` is unique. It is found on the map
-``g(t) = tilt_for_kl(losses(theta*(t)), r)``, which is non-decreasing, with
-``g(t) > t`` exactly below the root: fixed-point steps from the ERM solution approach it
-from below, secant steps on ``log g(t) - log t`` accelerate them, and a bracket keeps
-them safe (regula falsi, Illinois). Each step is one TERM fit warm-started from the last
-(its iterate and its L-BFGS pairs), so the fits after the first few cost a handful of
-iterations each.
+attained at the tilted weights of the minimising ``t``. With ``s = 1/t`` the objective
+``F(theta, s) = s log E_p[exp(l(theta) / s)] + r s`` is the perspective of a convex
+function of ``theta``, so it is jointly convex in ``(theta, s)`` for convex losses, and
+the minimisations over ``theta`` and ``t`` commute: ``min_theta V`` is the exact optimum.
+Its gradient in ``theta`` is the tilted gradient at ``t`` and its derivative in ``s`` is
+``r - KL(w_t || p)``, with ``KL(w_t || p) = t (E_w[l] - R_t)``.
+
+On eager libraries the fit minimises ``V`` itself, a smooth convex function of ``theta``
+(a partial minimum of a jointly convex one): each evaluation computes the losses (one
+pass over the data), solves ``KL(w_t || p) = r`` for ``t`` by safeguarded Newton steps
+in ``log t`` on the loss vector (``d KL / d t = t Var_w(l)``), warm-started from the
+previous evaluation's tilt, and returns ``R_t + r/t`` with the tilted gradient at that
+``t`` (the envelope theorem; one more pass). The solver sees a problem conditioned like
+one TERM fit at the optimal tilt. On Dask, where each Newton step would be a graph, the
+fit is one smooth solve in ``(theta, s)`` jointly, each evaluation one graph giving the
+value, the gradient in ``theta`` and the derivative in ``s``, with the solver on the
+client. ``method="newton"`` keeps the older scheme: TERM fits warm-started one from
+the other inside a root search over ``t`` (fixed-point, secant and bracketing steps on
+``g(t) = tilt_for_kl(losses(theta*(t)), r)``).
+
+The min-max limit: where the radius reaches ``log(1/P*)`` (``P*`` the prior mass tied at
+the largest loss) near the optimum, ``V`` decreases with ``t`` for ever and the optimum is
+``min_theta max_i l_i`` over the support. The tilt is capped at ``t_cap = 1e4 / scale``
+(``scale`` the losses' spread, or their mean magnitude, at the start): the fit minimises
+the robust value over ``t <= t_cap``, within about ``log(1/p_min) / t_cap`` of the min-max
+value, reports ``t = inf`` and says so in its message; ``fun`` and ``weights`` are the
+exact worst case at the returned ``x``.
 
 CVaR
 ----
@@ -32,10 +48,13 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from .._compat import is_lazy, real_number, to_numpy
+import numpy as np
+
+from .._compat import is_lazy, real_number, tiny_sqrt, to_numpy
+from ..accumulator import risk_of_exponents
 from ..objective.protocol import check_objective as _check_objective
 from ..risk import tilt_for_kl, tilted_risk, tilted_weights
-from ._cvar import cvar_fit, penalty
+from ._cvar import compute_together, cvar_fit, penalty
 from ._linalg import working_eps
 from ._minimize import METHODS, minimize
 from ._result import OptimizeResult, Status
@@ -45,6 +64,12 @@ __all__ = ["minimize_dro", "DROResult"]
 
 #: the gradient tolerance of the fits far from the root (relative, as ``minimize``'s)
 _LOOSE = 1e-3
+#: the gradient tolerance of the TERM fit that moves a tied start off its ties
+_WARM = 1e-2
+#: the most Newton steps for the tilt of one evaluation, and their stopping test on
+#: ``log KL - log r`` (the value is stationary in the tilt: its error is of its square)
+_NEWTON_STEPS = 60
+_KL_RTOL = 1e-10
 
 
 @dataclass(repr=False)
@@ -64,8 +89,11 @@ class DROResult(OptimizeResult):
     weights : array
         The worst-case distribution at ``x`` (shape ``(N,)``, sums to one).
     history : dict of lists
-        One entry per inner solve: ``t`` (KL) or ``mu`` (CVaR, the smoothing), ``fun``
-        (the robust value at the iterate), ``nit``, ``n_passes`` (cumulative), ``time``.
+        KL: one entry per iteration (``"newton"``: per TERM fit), with ``t`` the tilt
+        of the iterate and ``fun`` its robust value (on Dask, the joint objective, an
+        upper bound of it); CVaR: one per smoothing stage, ``mu`` the smoothing and
+        ``fun`` the exact CVaR at the stage's point. Also ``nit``, ``n_passes``
+        (cumulative) and ``time``.
 
     Examples
     --------
@@ -99,9 +127,9 @@ def minimize_dro(
 
     KL (``kl=r``): minimises :math:`\sup\{E_q[\ell(\theta)] : \mathrm{KL}(q\|p) \le r\}
     = \min_{t>0} R_t(\theta) + r/t` (plus the ridge term), exactly: the minimisations in
-    ``theta`` and ``t`` commute, and the optimal ``t`` is the root of
-    :math:`\mathrm{KL}(w_t(\theta^*(t))\,\|\,p) = r` (module notes), found by TERM fits
-    warm-started one from the other.
+    ``theta`` and ``t`` commute. One smooth solve: in ``theta`` with the tilt solved on the
+    loss vector at each evaluation (eager libraries), or jointly in ``(theta, 1/t)``
+    (Dask, one graph per evaluation); module notes.
 
     CVaR (``cvar=alpha``): minimises :math:`\eta + \frac{1}{\alpha}\sum_i p_i
     (\ell_i(\theta) - \eta)_+` (plus the ridge term) over ``theta`` and ``eta``, the mean
@@ -122,14 +150,16 @@ def minimize_dro(
     theta0 : array, optional
         Starting point (default zeros).
     method : {"lbfgs", "gd", "agd", "newton"}
-        The solver of the inner problems (KL: each TERM fit; CVaR: the smoothed
-        problems, where ``"newton"`` is not available).
+        The solver (KL: of the robust objective; ``"newton"``: of TERM fits inside a
+        root search over ``t``. CVaR: of the smoothed problems, where ``"newton"`` is
+        not available).
     tol : float, optional
-        The inner solves' gradient tolerance (as for :func:`minimize`). KL: the outer
-        root stops when the tilt moves by less than ``max(1e-7, 10 tol)`` (relative);
-        the value is stationary in ``t``, so its error is of the order of that squared.
+        The gradient tolerance (as for :func:`minimize`). KL with ``"newton"``: the
+        outer root stops when the tilt moves by less than ``max(1e-7, 10 tol)``
+        (relative); the value is stationary in ``t``, so its error is of the order of
+        that squared.
     max_outer : int, default 60
-        KL: the most TERM fits; CVaR: the most smoothing stages.
+        KL with ``"newton"``: the most TERM fits; CVaR: the most smoothing stages.
     **options
         Passed to :func:`minimize` for each inner solve (``max_iter``, ``memory``...).
 
@@ -147,8 +177,7 @@ def minimize_dro(
         :class:`~tiltlab.TiltedObjective`.
     ValueError
         ``kl`` negative or not finite; ``cvar`` outside ``(0, 1]``; an unknown
-        ``method``. ``cvar`` with Dask data (``TypeError``: the continuation's many
-        small evaluations run on eager libraries).
+        ``method``.
 
     See Also
     --------
@@ -159,10 +188,14 @@ def minimize_dro(
     Notes
     -----
     ``t = inf`` (KL): where the radius reaches the divergence of the prior restricted to
-    the largest losses at every ``theta`` near the optimum, ``phi`` decreases for ever
-    and the optimum is ``min_theta max_i l_i`` over the support. The fit then stops at a
-    tilt with ``t * spread = 1e4`` (``spread`` of the losses there), which is within
-    ``log(1/p_min) / t`` of the min-max value, and says so in its message.
+    the largest losses at every ``theta`` near the optimum, the robust value decreases
+    with ``t`` for ever and the optimum is ``min_theta max_i l_i`` over the support. The
+    fit then minimises over tilts up to ``1e4`` over the losses' scale at the start,
+    within about ``log(1/p_min) / t`` of the min-max value, and says so in its message;
+    ``fun`` and ``weights`` are the exact worst case at ``x``.
+
+    On Dask each evaluation is one task graph (KL and CVaR), the solver's iterates on
+    the client; the start and the end read the loss vector once each.
 
     Examples
     --------
@@ -203,17 +236,15 @@ def minimize_dro(
         r = real_number(kl, "kl")
         if not (r >= 0 and math.isfinite(r)):
             raise ValueError(f"`kl` must be a finite radius >= 0, got {kl!r}")
+        if r > 0.0 and method != "newton" and (objective.problem.is_linear
+                                               or not is_lazy(objective.xp)):
+            return _kl_smooth(objective, r, theta0, method, tol, options)
         return _kl_fit(objective, r, theta0, method, tol, max_outer, options)
     a = real_number(cvar, "cvar")
     if not 0.0 < a <= 1.0:
         raise ValueError(f"`cvar` must be a tail fraction in (0, 1], got {cvar!r}")
     if method == "newton":
         raise ValueError("`method`='newton' is not available for `cvar` (a first-order method)")
-    if is_lazy(objective.xp):
-        raise TypeError(
-            "`cvar` fits need an eager array library (NumPy, PyTorch, CuPy, "
-            "array-api-strict); for Dask data fit `kl`, or compute the data first"
-        )
     res = cvar_fit(objective, a, theta0, method, tol, max_outer, options)
     return DROResult(**res)
 
@@ -260,6 +291,9 @@ def _worst_case(
     """(robust value with the ridge term, worst-case weights, tilt, losses) at ``x``."""
     ell = objective.losses(x)
     prior = objective.prior()
+    lazy = is_lazy(objective.xp)
+    if lazy:  # one graph for the losses; the root search and the weights on the host
+        ell, prior = to_numpy(ell), None if prior is None else to_numpy(prior)
     t = float(to_numpy(tilt_for_kl(ell, r, weights=prior)))
     w = tilted_weights(ell, t, weights=prior) if weights else None
     if t == 0.0:
@@ -268,6 +302,10 @@ def _worst_case(
         value = tilted_risk(ell, math.inf, weights=prior)
     else:
         value = tilted_risk(ell, t, weights=prior) + r / t
+    if lazy:
+        xp = objective.xp
+        value = xp.asarray(np.asarray(value), dtype=objective.dtype)
+        w = None if w is None else xp.asarray(np.asarray(w), dtype=objective.dtype)
     pen = penalty(objective, x)
     if pen is not None:
         value = value + pen[0]
@@ -278,6 +316,317 @@ def _spread(ell: Any, prior: Any, xp: Any) -> float:
     on = ell if prior is None else xp.where(prior > 0, ell, xp.zeros_like(ell))
     lo = ell if prior is None else xp.where(prior > 0, ell, xp.max(on) + xp.zeros_like(ell))
     return float(to_numpy(xp.max(on) - xp.min(lo)))
+
+
+class _JointKL:
+    """``F(theta, s) = R_{1/s}(theta) + r s`` (plus the ridge term) as an objective of
+    the flat parameter ``(theta, s)``: value, gradient in ``theta`` (the tilted gradient)
+    and derivative in ``s``, ``r - KL(w_t || p)``, from one evaluation (one pass over the
+    data; one graph on Dask, with the parameters on the client). Below ``s = 1 / t_cap``
+    it is continued flat in ``s`` (the min-max limit)."""
+
+    def __init__(self, objective: Any, r: float, t_cap: float, shape: tuple):
+        self.objective, self.r, self.t_cap = objective, r, t_cap
+        self.data_xp = objective.xp
+        self.lazy = is_lazy(self.data_xp)
+        self.pr = objective.problem
+        self.shape = shape
+        self.size = int(math.prod(self.shape))
+        self.n_passes = 0.0
+        p = objective.prior()
+        self.p = None if p is None else p / self.data_xp.sum(p)
+        self.dtype = self.pr.dtype
+        if self.lazy:  # the solver runs on the client, in NumPy
+            self.xp, self.device = np, "cpu"
+            self.dtype = np.dtype(to_numpy(self.data_xp.zeros((), dtype=self.pr.dtype)).dtype)
+        else:
+            self.xp, self.device = self.data_xp, self.pr.device
+        self.tiny = tiny_sqrt(self.pr.dtype, self.data_xp)
+
+    def zeros(self) -> Any:
+        return self.xp.zeros((self.size + 1,), dtype=self.dtype, device=self.device)
+
+    def check_theta(self, theta: Any, name: str = "theta") -> Any:
+        out = self.xp.asarray(theta, dtype=self.dtype, device=self.device)
+        if tuple(out.shape) != (self.size + 1,):
+            raise ValueError(f"`{name}` must have shape {(self.size + 1,)}, got {out.shape}")
+        return out
+
+    def split(self, phi: Any) -> tuple[Any, float]:
+        return self.xp.reshape(phi[: self.size], self.shape), float(to_numpy(phi[self.size]))
+
+    def join(self, theta: Any, s: float) -> Any:
+        xp = self.xp
+        th = xp.reshape(xp.asarray(theta, dtype=self.dtype, device=self.device), (-1,))
+        return xp.concat([th, xp.asarray([s], dtype=self.dtype, device=self.device)])
+
+    def value_and_gradient(self, phi: Any) -> tuple[Any, Any]:
+        theta, s = self.split(phi)
+        capped = not s * self.t_cap > 1.0
+        t = self.t_cap if capped else 1.0 / s  # flat in s beyond the cap (min-max limit)
+        ell, back = _losses(self.objective, self.pr, theta, self.shape)
+        gap, risk, w = _tilted(ell, self.p, t, self.data_xp, self.tiny)
+        value = risk + self.r / t
+        dv = 0.0 * gap if capped else self.r - t * gap
+        g = back(w)
+        value, g, dv = compute_together(value, g, dv)
+        self.n_passes += 2
+        pen = penalty(self.objective, theta) if not self.lazy else self._ridge(theta)
+        if pen is not None:
+            value, g = value + pen[0], g + pen[1]
+        xs = self.xp
+        grad = xs.concat([xs.reshape(xs.asarray(g, dtype=self.dtype, device=self.device), (-1,)),
+                          xs.reshape(xs.asarray(dv, dtype=self.dtype, device=self.device), (1,))])
+        return xs.asarray(value, dtype=self.dtype, device=self.device), grad
+
+    def _ridge(self, theta: Any) -> tuple[Any, Any] | None:
+        l2 = self.objective.l2
+        return None if not l2 else (0.5 * l2 * np.sum(theta * theta), l2 * theta)
+
+    def tilt(self, s: float) -> float:
+        return self.t_cap if not s * self.t_cap > 1.0 else 1.0 / s
+
+    def value(self, phi: Any) -> Any:
+        return self.value_and_gradient(phi)[0]
+
+    def gradient(self, phi: Any) -> Any:
+        return self.value_and_gradient(phi)[1]
+
+    def hvp(self, phi: Any, v: Any) -> Any:  # pragma: no cover - first-order methods only
+        raise NotImplementedError("the joint KL objective has no Hessian products")
+
+    hessian = linearize = hvp
+
+
+def _tilted(ell: Any, p: Any, t: float, xp: Any, tiny: float) -> tuple[Any, Any, Any]:
+    """``(E_w[l] - R_t, R_t, w)`` at the tilt ``t > 0`` (``p`` normalised or None), without
+    host reads: ``KL(w_t || p) = t (E_w[l] - R_t)``. The risk follows the tilted
+    reduction's rule; the gap is formed about the shift (the largest loss)."""
+    wsum = (lambda a: xp.mean(a)) if p is None else (lambda a: xp.sum(p * a))
+    if p is None:
+        hi, lo = xp.max(ell), xp.min(ell)
+        d = ell - hi
+    else:
+        on = p > 0
+        hi = xp.max(xp.where(on, ell, xp.full_like(ell, -math.inf)))
+        lo = xp.min(xp.where(on, ell, xp.full_like(ell, math.inf)))
+        d = xp.where(on, ell - hi, xp.zeros_like(ell))
+    u = t * d
+    risk = risk_of_exponents(u, p, hi, t * (hi - lo), wsum(ell), t, xp, tiny=tiny)
+    e = xp.exp(u)
+    w = e / (xp.sum(e) if p is None else xp.sum(p * e))
+    if p is not None:
+        w = p * w
+    return xp.sum(w * d) - (risk - hi), risk, w
+
+
+class _ProjectedKL:
+    """``V(theta) = min_{0 < t <= t_cap} R_t(theta) + r / t`` (plus the ridge term), the
+    robust value with the tilt eliminated: for each ``theta`` the tilt solves
+    ``KL(w_t || p) = r`` by safeguarded Newton steps in ``log t`` on the loss vector,
+    warm-started from the last evaluation's. By the envelope theorem the gradient is
+    the tilted gradient at that tilt (one pass over the data for the losses, one for the
+    gradient). Eager libraries (a host read per Newton step)."""
+
+    def __init__(self, objective: Any, r: float, t_cap: float, t0: float, shape: tuple):
+        self.objective, self.r, self.t_cap, self.t = objective, r, t_cap, t0
+        self.xp = objective.xp
+        self.pr = objective.problem
+        self.shape = shape
+        self.n_passes = 0.0
+        p = objective.prior()
+        self.p = None if p is None else p / self.xp.sum(p)
+        self.tiny = tiny_sqrt(self.pr.dtype, self.xp)
+        self.eps = float(self.xp.finfo(self.pr.dtype).eps)
+        self.inner = 0
+
+    def zeros(self) -> Any:
+        return self.xp.zeros(self.shape, dtype=self.pr.dtype, device=self.pr.device)
+
+    def check_theta(self, theta: Any, name: str = "theta") -> Any:
+        return self.objective.check_theta(theta, name=name)
+
+    def value_and_gradient(self, theta: Any) -> tuple[Any, Any]:
+        ell, back = _losses(self.objective, self.pr, theta, self.shape)
+        t, risk, w = self._root(ell)
+        value = risk + self.r / t
+        g = back(w)
+        self.n_passes += 2
+        pen = penalty(self.objective, theta)
+        if pen is not None:
+            value, g = value + pen[0], g + pen[1]
+        return value, g
+
+    def at(self, theta: Any) -> tuple[Any, Any, float]:
+        """(robust value with the ridge term, worst-case weights, tilt) at ``theta``."""
+        ell, _ = _losses(self.objective, self.pr, theta, self.shape)
+        t, risk, w = self._root(ell)
+        pen = penalty(self.objective, theta)
+        value = risk + self.r / t
+        return (value if pen is None else value + pen[0]), w, t
+
+    def _root(self, ell: Any) -> tuple[float, Any, Any]:
+        """The tilt in ``(0, t_cap]`` nearest ``KL(w_t || p) = r`` and ``R_t``, ``w_t``
+        there. The Newton steps read ``log Z``, ``E_w[d]`` and ``Var_w(d)`` of the
+        shifted losses ``d = l - max l`` (``KL = t E_w[d] - log Z``); the risk and the
+        weights at the tilt found are formed once, by the tilted reduction's rule."""
+        xp, r, p = self.xp, self.r, self.p
+        if p is None:
+            d = ell - xp.max(ell)
+        else:
+            hi = xp.max(xp.where(p > 0, ell, xp.full_like(ell, -math.inf)))
+            d = xp.where(p > 0, ell - hi, xp.zeros_like(ell))
+        wsum = (lambda a: xp.mean(a)) if p is None else (lambda a: xp.sum(p * a))
+        tol = max(_KL_RTOL, 64.0 * self.eps)
+        logr, x = math.log(r), math.log(min(self.t, self.t_cap))
+        lo = hi_x = None  # log-tilts below and above the root
+        x_cap = math.log(self.t_cap)
+        for _ in range(_NEWTON_STEPS):
+            t = math.exp(x)
+            self.inner += 1
+            e = xp.exp(t * d)
+            z, m1, m2 = (wsum(e), wsum(e * d), wsum(e * d * d))
+            z, m1, m2 = (float(v) for v in to_numpy(xp.stack([z, m1, m2])))
+            if not (z > 0 and math.isfinite(m1) and math.isfinite(m2)):
+                break  # overflowing losses: the value is not finite either
+            m1, var = m1 / z, max(m2 / z - (m1 / z) ** 2, 0.0)
+            kl = t * m1 - math.log(z)
+            h = math.log(kl) - logr if kl > 0 else -math.inf
+            if h < 0:
+                lo = x
+                if x >= x_cap - 1e-12:  # the radius is not reached below the cap
+                    break
+            else:
+                hi_x = x
+            if abs(h) <= tol:
+                break
+            slope = t * t * var / kl if kl > 0 else 0.0  # d h / d log t
+            step = -h / slope if slope > 0 and math.isfinite(h) else 1.0
+            x_new = min(x + max(min(step, 2.0), -2.0), x_cap)
+            if lo is not None and hi_x is not None and not min(lo, hi_x) < x_new < max(lo, hi_x):
+                x_new = 0.5 * (lo + hi_x)
+            done = abs(x_new - x) <= max(0.1 * math.sqrt(tol), 4.0 * self.eps) * max(1.0, abs(x))
+            x = x_new
+            if done:  # Newton's next error is of the order of this step squared
+                break
+        t = math.exp(x)
+        self.t = t
+        _, risk, w = _tilted(ell, p, t, xp, self.tiny)
+        return t, risk, w
+
+    def value(self, theta: Any) -> Any:
+        return self.value_and_gradient(theta)[0]
+
+    def gradient(self, theta: Any) -> Any:
+        return self.value_and_gradient(theta)[1]
+
+    def hvp(self, theta: Any, v: Any) -> Any:  # pragma: no cover - first-order methods only
+        raise NotImplementedError("the robust KL objective has no Hessian products")
+
+    hessian = linearize = hvp
+
+
+def _losses(objective: Any, pr: Any, theta: Any, shape: tuple):
+    """The losses at ``theta`` and the map ``c -> sum_i c_i grad l_i(theta)``."""
+    xp = objective.xp
+    if not pr.is_linear:
+        idx = xp.arange(objective.n_samples, device=pr.device)
+        ell, vjp = objective.batch_losses_and_vjp(xp.reshape(theta, (-1,)), idx)
+        return ell, lambda c: xp.reshape(vjp(c), shape)
+    X, y = pr.X, pr.y
+    z = X @ theta
+    ell, d1 = pr.loss.value_and_d1(z, y, validate=False, xp=xp)
+
+    def back(c):
+        return X.T @ (c[:, None] * d1 if d1.ndim == 2 else c * d1)
+
+    return ell, back
+
+
+def _start_tilt(ell: Any, prior: Any, r: float) -> tuple[float, float, bool]:
+    """(a starting tilt, the tilt cap ``1e4 / scale``, whether the losses at the start
+    reach no radius ``r`` at any tilt (ties at the largest loss, as at ``theta = 0`` of
+    a classifier), from the losses at the start."""
+    l_all = np.asarray(to_numpy(ell), dtype=np.float64).reshape(-1)
+    ph = None if prior is None else np.asarray(to_numpy(prior), dtype=np.float64).reshape(-1)
+    lh = l_all if ph is None else l_all[ph > 0]
+    spread = float(np.max(lh) - np.min(lh)) if lh.size else 0.0
+    scale = max(spread, float(np.mean(np.abs(lh))) if lh.size else 0.0, 1e-300)
+    t_cap = 1e4 / scale
+    t0 = float(tilt_for_kl(l_all, r, weights=ph))
+    tied = not t0 < math.inf
+    if not 0.0 < t0 < t_cap:
+        sd = float(np.std(lh)) if lh.size else 0.0
+        t0 = math.sqrt(2.0 * r) / (sd if sd > 0 else scale)  # KL ~ t^2 Var / 2
+    return min(t0, 0.5 * t_cap), t_cap, tied
+
+
+def _record(history: dict, t: float, state: Any, nit: int, passes: float, t_start: float,
+            fun: float | None = None) -> None:
+    history["t"].append(t)
+    history["fun"].append(state.fun_float if fun is None else fun)
+    history["nit"].append(nit + state.nit)
+    history["n_passes"].append(passes)
+    history["time"].append(time.perf_counter() - t_start)
+
+
+def _kl_smooth(objective, r, theta0, method, tol, options) -> DROResult:
+    """KL fit as one smooth solve: in ``theta`` with the tilt eliminated (eager
+    libraries), or jointly in ``(theta, s = 1/t)`` (Dask) (module notes)."""
+    x0 = objective.zeros() if theta0 is None else objective.check_theta(theta0, name="theta0")
+    t_start = time.perf_counter()
+    history: dict[str, list] = {k: [] for k in ("t", "fun", "nit", "n_passes", "time")}
+    t0, t_cap, tied = _start_tilt(objective.losses(x0), objective.prior(), r)
+    nit = nfev = 0
+    passes = 0.0
+    if not is_lazy(objective.xp):
+        proj = _ProjectedKL(objective, r, t_cap, t0, tuple(x0.shape))
+
+        def record(state):
+            _record(history, proj.t, state, nit, passes + proj.n_passes, t_start)
+
+        res = minimize(proj, x0, method=method, tol=tol, callback=record, **options)
+        x, jac = res.x, res.jac
+        value, w, t = proj.at(x)
+        at_cap = t >= t_cap * (1.0 - 1e-12)
+        if at_cap:  # the robust value at x, whose own tilt lies beyond the cap
+            value, w, t, _ = _worst_case(objective, x, r)
+    else:
+        if tied:
+            # ties at the start: the derivative in s is r there whatever s, and the joint
+            # solve would first run to the cap; a loose TERM fit at the guess leaves them
+            warm = minimize(objective.with_tilt(t0), x0, method=method, tol=_WARM, **options)
+            x0, nit, nfev, passes = warm.x, warm.nit, warm.nfev, warm.n_passes
+            _record(history, t0, warm, 0, passes, t_start, fun=float(warm.fun) + r / t0)
+            t0, t_cap, _ = _start_tilt(objective.losses(x0), objective.prior(), r)
+        joint = _JointKL(objective, r, t_cap, tuple(x0.shape))
+        phi0 = joint.join(to_numpy(x0), 1.0 / t0)
+
+        def record(state):
+            t = joint.tilt(float(to_numpy(state.x[joint.size])))
+            _record(history, t, state, nit, passes + joint.n_passes, t_start)
+
+        res = minimize(joint, phi0, method=method, tol=tol, callback=record, **options)
+        theta, s = joint.split(res.x)
+        x = objective.check_theta(theta, name="theta")
+        jac = objective.check_theta(np.reshape(res.jac[: joint.size], joint.shape), name="jac")
+        at_cap = not s * t_cap > 1.0
+        value, w, t, _ = _worst_case(objective, x, r)
+    status, detail = res.status, ""
+    if at_cap or t >= t_cap:
+        at_x = f"{t:.6g}" if t < math.inf else "inf (its largest losses tie)"
+        detail = (f"the optimal tilt reaches the cap t = {t_cap:.6g} (1e4 over the losses' "
+                  f"scale at the start): the optimum is taken as the min-max limit "
+                  f"t = inf, and x minimises the robust value over t <= {t_cap:.6g}, within "
+                  f"about log(1/p_min) / {t_cap:.6g} of it; fun and weights are the worst "
+                  f"case at x, whose own tilt is {at_x}")  # fmt: skip
+        t = math.inf
+    return DROResult(
+        x=x, fun=value, jac=jac, nit=nit + res.nit, nfev=nfev + res.nfev,
+        success=status.success, status=status, message=status.describe(nit + res.nit, detail),
+        n_passes=passes + res.n_passes,
+        history=history, method=method, t=t, weights=w,
+    )  # fmt: skip
 
 
 def _kl_fit(objective, r, theta0, method, tol, max_outer, options) -> DROResult:
