@@ -376,7 +376,8 @@ def block(values: Any, mask: Any, t: Any, xp: Any) -> Any:
             d = xp.where(on, d, zero)
         lsum = msum(d)
         ties = msum(xp.astype(v == c, dtype))
-        ex, em, ex2 = exponent_terms(t_fin * d, xp)
+        # at t = 0 and +-inf the exponent is 0 (its sums are replaced below): no overflow
+        ex, em, ex2 = exponent_terms(xp.where(regular, t_fin * d, zero), xp)
         s = xp.where(regular, msum(ex), xp.where(is_zero, n, ties))
         q = xp.where(regular, msum(em), zero)
         s2 = xp.where(regular, msum(ex2), xp.where(is_zero, n, ties))
@@ -433,7 +434,7 @@ def merge(stacked: Any, t: Any, xp: Any) -> Any:
         c_k, c = xp.where(t > 0, hi_k, lo_k), xp.where(t > 0, hi, lo)
         gap = xp.where(on, xp.where(on, c_k, c) - c, zero)
         lsum = xp.sum(lsum_k + n_k * gap, axis=0)
-        d = t_fin * gap
+        d = xp.where(regular, t_fin * gap, zero)
     f, fm = _terms(d, xp)
     s = xp.sum(s_k * f, axis=0)
     q = xp.sum(q_k * f + n_k * fm, axis=0)
@@ -490,15 +491,16 @@ def finish(state: Any, t: Any, xp: Any) -> tuple[Any, Any, Any]:
     c = shift(state, t, xp)
     mean = c + lsum / n_safe
     if is_number(t):
-        if t == 0:
+        fi = xp.finfo(state.dtype)
+        if abs(t) < float(fi.smallest_normal) * float(fi.eps):  # zero in this dtype
             return xp.where(present, mean, zero), present, xp.zeros_like(n)
         if math.isinf(t):
             return xp.where(present, c, zero), present, xp.zeros_like(n)
         t_fin = t
-        scale = abs(t) * (hi - lo)
+        scale = abs(t) * (hi - xp.where(present, lo, hi))
     else:
         t_fin, is_zero, regular = tilt_parts(t, xp)
-        scale = xp.abs(t_fin) * (hi - lo)
+        scale = xp.abs(t_fin) * (hi - xp.where(present, lo, hi))
     near = scale <= 1
     log_mean = log_normaliser(q / n_safe, xp.where(present, s / n_safe, one), near, xp)
     risk = _risk(c, log_mean, t_fin, scale, mean, _tiny(state.dtype, xp), xp)
