@@ -61,6 +61,7 @@ __all__ = [
     "finish",
     "ess_fraction",
     "log_normaliser",
+    "log_normaliser_of",
     "finish_risk",
     "risk_of_exponents",
     "series_threshold",
@@ -172,7 +173,9 @@ def log_normaliser(q: Any, s: Any, near: Any, xp: Any, *, guarded: bool = True) 
     ``near`` (``q = sum p expm1(u)``, exact near ``t = 0``), else ``log(s)``
     (``s = sum p exp(u)``). The branch not taken sees a harmless argument, so that neither
     its value nor its gradient is NaN; ``guarded=False`` drops that guard, for a driver
-    whose sums are in range already (``q > -1``, ``s > 0``) and carry no gradient.
+    whose sums are in range already (``q > -1``, ``s > 0``) and carry no gradient. A
+    Python bool ``near`` (a flag read on the host, as the eager state keeps it) evaluates
+    the branch taken alone (the other sum may then be None).
 
     This is the small-tilt choice of every tilted risk: ``near`` is ``|t| (hi - lo) <= 1``
     (then every ``u`` lies in ``[-1, 0]`` and ``s >= 1/e``), or for a driver that did not
@@ -185,6 +188,8 @@ def log_normaliser(q: Any, s: Any, near: Any, xp: Any, *, guarded: bool = True) 
     >>> float(log_normaliser(np.mean(np.expm1(u)), np.mean(np.exp(u)), True, np))
     -5e-13
     """
+    if isinstance(near, bool):
+        return xp.log1p(q) if near else xp.log(s)
     if not guarded:
         return xp.where(near, xp.log1p(q), xp.log(s))
     return xp.where(
@@ -275,6 +280,22 @@ def risk_of_exponents(
 def _terms(u: Any, xp: Any) -> tuple[Any, Any]:
     """The per-sample terms ``exp(u)`` and ``expm1(u)`` of the fields ``s`` and ``q``."""
     return xp.exp(u), xp.expm1(u)
+
+
+def log_normaliser_of(u: Any, total: Any, near: bool, xp: Any) -> Any:
+    """``log(sum p exp(u))`` of shifted exponents ``u <= 0`` for a host flag ``near``
+    (``|t| (hi - lo) <= 1``): ``total`` maps the per-sample terms to their prior-weighted
+    sum, and only the sum the rule takes is formed (:func:`log_normaliser`).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> float(log_normaliser_of(np.array([-1e-12, 0.0]), np.mean, True, np))
+    -5e-13
+    """
+    if near:
+        return log_normaliser(total(xp.expm1(u)), None, True, xp)
+    return log_normaliser(None, total(xp.exp(u)), False, xp)
 
 
 def exponent_terms(u: Any, xp: Any, *, squares: bool = True) -> tuple[Any, ...]:
