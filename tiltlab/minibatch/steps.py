@@ -13,6 +13,23 @@ The tilt ``t`` is a Python number (eager callers: its special values are Python 
 or a 0-d array (compiled callers: every branch is an ``xp.where``). No function here
 reads an array value on the host, so that the steps stay lazy on Dask and
 ``torch.compile`` traces them without graph breaks.
+
+Examples
+--------
+The running estimator's first step on a batch of three losses is the batch's tilted risk,
+and its weights are the batch's tilted weights:
+
+>>> import numpy as np
+>>> from tiltlab.accumulator import packed
+>>> l, t = np.array([0.0, 1.0, 2.0]), 1.0
+>>> stats = packed.block(l, None, t, np)
+>>> zero = np.zeros(1)
+>>> value, coef, risk, seen, counts = running_from_stats(stats, 0.0, t, zero, zero, zero, 0.5, np)
+>>> bool(np.isclose(value, np.log(np.mean(np.exp(l)))))
+True
+>>> w = sample_weights(l, risk, stats, None, coef, t, np)
+>>> bool(np.allclose(w, np.exp(l) / np.exp(l).sum()))
+True
 """
 
 from __future__ import annotations
