@@ -97,12 +97,26 @@ def device(x: Any) -> Any:
 
 
 def const(value: float, like: Any, xp: Any) -> Any:
-    """A 0-d array holding ``value`` in the dtype and on the device of ``like``."""
+    """A 0-d array holding ``value`` in the dtype and on the device of ``like``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> const(2.0, np.ones(3, dtype=np.float32), np).dtype
+    dtype('float32')
+    """
     return xp.asarray(value, dtype=like.dtype, device=device(like))
 
 
 def is_number(t: Any) -> bool:
-    """Whether the tilt is a Python number (not an array)."""
+    """Whether the tilt is a Python number (not an array).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> is_number(0.5), is_number(np.asarray(0.5))
+    (True, False)
+    """
     return isinstance(t, (int, float))
 
 
@@ -471,7 +485,15 @@ def merge(stacked: Any, t: Any, xp: Any) -> Any:
 
 
 def shift(state: Any, t: Any, xp: Any) -> Any:
-    """The shift ``c`` of each group (``hi`` for ``t > 0``, else ``lo``)."""
+    """The shift ``c`` of each group (``hi`` for ``t > 0``, else ``lo``).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> st = block(np.array([1.0, 3.0]), None, -2.0, np)
+    >>> shift(st, -2.0, np).tolist(), shift(st, 2.0, np).tolist()
+    ([1.0], [3.0])
+    """
     if is_number(t):
         return state[HI, ...] if t > 0 else state[LO, ...]
     return xp.where(t > 0, state[HI, ...], state[LO, ...])
@@ -535,7 +557,14 @@ def finish(state: Any, t: Any, xp: Any) -> tuple[Any, Any, Any]:
 
 
 def total(state: Any, t: Any, xp: Any) -> Any:
-    """The prior-weighted sum of the losses of each group, ``mass c + lsum``."""
+    """The prior-weighted sum of the losses of each group, ``mass c + lsum``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> total(block(np.array([1.0, 3.0, 8.0]), None, 0.5, np), 0.5, np).tolist()
+    [12.0]
+    """
     n = state[MASS, ...]
     c = xp.where(n > 0, shift(state, t, xp), const(0.0, state, xp))
     return n * c + state[LSUM, ...]
