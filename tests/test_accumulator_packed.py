@@ -215,3 +215,24 @@ def test_the_merge_and_finish_compile_without_graph_breaks():
         tt = torch.tensor(t, dtype=torch.float64)
         want = float(reference_state([0.0, 1.0, 4.0, 2.0, 3.0], t)[0])
         assert abs(float(compiled(a, b, tt)[0]) - want) <= 32 * eps("float64") * 4.0
+
+
+@pytest.mark.parametrize("t", [1e-12, 0.1, 2.5, -3.0], ids=str)
+def test_the_fields_mean_what_the_compiled_kernels_states_mean(t):
+    # the compiled CPU kernels store (shift, hi, lo, mass, s, q, lsum, bad, av) per chunk:
+    # hi to lsum are the packed state's rows 0 to 5 (q only where |t| (hi - lo) <= 1)
+    pytest.importorskip("numba")
+    from tiltlab._cpu_kernels import FusedProblem
+
+    losses = np.asarray(CASES["spread"])  # >= 0: the absolute loss at z = l, y = 0
+    fp = FusedProblem("absolute", losses[:, None], np.zeros(losses.shape[0]), n_chunks=1)
+    kernel = fp.block_states(np.ones(1), t)
+    ours = packed.block(losses, None, t, np)[:, 0]
+    names = ["hi", "lo", "mass", "s", "lsum"]
+    if abs(t) * (losses.max() - losses.min()) <= 1.0:
+        names.append("q")
+    for name in names:
+        want = float(getattr(kernel, name)[0])
+        got = float(ours[packed.FIELDS.index(name)])
+        assert abs(got - want) <= 64 * eps("float64") * (abs(want) + losses.sum()), name
+    assert float(kernel.shift[0]) == float(packed.shift(ours[:, None], t, np)[0])
