@@ -589,9 +589,41 @@ def _cuda_reductions_merged(blocks, t, dtype):
     return float(risk._a), np.asarray(weights._a, dtype=np.float64)
 
 
+def _packed_merged(blocks, t, dtype, library="numpy"):
+    """:mod:`tiltlab.accumulator.packed`: the packed state of each block (an empty block
+    included), merged in one call on NumPy with a Python tilt, or on PyTorch with a 0-d
+    tensor tilt (the compiled form: no branch on the tilt) as a balanced tree of pairwise
+    merges; the risk from :func:`~tiltlab.accumulator.packed.finish`."""
+    from tiltlab.accumulator import packed
+
+    if library == "numpy":
+        xp, tilt = np, t
+        arrays = [np.asarray(b, dtype=dtype) for b in blocks]
+        states = [packed.block(b, None, tilt, xp) for b in arrays]
+        st = packed.merge(xp.stack(states), tilt, xp)
+        return float(packed.finish(st, tilt, xp)[0][0]), None
+    import torch
+
+    from tiltlab._compat import library_namespace
+
+    xp = library_namespace(torch.empty(0))
+    tdtype = getattr(torch, np.dtype(dtype).name)
+    tilt = torch.tensor(t, dtype=tdtype)
+    states = [packed.block(torch.tensor(b, dtype=tdtype), None, tilt, xp) for b in blocks]
+    while len(states) > 1:
+        pairs = [xp.stack(states[i : i + 2]) for i in range(0, len(states) - 1, 2)]
+        nxt = [packed.merge(p, tilt, xp) for p in pairs]
+        states = nxt + ([states[-1]] if len(states) % 2 else [])
+    return float(packed.finish(states[0], tilt, xp)[0][0]), None
+
+
 #: the engines whose tilted state is checked against the contract
 STATE_ENGINES: dict[str, StateEngine] = {
     "accumulator": StateEngine(needs=(), merged=_accumulator_merged),
+    "packed": StateEngine(needs=(), merged=_packed_merged),
+    "packed torch": StateEngine(
+        needs=("torch",), merged=lambda b, t, d: _packed_merged(b, t, d, "torch")
+    ),
     "minibatch": StateEngine(needs=(), merged=_minibatch_merged, defect=_running_defect),
     "torch": StateEngine(needs=("torch",), merged=_torch_merged, defect=_running_defect),
     "dask chunks": StateEngine(needs=("dask",), merged=_dask_merged),

@@ -301,7 +301,7 @@ def test_reproducible_with_the_sampler_seed():
 def test_running_update_at_a_tilt_below_the_dtype_range():
     # t = 1e-300 is zero in float32: the update is the t -> 0 limit, the linear average
     # (it was 0 / 0 = NaN when t * gap and the division were formed in float32)
-    from tiltlab.minibatch._kernels import running_update
+    from tiltlab.accumulator.packed import running_update
 
     prev, batch = np.array([2.0], np.float32), np.array([4.5], np.float32)
     for t in (1e-300, -1e-300, 1e-42):

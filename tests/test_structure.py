@@ -717,3 +717,92 @@ def test_import_tiltlab_is_light():
     )
     out = subprocess.run([_sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+# ----------------------------------------------------------------------------------------
+# the tilted reduction's rule: one Python home
+# ----------------------------------------------------------------------------------------
+
+#: the packages whose code drives the tilted state (its eager form, the packed form, the
+#: minibatch estimators, the PyTorch module, the risk functions)
+RULE_DRIVERS = ("tiltlab.accumulator", "tiltlab.minibatch", "tiltlab.torch", "tiltlab.risk")
+#: the one module that forms the small-tilt sums (``expm1`` of the shifted exponents) and
+#: picks ``log1p`` of them near t = 0 (the generated CPU and CUDA kernels are its twins)
+RULE_HOME = "tiltlab.accumulator.packed"
+#: the eager state of the same package, whose regime is read on the host: its block sums,
+#: its merge's factors (its finish takes the home's `log_normaliser`), and the NumPy
+#: shared-shift reduction of many groups (in place, by the same rule)
+RULE_EAGER = (
+    "tiltlab.accumulator._blocks",
+    "tiltlab.accumulator._rule",
+    "tiltlab.accumulator._shared",
+)
+#: other formulas that use ``expm1``/``log1p`` in the driver packages, each with its reason
+RULE_OTHER_FORMULAS = {
+    "tiltlab.minibatch.steps:variational_from_stats": "the variational bound eta + expm1(g) / t",
+    "tiltlab.torch._grouped:_numbers": "the constant log(1 - lam) of the running average",
+    "tiltlab.torch._parallel:_numbers": "the constant log(1 - lam) of the running average",
+    "tiltlab.risk.advantage:_advantage": "the advantage expm1(beta (r - R)) / beta",
+    "tiltlab.risk.ess:_LogESS.kl": "the KL divergence's psi(v) = v expm1(v) - (expm1(v) - v)",
+}
+
+
+def _rule_uses() -> dict[str, list[int]]:
+    """``module:function`` -> lines that name ``expm1`` or ``log1p`` (a call or a reference,
+    as in ``apply(xp.expm1, u)``), in the driver packages."""
+    uses: dict[str, list[int]] = {}
+    for module, (path, _) in _modules().items():
+        if not module.startswith(RULE_DRIVERS):
+            continue
+
+        def walk(node, stack, module=module):
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    walk(child, [*stack, child.name])
+                    continue
+                named = (isinstance(child, ast.Attribute) and child.attr in ("expm1", "log1p")) or (
+                    isinstance(child, ast.Name) and child.id in ("expm1", "log1p")
+                )
+                if named:
+                    uses.setdefault(f"{module}:{'.'.join(stack)}", []).append(child.lineno)
+                walk(child, stack)
+
+        walk(ast.parse(path.read_text(encoding="utf-8")), [])
+    return uses
+
+
+def test_the_small_tilt_rule_has_one_python_home():
+    uses = _rule_uses()
+    stray = {
+        where: lines
+        for where, lines in uses.items()
+        if where.split(":")[0] not in (RULE_HOME, *RULE_EAGER) and where not in RULE_OTHER_FORMULAS
+    }
+    assert not stray, (
+        f"expm1/log1p outside {RULE_HOME} (form the sums with its `exponent_terms` and take "
+        f"the log with its `log_normaliser`, or list another formula in "
+        f"RULE_OTHER_FORMULAS): {stray}"
+    )
+    assert not [w for w in RULE_OTHER_FORMULAS if w not in uses], "stale RULE_OTHER_FORMULAS"
+    # the check sees a reference as well as a call, and the home itself
+    assert any(w.startswith(RULE_HOME + ":") for w in uses)
+    assert "tiltlab.accumulator._blocks:_sample_block" in uses
+
+
+def test_torch_takes_no_private_name_of_minibatch():
+    """The PyTorch module uses the minibatch estimators' public modules (`steps`,
+    `checks`) and the packed state of the accumulator, no private module or name."""
+    bad = []
+    for module, (path, _) in _modules().items():
+        if not module.startswith("tiltlab.torch"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                target = node.module
+                names = [a.name for a in node.names]
+                if target.startswith("tiltlab.minibatch") and (
+                    any(p.startswith("_") for p in target.split("."))
+                    or any(n.startswith("_") for n in names)
+                ):
+                    bad.append((module, target, names))
+    assert not bad, bad

@@ -667,6 +667,7 @@ BACKEND_SUPPORT = {
     "tiltlab.minibatch.level_probabilities": "numpy",
     "tiltlab.minibatch.linear_schedule": "none",
     "tiltlab.minibatch": "all",
+    "tiltlab.minibatch.checks": "none",
     "tiltlab.torch": "torch",
     "tiltlab.distributed": "dask",
     "tiltlab.baselines": "numpy",

@@ -35,8 +35,11 @@ groups): a block costs one device synchronisation, in which its extremes are rea
 checked for NaN and infinity. Spreads beyond the float maximum (losses of both signs near
 it) are handled by halving before subtracting.
 
-:func:`finish_risk` is the same rule for arrays of states computed without host reads
-(the vectorised kernels of :mod:`tiltlab.risk`, a grid of tilts, autograd through ``t``).
+:mod:`tiltlab.accumulator.packed` is the same state as one array (one field layout for
+every array library), with a merge and a finish that read nothing on the host: the
+minibatch estimators, the PyTorch module's steps and the vectorised kernels of
+:mod:`tiltlab.risk` (a grid of tilts, autograd through ``t``, :func:`finish_risk`) are
+its drivers.
 
 :func:`group_risk` gives the risk of every group of a partition; on NumPy it is
 :func:`shared_shift_risk`: one shift for all groups, so that the exponentials are one
@@ -72,7 +75,7 @@ from ._shared import (
 )
 from ._support import EXTREMES, NonFiniteLosses  # noqa: F401  (for drivers)
 from ._support import _extremes as host_extremes  # noqa: F401  (for drivers)
-from ._vectorised import finish_risk, risk_of_exponents, series_threshold
+from .packed import finish_risk, risk_of_exponents, series_threshold
 
 __all__ = [
     "NonFiniteLosses",

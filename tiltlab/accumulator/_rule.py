@@ -23,6 +23,7 @@ from ._support import (
     _scaled_gap,
     _select,
 )
+from .packed import log_normaliser
 
 __all__ = [
     "TiltState",
@@ -305,14 +306,16 @@ class TiltState:
             if not self.is_groups:
                 if scale < tiny and self.lsum is not None:
                     r = c + self.lsum / self.mass
-                elif self.q is not None:
-                    r = _add_scaled(c, xp.log1p(self.q / self.mass), self.t, xp)
                 else:
-                    r = _add_scaled(c, xp.log(self.s / self.mass), self.t, xp)
+                    near = self.q is not None
+                    q = self.q / self.mass if near else None
+                    logz = log_normaliser(q, None if near else self.s / self.mass, near, xp)
+                    r = _add_scaled(c, logz, self.t, xp)
                 return _cast(r, xp, dtype)
-            r = _add_scaled(c, xp.log(self.s / self.mass), self.t, xp)
+            r = _add_scaled(c, log_normaliser(None, self.s / self.mass, False, xp), self.t, xp)
             if self.q is not None and np.any(scale <= 1.0):
-                r_q = _add_scaled(c, xp.log1p(self.q / self.mass), self.t, xp)
+                logz = log_normaliser(self.q / self.mass, None, True, xp)
+                r_q = _add_scaled(c, logz, self.t, xp)
                 r = _select(scale <= 1.0, r_q, r, r)
             if self.lsum is not None and np.any(scale < tiny):
                 r = _select(scale < tiny, c + self.lsum / self.mass, r, r)

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ._validation import check_positive_int, tilt_value
+from .checks import check_positive_int, tilt_value
 
 __all__ = ["linear_schedule", "LinearSchedule", "MLMCBatchSampler", "level_probabilities"]
 

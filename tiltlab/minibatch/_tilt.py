@@ -8,21 +8,11 @@ from typing import Any
 import numpy as np
 
 from .._compat import device, is_array_api_obj, namespace_of, to_numpy
-from . import _kernels as K
+from ..accumulator import packed as P
+from ..accumulator.packed import N_FIELDS, ess_fraction, fit_tilt, merge
+from ..accumulator.packed import block as batch_stats
 from ._sampling import MLMCBatchSampler, level_probabilities
-from ._stats import (
-    N_STATS,
-    batch_stats,
-    check_stats,
-    ess_fraction,
-    fit_tilt,
-    merge,
-    report_from_state,
-    running_from_stats,
-    sample_weights,
-    variational_from_stats,
-)
-from ._validation import (
+from .checks import (
     check_estimator,
     check_groups,
     check_lam,
@@ -30,6 +20,15 @@ from ._validation import (
     check_positive_int,
     check_tilt_spec,
     resolve,
+)
+from .steps import (
+    check_stats,
+    group_mask,
+    mlmc_step,
+    report_from_state,
+    running_from_stats,
+    sample_weights,
+    variational_from_stats,
 )
 
 __all__ = ["MinibatchTilt"]
@@ -348,7 +347,7 @@ class MinibatchTilt:
     def _prepare(self, losses: Any, groups: Any) -> tuple:
         """Validated ``(xp, losses, values, t_group, t_sample, codes, mask)`` of a batch."""
         xp, losses = check_losses(losses, self.check_finite)
-        acc = K.accumulation_dtype(losses.dtype, xp)
+        acc = P.accumulation_dtype(losses.dtype, xp)
         values = xp.astype(_detach(losses), acc)
         t_group, t_sample = self.current_tilts()
         if self.estimator == "variational" and math.isinf(t_sample):
@@ -357,7 +356,7 @@ class MinibatchTilt:
         codes = mask = None
         if self.hierarchical:
             codes = check_groups(groups, values.shape[0], self.n_groups, xp, values)
-            mask = K.group_mask(codes, self.n_groups, acc, xp)
+            mask = group_mask(codes, self.n_groups, acc, xp)
         elif groups is not None:
             raise ValueError("`groups` is for group-level tilting: pass `tilts=` and `n_groups=`")
         return xp, losses, values, t_group, t_sample, codes, mask
@@ -376,8 +375,9 @@ class MinibatchTilt:
         Returns
         -------
         array, shape (7, n_groups)
-            Per group: the largest and the smallest loss, the shifted sums of ``exp`` and
-            ``expm1`` of ``t (l - shift)``, the count and the sum of the losses, and the
+            The packed tilted state of the batch (:mod:`tiltlab.accumulator.packed`): per
+            group the largest and the smallest loss, the count, the shifted sums of
+            ``exp`` and ``expm1`` of ``t (l - shift)``, the sum of ``l - shift`` and the
             shifted sum of ``exp(2 t (l - shift))``.
 
         Examples
@@ -412,9 +412,9 @@ class MinibatchTilt:
                 raise TypeError("`statistics` must be a non-empty sequence of arrays")
             xp = namespace_of(statistics=parts[0])
             stacked = xp.stack(parts)
-        if stacked.ndim != 3 or tuple(stacked.shape[1:]) != (N_STATS, self.n_groups):
+        if stacked.ndim != 3 or tuple(stacked.shape[1:]) != (N_FIELDS, self.n_groups):
             raise ValueError(
-                f"`statistics` must hold arrays of shape ({N_STATS}, {self.n_groups}), got "
+                f"`statistics` must hold arrays of shape ({N_FIELDS}, {self.n_groups}), got "
                 f"{tuple(stacked.shape)}"
             )
         t_sample = fit_tilt(self.current_tilts()[1], stacked.dtype, xp)
@@ -430,8 +430,8 @@ class MinibatchTilt:
             with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
                 level = self._mlmc_level(n)
                 prob = 1.0 if level is None else float(self._level_p[level - 1])
-                t_s = K.const(t_sample, values, xp)
-                weights, value = K.mlmc_step(
+                t_s = P.const(t_sample, values, xp)
+                weights, value = mlmc_step(
                     values, self.base_batch_size, level or 0, prob, level is None, t_s, xp
                 )
             self.step += 1
@@ -444,7 +444,7 @@ class MinibatchTilt:
             # a batch with a NaN or infinite loss (check_finite=False) leaves the state as
             # it was and gets NaN weights, at every tilt
             ok = xp.all(xp.isfinite(values)) & xp.all(xp.isfinite(stats))
-            nan = K.const(math.nan, values, xp)
+            nan = P.const(math.nan, values, xp)
             if self.estimator == "running":
                 value, coef, risk, seen, counts = running_from_stats(
                     stats,
@@ -466,7 +466,7 @@ class MinibatchTilt:
                     ess = xp.where(xp.isnan(ess), last, ess)
                 self._last_ess = ess
             else:
-                ready = K.const(float(self._state is not None), values, xp) > 0
+                ready = P.const(float(self._state is not None), values, xp) > 0
                 value, eta, _, b_risk, coef = variational_from_stats(
                     stats, t_sample, state["eta"], ready, xp
                 )
@@ -482,7 +482,7 @@ class MinibatchTilt:
                         )
                     # a step of size lam in s = e^{t eta}, preconditioned by the curvature
                     # at the optimum: s <- (1 - lam) s + lam e^{t R_B}, in the log domain
-                    new_state = {"eta": K.running_update(eta, b_risk, t_sample, self.lam, xp)}
+                    new_state = {"eta": P.running_update(eta, b_risk, t_sample, self.lam, xp)}
             weights = xp.where(ok, weights, nan)
             value = xp.where(ok, value, nan)
         self._state = new_state

@@ -42,6 +42,7 @@ import numbers
 from typing import Any
 
 from .._compat import device, materialize, namespace_of, real_number, scalar, to_numpy
+from ..accumulator.packed import exponent_terms, log_normaliser, log_normaliser_of
 from .inputs import prepare_losses, prepare_prior
 
 __all__ = ["tilt_for_ess", "tilt_for_kl"]
@@ -100,6 +101,11 @@ _PSI = tuple((k - 1) / math.factorial(k) for k in range(2, 9))
 _SERIES = 1e-3
 
 
+def _host_log(x: float, near: bool) -> float:
+    """``log S`` from the host number ``x``: ``S - 1`` when ``near``, else ``S``."""
+    return log_normaliser(x if near else None, None if near else x, near, math)
+
+
 class _LogESS:
     """``log F(t)`` and ``KL(w_t || p)`` for one tilt at a time, from the losses shifted
     by their extreme on the support (so every exponent is <= 0), each evaluation one pass
@@ -138,8 +144,7 @@ class _LogESS:
 
     def _log_norm(self, u: Any, near: bool) -> Any:
         """``log sum_i p_i e^{u_i}`` (``u <= 0``), through ``expm1``/``log1p`` when near."""
-        xp = self.xp
-        return xp.log1p(self._sum(xp.expm1(u))) if near else xp.log(self._sum(xp.exp(u)))
+        return log_normaliser_of(u, self._sum, near, self.xp)
 
     def __call__(self, t: float) -> float:
         xp, d = self.xp, self.d
@@ -147,13 +152,13 @@ class _LogESS:
         # small |t| * spread: S_k - 1 from expm1, so that log1p keeps log F exact near
         # t = 0; otherwise S_k from exp (positive terms, exact relative to P_star)
         near = abs(t) * self.spread <= 1.0
-        e1, e2 = (xp.expm1(u), xp.expm1(u + u)) if near else (xp.exp(u), xp.exp(u + u))
+        ex, em = exponent_terms(u, xp, squares=False)
+        # expm1(2u) = expm1(u) (exp(u) + 1): a product of accurate factors, no cancellation
+        e1, e2 = (em, em * (ex + 1.0)) if near else (ex, ex * ex)
         sums = xp.stack([self._sum(e1), self._sum(e2)])
         s1, s2 = (float(v) for v in to_numpy(sums))
-        # log F = 2 log S1 - log S2
-        if near:
-            return 2.0 * math.log1p(s1) - math.log1p(s2)
-        return 2.0 * math.log(s1) - math.log(s2)
+        # log F = 2 log S1 - log S2, each log by the rule (host numbers: `math`)
+        return 2.0 * _host_log(s1, near) - _host_log(s2, near)
 
     def kl(self, t: float) -> float:
         """``KL(w_t || p) = sum_i p_i psi(v_i)``, ``v_i = t d_i - log sum_j p_j e^{t d_j}``."""

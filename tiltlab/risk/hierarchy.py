@@ -35,6 +35,7 @@ from ..accumulator import (
     group_risk,
     series_threshold,
 )
+from ..accumulator.packed import exponent_terms
 from ..segments import Segments, int_range, nest_parents, segment_counts
 from ._dispatch import HIERARCHICAL_RISK, HIERARCHICAL_WEIGHTS
 from ._labelled import (  # _weights_from_state: re-exported by the package
@@ -490,7 +491,8 @@ def _autograd_level(v: Any, m: Any, M: Any, seg: Segments, tau: float, tt: Any, 
     spread = (hi * 0.5 - lo * 0.5) * 2.0
     near = xp.abs(tt) * spread < series_threshold(v.dtype, xp)
     series = (tt, gsum(d * d), gsum(d * d * d), near)
-    q, z = gsum(xp.expm1(u)), gsum(xp.exp(u))
+    ex, em = exponent_terms(u, xp, squares=False)
+    q, z = gsum(em), gsum(ex)
     scale = xp.abs(t_fin) * spread
     return finish_risk(t_fin, c, scale, q, z, mean, xp, tiny=tiny_sqrt(v.dtype, xp), series=series)
 

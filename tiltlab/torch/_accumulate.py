@@ -8,8 +8,8 @@ from typing import Any
 
 import torch
 
-from tiltlab.minibatch import _kernels as K
-from tiltlab.minibatch import _stats as S
+from tiltlab.accumulator import packed as P
+from tiltlab.minibatch.steps import group_mask, running_from_stats, sample_weights
 
 from ._parallel import gather_stats
 
@@ -20,7 +20,7 @@ def micro_batch(loss, values, stats, t_group, t_sample, ok, compiling, xp):
     """A micro-batch: merge its statistics into the pending ones and weight it relative
     to the provisional state after the first micro-batch (``anchor``); :func:`finish`
     rescales the accumulated gradient to the final state. Returns ``(value, weights)``."""
-    if S.is_number(t_sample) and math.isinf(t_sample):
+    if P.is_number(t_sample) and math.isinf(t_sample):
         raise ValueError("`t` must be finite with `accumulation_steps` > 1")
     if not compiling and loss._micro >= loss.accumulation_steps:
         raise RuntimeError(
@@ -30,10 +30,10 @@ def micro_batch(loss, values, stats, t_group, t_sample, ok, compiling, xp):
     dtype = values.dtype
     pending = loss.pending.to(dtype)
     if loss._micro == 0:  # the statistics of no sample: the merge below changes nothing
-        pending = S.batch_stats(values[:0], None, t_sample, xp)
-    merged = S.merge(xp.stack([pending, stats]), t_sample, xp)
+        pending = P.block(values[:0], None, t_sample, xp)
+    merged = P.merge(xp.stack([pending, stats]), t_sample, xp)
     state = [b.to(dtype) for b in (loss.risk, loss.seen, loss.counts)]
-    value, coef, risk, _, _ = S.running_from_stats(merged, t_group, t_sample, *state, loss.lam, xp)
+    value, coef, risk, _, _ = running_from_stats(merged, t_group, t_sample, *state, loss.lam, xp)
     with torch.no_grad():
         loss.pending.copy_(torch.where(ok, merged, pending))
         # the anchor: the provisional state after the first micro-batch with samples
@@ -42,7 +42,7 @@ def micro_batch(loss, values, stats, t_group, t_sample, ok, compiling, xp):
         loss.anchor.copy_(torch.where(fresh, risk, loss.anchor.to(dtype)))
         loss.anchor_coef.copy_(torch.where(fresh, coef, loss.anchor_coef.to(dtype)))
     anchor, anchor_coef = loss.anchor.to(dtype), loss.anchor_coef.to(dtype)
-    weights = S.sample_weights(values, anchor, stats, None, anchor_coef, t_sample, xp)
+    weights = sample_weights(values, anchor, stats, None, anchor_coef, t_sample, xp)
     loss._micro += 1
     return value, weights
 
@@ -55,7 +55,7 @@ def finish(loss, parameters: Any, xp: Any) -> None:
     dtype = loss.pending.dtype
     state = [b.to(dtype) for b in (loss.risk, loss.seen, loss.counts)]
     with torch.no_grad():
-        _, coef, risk, seen, counts = S.running_from_stats(
+        _, coef, risk, seen, counts = running_from_stats(
             loss.pending, t_group, t_sample, *state, loss.lam, xp
         )
         ok = loss.anchor_coef > 0
@@ -93,7 +93,7 @@ def observe_batch(loss, losses: torch.Tensor, groups: Any) -> None:
             "`observe` during the training pass of a step: observe every micro-batch of "
             "the step first, then run the training pass over the same micro-batches"
         )
-    acc = K.accumulation_dtype(losses.dtype, torch)
+    acc = P.accumulation_dtype(losses.dtype, torch)
     codes = None if groups is None else groups.detach().to(torch.int64)
     loss.__dict__.setdefault("_observed", []).append((losses.detach().to(acc), codes))
     loss.__dict__["_plan_open"] = True
@@ -125,9 +125,9 @@ def planned_step(loss, losses, values, groups, xp):
     codes = mask = None
     if loss.hierarchical:
         codes = groups.to(torch.int64).clamp(0, loss.n_groups - 1)
-        mask = K.group_mask(codes, loss.n_groups, values.dtype, xp)
-    stats = S.batch_stats(values, mask, t_sample, xp)
-    weights = S.sample_weights(values, plan["risk"], stats, codes, plan["coef"], t_sample, xp)
+        mask = group_mask(codes, loss.n_groups, values.dtype, xp)
+    stats = P.block(values, mask, t_sample, xp)
+    weights = sample_weights(values, plan["risk"], stats, codes, plan["coef"], t_sample, xp)
     weights = torch.where(plan["ok"], weights, torch.zeros_like(weights)) * plan["world"]
     plan["next"] = index + 1
     if plan["next"] == len(observed):
@@ -146,17 +146,17 @@ def _make_plan(loss, observed, dtype, xp) -> dict:
         codes = torch.cat([c for _, c in observed])
         valid = ((codes >= 0) & (codes < loss.n_groups)).all()
         codes = codes.clamp(0, loss.n_groups - 1)
-        mask = K.group_mask(codes, loss.n_groups, dtype, xp)
+        mask = group_mask(codes, loss.n_groups, dtype, xp)
     if loss._ess is not None:
         loss._solve_ess(values, False)  # on the union of the processes' observed losses
     t_group, t_sample = loss._tilts_now(values, False)
     loss._record_tilts(t_group, t_sample, values, False)
-    stats = S.batch_stats(values, mask, t_sample, xp)
+    stats = P.block(values, mask, t_sample, xp)
     world = 1
     if loss.distributed:
         stats, world = gather_stats(stats, t_sample, loss.process_group, xp)
     state = [b.to(dtype) for b in (loss.risk, loss.seen, loss.counts)]
-    value, coef, risk, seen, counts = S.running_from_stats(
+    value, coef, risk, seen, counts = running_from_stats(
         stats, t_group, t_sample, *state, loss.lam, xp
     )
     # a step without any sample has an infinite coefficient
@@ -180,7 +180,7 @@ def _make_plan(loss, observed, dtype, xp) -> dict:
 def _commit(loss, plan: dict, xp: Any) -> None:
     ok = plan["ok"]
     with torch.no_grad():
-        ess = S.ess_fraction(plan["stats"], xp)
+        ess = P.ess_fraction(plan["stats"], xp)
         loss.ess.copy_(torch.where(ok & ~torch.isnan(ess), ess, loss.ess.to(ess.dtype)))
         for buf, new, old in zip(
             (loss.risk, loss.seen, loss.counts),

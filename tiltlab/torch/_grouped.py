@@ -3,8 +3,8 @@
 On one process, for Python tilts (``t_group`` finite, ``t_sample`` 0 or ``0.05 <= |t_sample|
 < inf``), a training step's overhead is the dispatch of its small tensor operations, not
 their arithmetic. This path computes the quantities of the general one (the statistics of
-:mod:`tiltlab.minibatch._stats`, :func:`~tiltlab.minibatch._stats.running_from_stats`,
-:func:`~tiltlab.minibatch._stats.sample_weights`) with one scatter per extreme and one
+:mod:`tiltlab.accumulator.packed`, :func:`~tiltlab.minibatch.steps.running_from_stats`,
+:func:`~tiltlab.minibatch.steps.sample_weights`) with one scatter per extreme and one
 ``index_add_`` for every per-group sum, with no loop over groups and no host read (except
 the CPU's raise on a bad batch, where reading costs nothing). On CUDA, ``index_add_`` adds
 with atomics, so the last bits of a group's sums may change from run to run unless
@@ -18,6 +18,8 @@ from typing import Any, NamedTuple
 
 import torch
 
+from tiltlab.accumulator.packed import exponent_terms, log_normaliser
+
 from ._parallel import write_where as _write
 
 __all__: list[str] = []
@@ -29,10 +31,11 @@ def lean_group_step(
     """The running estimator at group level for Python tilts (see the module).
 
     Per group g of this batch: the shift ``c_g`` (the largest loss for t > 0, else the
-    smallest), ``s_g = sum exp(t (l - c_g))``, ``e_g = sum expm1(t (l - c_g)) <= 0``, ``q_g =
-    sum exp(2 t (l - c_g))``, the count ``n_g`` and the sum. The batch's risk of the group
-    is ``c_g + log(s_g / n_g) / t``, with ``log1p(e_g / n_g)`` where ``s_g >= n_g / 2``
-    (each form is exact to rounding where it is taken), and the mean where ``e_g / n_g >
+    smallest), and the fields of :mod:`tiltlab.accumulator.packed`: ``s_g = sum exp(t (l -
+    c_g))``, ``q_g = sum expm1(t (l - c_g)) <= 0``, ``s2_g = sum exp(2 t (l - c_g))``, the
+    count ``n_g`` and the sum. The batch's risk of the group is ``c_g + log(s_g / n_g) /
+    t``, with ``log1p(q_g / n_g)`` where ``s_g >= n_g / 2`` (its
+    :func:`~tiltlab.accumulator.packed.log_normaliser`), and the mean where ``q_g / n_g >
     -sqrt(tiny)`` (then ``|t| (max - min) < n_g sqrt(tiny)``: the tilted risk is the mean
     to rounding). The running update is ``logaddexp(log(1 - lam), log(lam) + t gap) / t``
     (exact to rounding in the weights, in the risk to ``eps / |t|``: hence the bound on
@@ -58,13 +61,13 @@ def lean_group_step(
         reduce = "amax" if ts > 0 else "amin"
         c = values.new_zeros(n_groups).scatter_reduce(0, idx, values, reduce, include_self=False)
         u = (values - c.index_select(0, idx)) * k.ts
-        ex = torch.exp(u)
-        cols = torch.stack([torch.ones_like(values), values, ex, torch.expm1(u), ex * ex])
+        ex, em, ex2 = exponent_terms(u, torch)
+        cols = torch.stack([torch.ones_like(values), values, ex, em, ex2])
         sums = values.new_zeros(5, n_groups).index_add_(1, idx, cols)
         n, total = sums[0], sums[1]
         # per group: 1 (0 if absent), the mean, s / n, e / n in (-1, 0], q / n
         _, mean_b, s_mean, e_mean, q_mean = sums / n.clamp_min(1.0)
-        log_mean = torch.where(e_mean >= k.half, torch.log1p(e_mean), torch.log(s_mean))
+        log_mean = log_normaliser(e_mean, s_mean, e_mean >= k.half, torch, guarded=False)
         batch = torch.where(e_mean > k.tiny, mean_b, torch.add(c, log_mean, alpha=1.0 / ts))
     # x - x is 0 for a finite x and NaN for an infinite or NaN one
     ok = torch.eq(total - total, k.zero).all() & valid
@@ -90,11 +93,11 @@ def lean_group_step(
         seen_risks = torch.where(counts > k.zero, new, k.far)
         shift = seen_risks.amax() if tg > 0 else seen_risks.amin()
         u_g = ((new - shift) * k.tg).clamp_max(0.0)
-        ex_g = torch.exp(u_g)
+        ex_g, em_g = exponent_terms(u_g, torch, squares=False)
         # the masses' means of the risks, of exp(u) (in (0, 1]) and of expm1(u) (s_g - 1)
-        rows = torch.stack([new, ex_g, torch.expm1(u_g)])
+        rows = torch.stack([new, ex_g, em_g])
         mean, s_g, d_g = torch.mv(rows, counts) / mass
-        log_mean_g = torch.where(d_g >= k.half, torch.log1p(d_g), torch.log(s_g))
+        log_mean_g = log_normaliser(d_g, s_g, d_g >= k.half, torch, guarded=False)
         value = torch.where(d_g > k.tiny, mean, torch.add(shift, log_mean_g, alpha=1.0 / tg))
         outer = ex_g / s_g  # W_g / p_g of the groups seen (present ones included)
     if tg == 0 and ts == 0:

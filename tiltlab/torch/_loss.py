@@ -7,16 +7,16 @@ from typing import Any
 
 import torch
 
-from tiltlab.minibatch import _kernels as K
-from tiltlab.minibatch import _stats as S
-from tiltlab.minibatch._sampling import level_probabilities
-from tiltlab.minibatch._validation import (
+from tiltlab.accumulator import packed as P
+from tiltlab.minibatch import level_probabilities
+from tiltlab.minibatch.checks import (
     check_ess,
     check_estimator,
     check_lam,
     check_positive_int,
     check_tilt_spec,
 )
+from tiltlab.minibatch.steps import group_mask
 
 from . import _steps as steps
 from ._accumulate import finish, micro_batch, observe_batch, planned_step
@@ -239,7 +239,7 @@ class TiltedLoss(torch.nn.Module):
             nan = torch.full((g,), math.nan, dtype=torch.float32)
             self.register_buffer("ess", nan, persistent=False)
             if self.accumulation_steps > 1:
-                zeros = torch.zeros(S.N_STATS, g, dtype=torch.float32)
+                zeros = torch.zeros(P.N_FIELDS, g, dtype=torch.float32)
                 self.register_buffer("pending", zeros, persistent=False)
                 self.register_buffer("anchor", torch.zeros(g), persistent=False)
                 self.register_buffer("anchor_coef", torch.zeros(g), persistent=False)
@@ -453,7 +453,7 @@ class TiltedLoss(torch.nn.Module):
 
     def _tilted(self, losses: torch.Tensor, groups: Any, compiling: bool) -> torch.Tensor:
         xp = steps.xp_torch
-        acc = K.accumulation_dtype(losses.dtype, torch)
+        acc = P.accumulation_dtype(losses.dtype, torch)
         values = losses.detach().to(acc)
         if self.training and self.__dict__.get("_plan_open"):
             return planned_step(self, losses, values, groups, xp)
@@ -467,7 +467,7 @@ class TiltedLoss(torch.nn.Module):
         update = self.training  # eval mode: evaluate with the state, leave it as it is
         if (
             self._lean
-            and S.is_number(t_sample)
+            and P.is_number(t_sample)
             and (t_sample == 0 or 0.05 <= abs(t_sample) < math.inf)
         ):
             return lean_running_step(self, losses, values, t_sample, update, compiling)
@@ -483,14 +483,14 @@ class TiltedLoss(torch.nn.Module):
             codes = groups.to(torch.int64)
             valid = ((codes >= 0) & (codes < self.n_groups)).all()
             codes = codes.clamp(0, self.n_groups - 1)
-            mask = K.group_mask(codes, self.n_groups, acc, xp)
-        stats = S.batch_stats(values, mask, t_sample, xp)
+            mask = group_mask(codes, self.n_groups, acc, xp)
+        stats = P.block(values, mask, t_sample, xp)
         world = 1
         if self.distributed:
             stats, world = gather_stats(stats, t_sample, self.process_group, xp)
         ok = torch.isfinite(stats).all()
         for tilt in (t_group, t_sample):
-            if not S.is_number(tilt):
+            if not P.is_number(tilt):
                 ok = ok & ~torch.isnan(tilt)
         ok = ok if valid is None else ok & valid
         if not compiling and losses.device.type == "cpu" and self.check_finite and not bool(ok):

@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from tiltlab.minibatch._stats import merge
+from tiltlab.accumulator.packed import exponent_terms, log_normaliser, merge
 
 __all__: list[str] = []
 
@@ -123,15 +123,14 @@ def lean_running_step(loss, losses, values, t: float, update: bool, compiling: b
     else:
         c = hi if t > 0 else lo
         u = (values - c) * k.ts
-        ex = torch.exp(u)
+        ex, em = exponent_terms(u, torch, squares=False)
         s = ex.sum()
         s_mean = s / k.n
         if update:  # the effective sample size fraction of this batch's weights
             ess = s_mean * (s / torch.dot(ex, ex))
             write_where(ess_buf, ok, ess, compiling)
-        log_mean = torch.where(
-            spread <= k.inv_abs_t, torch.log1p(torch.expm1(u).mean()), torch.log(s_mean)
-        )
+        near = spread <= k.inv_abs_t
+        log_mean = log_normaliser(em.mean(), s_mean, near, torch, guarded=False)
         batch = torch.add(c, log_mean, alpha=1.0 / t)
         if lam == 1.0:
             new = batch

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from tiltlab.minibatch import _kernels as K
+from tiltlab.accumulator.packed import accumulation_dtype
 
 from ._parallel import widen_state
 
@@ -16,7 +16,7 @@ __all__: list[str] = []
 
 def place_state(loss: Any, losses: torch.Tensor) -> None:
     """The state on the losses' device, at least as wide as their accumulation dtype."""
-    acc = K.accumulation_dtype(losses.dtype, torch)
+    acc = accumulation_dtype(losses.dtype, torch)
     if loss.step.device != losses.device:
         loss.to(losses.device)
     if loss.__dict__.get("_widened_for") is not acc:

@@ -10,9 +10,15 @@ from typing import Any
 import torch
 
 from tiltlab._compat import library_namespace
-from tiltlab.minibatch import _kernels as K
-from tiltlab.minibatch import _stats as S
-from tiltlab.minibatch._validation import check_ess, resolve
+from tiltlab.accumulator import packed as P
+from tiltlab.minibatch.checks import check_ess, resolve
+from tiltlab.minibatch.steps import (
+    mlmc_step,
+    report_from_state,
+    running_from_stats,
+    sample_weights,
+    variational_from_stats,
+)
 
 from ._checks import mlmc_level
 from ._ess import ess_tilt
@@ -42,10 +48,10 @@ def tilts_now(loss, like: torch.Tensor, compiling: bool) -> list[Any]:
                 value = resolve(value, 0, names[i])
         else:
             value = resolve(schedule, loss._host_step(), names[i])
-        if S.is_number(value):
+        if P.is_number(value):
             if loss.estimator == "variational" and math.isinf(value):
                 raise ValueError(f"`{names[i]}` must be finite for estimator='variational'")
-            value = S.fit_tilt(value, like.dtype, xp_torch)
+            value = P.fit_tilt(value, like.dtype, xp_torch)
         out.append(value)
     return out
 
@@ -108,7 +114,7 @@ def record_tilts(
         buf = loss.used
         loss.__dict__["_used"] = (float(t_group), float(t_sample), buf, buf._version)
         return
-    pair = [t if isinstance(t, torch.Tensor) else K.const(t, like, xp_torch) for t in
+    pair = [t if isinstance(t, torch.Tensor) else P.const(t, like, xp_torch) for t in
             (t_group, t_sample)]
     loss.used.copy_(torch.stack(pair))
 
@@ -117,13 +123,13 @@ def running(loss, values, stats, codes, t_group, t_sample, ok, update):
     xp = xp_torch
     dtype = values.dtype
     state = [b.to(dtype) for b in (loss.risk, loss.seen, loss.counts)]
-    value, coef, risk, seen, counts = S.running_from_stats(
+    value, coef, risk, seen, counts = running_from_stats(
         stats, t_group, t_sample, *state, loss.lam, xp
     )
-    weights = S.sample_weights(values, risk, stats, codes, coef, t_sample, xp)
+    weights = sample_weights(values, risk, stats, codes, coef, t_sample, xp)
     if update:
         with torch.no_grad():
-            ess = S.ess_fraction(stats, xp)
+            ess = P.ess_fraction(stats, xp)
             loss.ess.copy_(torch.where(ok & ~torch.isnan(ess), ess, loss.ess.to(dtype)))
             for buf, new, old in zip(
                 (loss.risk, loss.seen, loss.counts), (risk, seen, counts), state, strict=True
@@ -135,10 +141,10 @@ def running(loss, values, stats, codes, t_group, t_sample, ok, update):
 def variational(loss, values, stats, t_sample, ok, update):
     xp = xp_torch
     eta_now = loss.eta.detach().to(values.dtype)
-    value, eta_used, eta_grad, _, coef = S.variational_from_stats(
+    value, eta_used, eta_grad, _, coef = variational_from_stats(
         stats, t_sample, eta_now, loss.ready > 0, xp
     )
-    weights = S.sample_weights(values, eta_used, stats, None, coef, t_sample, xp)
+    weights = sample_weights(values, eta_used, stats, None, coef, t_sample, xp)
     ok_all = ok & torch.isfinite(weights).all()
     if not torch.compiler.is_compiling() and values.device.type == "cpu":
         if bool(ok) and not bool(ok_all):
@@ -160,8 +166,8 @@ def mlmc(loss, losses, values, t_sample, update, compiling):
     n = values.shape[0]
     level = mlmc_level(loss, n)
     prob = 1.0 if level is None else loss._level_p[level - 1]
-    t = K.const(t_sample, values, xp) if S.is_number(t_sample) else t_sample
-    weights, value = K.mlmc_step(
+    t = P.const(t_sample, values, xp) if P.is_number(t_sample) else t_sample
+    weights, value = mlmc_step(
         values, loss.base_batch_size, level or 0, prob, level is None, t, xp
     )
     ok = torch.isfinite(values).all()
@@ -211,5 +217,5 @@ def report(loss) -> dict:
         t_group = loss._values[0]
     else:
         t_group = resolve(schedule, loss._host_step(), "tilts[0]")
-    t_group = S.fit_tilt(t_group, dtype, xp_torch)
-    return S.report_from_state(loss.risk, loss.counts, loss.ess.to(dtype), t_group, xp_torch)
+    t_group = P.fit_tilt(t_group, dtype, xp_torch)
+    return report_from_state(loss.risk, loss.counts, loss.ess.to(dtype), t_group, xp_torch)

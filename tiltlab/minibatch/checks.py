@@ -1,4 +1,15 @@
-"""Checks of the arguments of the minibatch estimators (host side, eager)."""
+"""The argument checks of the minibatch estimators (host side, eager).
+
+:class:`~tiltlab.minibatch.MinibatchTilt` and :class:`tiltlab.torch.TiltedLoss` take the
+same arguments (tilts or schedules of them, ``lam``, the estimator, an ``ess`` fraction)
+and check them here, so that both raise the same errors, naming the argument.
+
+Examples
+--------
+>>> from tiltlab.minibatch.checks import check_lam, resolve
+>>> check_lam(0.5), resolve(lambda step: 0.1 * step, 3, "t")
+(0.5, 0.30000000000000004)
+"""
 
 from __future__ import annotations
 
@@ -11,8 +22,20 @@ import numpy as np
 
 from .._compat import as_array, device, is_array_api_obj, namespace_of
 
-__all__: list[str] = []
+__all__ = [
+    "ESTIMATORS",
+    "check_tilt_spec",
+    "tilt_value",
+    "check_lam",
+    "check_positive_int",
+    "check_estimator",
+    "check_losses",
+    "check_groups",
+    "resolve",
+    "check_ess",
+]
 
+#: the estimators of the minibatch losses
 ESTIMATORS = ("running", "mlmc", "variational")
 
 
@@ -40,6 +63,7 @@ def tilt_value(value: Any, name: str) -> float:
 
 
 def check_lam(lam: Any) -> float:
+    """The memory ``lam`` of the running estimator: a real number in ``(0, 1]``."""
     if isinstance(lam, bool) or not isinstance(lam, numbers.Real):
         raise TypeError(f"`lam` must be a real number in (0, 1], got {type(lam).__name__}")
     if not 0.0 < float(lam) <= 1.0:
@@ -48,6 +72,7 @@ def check_lam(lam: Any) -> float:
 
 
 def check_positive_int(value: Any, name: str, minimum: int = 1) -> int:
+    """An integer (not a bool) of at least ``minimum``; the errors name ``name``."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"`{name}` must be an integer, got {type(value).__name__}")
     if int(value) < minimum:
@@ -56,6 +81,7 @@ def check_positive_int(value: Any, name: str, minimum: int = 1) -> int:
 
 
 def check_estimator(estimator: Any) -> str:
+    """One of :data:`ESTIMATORS`."""
     if estimator not in ESTIMATORS:
         raise ValueError(f"`estimator` must be one of {ESTIMATORS}, got {estimator!r}")
     return estimator
