@@ -557,17 +557,6 @@ def test_the_private_kernel_rule_sees_each_form():
 #: (Layers). The ground floor (``_compat``, ``_dispatch``) is not private to anyone.
 ALLOWED_PRIVATE_IMPORTS: set[tuple[str, str]] = {
     ("tiltlab", "tiltlab._backends"),
-    ("tiltlab.torch._accumulate", "tiltlab.minibatch._kernels"),
-    ("tiltlab.torch._accumulate", "tiltlab.minibatch._stats"),
-    ("tiltlab.torch._loss", "tiltlab.minibatch._kernels"),
-    ("tiltlab.torch._loss", "tiltlab.minibatch._sampling"),
-    ("tiltlab.torch._loss", "tiltlab.minibatch._stats"),
-    ("tiltlab.torch._loss", "tiltlab.minibatch._validation"),
-    ("tiltlab.torch._parallel", "tiltlab.minibatch._stats"),
-    ("tiltlab.torch._placement", "tiltlab.minibatch._kernels"),
-    ("tiltlab.torch._steps", "tiltlab.minibatch._kernels"),
-    ("tiltlab.torch._steps", "tiltlab.minibatch._stats"),
-    ("tiltlab.torch._steps", "tiltlab.minibatch._validation"),
 }
 
 #: top-level modules that every layer may use, private names or not

@@ -392,7 +392,11 @@ class GroupState(TiltState):
         lsum = None
         if self.lsum is not None:
             lsum = xp.sum(self.lsum + self.mass * _dev(d, like), axis=-1)
-        sums = tuple(xp.tensordot(r_d, v, axes=1) for v in self.sums)
+        # a sum, not a BLAS product: a threaded BLAS would wake its pool at every merge of
+        # the compiled kernels' chunks, and its spinning threads would hold a core
+        sums = tuple(
+            xp.sum(xp.reshape(r_d, (-1,) + (1,) * (v.ndim - 1)) * v, axis=0) for v in self.sums
+        )
         return replace(out, mass=mass, s=s, q=q, lsum=lsum, sums=sums)
 
 
