@@ -1,4 +1,4 @@
-"""The fused CPU kernels' threads next to a threaded BLAS in the same process.
+r"""The fused CPU kernels' threads next to a threaded BLAS in the same process.
 
 A solver, a line search or a cross-validation loop calls NumPy's BLAS between two
 evaluations of the objective (``X @ theta``, predictions on held-out rows). OpenBLAS keeps
