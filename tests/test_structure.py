@@ -722,7 +722,7 @@ RULE_HOME = "tiltlab.accumulator.packed"
 #: its merge's factors (its finish takes the home's `log_normaliser`), and the NumPy
 #: shared-shift reduction of many groups (in place, by the same rule)
 RULE_EAGER = (
-    "tiltlab.accumulator._blocks",
+    "tiltlab.accumulator._block_state",
     "tiltlab.accumulator._rule",
     "tiltlab.accumulator._shared",
 )
@@ -775,7 +775,7 @@ def test_the_small_tilt_rule_has_one_python_home():
     assert not [w for w in RULE_OTHER_FORMULAS if w not in uses], "stale RULE_OTHER_FORMULAS"
     # the check sees a reference as well as a call, and the home itself
     assert any(w.startswith(RULE_HOME + ":") for w in uses)
-    assert "tiltlab.accumulator._blocks:_sample_block" in uses
+    assert "tiltlab.accumulator._block_state:_sample_block" in uses
 
 
 def test_torch_takes_no_private_name_of_minibatch():

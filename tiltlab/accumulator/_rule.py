@@ -12,7 +12,7 @@ import numpy as np
 
 from .._compat import device, tiny_sqrt
 from ..segments import Segments
-from ._blocks import _group_block, _sample_block, shifted_exponent
+from ._block_state import _group_block, _sample_block, shifted_exponent
 from ._support import (
     _add_scaled,
     _cast,
