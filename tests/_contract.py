@@ -599,3 +599,372 @@ STATE_ENGINES: dict[str, StateEngine] = {
     "numba groups": StateEngine(needs=("numba",), merged=_numba_groups_merged),
     "cuda reductions (emulated)": StateEngine(needs=("exe:g++",), merged=_cuda_reductions_merged),
 }
+
+
+# ---------------------------------------------------------------------------------------
+# the objective: value, gradient, Hessian-vector product and weights, with a prior and a
+# tilt tree (50 digits, by recursion over the tree; independent of every engine)
+
+
+def reference_tilted(values: list, t: float, prior: list | None = None) -> tuple[Any, list]:
+    """Tilted risk and normalised weights of 50-digit ``values`` under ``prior`` (uniform
+    when None; entries of zero mass take no weight): the prior mean at ``t = 0``, the
+    extreme over the support (prior mass over its ties as weights) at ``+-inf``, and
+    otherwise ``c + log1p(sum p expm1(t (l - c)) / sum p) / t`` with ``c`` the extreme."""
+    with mpmath.workdps(DPS):
+        l = [mpmath.mpf(v) for v in values]
+        p = [mpmath.mpf(1)] * len(l) if prior is None else [mpmath.mpf(v) for v in prior]
+        mass = mpmath.fsum(p)
+        support = [v for v, q in zip(l, p, strict=True) if q > 0]
+        if t == 0:
+            return mpmath.fsum(q * v for v, q in zip(l, p, strict=True)) / mass, [
+                q / mass for q in p
+            ]
+        c = max(support) if t > 0 else min(support)
+        if math.isinf(t):
+            tied = mpmath.fsum(q for v, q in zip(l, p, strict=True) if v == c and q > 0)
+            return c, [q / tied if v == c and q > 0 else mpmath.mpf(0) for v, q in zip(l, p)]
+        tt = mpmath.mpf(t)
+        u = [tt * (v - c) if q > 0 else mpmath.mpf(0) for v, q in zip(l, p, strict=True)]
+        risk = c + mpmath.log1p(
+            mpmath.fsum(q * mpmath.expm1(x) for x, q in zip(u, p, strict=True)) / mass
+        ) / tt
+        e = [q * mpmath.exp(x) for x, q in zip(u, p, strict=True)]
+        total = mpmath.fsum(e)
+        return risk, [x / total for x in e]
+
+
+def reference_objective(
+    name: str,
+    X: np.ndarray,
+    y: np.ndarray,
+    theta: np.ndarray,
+    tilts: list,
+    groups: list | tuple = (),
+    prior: np.ndarray | None = None,
+    l2: float = 0.0,
+    params: dict | None = None,
+    v: np.ndarray | None = None,
+) -> dict:
+    """The tilted objective of the loss ``name`` at ``theta``, in 50 digits.
+
+    ``tilts[0]`` tilts the top level, ``tilts[-1]`` the samples within the finest groups;
+    ``groups`` holds one label array per level below the top (coarse first). The value is
+    ``R(theta) + l2/2 |theta|^2``; the gradient ``sum_i w_i d1_i x_i + l2 theta``; the
+    Hessian-vector product (``v`` given, finite tilts) follows the tilted Hessian of each
+    node, ``H = sum_c w_c H_c + t sum_c w_c (g_c - g)(g_c - g)^T``, down to the samples'
+    ``d2_i x_i x_i^T``. Returns a dict of ``value`` (mpf), ``grad`` and ``hvp`` (object
+    arrays of ``theta``'s shape), ``weights`` (the samples' effective weights) and
+    ``scales`` (the magnitudes of the terms each quantity sums, for tolerances)."""
+    params = params or {}
+    vector = POINT_LOSSES[name].vector
+    n = X.shape[0]
+    with mpmath.workdps(DPS):
+        Xm = np.array([[mpmath.mpf(float(a)) for a in row] for row in X], dtype=object)
+        th = np.array(
+            [mpmath.mpf(float(a)) for a in np.asarray(theta).reshape(-1)], dtype=object
+        ).reshape(np.shape(theta))
+        vv = None
+        if v is not None:
+            vv = np.array(
+                [mpmath.mpf(float(a)) for a in np.asarray(v).reshape(-1)], dtype=object
+            ).reshape(np.shape(theta))
+        Z = Xm.dot(th)  # (n,) or (n, K), exact products summed at 50 digits
+        p = [mpmath.mpf(1)] * n if prior is None else [mpmath.mpf(float(q)) for q in prior]
+        leaf = []  # per sample: (value, gradient, Hv, prior mass, {sample: weight})
+        d2s = []  # per sample: the largest second derivative
+        for i in range(n):
+            if vector:
+                val, g1, h2 = _point(name, list(Z[i]), int(y[i]), params)
+                grad = np.outer(Xm[i], np.array(g1, dtype=object))
+                hv = None
+                if vv is not None:
+                    hv = np.outer(Xm[i], np.array(h2, dtype=object).dot(vv.T.dot(Xm[i])))
+            else:
+                val, g1, h2 = _point(name, Z[i], float(y[i]), params)
+                grad = Xm[i] * g1
+                hv = None if vv is None else Xm[i] * (h2 * Xm[i].dot(vv))
+            leaf.append((val, grad, hv, p[i], {i: mpmath.mpf(1)}))
+            d2s.append(max(abs(x) for x in np.asarray(h2, dtype=object).reshape(-1)))
+
+        def node(idx: list, level: int) -> tuple:
+            t = tilts[level]
+            if level == len(groups):
+                kids = [leaf[i] for i in idx]
+            else:
+                labels = np.asarray(groups[level])
+                kids = [
+                    node([i for i in idx if labels[i] == lab], level + 1)
+                    for lab in sorted({labels[i].item() for i in idx})
+                ]
+            R, w = reference_tilted([k[0] for k in kids], t, [k[3] for k in kids])
+            g = mix(w, [k[1] for k in kids])
+            hv = None
+            if all(k[2] is not None for k in kids) and math.isfinite(t):
+                hv = mix(w, [k[2] for k in kids])
+                for wc, k in zip(w, kids, strict=True):
+                    dg = k[1] - g
+                    hv = hv + (mpmath.mpf(t) * wc * mp_sum(dg * vv)) * dg
+            weights = {i: wc * wi for wc, k in zip(w, kids, strict=True) for i, wi in k[4].items()}
+            return R, g, hv, mpmath.fsum(k[3] for k in kids), weights
+
+        R, g, hv, _, weights = node(list(range(n)), 0)
+        w = [weights[i] for i in range(n)]
+        lam = mpmath.mpf(l2)
+        out = {
+            "value": R + lam / 2 * mp_sum(th * th),
+            "grad": g + lam * th,
+            "hvp": None if hv is None else hv + lam * vv,
+            "weights": w,
+        }
+        # the magnitudes an engine's rounding errors scale with: the largest loss; the
+        # gradient's terms at the samples' weights; the product's terms, its tilted part
+        # (t times the weighted spread of the samples' gradients) included
+        t_max = max(abs(t) for t in tilts if math.isfinite(t)) if any(
+            math.isfinite(t) for t in tilts) else 0  # fmt: skip
+        # (each loss moves by |d1| times the rounding of z = x . theta, of size
+        # eps sum_j |x_j theta_j|; its derivatives by |d2| times as much)
+        zs = [mp_sum(mp_abs(Xm[i]).dot(mp_abs(th))) for i in range(n)]
+        out["scales"] = {
+            "value": max(abs(k[0]) + mp_sum(mp_abs(k[1])) / max(mp_sum(mp_abs(Xm[i])), 1)
+                         * zs[i] for i, k in enumerate(leaf)) + lam * mp_sum(th * th),
+            "grad": mix(w, [mp_abs(k[1]) * (1 + t_max * zs[i]) + d2s[i] * mp_abs(Xm[i]).reshape(
+                (-1,) + (1,) * (th.ndim - 1)) * zs[i] for i, k in enumerate(leaf)])
+            + lam * mp_abs(th),
+        }  # fmt: skip
+        if hv is not None:
+            spread = mix(w, [mp_abs(k[1]) * abs(mp_sum(k[1] * vv)) for k in leaf])
+            out["scales"]["hvp"] = (
+                mix(w, [mp_abs(k[2]) * (1 + zs[i]) for i, k in enumerate(leaf)])
+                + 2 * t_max * spread * (1 + t_max * max(zs)) + lam * mp_abs(vv)
+            )
+    return out
+
+
+def mix(weights: list, arrays: list) -> np.ndarray:
+    """``sum_c weights[c] * arrays[c]`` of object arrays of mpmath numbers."""
+    out = 0 * arrays[0]
+    for wc, a in zip(weights, arrays, strict=True):
+        out = out + wc * a
+    return out
+
+
+def mp_sum(a: Any) -> Any:
+    """The sum of an object array of mpmath numbers (at the working precision)."""
+    return mpmath.fsum(np.asarray(a, dtype=object).reshape(-1).tolist())
+
+
+def mp_abs(a: Any) -> np.ndarray:
+    return np.vectorize(abs, otypes=[object])(np.asarray(a, dtype=object))
+
+
+#: the problems each objective engine is checked on: tilts (top level first) and the
+#: groups below the top level (a two-level tree), with and without a prior
+OBJECTIVE_TILTS: dict[str, tuple] = {
+    "t=0": (0.0,),
+    "t=1e-12": (1e-12,),
+    "t=-2": (-2.0,),
+    "t=8": (8.0,),
+    "t=inf": (math.inf,),
+    "tree (-1, 3)": (-1.0, 3.0),
+    "tree (2, 0)": (2.0, 0.0),
+}
+OBJECTIVE_N, OBJECTIVE_D, OBJECTIVE_K = 13, 3, 3
+
+
+def objective_problem(name: str, dtype: Any, prior: bool, tilts: tuple, seed: int = 7) -> dict:
+    """A small problem of the loss ``name`` in ``dtype``: ``X`` (13 x 3), labels of its
+    label set, ``theta`` and a direction ``v`` (``3 x K`` for the multinomial loss), a
+    prior (or None) and, for a two-level tilt, the groups (four of unequal sizes)."""
+    rng = np.random.default_rng(seed)
+    n, d = OBJECTIVE_N, OBJECTIVE_D
+    vector = POINT_LOSSES[name].vector
+    shape = (d, OBJECTIVE_K) if vector else (d,)
+    X = rng.standard_normal((n, d)).astype(dtype)
+    theta = (rng.standard_normal(shape) / 2).astype(dtype)
+    v = rng.standard_normal(shape).astype(dtype)
+    z = X.astype(np.float64) @ theta.astype(np.float64)
+    kind = POINT_LOSSES[name].labels
+    if kind == "class":
+        y = rng.integers(0, OBJECTIVE_K, n).astype(np.int64)
+    elif kind == "binary":
+        y = (rng.random(n) < 0.4).astype(dtype)
+    elif kind == "nonnegative":
+        y = rng.poisson(np.exp(z)).astype(dtype)
+    else:
+        y = (z + rng.standard_normal(n)).astype(dtype)
+    groups = [np.array([0, 0, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3])[rng.permutation(n)]]
+    return {
+        "X": X, "y": y, "theta": theta, "v": v, "tilts": tilts,
+        "groups": groups if len(tilts) > 1 else (),
+        "prior": (rng.random(n) + 0.25) if prior else None,
+        "l2": 0.125,
+    }  # fmt: skip
+
+
+def objective_errors(got: dict, ref: dict, dtype: Any, n: int, d: int) -> dict:
+    """The quantities of ``got`` (``value``, ``grad``, ``hvp``: NumPy arrays or None) off
+    their 50-digit reference by more than a few units of the dtype's epsilon per term
+    summed, times the magnitudes they scale with (``ref["scales"]``)."""
+    e = 16 * (n + d) * eps(dtype)
+    bad = {}
+    for key in ("value", "grad", "hvp"):
+        if got.get(key) is None or ref.get(key) is None:
+            continue
+        a = np.asarray(got[key], dtype=np.float64).reshape(-1).tolist()
+        r = np.asarray(ref[key], dtype=object).reshape(-1).tolist()
+        sc = np.asarray(ref["scales"][key], dtype=object).reshape(-1).tolist()
+        if len(sc) == 1:
+            sc = sc * len(r)
+        assert len(a) == len(r), (key, len(a), len(r))
+        off = [
+            (i, ai, float(ri))
+            for i, (ai, ri, si) in enumerate(zip(a, r, sc, strict=True))
+            if not abs(mpmath.mpf(ai) - ri) <= e * si + tiny(dtype)
+        ]
+        if off:
+            bad[key] = off[:5]
+    return bad
+
+
+@dataclass(frozen=True)
+class ObjectiveEngine:
+    """One objective engine: ``evaluate(name, problem, dtype, params) -> {"value", "grad",
+    "hvp"}`` (NumPy arrays; ``hvp`` None where the engine has no product), raising
+    ``NotImplementedError`` for a problem it declines."""
+
+    needs: tuple[str, ...]
+    evaluate: Callable[..., dict]
+
+
+def _engine_call(engine: Any, name: str, pb: dict, params: dict, xp: Any = np, **ctx) -> dict:
+    """``value_and_gradient`` and ``hvp`` of one engine object of the objective layer on
+    the problem ``pb`` (arrays in ``xp``); a decline (None) of a problem the engine
+    ``applies`` to is returned as is, for the test to see."""
+    from tiltlab._compat import to_numpy
+    from tiltlab.losses import get_loss
+    from tiltlab.objective import TiltedObjective
+    from tiltlab.objective.engines import Context
+
+    tilts = pb["tilts"]
+    kw = {"t": tilts[0]} if len(tilts) == 1 else {"groups": pb["groups"][0], "tilts": tilts}
+    asx = (lambda a: None if a is None else xp.asarray(a)) if xp is not np else (lambda a: a)
+    problem = TiltedObjective(
+        get_loss(name, **params), asx(pb["X"]), asx(pb["y"]), weights=asx(pb["prior"]),
+        l2=pb["l2"], **kw,
+    ).problem  # fmt: skip
+    context = Context(count=lambda k: None, update=lambda p: None, **ctx)
+    theta, v = asx(pb["theta"]), asx(pb["v"])
+    vg = engine.value_and_gradient(problem, theta, context)
+    if vg is None:
+        raise NotImplementedError(f"{engine.name} declines this problem")
+    hv = None
+    if all(math.isfinite(t) for t in tilts):  # the Hessian is not defined at +-inf
+        hv = engine.hvp(problem, theta, v, context)
+    out = {"value": to_numpy(vg[0]), "grad": to_numpy(vg[1]), "hvp": None}
+    if hv is not None:
+        out["hvp"] = to_numpy(hv)
+    out["dtypes"] = {str(a.dtype) for a in (vg[0], vg[1]) + (() if hv is None else (hv,))}
+    return out
+
+
+def array_api_objective(xp: Any) -> ObjectiveEngine:
+    """The generic array-API engine (``objective.engines.generic``) on the namespace
+    ``xp``: every problem, every tilt, hierarchies and priors."""
+
+    def evaluate(name, pb, dtype, params):
+        from tiltlab.objective.engines.generic import GENERIC
+
+        return _engine_call(GENERIC, name, pb, params, xp=xp)
+
+    return ObjectiveEngine(needs=(), evaluate=evaluate)
+
+
+def _onepass_objective(name, pb, dtype, params):
+    """The one-pass block engine (eager NumPy), in blocks of 4 rows (the last one short)."""
+    from tiltlab.objective.engines.onepass import ONE_PASS
+
+    if len(pb["tilts"]) > 1 or math.isinf(pb["tilts"][0]):
+        raise NotImplementedError("the one-pass engine serves finite sample-level tilts")
+    return _engine_call(ONE_PASS, name, pb, params, block_rows=4)
+
+
+def _fused_cpu_objective(name, pb, dtype, params):
+    """The fused CPU engine (compiled kernels) on NumPy data, whatever the size."""
+    from tiltlab._cpu_kernels import LOSS_CODES
+    from tiltlab.objective.engines.fused_cpu import FUSED_CPU
+
+    if len(pb["tilts"]) > 1 or math.isinf(pb["tilts"][0]) or name not in LOSS_CODES:
+        raise NotImplementedError("the compiled kernels serve finite flat tilts of their losses")
+    return _engine_call(FUSED_CPU, name, pb, params)
+
+
+def _dask_objective(name, pb, dtype, params):
+    """The Dask engine (``distributed``): ``X`` in chunks of 5 rows, one graph a call."""
+    import dask.array as da
+
+    from tiltlab._compat import to_numpy
+    from tiltlab.losses import get_loss
+    from tiltlab.objective import TiltedObjective
+
+    tilts = pb["tilts"]
+    kw = {"t": tilts[0]} if len(tilts) == 1 else {"groups": pb["groups"][0], "tilts": tilts}
+    prior = None if pb["prior"] is None else da.from_array(pb["prior"], chunks=5)
+    obj = TiltedObjective(
+        get_loss(name, **params), da.from_array(pb["X"], chunks=(5, -1)),
+        da.from_array(pb["y"], chunks=5), weights=prior, l2=pb["l2"], **kw,
+    )  # fmt: skip
+    theta, v = da.from_array(pb["theta"]), da.from_array(pb["v"])
+    value, grad = obj.value_and_gradient(theta)
+    hv = obj.hvp(theta, v) if all(math.isfinite(t) for t in tilts) else None
+    out = {"value": to_numpy(value), "grad": to_numpy(grad)}
+    out["hvp"] = None if hv is None else to_numpy(hv)
+    out["dtypes"] = {str(np.asarray(out[k]).dtype) for k in ("value", "grad")}
+    return out
+
+
+def _cuda_objective(name, pb, dtype, params):
+    """The fused CUDA kernels (``tilted_vg``, its finish and gradient product), run in the
+    CPU emulation of CUDA (``tests/cuda_emu.h``) behind the recording stand-in for CuPy:
+    flat finite tilts, the uniform prior, the losses with C code; value and gradient."""
+    import sys
+
+    from cuda_fake import FakeArray, Recorder, fake_cupy
+    from cuda_host import run_emulated
+
+    from tiltlab._cupy import engine as cuda_engine
+    from tiltlab._cupy import source
+    from tiltlab.losses import get_loss
+
+    t = pb["tilts"][0]
+    if len(pb["tilts"]) > 1 or math.isinf(t) or pb["prior"] is not None:
+        raise NotImplementedError("the fused CUDA kernel serves flat finite uniform tilts")
+    if name not in source.C_LOSSES:
+        raise NotImplementedError(f"the CUDA engine has no C code for {name}")
+    rec = Recorder()
+    saved = sys.modules.get("cupy"), source._MODULES
+    sys.modules["cupy"] = fake_cupy(rec, run=run_emulated, sms=1)
+    source._MODULES = {}
+    try:
+        X, y, theta = (FakeArray(pb[k], rec) for k in ("X", "y", "theta"))
+        out = cuda_engine.value_and_gradient(X, y, theta, t, get_loss(name, **params), pb["l2"])
+    finally:
+        if saved[0] is None:
+            del sys.modules["cupy"]
+        else:
+            sys.modules["cupy"] = saved[0]
+        source._MODULES = saved[1]
+    if out is None:
+        raise AssertionError("the fused CUDA kernel reported non-finite losses")
+    value, grad = (a._a for a in out)
+    return {"value": value, "grad": grad, "hvp": None, "dtypes": {str(value.dtype), str(grad.dtype)}}
+
+
+#: the objective engines checked against :func:`reference_objective` (the generic engine
+#: runs per backend of the ``xp`` fixture: :func:`array_api_objective`)
+OBJECTIVE_ENGINES: dict[str, ObjectiveEngine] = {
+    "one-pass": ObjectiveEngine(needs=(), evaluate=_onepass_objective),
+    "fused CPU (numba)": ObjectiveEngine(needs=("numba",), evaluate=_fused_cpu_objective),
+    "dask": ObjectiveEngine(needs=("dask",), evaluate=_dask_objective),
+    "fused CUDA (emulated)": ObjectiveEngine(needs=("exe:g++",), evaluate=_cuda_objective),
+}

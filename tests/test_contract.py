@@ -3,6 +3,10 @@
 * losses: each registered loss is, per engine, either in the engine's declared table and
   equal to the 50-digit point contract (:mod:`tiltlab.losses.pointwise`) within a
   dtype-derived tolerance at every point (kinks, large predictors, underflow), or refused;
+* the objective: each engine's value, gradient and Hessian-vector product, with and
+  without a prior, at tilts 0, 1e-12, +-finite, +inf and on a two-level tree, equal to
+  the 50-digit recursion over the tilt tree (``reference_objective``) within the
+  rounding of the terms they sum, or the problem declined;
 * the tilted state: each engine's per-block states, merged its own way, finish to the
   tilted risk (and weights) of all the losses together, for empty blocks, all-equal
   losses, t = 0, +-inf, 1e-300, 1e-12, 1e8 and spreads up to 1e6.
@@ -17,16 +21,25 @@ import numpy as np
 import pytest
 from _contract import (
     CASES,
+    OBJECTIVE_D,
+    OBJECTIVE_ENGINES,
+    OBJECTIVE_N,
+    OBJECTIVE_TILTS,
     PARAMS,
     POINT_ENGINES,
     STATE_ENGINES,
     TILTS,
+    ObjectiveEngine,
     PointEngine,
+    array_api_objective,
     array_api_point,
     available,
     blocks_of,
+    objective_errors,
+    objective_problem,
     point_errors,
     points,
+    reference_objective,
     reference_points,
     reference_state,
     splits,
@@ -298,3 +311,131 @@ def test_torch_running_state_keeps_float64_losses_in_float64():
     got = float(loss_fn.risk[0])
     want = float(reference_state(np.concatenate(blocks).tolist(), t)[0])
     assert abs(got - want) <= 64 * np.finfo(np.float64).eps
+
+
+# ---------------------------------------------------------------------------------------
+# the objective: value, gradient, Hessian-vector product, prior weights, hierarchies
+
+OBJECTIVE_LOSSES = list(POINT_LOSSES)
+
+
+def _objective_rows() -> list:
+    """(loss, tilts, dtype, prior) rows: every loss in both dtypes, every tilt setting
+    with and without a prior in both dtypes (28 rows; the loss's formulas meet the tilt
+    only through the weights, which every row checks)."""
+    tilts = list(OBJECTIVE_TILTS)
+    rows = []
+    for k in range(max(2 * len(OBJECTIVE_LOSSES), 4 * len(tilts))):
+        rows.append(
+            (OBJECTIVE_LOSSES[k % len(OBJECTIVE_LOSSES)], tilts[(k // 4) % len(tilts)],
+             DTYPES[k % 2], bool((k // 2) % 2))
+        )  # fmt: skip
+    return rows
+
+
+OBJECTIVE_ROWS = _objective_rows()
+_OBJ_REFS: dict = {}
+
+
+def _objective_reference(name, setting, dtype, prior):
+    key = (name, setting, np.dtype(dtype).name, prior)
+    if key not in _OBJ_REFS:
+        pb = objective_problem(name, dtype, prior, OBJECTIVE_TILTS[setting])
+        ref = reference_objective(
+            name, pb["X"], pb["y"], pb["theta"], list(pb["tilts"]), pb["groups"],
+            pb["prior"], pb["l2"], v=pb["v"],
+        )  # fmt: skip
+        _OBJ_REFS[key] = pb, ref
+    return _OBJ_REFS[key]
+
+
+def check_objective_engine(engine: ObjectiveEngine, name, setting, dtype, prior) -> None:
+    """The engine's value, gradient and product equal the reference, in the dtype of the
+    data, or the engine declines the problem (skip)."""
+    pb, ref = _objective_reference(name, setting, dtype, prior)
+    try:
+        got = engine.evaluate(name, pb, dtype, {})
+    except NotImplementedError as exc:
+        pytest.skip(str(exc))
+    assert got["dtypes"] == {np.dtype(dtype).name} or all(
+        d.endswith(np.dtype(dtype).name) for d in got["dtypes"]
+    ), got["dtypes"]
+    assert np.shape(got["grad"]) == pb["theta"].shape
+    bad = objective_errors(got, ref, dtype, OBJECTIVE_N, OBJECTIVE_D)
+    assert not bad, f"{name} {setting} prior={prior} {np.dtype(dtype).name}: {bad}"
+    if all(math.isfinite(t) for t in pb["tilts"]) and got.get("hvp") is None:
+        assert not engine_has_hvp(engine), "a product was expected"
+
+
+def engine_has_hvp(engine: ObjectiveEngine) -> bool:
+    return engine is not OBJECTIVE_ENGINES.get("fused CUDA (emulated)")
+
+
+def _obj_id(value):
+    return np.dtype(value).name if isinstance(value, type) else str(value)
+
+
+@pytest.mark.parametrize(("name", "setting", "dtype", "prior"), OBJECTIVE_ROWS, ids=_obj_id)
+def test_array_api_objective_follows_the_contract(xp, name, setting, dtype, prior):
+    check_objective_engine(array_api_objective(xp), name, setting, dtype, prior)
+
+
+def _engine_rows():
+    """Every engine at every row; the emulated CUDA kernels (a host C++ build per loss,
+    dtype and width) at two of the rows it serves in the push tier, at all in the full."""
+    out = []
+    served = 0
+    for engine_name in OBJECTIVE_ENGINES:
+        for row in OBJECTIVE_ROWS:
+            marks = ()
+            if engine_name == "fused CUDA (emulated)":
+                flat = len(OBJECTIVE_TILTS[row[1]]) == 1 and math.isfinite(OBJECTIVE_TILTS[row[1]][0])
+                if not flat or row[3]:
+                    continue  # declined: a prior, a tree or t = +-inf
+                served += 1
+                marks = () if served <= 2 else (pytest.mark.slow,)
+            out.append(pytest.param(engine_name, *row, marks=marks))
+    return out
+
+
+@pytest.mark.parametrize(("engine_name", "name", "setting", "dtype", "prior"), _engine_rows(),
+                         ids=_obj_id)  # fmt: skip
+def test_objective_engines_follow_the_contract(engine_name, name, setting, dtype, prior):
+    engine = OBJECTIVE_ENGINES[engine_name]
+    missing = available(engine.needs)
+    if missing:
+        pytest.skip(f"{engine_name} needs {missing}")
+    check_objective_engine(engine, name, setting, dtype, prior)
+
+
+def test_the_objective_rows_cover_every_loss_tilt_prior_and_dtype():
+    rows = set(OBJECTIVE_ROWS)
+    assert {(r[0], r[2]) for r in rows} == {(n, d) for n in OBJECTIVE_LOSSES for d in DTYPES}
+    assert {(r[1], r[2], r[3]) for r in rows} == set(
+        itertools.product(OBJECTIVE_TILTS, DTYPES, (False, True))
+    )
+
+
+def test_the_objective_check_can_fail():
+    """An engine whose gradient, product or prior handling is off fails the check."""
+    base = OBJECTIVE_ENGINES["one-pass"]
+
+    def wrong(key, scale):
+        def evaluate(name, pb, dtype, params):
+            out = base.evaluate(name, pb, dtype, params)
+            out[key] = np.asarray(out[key]) * scale
+            return out
+
+        return ObjectiveEngine(needs=(), evaluate=evaluate)
+
+    for key in ("value", "grad", "hvp"):
+        with pytest.raises(AssertionError, match=key):
+            check_objective_engine(wrong(key, 1 + 1e-9), "logistic", "t=-2", np.float64, True)
+
+    def ignores_prior(name, pb, dtype, params):
+        return base.evaluate(name, {**pb, "prior": None}, dtype, params)
+
+    with pytest.raises(AssertionError, match="value"):
+        check_objective_engine(
+            ObjectiveEngine(needs=(), evaluate=ignores_prior), "squared", "t=8", np.float64, True
+        )
