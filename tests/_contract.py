@@ -623,12 +623,17 @@ def reference_tilted(values: list, t: float, prior: list | None = None) -> tuple
         c = max(support) if t > 0 else min(support)
         if math.isinf(t):
             tied = mpmath.fsum(q for v, q in zip(l, p, strict=True) if v == c and q > 0)
-            return c, [q / tied if v == c and q > 0 else mpmath.mpf(0) for v, q in zip(l, p)]
+            return c, [q / tied if v == c and q > 0 else mpmath.mpf(0)
+                       for v, q in zip(l, p, strict=True)]  # fmt: skip
         tt = mpmath.mpf(t)
         u = [tt * (v - c) if q > 0 else mpmath.mpf(0) for v, q in zip(l, p, strict=True)]
-        risk = c + mpmath.log1p(
-            mpmath.fsum(q * mpmath.expm1(x) for x, q in zip(u, p, strict=True)) / mass
-        ) / tt
+        risk = (
+            c
+            + mpmath.log1p(
+                mpmath.fsum(q * mpmath.expm1(x) for x, q in zip(u, p, strict=True)) / mass
+            )
+            / tt
+        )
         e = [q * mpmath.exp(x) for x, q in zip(u, p, strict=True)]
         total = mpmath.fsum(e)
         return risk, [x / total for x in e]
@@ -736,7 +741,8 @@ def reference_objective(
             spread = mix(w, [mp_abs(k[1]) * abs(mp_sum(k[1] * vv)) for k in leaf])
             out["scales"]["hvp"] = (
                 mix(w, [mp_abs(k[2]) * (1 + zs[i]) for i, k in enumerate(leaf)])
-                + 2 * t_max * spread * (1 + t_max * max(zs)) + lam * mp_abs(vv)
+                + 2 * t_max * spread * (1 + t_max * max(zs))
+                + lam * mp_abs(vv)
             )
     return out
 
@@ -957,7 +963,12 @@ def _cuda_objective(name, pb, dtype, params):
     if out is None:
         raise AssertionError("the fused CUDA kernel reported non-finite losses")
     value, grad = (a._a for a in out)
-    return {"value": value, "grad": grad, "hvp": None, "dtypes": {str(value.dtype), str(grad.dtype)}}
+    return {
+        "value": value,
+        "grad": grad,
+        "hvp": None,
+        "dtypes": {str(value.dtype), str(grad.dtype)},
+    }
 
 
 #: the objective engines checked against :func:`reference_objective` (the generic engine

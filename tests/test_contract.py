@@ -389,7 +389,8 @@ def _engine_rows():
         for row in OBJECTIVE_ROWS:
             marks = ()
             if engine_name == "fused CUDA (emulated)":
-                flat = len(OBJECTIVE_TILTS[row[1]]) == 1 and math.isfinite(OBJECTIVE_TILTS[row[1]][0])
+                tilts = OBJECTIVE_TILTS[row[1]]
+                flat = len(tilts) == 1 and math.isfinite(tilts[0])
                 if not flat or row[3]:
                     continue  # declined: a prior, a tree or t = +-inf
                 served += 1
