@@ -2,7 +2,9 @@
 
 The meaning of the method is written once: each loss at one point in
 :mod:`tiltlab.losses.pointwise` (value, first and second derivative in ``z``, label set,
-parameters), and the tilted state with its empty element, merge and finish in
+parameters; here defined again from the textbook formulas, :func:`reference_loss`, so
+that the references do not come from the table every engine's code is generated from),
+and the tilted state with its empty element, merge and finish in
 :class:`tiltlab.accumulator.TiltState`. Every execution target is an *engine* here, one
 entry in a table, checked against 50-digit :mod:`mpmath` references of that contract
 (independent of any engine's code) with tolerances derived from the dtype.
@@ -209,9 +211,67 @@ def reference_points(name: str, z: np.ndarray, y: np.ndarray, params: dict) -> t
 
 
 def _point(name, z, y, params):
-    from tiltlab.losses.pointwise import point
+    return reference_loss(name, z, y, **params)
 
-    return point(name, z, y, m=mpmath, **params)
+
+def reference_loss(name: str, z: Any, y: Any, **params: Any) -> tuple:
+    """``(value, d1, d2)`` of the loss ``name`` at one point, at the working precision of
+    :mod:`mpmath`, from the definitions as first written down (no stabilisation: extra
+    digits absorb their cancellations, e.g. ``1 - s(800)``), with derivatives written by
+    hand, independent of the loss table and of every code generated from it. At a kink the
+    derivatives take the documented side: ``d1 = 0`` where the absolute, pinball, hinge
+    and squared hinge losses have one, Huber's quadratic branch at ``|z - y| = delta``.
+    ``z``: a number (a list of ``K`` for the multinomial loss, ``y`` its class)."""
+    vector = isinstance(z, (list, tuple))
+    top = max(abs(float(v)) for v in (z if vector else [z]))
+    with mpmath.extradps(30 + int(top / 2.3)):
+        out = _definition(name, z, y, **params)
+    if vector:
+        return +out[0], [+v for v in out[1]], [[+v for v in row] for row in out[2]]
+    return tuple(+v for v in out)
+
+
+def _definition(name, z, y, delta=1.0, quantile=0.5):
+    if name == "multinomial":
+        zs = [mpmath.mpf(v) for v in z]
+        total = mpmath.fsum(mpmath.exp(v) for v in zs)
+        s = [mpmath.exp(v) / total for v in zs]
+        K = len(zs)
+        d1 = [s[k] - (1 if k == y else 0) for k in range(K)]
+        d2 = [[(s[i] if i == j else 0) - s[i] * s[j] for j in range(K)] for i in range(K)]
+        return -mpmath.log(s[int(y)]), d1, d2
+    z, y = mpmath.mpf(z), mpmath.mpf(y)
+    zero = mpmath.mpf(0)
+    if name == "squared":
+        return (z - y) ** 2, 2 * (z - y), mpmath.mpf(2)
+    if name == "absolute":
+        return abs(z - y), mpmath.sign(z - y), zero
+    if name == "huber":
+        r, d = z - y, mpmath.mpf(delta)
+        if abs(r) <= d:
+            return r * r / 2, r, mpmath.mpf(1)
+        return d * (abs(r) - d / 2), d * mpmath.sign(r), zero
+    if name == "logistic":
+        s = 1 / (1 + mpmath.exp(-z))
+        return -y * mpmath.log(s) - (1 - y) * mpmath.log(1 - s), s - y, s * (1 - s)
+    if name in ("hinge", "squared_hinge"):
+        m = 2 * y - 1  # the label as -1 or +1
+        h = 1 - m * z
+        if h <= 0:
+            return zero, zero, zero
+        if name == "hinge":
+            return h, -m, zero
+        return h * h, -2 * m * h, 2 * m * m
+    if name == "poisson":  # the half deviance, y log y = 0 at y = 0
+        ez = mpmath.exp(z)
+        value = ez - y - y * (z - mpmath.log(y)) if y > 0 else ez
+        return value, ez - y, ez
+    if name == "pinball":
+        q = mpmath.mpf(quantile)  # the float exactly (q - 1 in floats would round)
+        r = y - z
+        d1 = -q if r > 0 else (1 - q) if r < 0 else zero
+        return max(q * r, (q - 1) * r), d1, zero
+    raise NotImplementedError(f"no 50-digit definition of the {name} loss")
 
 
 # ---------------------------------------------------------------------------------------
@@ -611,7 +671,7 @@ def reference_tilted(values: list, t: float, prior: list | None = None) -> tuple
     when None; entries of zero mass take no weight): the prior mean at ``t = 0``, the
     extreme over the support (prior mass over its ties as weights) at ``+-inf``, and
     otherwise ``c + log1p(sum p expm1(t (l - c)) / sum p) / t`` with ``c`` the extreme."""
-    with mpmath.workdps(DPS):
+    with mpmath.workdps(max(DPS, mpmath.mp.dps)):
         l = [mpmath.mpf(v) for v in values]
         p = [mpmath.mpf(1)] * len(l) if prior is None else [mpmath.mpf(v) for v in prior]
         mass = mpmath.fsum(p)
@@ -637,6 +697,37 @@ def reference_tilted(values: list, t: float, prior: list | None = None) -> tuple
         e = [q * mpmath.exp(x) for x, q in zip(u, p, strict=True)]
         total = mpmath.fsum(e)
         return risk, [x / total for x in e]
+
+
+def reference_hierarchy(
+    losses: Any, groups: list | tuple, tilts: Any, prior: Any = None
+) -> tuple[Any, list]:
+    """The hierarchical tilted risk of ``losses`` and the samples' effective weights, in 50
+    digits: each group's tilted risk of its members under their prior mass, at its level's
+    tilt, up to the top. ``groups``: one label array per level below the top, coarse
+    first; ``tilts[0]`` tilts the top level, ``tilts[-1]`` the samples in the finest
+    groups. Samples of zero prior mass take no weight (a group of no mass none either)."""
+    with mpmath.workdps(max(DPS, mpmath.mp.dps)):
+        l = [mpmath.mpf(float(v)) for v in losses]
+        n = len(l)
+        p = [mpmath.mpf(1)] * n if prior is None else [mpmath.mpf(float(q)) for q in prior]
+
+        def node(idx: list, level: int) -> tuple:
+            if level == len(groups):
+                kids = [(l[i], p[i], {i: mpmath.mpf(1)}) for i in idx]
+            else:
+                labels = np.asarray(groups[level])
+                kids = [
+                    node([i for i in idx if labels[i] == lab], level + 1)
+                    for lab in sorted({labels[i].item() for i in idx})
+                ]
+                kids = [k for k in kids if k[1] > 0]
+            R, w = reference_tilted([k[0] for k in kids], tilts[level], [k[1] for k in kids])
+            weights = {i: wc * wi for wc, k in zip(w, kids, strict=True) for i, wi in k[2].items()}
+            return R, mpmath.fsum(k[1] for k in kids), weights
+
+        R, _, weights = node(list(range(n)), 0)
+        return R, [weights.get(i, mpmath.mpf(0)) for i in range(n)]
 
 
 def reference_objective(

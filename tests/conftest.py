@@ -161,9 +161,7 @@ def _value_key(value):
 def _covering(items):
     """Few items (greedy: each the first that meets the most values not yet met) that
     meet every value of every parameter of ``items``."""
-    cover = {
-        it: {(name, _value_key(v)) for name, v in it.callspec.params.items()} for it in items
-    }
+    cover = {it: {(name, _value_key(v)) for name, v in it.callspec.params.items()} for it in items}
     needed = set().union(*cover.values())
     chosen = []
     while needed:

@@ -347,9 +347,13 @@ def test_output_checks_can_fail(tmp_path):
 
 
 #: pages whose snippets take seconds (a local cluster, training loops): the full tier
-SLOW_PAGES = {"user_guide/scale_out.md", "user_guide/minibatch.md",
-              "user_guide/language_models.md", "user_guide/theory.md",
-              "user_guide/estimators.md"}
+SLOW_PAGES = {
+    "user_guide/scale_out.md",
+    "user_guide/minibatch.md",
+    "user_guide/language_models.md",
+    "user_guide/theory.md",
+    "user_guide/estimators.md",
+}
 
 
 @pytest.mark.parametrize(
