@@ -699,6 +699,11 @@ def reference_tilted(values: list, t: float, prior: list | None = None) -> tuple
         return risk, [x / total for x in e]
 
 
+def _mp(v: Any) -> Any:
+    """``v`` as an mpmath number, exactly (an mpmath number as it is)."""
+    return v if isinstance(v, mpmath.mpf) else mpmath.mpf(float(v))
+
+
 def reference_hierarchy(
     losses: Any, groups: list | tuple, tilts: Any, prior: Any = None
 ) -> tuple[Any, list]:
@@ -708,9 +713,9 @@ def reference_hierarchy(
     first; ``tilts[0]`` tilts the top level, ``tilts[-1]`` the samples in the finest
     groups. Samples of zero prior mass take no weight (a group of no mass none either)."""
     with mpmath.workdps(max(DPS, mpmath.mp.dps)):
-        l = [mpmath.mpf(float(v)) for v in losses]
+        l = [_mp(v) for v in losses]
         n = len(l)
-        p = [mpmath.mpf(1)] * n if prior is None else [mpmath.mpf(float(q)) for q in prior]
+        p = [mpmath.mpf(1)] * n if prior is None else [_mp(q) for q in prior]
 
         def node(idx: list, level: int) -> tuple:
             if level == len(groups):
