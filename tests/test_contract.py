@@ -399,11 +399,17 @@ def test_array_api_objective_follows_the_contract(xp, name, setting, dtype, prio
     check_objective_engine(array_api_objective(xp), name, setting, dtype, prior)
 
 
+#: the rows of the emulated CUDA kernels in the push tier (a host C++ build per loss,
+#: dtype and width: these two are those ``test_cuda_emulated.py`` builds in that tier)
+CUDA_PUSH = {("logistic", np.float64), ("squared", np.float32)}
+
+
 def _engine_rows():
-    """Every engine at every row; the emulated CUDA kernels (a host C++ build per loss,
-    dtype and width) at two of the rows it serves in the push tier, at all in the full."""
+    """Every engine at every row (Dask's at half of them); the emulated CUDA kernels at one
+    row of each (loss, dtype) of ``CUDA_PUSH`` in the push tier, at every row they serve in
+    the full tier."""
     out = []
-    served = 0
+    served = set()
     for engine_name in OBJECTIVE_ENGINES:
         # Dask: a graph per call; every tilt setting in two of its dtype-prior cases
         rows = _latin(OBJECTIVE_ROWS, 0, 2) if engine_name == "dask" else OBJECTIVE_ROWS
@@ -414,8 +420,9 @@ def _engine_rows():
                 flat = len(tilts) == 1 and math.isfinite(tilts[0])
                 if not flat or row[3]:
                     continue  # declined: a prior, a tree or t = +-inf
-                served += 1
-                marks = () if served <= 2 else (pytest.mark.slow,)
+                push = (row[0], row[2]) in CUDA_PUSH and (row[0], row[2]) not in served
+                served.add((row[0], row[2]))
+                marks = () if push else (pytest.mark.slow,)
             out.append(pytest.param(engine_name, *row, marks=marks))
     return out
 
