@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
 import os
 from collections import defaultdict
 
@@ -47,6 +48,58 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "push: runs every instance in the push tier (no covering design)"
     )
+    if not hasattr(config, "workerinput"):  # the main process, before any worker starts
+        _compile_kernels_once()
+
+
+#: the fused CPU kernels the tests use (``tiltlab._cpu_kernels._warm.key`` names), in two
+#: halves of about equal compile time
+KERNELS = (
+    ("vg_scalar-float64", "hvp_scalar-float32", "group_scalar-float64", "group_multi-float32",
+     "vg_multi-float64"),
+    ("vg_scalar-float32", "hvp_scalar-float64", "group_scalar-float32", "group_multi-float64",
+     "hvp_multi-float64"),
+)  # fmt: skip
+
+
+def _compile_kernels_once():
+    """Compile the fused CPU kernels missing from numba's cache, in parallel processes,
+    before the tests start: otherwise each test process (``pytest -n``) compiles every
+    kernel it meets on its own, seconds each, the same kernels in every process at once.
+    A warm cache costs one look at its flags; without numba, or with the kernels switched
+    off, nothing happens (the tests that compile in a new process use caches of their
+    own)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    if importlib.util.find_spec("numba") is None:
+        return
+    import tiltlab
+    from tiltlab._cpu_kernels import _warm
+
+    if _warm.mode() == "off":
+        return
+    halves = [[k for k in half if not _warm.ready(k)] for half in KERNELS]
+    halves = [h for h in halves if h]
+    if not halves:
+        return
+    env = dict(os.environ, TILTLAB_FUSED="wait", NUMBA_NUM_THREADS="1")
+    root = str(Path(tiltlab.__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
+    code = (
+        "import sys\n"
+        "from tiltlab._cpu_kernels import _warm, _warmup\n"
+        "for k in sys.argv[1:]:\n"
+        "    _warmup._compile(k)\n"
+        "    _warm.mark_ready(k)\n"
+    )
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code, *h], env=env, stdin=subprocess.DEVNULL)
+        for h in halves
+    ]
+    for proc in procs:
+        proc.wait()  # a failure shows in the tests that use the kernel
 
 
 TIERS = ("push", "full", "rest")
