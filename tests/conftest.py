@@ -87,12 +87,22 @@ def _compile_kernels_once():
     env = dict(os.environ, TILTLAB_FUSED="wait", NUMBA_NUM_THREADS="1")
     root = str(Path(tiltlab.__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
+    # after each scalar value-and-gradient kernel, the loss block and the linearisation's
+    # product of its dtype (compiled by the tests too, with no flag of their own)
     code = (
         "import sys\n"
-        "from tiltlab._cpu_kernels import _warm, _warmup\n"
+        "import numpy as np\n"
+        "from tiltlab._cpu_kernels import LOSS_CODES, FusedProblem, _warm, _warmup\n"
+        "from tiltlab._cpu_kernels._losses import loss_block\n"
         "for k in sys.argv[1:]:\n"
         "    _warmup._compile(k)\n"
         "    _warm.mark_ready(k)\n"
+        "    if k.startswith('vg_scalar-'):\n"
+        "        dt = np.dtype(k.split('-')[1])\n"
+        "        z = np.zeros(8, dtype=dt)\n"
+        "        fp = FusedProblem('squared', np.ones((8, 2), dtype=dt), z)\n"
+        "        fp.linearize(np.zeros(2, dtype=dt), 1.0).hvp(np.zeros(2, dtype=dt))\n"
+        "        loss_block(LOSS_CODES['squared'], z, z, 0, 8, 0.0, z.copy(), z.copy(), z.copy())\n"
     )
     procs = [
         subprocess.Popen([sys.executable, "-c", code, *h], env=env, stdin=subprocess.DEVNULL)
