@@ -2,7 +2,9 @@
 
 The meaning of the method is written once: each loss at one point in
 :mod:`tiltlab.losses.pointwise` (value, first and second derivative in ``z``, label set,
-parameters), and the tilted state with its empty element, merge and finish in
+parameters; here defined again from the textbook formulas, :func:`reference_loss`, so
+that the references do not come from the table every engine's code is generated from),
+and the tilted state with its empty element, merge and finish in
 :class:`tiltlab.accumulator.TiltState`. Every execution target is an *engine* here, one
 entry in a table, checked against 50-digit :mod:`mpmath` references of that contract
 (independent of any engine's code) with tolerances derived from the dtype.
@@ -209,9 +211,67 @@ def reference_points(name: str, z: np.ndarray, y: np.ndarray, params: dict) -> t
 
 
 def _point(name, z, y, params):
-    from tiltlab.losses.pointwise import point
+    return reference_loss(name, z, y, **params)
 
-    return point(name, z, y, m=mpmath, **params)
+
+def reference_loss(name: str, z: Any, y: Any, **params: Any) -> tuple:
+    """``(value, d1, d2)`` of the loss ``name`` at one point, at the working precision of
+    :mod:`mpmath`, from the definitions as first written down (no stabilisation: extra
+    digits absorb their cancellations, e.g. ``1 - s(800)``), with derivatives written by
+    hand, independent of the loss table and of every code generated from it. At a kink the
+    derivatives take the documented side: ``d1 = 0`` where the absolute, pinball, hinge
+    and squared hinge losses have one, Huber's quadratic branch at ``|z - y| = delta``.
+    ``z``: a number (a list of ``K`` for the multinomial loss, ``y`` its class)."""
+    vector = isinstance(z, (list, tuple))
+    top = max(abs(float(v)) for v in (z if vector else [z]))
+    with mpmath.extradps(30 + int(top / 2.3)):
+        out = _definition(name, z, y, **params)
+    if vector:
+        return +out[0], [+v for v in out[1]], [[+v for v in row] for row in out[2]]
+    return tuple(+v for v in out)
+
+
+def _definition(name, z, y, delta=1.0, quantile=0.5):
+    if name == "multinomial":
+        zs = [mpmath.mpf(v) for v in z]
+        total = mpmath.fsum(mpmath.exp(v) for v in zs)
+        s = [mpmath.exp(v) / total for v in zs]
+        K = len(zs)
+        d1 = [s[k] - (1 if k == y else 0) for k in range(K)]
+        d2 = [[(s[i] if i == j else 0) - s[i] * s[j] for j in range(K)] for i in range(K)]
+        return -mpmath.log(s[int(y)]), d1, d2
+    z, y = mpmath.mpf(z), mpmath.mpf(y)
+    zero = mpmath.mpf(0)
+    if name == "squared":
+        return (z - y) ** 2, 2 * (z - y), mpmath.mpf(2)
+    if name == "absolute":
+        return abs(z - y), mpmath.sign(z - y), zero
+    if name == "huber":
+        r, d = z - y, mpmath.mpf(delta)
+        if abs(r) <= d:
+            return r * r / 2, r, mpmath.mpf(1)
+        return d * (abs(r) - d / 2), d * mpmath.sign(r), zero
+    if name == "logistic":
+        s = 1 / (1 + mpmath.exp(-z))
+        return -y * mpmath.log(s) - (1 - y) * mpmath.log(1 - s), s - y, s * (1 - s)
+    if name in ("hinge", "squared_hinge"):
+        m = 2 * y - 1  # the label as -1 or +1
+        h = 1 - m * z
+        if h <= 0:
+            return zero, zero, zero
+        if name == "hinge":
+            return h, -m, zero
+        return h * h, -2 * m * h, 2 * m * m
+    if name == "poisson":  # the half deviance, y log y = 0 at y = 0
+        ez = mpmath.exp(z)
+        value = ez - y - y * (z - mpmath.log(y)) if y > 0 else ez
+        return value, ez - y, ez
+    if name == "pinball":
+        q = mpmath.mpf(quantile)  # the float exactly (q - 1 in floats would round)
+        r = y - z
+        d1 = -q if r > 0 else (1 - q) if r < 0 else zero
+        return max(q * r, (q - 1) * r), d1, zero
+    raise NotImplementedError(f"no 50-digit definition of the {name} loss")
 
 
 # ---------------------------------------------------------------------------------------
@@ -630,4 +690,420 @@ STATE_ENGINES: dict[str, StateEngine] = {
     "numba chunks": StateEngine(needs=("numba",), merged=_numba_chunks_merged),
     "numba groups": StateEngine(needs=("numba",), merged=_numba_groups_merged),
     "cuda reductions (emulated)": StateEngine(needs=("exe:g++",), merged=_cuda_reductions_merged),
+}
+
+
+# ---------------------------------------------------------------------------------------
+# the objective: value, gradient, Hessian-vector product and weights, with a prior and a
+# tilt tree (50 digits, by recursion over the tree; independent of every engine)
+
+
+def reference_tilted(values: list, t: float, prior: list | None = None) -> tuple[Any, list]:
+    """Tilted risk and normalised weights of 50-digit ``values`` under ``prior`` (uniform
+    when None; entries of zero mass take no weight): the prior mean at ``t = 0``, the
+    extreme over the support (prior mass over its ties as weights) at ``+-inf``, and
+    otherwise ``c + log1p(sum p expm1(t (l - c)) / sum p) / t`` with ``c`` the extreme."""
+    with mpmath.workdps(max(DPS, mpmath.mp.dps)):
+        l = [mpmath.mpf(v) for v in values]
+        p = [mpmath.mpf(1)] * len(l) if prior is None else [mpmath.mpf(v) for v in prior]
+        mass = mpmath.fsum(p)
+        support = [v for v, q in zip(l, p, strict=True) if q > 0]
+        if t == 0:
+            return mpmath.fsum(q * v for v, q in zip(l, p, strict=True)) / mass, [
+                q / mass for q in p
+            ]
+        c = max(support) if t > 0 else min(support)
+        if math.isinf(t):
+            tied = mpmath.fsum(q for v, q in zip(l, p, strict=True) if v == c and q > 0)
+            return c, [q / tied if v == c and q > 0 else mpmath.mpf(0)
+                       for v, q in zip(l, p, strict=True)]  # fmt: skip
+        tt = mpmath.mpf(t)
+        u = [tt * (v - c) if q > 0 else mpmath.mpf(0) for v, q in zip(l, p, strict=True)]
+        risk = (
+            c
+            + mpmath.log1p(
+                mpmath.fsum(q * mpmath.expm1(x) for x, q in zip(u, p, strict=True)) / mass
+            )
+            / tt
+        )
+        e = [q * mpmath.exp(x) for x, q in zip(u, p, strict=True)]
+        total = mpmath.fsum(e)
+        return risk, [x / total for x in e]
+
+
+def _mp(v: Any) -> Any:
+    """``v`` as an mpmath number, exactly (an mpmath number as it is)."""
+    return v if isinstance(v, mpmath.mpf) else mpmath.mpf(float(v))
+
+
+def reference_hierarchy(
+    losses: Any, groups: list | tuple, tilts: Any, prior: Any = None
+) -> tuple[Any, list]:
+    """The hierarchical tilted risk of ``losses`` and the samples' effective weights, in 50
+    digits: each group's tilted risk of its members under their prior mass, at its level's
+    tilt, up to the top. ``groups``: one label array per level below the top, coarse
+    first; ``tilts[0]`` tilts the top level, ``tilts[-1]`` the samples in the finest
+    groups. Samples of zero prior mass take no weight (a group of no mass none either)."""
+    with mpmath.workdps(max(DPS, mpmath.mp.dps)):
+        l = [_mp(v) for v in losses]
+        n = len(l)
+        p = [mpmath.mpf(1)] * n if prior is None else [_mp(q) for q in prior]
+
+        def node(idx: list, level: int) -> tuple:
+            if level == len(groups):
+                kids = [(l[i], p[i], {i: mpmath.mpf(1)}) for i in idx]
+            else:
+                labels = np.asarray(groups[level])
+                kids = [
+                    node([i for i in idx if labels[i] == lab], level + 1)
+                    for lab in sorted({labels[i].item() for i in idx})
+                ]
+                kids = [k for k in kids if k[1] > 0]
+            R, w = reference_tilted([k[0] for k in kids], tilts[level], [k[1] for k in kids])
+            weights = {i: wc * wi for wc, k in zip(w, kids, strict=True) for i, wi in k[2].items()}
+            return R, mpmath.fsum(k[1] for k in kids), weights
+
+        R, _, weights = node(list(range(n)), 0)
+        return R, [weights.get(i, mpmath.mpf(0)) for i in range(n)]
+
+
+def reference_objective(
+    name: str,
+    X: np.ndarray,
+    y: np.ndarray,
+    theta: np.ndarray,
+    tilts: list,
+    groups: list | tuple = (),
+    prior: np.ndarray | None = None,
+    l2: float = 0.0,
+    params: dict | None = None,
+    v: np.ndarray | None = None,
+) -> dict:
+    """The tilted objective of the loss ``name`` at ``theta``, in 50 digits.
+
+    ``tilts[0]`` tilts the top level, ``tilts[-1]`` the samples within the finest groups;
+    ``groups`` holds one label array per level below the top (coarse first). The value is
+    ``R(theta) + l2/2 |theta|^2``; the gradient ``sum_i w_i d1_i x_i + l2 theta``; the
+    Hessian-vector product (``v`` given, finite tilts) follows the tilted Hessian of each
+    node, ``H = sum_c w_c H_c + t sum_c w_c (g_c - g)(g_c - g)^T``, down to the samples'
+    ``d2_i x_i x_i^T``. Returns a dict of ``value`` (mpf), ``grad`` and ``hvp`` (object
+    arrays of ``theta``'s shape), ``weights`` (the samples' effective weights) and
+    ``scales`` (the magnitudes of the terms each quantity sums, for tolerances)."""
+    params = params or {}
+    vector = POINT_LOSSES[name].vector
+    n = X.shape[0]
+    with mpmath.workdps(DPS):
+        Xm = np.array([[mpmath.mpf(float(a)) for a in row] for row in X], dtype=object)
+        th = np.array(
+            [mpmath.mpf(float(a)) for a in np.asarray(theta).reshape(-1)], dtype=object
+        ).reshape(np.shape(theta))
+        vv = None
+        if v is not None:
+            vv = np.array(
+                [mpmath.mpf(float(a)) for a in np.asarray(v).reshape(-1)], dtype=object
+            ).reshape(np.shape(theta))
+        Z = Xm.dot(th)  # (n,) or (n, K), exact products summed at 50 digits
+        p = [mpmath.mpf(1)] * n if prior is None else [mpmath.mpf(float(q)) for q in prior]
+        leaf = []  # per sample: (value, gradient, Hv, prior mass, {sample: weight})
+        d2s = []  # per sample: the largest second derivative
+        for i in range(n):
+            if vector:
+                val, g1, h2 = _point(name, list(Z[i]), int(y[i]), params)
+                grad = np.outer(Xm[i], np.array(g1, dtype=object))
+                hv = None
+                if vv is not None:
+                    hv = np.outer(Xm[i], np.array(h2, dtype=object).dot(vv.T.dot(Xm[i])))
+            else:
+                val, g1, h2 = _point(name, Z[i], float(y[i]), params)
+                grad = Xm[i] * g1
+                hv = None if vv is None else Xm[i] * (h2 * Xm[i].dot(vv))
+            leaf.append((val, grad, hv, p[i], {i: mpmath.mpf(1)}))
+            d2s.append(max(abs(x) for x in np.asarray(h2, dtype=object).reshape(-1)))
+
+        def node(idx: list, level: int) -> tuple:
+            t = tilts[level]
+            if level == len(groups):
+                kids = [leaf[i] for i in idx]
+            else:
+                labels = np.asarray(groups[level])
+                kids = [
+                    node([i for i in idx if labels[i] == lab], level + 1)
+                    for lab in sorted({labels[i].item() for i in idx})
+                ]
+            R, w = reference_tilted([k[0] for k in kids], t, [k[3] for k in kids])
+            g = mix(w, [k[1] for k in kids])
+            hv = None
+            if all(k[2] is not None for k in kids) and math.isfinite(t):
+                hv = mix(w, [k[2] for k in kids])
+                for wc, k in zip(w, kids, strict=True):
+                    dg = k[1] - g
+                    hv = hv + (mpmath.mpf(t) * wc * mp_sum(dg * vv)) * dg
+            weights = {i: wc * wi for wc, k in zip(w, kids, strict=True) for i, wi in k[4].items()}
+            return R, g, hv, mpmath.fsum(k[3] for k in kids), weights
+
+        R, g, hv, _, weights = node(list(range(n)), 0)
+        w = [weights[i] for i in range(n)]
+        lam = mpmath.mpf(l2)
+        out = {
+            "value": R + lam / 2 * mp_sum(th * th),
+            "grad": g + lam * th,
+            "hvp": None if hv is None else hv + lam * vv,
+            "weights": w,
+        }
+        # the magnitudes an engine's rounding errors scale with: the largest loss; the
+        # gradient's terms at the samples' weights; the product's terms, its tilted part
+        # (t times the weighted spread of the samples' gradients) included
+        t_max = max(abs(t) for t in tilts if math.isfinite(t)) if any(
+            math.isfinite(t) for t in tilts) else 0  # fmt: skip
+        # (each loss moves by |d1| times the rounding of z = x . theta, of size
+        # eps sum_j |x_j theta_j|; its derivatives by |d2| times as much)
+        zs = [mp_sum(mp_abs(Xm[i]).dot(mp_abs(th))) for i in range(n)]
+        out["scales"] = {
+            "value": max(abs(k[0]) + mp_sum(mp_abs(k[1])) / max(mp_sum(mp_abs(Xm[i])), 1)
+                         * zs[i] for i, k in enumerate(leaf)) + lam * mp_sum(th * th),
+            "grad": mix(w, [mp_abs(k[1]) * (1 + t_max * zs[i]) + d2s[i] * mp_abs(Xm[i]).reshape(
+                (-1,) + (1,) * (th.ndim - 1)) * zs[i] for i, k in enumerate(leaf)])
+            + lam * mp_abs(th),
+        }  # fmt: skip
+        if hv is not None:
+            spread = mix(w, [mp_abs(k[1]) * abs(mp_sum(k[1] * vv)) for k in leaf])
+            out["scales"]["hvp"] = (
+                mix(w, [mp_abs(k[2]) * (1 + zs[i]) for i, k in enumerate(leaf)])
+                + 2 * t_max * spread * (1 + t_max * max(zs))
+                + lam * mp_abs(vv)
+            )
+    return out
+
+
+def mix(weights: list, arrays: list) -> np.ndarray:
+    """``sum_c weights[c] * arrays[c]`` of object arrays of mpmath numbers."""
+    out = 0 * arrays[0]
+    for wc, a in zip(weights, arrays, strict=True):
+        out = out + wc * a
+    return out
+
+
+def mp_sum(a: Any) -> Any:
+    """The sum of an object array of mpmath numbers (at the working precision)."""
+    return mpmath.fsum(np.asarray(a, dtype=object).reshape(-1).tolist())
+
+
+def mp_abs(a: Any) -> np.ndarray:
+    return np.vectorize(abs, otypes=[object])(np.asarray(a, dtype=object))
+
+
+#: the problems each objective engine is checked on: tilts (top level first) and the
+#: groups below the top level (a two-level tree), with and without a prior
+OBJECTIVE_TILTS: dict[str, tuple] = {
+    "t=0": (0.0,),
+    "t=1e-12": (1e-12,),
+    "t=-2": (-2.0,),
+    "t=8": (8.0,),
+    "t=inf": (math.inf,),
+    "tree (-1, 3)": (-1.0, 3.0),
+    "tree (2, 0)": (2.0, 0.0),
+}
+OBJECTIVE_N, OBJECTIVE_D, OBJECTIVE_K = 13, 3, 3
+
+
+def objective_problem(name: str, dtype: Any, prior: bool, tilts: tuple, seed: int = 7) -> dict:
+    """A small problem of the loss ``name`` in ``dtype``: ``X`` (13 x 3), labels of its
+    label set, ``theta`` and a direction ``v`` (``3 x K`` for the multinomial loss), a
+    prior (or None) and, for a two-level tilt, the groups (four of unequal sizes)."""
+    rng = np.random.default_rng(seed)
+    n, d = OBJECTIVE_N, OBJECTIVE_D
+    vector = POINT_LOSSES[name].vector
+    shape = (d, OBJECTIVE_K) if vector else (d,)
+    X = rng.standard_normal((n, d)).astype(dtype)
+    theta = (rng.standard_normal(shape) / 2).astype(dtype)
+    v = rng.standard_normal(shape).astype(dtype)
+    z = X.astype(np.float64) @ theta.astype(np.float64)
+    kind = POINT_LOSSES[name].labels
+    if kind == "class":
+        y = rng.integers(0, OBJECTIVE_K, n).astype(np.int64)
+    elif kind == "binary":
+        y = (rng.random(n) < 0.4).astype(dtype)
+    elif kind == "nonnegative":
+        y = rng.poisson(np.exp(z)).astype(dtype)
+    else:
+        y = (z + rng.standard_normal(n)).astype(dtype)
+    groups = [np.array([0, 0, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3])[rng.permutation(n)]]
+    return {
+        "X": X, "y": y, "theta": theta, "v": v, "tilts": tilts,
+        "groups": groups if len(tilts) > 1 else (),
+        "prior": (rng.random(n) + 0.25) if prior else None,
+        "l2": 0.125,
+    }  # fmt: skip
+
+
+def objective_errors(got: dict, ref: dict, dtype: Any, n: int, d: int) -> dict:
+    """The quantities of ``got`` (``value``, ``grad``, ``hvp``: NumPy arrays or None) off
+    their 50-digit reference by more than a few units of the dtype's epsilon per term
+    summed, times the magnitudes they scale with (``ref["scales"]``)."""
+    e = 16 * (n + d) * eps(dtype)
+    bad = {}
+    for key in ("value", "grad", "hvp"):
+        if got.get(key) is None or ref.get(key) is None:
+            continue
+        a = np.asarray(got[key], dtype=np.float64).reshape(-1).tolist()
+        r = np.asarray(ref[key], dtype=object).reshape(-1).tolist()
+        sc = np.asarray(ref["scales"][key], dtype=object).reshape(-1).tolist()
+        if len(sc) == 1:
+            sc = sc * len(r)
+        assert len(a) == len(r), (key, len(a), len(r))
+        off = [
+            (i, ai, float(ri))
+            for i, (ai, ri, si) in enumerate(zip(a, r, sc, strict=True))
+            if not abs(mpmath.mpf(ai) - ri) <= e * si + tiny(dtype)
+        ]
+        if off:
+            bad[key] = off[:5]
+    return bad
+
+
+@dataclass(frozen=True)
+class ObjectiveEngine:
+    """One objective engine: ``evaluate(name, problem, dtype, params) -> {"value", "grad",
+    "hvp"}`` (NumPy arrays; ``hvp`` None where the engine has no product), raising
+    ``NotImplementedError`` for a problem it declines."""
+
+    needs: tuple[str, ...]
+    evaluate: Callable[..., dict]
+
+
+def _engine_call(engine: Any, name: str, pb: dict, params: dict, xp: Any = np, **ctx) -> dict:
+    """``value_and_gradient`` and ``hvp`` of one engine object of the objective layer on
+    the problem ``pb`` (arrays in ``xp``); a decline (None) of a problem the engine
+    ``applies`` to is returned as is, for the test to see."""
+    from tiltlab._compat import to_numpy
+    from tiltlab.losses import get_loss
+    from tiltlab.objective import TiltedObjective
+    from tiltlab.objective.engines import Context
+
+    tilts = pb["tilts"]
+    kw = {"t": tilts[0]} if len(tilts) == 1 else {"groups": pb["groups"][0], "tilts": tilts}
+    asx = (lambda a: None if a is None else xp.asarray(a)) if xp is not np else (lambda a: a)
+    problem = TiltedObjective(
+        get_loss(name, **params), asx(pb["X"]), asx(pb["y"]), weights=asx(pb["prior"]),
+        l2=pb["l2"], **kw,
+    ).problem  # fmt: skip
+    context = Context(count=lambda k: None, update=lambda p: None, **ctx)
+    theta, v = asx(pb["theta"]), asx(pb["v"])
+    vg = engine.value_and_gradient(problem, theta, context)
+    if vg is None:
+        raise NotImplementedError(f"{engine.name} declines this problem")
+    hv = None
+    if all(math.isfinite(t) for t in tilts):  # the Hessian is not defined at +-inf
+        hv = engine.hvp(problem, theta, v, context)
+    out = {"value": to_numpy(vg[0]), "grad": to_numpy(vg[1]), "hvp": None}
+    if hv is not None:
+        out["hvp"] = to_numpy(hv)
+    out["dtypes"] = {str(a.dtype) for a in (vg[0], vg[1]) + (() if hv is None else (hv,))}
+    return out
+
+
+def array_api_objective(xp: Any) -> ObjectiveEngine:
+    """The generic array-API engine (``objective.engines.generic``) on the namespace
+    ``xp``: every problem, every tilt, hierarchies and priors."""
+
+    def evaluate(name, pb, dtype, params):
+        from tiltlab.objective.engines.generic import GENERIC
+
+        return _engine_call(GENERIC, name, pb, params, xp=xp)
+
+    return ObjectiveEngine(needs=(), evaluate=evaluate)
+
+
+def _onepass_objective(name, pb, dtype, params):
+    """The one-pass block engine (eager NumPy), in blocks of 4 rows (the last one short)."""
+    from tiltlab.objective.engines.onepass import ONE_PASS
+
+    if len(pb["tilts"]) > 1 or math.isinf(pb["tilts"][0]):
+        raise NotImplementedError("the one-pass engine serves finite sample-level tilts")
+    return _engine_call(ONE_PASS, name, pb, params, block_rows=4)
+
+
+def _fused_cpu_objective(name, pb, dtype, params):
+    """The fused CPU engine (compiled kernels) on NumPy data, whatever the size."""
+    from tiltlab._cpu_kernels import LOSS_CODES
+    from tiltlab.objective.engines.fused_cpu import FUSED_CPU
+
+    if len(pb["tilts"]) > 1 or math.isinf(pb["tilts"][0]) or name not in LOSS_CODES:
+        raise NotImplementedError("the compiled kernels serve finite flat tilts of their losses")
+    return _engine_call(FUSED_CPU, name, pb, params)
+
+
+def _dask_objective(name, pb, dtype, params):
+    """The Dask engine (``distributed``): ``X`` in chunks of 5 rows, one graph a call."""
+    import dask.array as da
+
+    from tiltlab._compat import to_numpy
+    from tiltlab.losses import get_loss
+    from tiltlab.objective import TiltedObjective
+
+    tilts = pb["tilts"]
+    kw = {"t": tilts[0]} if len(tilts) == 1 else {"groups": pb["groups"][0], "tilts": tilts}
+    prior = None if pb["prior"] is None else da.from_array(pb["prior"], chunks=5)
+    obj = TiltedObjective(
+        get_loss(name, **params), da.from_array(pb["X"], chunks=(5, -1)),
+        da.from_array(pb["y"], chunks=5), weights=prior, l2=pb["l2"], **kw,
+    )  # fmt: skip
+    theta, v = da.from_array(pb["theta"]), da.from_array(pb["v"])
+    value, grad = obj.value_and_gradient(theta)
+    hv = obj.hvp(theta, v) if all(math.isfinite(t) for t in tilts) else None
+    out = {"value": to_numpy(value), "grad": to_numpy(grad)}
+    out["hvp"] = None if hv is None else to_numpy(hv)
+    out["dtypes"] = {str(np.asarray(out[k]).dtype) for k in ("value", "grad")}
+    return out
+
+
+def _cuda_objective(name, pb, dtype, params):
+    """The fused CUDA kernels (``tilted_vg``, its finish and gradient product), run in the
+    CPU emulation of CUDA (``tests/cuda_emu.h``) behind the recording stand-in for CuPy:
+    flat finite tilts, the uniform prior, the losses with C code; value and gradient."""
+    import sys
+
+    from cuda_fake import FakeArray, Recorder, fake_cupy
+    from cuda_host import run_emulated
+
+    from tiltlab._cupy import engine as cuda_engine
+    from tiltlab._cupy import source
+    from tiltlab.losses import get_loss
+
+    t = pb["tilts"][0]
+    if len(pb["tilts"]) > 1 or math.isinf(t) or pb["prior"] is not None:
+        raise NotImplementedError("the fused CUDA kernel serves flat finite uniform tilts")
+    if name not in source.C_LOSSES:
+        raise NotImplementedError(f"the CUDA engine has no C code for {name}")
+    rec = Recorder()
+    saved = sys.modules.get("cupy"), source._MODULES
+    sys.modules["cupy"] = fake_cupy(rec, run=run_emulated, sms=1)
+    source._MODULES = {}
+    try:
+        X, y, theta = (FakeArray(pb[k], rec) for k in ("X", "y", "theta"))
+        out = cuda_engine.value_and_gradient(X, y, theta, t, get_loss(name, **params), pb["l2"])
+    finally:
+        if saved[0] is None:
+            del sys.modules["cupy"]
+        else:
+            sys.modules["cupy"] = saved[0]
+        source._MODULES = saved[1]
+    if out is None:
+        raise AssertionError("the fused CUDA kernel reported non-finite losses")
+    value, grad = (a._a for a in out)
+    return {
+        "value": value,
+        "grad": grad,
+        "hvp": None,
+        "dtypes": {str(value.dtype), str(grad.dtype)},
+    }
+
+
+#: the objective engines checked against :func:`reference_objective` (the generic engine
+#: runs per backend of the ``xp`` fixture: :func:`array_api_objective`)
+OBJECTIVE_ENGINES: dict[str, ObjectiveEngine] = {
+    "one-pass": ObjectiveEngine(needs=(), evaluate=_onepass_objective),
+    "fused CPU (numba)": ObjectiveEngine(needs=("numba",), evaluate=_fused_cpu_objective),
+    "dask": ObjectiveEngine(needs=("dask",), evaluate=_dask_objective),
+    "fused CUDA (emulated)": ObjectiveEngine(needs=("exe:g++",), evaluate=_cuda_objective),
 }

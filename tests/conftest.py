@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
 import os
 from collections import defaultdict
 
@@ -47,6 +48,68 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "push: runs every instance in the push tier (no covering design)"
     )
+    if not hasattr(config, "workerinput"):  # the main process, before any worker starts
+        _compile_kernels_once()
+
+
+#: the fused CPU kernels the tests use (``tiltlab._cpu_kernels._warm.key`` names), in two
+#: halves of about equal compile time
+KERNELS = (
+    ("vg_scalar-float64", "hvp_scalar-float32", "group_scalar-float64", "group_multi-float32",
+     "vg_multi-float64"),
+    ("vg_scalar-float32", "hvp_scalar-float64", "group_scalar-float32", "group_multi-float64",
+     "hvp_multi-float64"),
+)  # fmt: skip
+
+
+def _compile_kernels_once():
+    """Compile the fused CPU kernels missing from numba's cache, in parallel processes,
+    before the tests start: otherwise each test process (``pytest -n``) compiles every
+    kernel it meets on its own, seconds each, the same kernels in every process at once.
+    A warm cache costs one look at its flags; without numba, or with the kernels switched
+    off, nothing happens (the tests that compile in a new process use caches of their
+    own)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    if importlib.util.find_spec("numba") is None:
+        return
+    import tiltlab
+    from tiltlab._cpu_kernels import _warm
+
+    if _warm.mode() == "off":
+        return
+    halves = [[k for k in half if not _warm.ready(k)] for half in KERNELS]
+    halves = [h for h in halves if h]
+    if not halves:
+        return
+    env = dict(os.environ, TILTLAB_FUSED="wait", NUMBA_NUM_THREADS="1")
+    root = str(Path(tiltlab.__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
+    # after each scalar value-and-gradient kernel, the loss block and the linearisation's
+    # product of its dtype (compiled by the tests too, with no flag of their own)
+    code = (
+        "import sys\n"
+        "import numpy as np\n"
+        "from tiltlab._cpu_kernels import LOSS_CODES, FusedProblem, _warm, _warmup\n"
+        "from tiltlab._cpu_kernels._losses import loss_block\n"
+        "for k in sys.argv[1:]:\n"
+        "    _warmup._compile(k)\n"
+        "    _warm.mark_ready(k)\n"
+        "    if k.startswith('vg_scalar-'):\n"
+        "        dt = np.dtype(k.split('-')[1])\n"
+        "        z = np.zeros(8, dtype=dt)\n"
+        "        fp = FusedProblem('squared', np.ones((8, 2), dtype=dt), z)\n"
+        "        fp.linearize(np.zeros(2, dtype=dt), 1.0).hvp(np.zeros(2, dtype=dt))\n"
+        "        loss_block(LOSS_CODES['squared'], z, z, 0, 8, 0.0, z.copy(), z.copy(), z.copy())\n"
+    )
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code, *h], env=env, stdin=subprocess.DEVNULL)
+        for h in halves
+    ]
+    for proc in procs:
+        proc.wait()  # a failure shows in the tests that use the kernel
 
 
 TIERS = ("push", "full", "rest")
@@ -161,9 +224,7 @@ def _value_key(value):
 def _covering(items):
     """Few items (greedy: each the first that meets the most values not yet met) that
     meet every value of every parameter of ``items``."""
-    cover = {
-        it: {(name, _value_key(v)) for name, v in it.callspec.params.items()} for it in items
-    }
+    cover = {it: {(name, _value_key(v)) for name, v in it.callspec.params.items()} for it in items}
     needed = set().union(*cover.values())
     chosen = []
     while needed:

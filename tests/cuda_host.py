@@ -1,9 +1,9 @@
 """Host builds of the CUDA scalar functions (``tiltlab/_cupy/tilt.cuh``) for the tests.
 
 The header is compiled as C with the host compiler (``TL_HD`` empty, so that every
-function is exported) once per element type, and called through ctypes. ``simulate_vg``
-runs the fused kernel's sequence of calls (row groups of lanes sharing a shift, unused
-groups included) and ``finish_vg`` the finish kernel's, on the CPU.
+function is exported) once per element type, and called through ctypes. The kernels
+themselves run on the CPU through :func:`emulated` (``tests/cuda_emu.h``), not through a
+Python copy of their sequence of calls.
 """
 
 from __future__ import annotations
@@ -164,88 +164,6 @@ def host(dtype) -> HostC:
     if lib is None:
         pytest.skip("no C compiler")
     return HostC(lib, dtype)
-
-
-# ---------------------------------------------------------------------------------------
-# the kernels' sequences of calls, on the CPU
-
-
-def simulate_vg(h: HostC, X, y, theta, t: float, loss: str, n_groups: int, L: int, R: int):
-    """Group states (``n_groups x 7``) and gradient sums (``n_groups x d``) as
-    ``tilted_vg`` writes them: group ``g`` takes rows ``g + k n_groups`` (R of them per
-    step, lanes i < R one each), its lanes share a shift moved with the group's factor,
-    and groups without rows write the empty state."""
-    dt = h.dtype.type
-    n, d = X.shape
-    st_rows = np.zeros((n_groups, 7), dtype=h.dtype)
-    acc_rows = np.zeros((n_groups, d), dtype=h.dtype)
-    for g in range(n_groups):
-        lanes = [h.empty() for _ in range(L)]
-        acc = np.zeros(d, dtype=h.dtype)
-        have, c = False, (-math.inf if t > 0 else math.inf)
-        r0 = g
-        while r0 < n:
-            rows = [r0 + i * n_groups for i in range(R)]
-            vals = {}
-            for i, r in enumerate(rows):
-                if r < n:
-                    z = float(np.dot(X[r].astype(np.float64), theta.astype(np.float64)))
-                    vals[i] = h.loss(loss, float(dt(z)), float(y[r]))
-            cand = c
-            for l, _, _ in vals.values():
-                if (l > cand) if t > 0 else (l < cand):
-                    cand = l
-            if not have or cand != c:
-                rg = dt(math.exp(h.lib.tl_gap(t, c, cand))) if have else dt(0.0)
-                for s in lanes:
-                    h.move(s, cand, t)
-                acc = (acc * rg).astype(h.dtype)
-                c, have = cand, True
-            for i, (l, d1, _) in vals.items():
-                e = h.add(lanes[i], l, t)
-                acc = (acc + dt(e * d1) * X[rows[i]]).astype(h.dtype)
-            r0 += n_groups * R
-        gs = lanes[0]
-        for s in lanes[1:]:
-            gs = h.merge(gs, s, t)[0]
-        st_rows[g] = h.row(gs)
-        acc_rows[g] = acc
-    return st_rows, acc_rows
-
-
-def warp_merge(h: HostC, st_rows, acc_rows, t: float, per_warp: int):
-    """The kernel's epilogue: the states of ``per_warp`` consecutive groups (a warp)
-    merged, their gradient sums moved to the warp's shift and added."""
-    n = st_rows.shape[0] // per_warp
-    st_out = np.zeros((n, 7), dtype=h.dtype)
-    acc_out = np.zeros((n, acc_rows.shape[1]), dtype=h.dtype)
-    for w in range(n):
-        rows = range(w * per_warp, (w + 1) * per_warp)
-        states = [h.state(**dict(zip(FIELDS, map(float, st_rows[g]), strict=True))) for g in rows]
-        ws = h.empty()
-        for s in states:
-            ws = h.merge(ws, s, t)[0]
-        for g, s in zip(rows, states, strict=True):
-            fg = 0.0 if h.is_empty(s) else math.exp(h.lib.tl_gap(t, s.c, ws.c))
-            acc_out[w] += (acc_rows[g] * h.dtype.type(fg)).astype(h.dtype)
-        st_out[w] = h.row(ws)
-    return st_out, acc_out
-
-
-def finish_vg(h: HostC, st_rows, acc_rows, t: float, theta=None, l2: float = 0.0):
-    """``tilted_vg_finish`` followed by the product ``f @ acc``: (value, gradient,
-    status) from the group states and gradient sums."""
-    states = [h.state(**dict(zip(FIELDS, map(float, r), strict=True))) for r in st_rows]
-    whole = h.empty()
-    for s in states:
-        whole = h.merge(whole, s, t)[0]
-    f = np.array([h.share(s, whole, t) for s in states], dtype=h.dtype)
-    value = h.risk(whole, t)
-    grad = f @ acc_rows
-    if theta is not None and l2:
-        value += 0.5 * l2 * float(np.dot(theta, theta))
-        grad = grad + l2 * theta
-    return value, grad, 0 if h.finite(whole) else 1
 
 
 # ---------------------------------------------------------------------------------------

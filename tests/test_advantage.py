@@ -48,8 +48,13 @@ def _tol(ref, r):
 @pytest.mark.parametrize("beta", BETAS)
 def test_matches_mpmath(beta):
     rng = np.random.default_rng(0)
-    for r in (rng.random(8), rng.integers(0, 2, 16).astype(float), np.array([3.0]),
-              np.array([1.0, 1.0, 1.0 + 1e-12]), 1e3 + rng.random(5)):
+    for r in (
+        rng.random(8),
+        rng.integers(0, 2, 16).astype(float),
+        np.array([3.0]),
+        np.array([1.0, 1.0, 1.0 + 1e-12]),
+        1e3 + rng.random(5),
+    ):
         if beta == 100.0 and np.ptp(r) > 1:
             r = r - r.min()
         got = tilted_advantage(r, beta)
@@ -80,8 +85,9 @@ def test_axis_and_groups_equal_their_layouts():
         np.testing.assert_allclose(got[m], tilted_advantage(x[m], -4.0), rtol=1e-15, atol=0)
     # groups along axis 1 of a 2-d array: one group structure for each row
     got2 = tilted_advantage(np.stack([x, 2 * x]), -4.0, groups=labels, axis=1)
-    np.testing.assert_allclose(got2[1], tilted_advantage(2 * x, -4.0, groups=labels),
-                               rtol=1e-15, atol=0)
+    np.testing.assert_allclose(
+        got2[1], tilted_advantage(2 * x, -4.0, groups=labels), rtol=1e-15, atol=0
+    )
 
 
 def test_backends_keep_namespace_dtype(xp):
@@ -108,8 +114,9 @@ def test_torch_autograd_through_rewards():
         e = torch.zeros(3, dtype=torch.float64)
         e[j] = eps
         with torch.no_grad():
-            fd.append(float(tilted_advantage(r + e, 2.0)[0] - tilted_advantage(r - e, 2.0)[0])
-                      / (2 * eps))
+            fd.append(
+                float(tilted_advantage(r + e, 2.0)[0] - tilted_advantage(r - e, 2.0)[0]) / (2 * eps)
+            )
     np.testing.assert_allclose(g.numpy(), fd, rtol=1e-7, atol=1e-9)
 
 

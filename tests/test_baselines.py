@@ -330,9 +330,10 @@ def drug20():
     "name, fit",
     [
         ("ERM", lambda d: fit_least_squares(d.X_train, d.y_train)),
-        ("L1", lambda d: fit_l1(d.X_train, d.y_train)),
+        # L1 and STIR take seconds here; their own tests above run in the push tier
+        pytest.param("L1", lambda d: fit_l1(d.X_train, d.y_train), marks=pytest.mark.slow),
         ("Huber", lambda d: fit_huber(d.X_train, d.y_train, delta=1.0)),
-        ("STIR", lambda d: fit_stir(d.X_train, d.y_train)),
+        pytest.param("STIR", lambda d: fit_stir(d.X_train, d.y_train), marks=pytest.mark.slow),
         ("CRR", lambda d: fit_crr(d.X_train, d.y_train, k=500)),
     ],
 )

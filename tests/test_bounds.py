@@ -9,6 +9,7 @@ from fractions import Fraction
 import mpmath
 import numpy as np
 import pytest
+from _contract import reference_tilted
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -44,10 +45,8 @@ def ref_mgf(values, t, prior=None):
 
 
 def ref_risk(values, t, prior=None):
-    if t == 0:
-        ps = _prior(len(values), prior)
-        return mpmath.fsum(q * _mp(v) for q, v in zip(ps, values, strict=True))
-    return mpmath.log(ref_mgf(values, t, prior)) / _mp(t)
+    ps = None if prior is None else [_mp(q) for q in prior]
+    return reference_tilted([_mp(v) for v in values], t, ps)[0]
 
 
 def ref_tail_bound(values, a, t, floor=0.0, prior=None):

@@ -3,6 +3,10 @@
 * losses: each registered loss is, per engine, either in the engine's declared table and
   equal to the 50-digit point contract (:mod:`tiltlab.losses.pointwise`) within a
   dtype-derived tolerance at every point (kinks, large predictors, underflow), or refused;
+* the objective: each engine's value, gradient and Hessian-vector product, with and
+  without a prior, at tilts 0, 1e-12, +-finite, +inf and on a two-level tree, equal to
+  the 50-digit recursion over the tilt tree (``reference_objective``) within the
+  rounding of the terms they sum, or the problem declined;
 * the tilted state: each engine's per-block states, merged its own way, finish to the
   tilted risk (and weights) of all the losses together, for empty blocks, all-equal
   losses, t = 0, +-inf, 1e-300, 1e-12, 1e8 and spreads up to 1e6.
@@ -17,16 +21,25 @@ import numpy as np
 import pytest
 from _contract import (
     CASES,
+    OBJECTIVE_D,
+    OBJECTIVE_ENGINES,
+    OBJECTIVE_N,
+    OBJECTIVE_TILTS,
     PARAMS,
     POINT_ENGINES,
     STATE_ENGINES,
     TILTS,
+    ObjectiveEngine,
     PointEngine,
+    array_api_objective,
     array_api_point,
     available,
     blocks_of,
+    objective_errors,
+    objective_problem,
     point_errors,
     points,
+    reference_objective,
     reference_points,
     reference_state,
     splits,
@@ -34,7 +47,7 @@ from _contract import (
     term_scales,
     weight_errors,
 )
-from _matrix import FULL_MATRIX, covering
+from _matrix import BACKENDS, FULL_MATRIX, covering
 
 from tiltlab.losses import LOSS_NAMES
 from tiltlab.losses.pointwise import POINT_LOSSES
@@ -298,3 +311,164 @@ def test_torch_running_state_keeps_float64_losses_in_float64():
     got = float(loss_fn.risk[0])
     want = float(reference_state(np.concatenate(blocks).tolist(), t)[0])
     assert abs(got - want) <= 64 * np.finfo(np.float64).eps
+
+
+# ---------------------------------------------------------------------------------------
+# the objective: value, gradient, Hessian-vector product, prior weights, hierarchies
+
+OBJECTIVE_LOSSES = list(POINT_LOSSES)
+
+
+def _objective_rows() -> list:
+    """(loss, tilts, dtype, prior) rows: every loss in both dtypes, every tilt setting
+    with and without a prior in both dtypes (28 rows; the loss's formulas meet the tilt
+    only through the weights, which every row checks)."""
+    tilts = list(OBJECTIVE_TILTS)
+    rows = []
+    for k in range(max(2 * len(OBJECTIVE_LOSSES), 4 * len(tilts))):
+        rows.append(
+            (OBJECTIVE_LOSSES[k % len(OBJECTIVE_LOSSES)], tilts[(k // 4) % len(tilts)],
+             DTYPES[k % 2], bool((k // 2) % 2))
+        )  # fmt: skip
+    return rows
+
+
+OBJECTIVE_ROWS = _objective_rows()
+_OBJ_REFS: dict = {}
+
+
+def _objective_reference(name, setting, dtype, prior):
+    key = (name, setting, np.dtype(dtype).name, prior)
+    if key not in _OBJ_REFS:
+        pb = objective_problem(name, dtype, prior, OBJECTIVE_TILTS[setting])
+        ref = reference_objective(
+            name, pb["X"], pb["y"], pb["theta"], list(pb["tilts"]), pb["groups"],
+            pb["prior"], pb["l2"], v=pb["v"],
+        )  # fmt: skip
+        _OBJ_REFS[key] = pb, ref
+    return _OBJ_REFS[key]
+
+
+def check_objective_engine(engine: ObjectiveEngine, name, setting, dtype, prior) -> None:
+    """The engine's value, gradient and product equal the reference, in the dtype of the
+    data, or the engine declines the problem (skip)."""
+    pb, ref = _objective_reference(name, setting, dtype, prior)
+    try:
+        got = engine.evaluate(name, pb, dtype, {})
+    except NotImplementedError as exc:
+        pytest.skip(str(exc))
+    assert got["dtypes"] == {np.dtype(dtype).name} or all(
+        d.endswith(np.dtype(dtype).name) for d in got["dtypes"]
+    ), got["dtypes"]
+    assert np.shape(got["grad"]) == pb["theta"].shape
+    bad = objective_errors(got, ref, dtype, OBJECTIVE_N, OBJECTIVE_D)
+    assert not bad, f"{name} {setting} prior={prior} {np.dtype(dtype).name}: {bad}"
+    if all(math.isfinite(t) for t in pb["tilts"]) and got.get("hvp") is None:
+        assert not engine_has_hvp(engine), "a product was expected"
+
+
+def engine_has_hvp(engine: ObjectiveEngine) -> bool:
+    return engine is not OBJECTIVE_ENGINES.get("fused CUDA (emulated)")
+
+
+def _obj_id(value):
+    return np.dtype(value).name if isinstance(value, type) else str(value)
+
+
+def _latin(rows: list, j: int, per_setting: int = 1) -> list:
+    """Of the rows ``k = 4 a + b`` (tilt setting ``a``, dtype and prior ``b``), those with
+    ``b = (a + j + 2 i) mod 4``, ``i < per_setting``: every tilt setting ``per_setting``
+    times; over ``j = 0..3`` every (tilt setting, dtype, prior) exactly ``per_setting``
+    times."""
+    return [r for k, r in enumerate(rows)
+            if any(k % 4 == (k // 4 + j + 2 * i) % 4 for i in range(per_setting))]  # fmt: skip
+
+
+#: the generic engine: every row on NumPy; on each other backend every tilt setting once,
+#: in a Latin square over the dtypes and priors (each combination on some backend; the
+#: losses themselves are checked on every backend point by point above)
+OBJECTIVE_XP_ROWS = [("numpy", *r) for r in OBJECTIVE_ROWS] + [
+    (b, *r) for j, b in enumerate(BACKENDS[1:]) for r in _latin(OBJECTIVE_ROWS, j)
+]
+
+
+@pytest.mark.parametrize(
+    ("xp", "name", "setting", "dtype", "prior"), OBJECTIVE_XP_ROWS, ids=_obj_id, indirect=["xp"]
+)
+def test_array_api_objective_follows_the_contract(xp, name, setting, dtype, prior):
+    check_objective_engine(array_api_objective(xp), name, setting, dtype, prior)
+
+
+#: the rows of the emulated CUDA kernels in the push tier (a host C++ build per loss,
+#: dtype and width: these two are those ``test_cuda_emulated.py`` builds in that tier)
+CUDA_PUSH = {("logistic", np.float64), ("squared", np.float32)}
+
+
+def _engine_rows():
+    """Every engine at every row (Dask's at half of them); the emulated CUDA kernels at one
+    row of each (loss, dtype) of ``CUDA_PUSH`` in the push tier, at every row they serve in
+    the full tier."""
+    out = []
+    served = set()
+    for engine_name in OBJECTIVE_ENGINES:
+        # Dask: a graph per call; every tilt setting in two of its dtype-prior cases
+        rows = _latin(OBJECTIVE_ROWS, 0, 2) if engine_name == "dask" else OBJECTIVE_ROWS
+        for row in rows:
+            marks = ()
+            if engine_name == "fused CUDA (emulated)":
+                tilts = OBJECTIVE_TILTS[row[1]]
+                flat = len(tilts) == 1 and math.isfinite(tilts[0])
+                if not flat or row[3]:
+                    continue  # declined: a prior, a tree or t = +-inf
+                push = (row[0], row[2]) in CUDA_PUSH and (row[0], row[2]) not in served
+                served.add((row[0], row[2]))
+                marks = () if push else (pytest.mark.slow,)
+            out.append(pytest.param(engine_name, *row, marks=marks))
+    return out
+
+
+@pytest.mark.parametrize(("engine_name", "name", "setting", "dtype", "prior"), _engine_rows(),
+                         ids=_obj_id)  # fmt: skip
+def test_objective_engines_follow_the_contract(engine_name, name, setting, dtype, prior):
+    engine = OBJECTIVE_ENGINES[engine_name]
+    missing = available(engine.needs)
+    if missing:
+        pytest.skip(f"{engine_name} needs {missing}")
+    check_objective_engine(engine, name, setting, dtype, prior)
+
+
+def test_the_objective_rows_cover_every_loss_tilt_prior_and_dtype():
+    others = [r[1:] for r in OBJECTIVE_XP_ROWS if r[0] != "numpy"]
+    assert sorted(others) == sorted(OBJECTIVE_ROWS) and len(set(others)) == len(others)
+    for b in BACKENDS[1:]:
+        assert {r[2] for r in OBJECTIVE_XP_ROWS if r[0] == b} == set(OBJECTIVE_TILTS)
+    rows = set(OBJECTIVE_ROWS)
+    assert {(r[0], r[2]) for r in rows} == {(n, d) for n in OBJECTIVE_LOSSES for d in DTYPES}
+    assert {(r[1], r[2], r[3]) for r in rows} == set(
+        itertools.product(OBJECTIVE_TILTS, DTYPES, (False, True))
+    )
+
+
+def test_the_objective_check_can_fail():
+    """An engine whose gradient, product or prior handling is off fails the check."""
+    base = OBJECTIVE_ENGINES["one-pass"]
+
+    def wrong(key, scale):
+        def evaluate(name, pb, dtype, params):
+            out = base.evaluate(name, pb, dtype, params)
+            out[key] = np.asarray(out[key]) * scale
+            return out
+
+        return ObjectiveEngine(needs=(), evaluate=evaluate)
+
+    for key in ("value", "grad", "hvp"):
+        with pytest.raises(AssertionError, match=key):
+            check_objective_engine(wrong(key, 1 + 1e-9), "logistic", "t=-2", np.float64, True)
+
+    def ignores_prior(name, pb, dtype, params):
+        return base.evaluate(name, {**pb, "prior": None}, dtype, params)
+
+    with pytest.raises(AssertionError, match="value"):
+        check_objective_engine(
+            ObjectiveEngine(needs=(), evaluate=ignores_prior), "squared", "t=8", np.float64, True
+        )

@@ -128,6 +128,7 @@ def test_compiled_kernels_go_to_the_user_cache_folder_not_the_package(tmp_path):
     assert any(p.name == _cache.STAMP for p in written)
 
 
+@pytest.mark.slow  # a compile in a new process; the default location's runs in the push tier
 def test_with_numba_cache_dir_the_stamp_is_written_where_numba_caches(tmp_path):
     from numba.core.caching import UserProvidedCacheLocator
 

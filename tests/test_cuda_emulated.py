@@ -11,6 +11,7 @@ import sys
 
 import numpy as np
 import pytest
+from _contract import objective_errors, reference_objective
 from cuda_fake import FakeArray, Recorder, fake_cupy
 from cuda_host import run_emulated
 
@@ -105,6 +106,40 @@ def test_fused_value_and_gradient(rec, loss, n, d, t, dtype, zero_theta):
     if zero_theta and loss.name == "logistic":
         assert float(value) == pytest.approx(np.log(2.0), rel=8 * eps)
     assert len(rec.reads) == 1 and len(rec.launches) == 3
+
+
+#: (loss, dtype) of the reference checks: two in the push tier (each a host C++ build of
+#: the kernels, the builds the contract's rows use), the other two in the full tier
+LOSS_DTYPES = [
+    ("logistic", np.float64),
+    ("squared", np.float32),
+    pytest.param("logistic", np.float32, marks=pytest.mark.slow),
+    pytest.param("squared", np.float64, marks=pytest.mark.slow),
+]
+
+
+@pytest.mark.parametrize("t", [-2.0, -1e-9, 1e-200, 1e-3, 0.5, 30.0])
+@pytest.mark.parametrize(("loss", "dtype"), LOSS_DTYPES)
+@pytest.mark.parametrize("zero_theta", [False, True])
+@pytest.mark.parametrize("n", [37, 300])
+def test_fused_kernels_match_the_reference(rec, loss, t, dtype, zero_theta, n):
+    """The three kernels of a value and gradient (``tilted_vg``, its finish, the gradient
+    product) against the 50-digit objective, at sizes that leave most row groups unused
+    (37 rows) or give each several steps (300), and at ``theta = 0``, where every loss is
+    equal and groups without rows once kept an infinite shift that the finish multiplied
+    by a zero mass (NaN on a GPU)."""
+    X, y, theta = _data(loss, n, 3, dtype, zero_theta, seed=3)
+    out = cuda_engine.value_and_gradient(
+        FakeArray(X, rec), FakeArray(y, rec), FakeArray(theta, rec), t, loss, 0.0
+    )
+    assert out is not None
+    value, grad = (a._a for a in out)
+    assert value.dtype == dtype and grad.dtype == dtype
+    ref = reference_objective(loss, X, y, theta, [t])
+    bad = objective_errors({"value": value, "grad": grad}, ref, dtype, n, 3)
+    assert not bad, bad
+    if zero_theta and loss == "logistic":
+        assert float(value) == pytest.approx(np.log(2.0), rel=4 * float(np.finfo(dtype).eps))
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

@@ -12,9 +12,9 @@ import math
 import os
 import sys
 
-import mpmath
 import numpy as np
 import pytest
+from _contract import reference_hierarchy, reference_tilted
 from cuda_fake import FakeArray, Recorder, fake_cupy
 from cuda_host import host_has_fma, run_emulated
 
@@ -78,47 +78,17 @@ def _labels(codes):
 
 
 def _mp_tilted(vals, masses, t):
-    pairs = [(v, m) for v, m in zip(vals, masses, strict=True) if m > 0]
-    M = mpmath.fsum(m for _, m in pairs)
-    if t == 0:
-        return mpmath.fsum(v * m for v, m in pairs) / M
-    if math.isinf(t):
-        return max(v for v, _ in pairs) if t > 0 else min(v for v, _ in pairs)
-    t = mpmath.mpf(t)
-    c = max(v for v, _ in pairs) if t > 0 else min(v for v, _ in pairs)
-    spread = max(v for v, _ in pairs) - min(v for v, _ in pairs)
-    if abs(t) * spread < mpmath.mpf(10) ** -20:
-        # exp(t x) = 1 + t x rounds at 50 digits: the cumulant series, whose next term
-        # (t^2 times the third cumulant) lies below 1e-40 relative here
-        mean = mpmath.fsum(v * m for v, m in pairs) / M
-        var = mpmath.fsum(m * (v - mean) ** 2 for v, m in pairs) / M
-        return mean + t * var / 2
-    return c + mpmath.log(mpmath.fsum(m * mpmath.exp(t * (v - c)) for v, m in pairs) / M) / t
+    return reference_tilted(vals, t, masses)[0]
 
 
 def _mp_risk(l, codes, tilts, prior=None):
-    """The nested definition at 50 digits: each group's tilted mean of its items at its
-    level's tilt under their masses, then the top's."""
-    with mpmath.workdps(50):
-        vals = [mpmath.mpf(float(v)) for v in l]
-        ones = [mpmath.mpf(1)] * len(l)
-        masses = ones if prior is None else [mpmath.mpf(float(p)) for p in prior]
-        D = len(codes)
-        for k, c in enumerate(codes):
-            G = int(c.max()) + 1 if k == D - 1 else None
-            G = max(G or 0, len(codes[k + 1]) if k + 1 < D else 0, int(c.max()) + 1)
-            members = [[] for _ in range(G)]
-            for i, g in enumerate(c):
-                members[int(g)].append(i)
-            t = tilts[D - k]
-            nv, nm = [], []
-            for mem in members:
-                m = mpmath.fsum(masses[i] for i in mem)
-                nm.append(m)
-                sub = ([vals[i] for i in mem], [masses[i] for i in mem])
-                nv.append(_mp_tilted(*sub, t) if m > 0 else mpmath.mpf(0))
-            vals, masses = nv, nm
-        return float(_mp_tilted(vals, masses, tilts[0]))
+    """The nested definition at 50 digits (the reference module's): ``codes[0]`` maps the
+    samples to the finest groups, ``codes[k]`` the groups of level ``k`` to those above."""
+    labels, lab = [], np.arange(len(l))
+    for c in codes:
+        lab = np.asarray(c)[lab]
+        labels.append(lab)
+    return float(reference_hierarchy(l, labels[::-1], tilts, prior)[0])
 
 
 def _run(rec, l, codes, sizes, tilts, dtype, prior=None):

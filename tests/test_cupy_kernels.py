@@ -1,6 +1,6 @@
 """The CuPy backend's kernels against the generic array-API path and NumPy (runs only
 with a GPU; their scalar functions and host logic are tested on the CPU by
-``test_cuda_scalar.py``, ``test_cupy_host_merge.py``, ``test_cuda_budget.py`` and
+``test_cuda_scalar.py``, ``test_cuda_emulated.py``, ``test_cuda_budget.py`` and
 ``test_cuda_nvrtc.py``)."""
 
 from __future__ import annotations

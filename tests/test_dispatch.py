@@ -72,8 +72,11 @@ def test_risk_layer_imports_no_higher_module():
     import tiltlab
 
     root = Path(tiltlab.__file__).parent
-    lower = [root / "segments.py", *sorted((root / "accumulator").glob("*.py")),
-             *sorted((root / "risk").glob("*.py"))]
+    lower = [
+        root / "segments.py",
+        *sorted((root / "accumulator").glob("*.py")),
+        *sorted((root / "risk").glob("*.py")),
+    ]
     for path in lower:
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):

@@ -145,8 +145,9 @@ def test_risks_are_one_lazy_reduction():
         assert c.n == 0
         got = float(r.compute())
         assert c.n == 1
-    R = np.array([np.log(np.sum(w[g == k] * np.exp(-l[g == k])) / w[g == k].sum()) / -1.0
-                  for k in range(7)])
+    R = np.array(
+        [np.log(np.sum(w[g == k] * np.exp(-l[g == k])) / w[g == k].sum()) / -1.0 for k in range(7)]
+    )
     P = np.array([w[g == k].sum() for k in range(7)]) / w.sum()
     assert abs(got - np.log(P @ np.exp(2.0 * R)) / 2.0) <= 1e-13
     bad = da.from_array(np.r_[l[:-1], np.nan], chunks=300)
@@ -156,8 +157,13 @@ def test_risks_are_one_lazy_reduction():
 
 @pytest.mark.parametrize(
     ("method", "opts"),
-    [("lbfgs", {}), ("agd", {}), ("gd", {}), ("newton", {"hessian": "cg"}),
-     ("newton", {"hessian": "dense"})],
+    [
+        ("lbfgs", {}),
+        ("agd", {}),
+        ("gd", {}),
+        ("newton", {"hessian": "cg"}),
+        ("newton", {"hessian": "dense"}),
+    ],
 )
 def test_client_driven_solvers_threaded(method, opts):
     ref, obj = _pair("logistic", {"t": -1.0, "l2": 1e-2})
@@ -188,13 +194,18 @@ def test_states_and_objects_pickle():
     ref, obj = _pair("squared", {"groups": "g", "tilts": (1.0, -2.0)})
     obj.value(da.from_array(np.zeros(ref.shape)))
     obj2 = pickle.loads(pickle.dumps(obj))
-    np.testing.assert_allclose(float(obj2.value(da.from_array(np.zeros(ref.shape)))),
-                               float(ref.value(np.zeros(ref.shape))), rtol=1e-13)
+    np.testing.assert_allclose(
+        float(obj2.value(da.from_array(np.zeros(ref.shape)))),
+        float(ref.value(np.zeros(ref.shape))),
+        rtol=1e-13,
+    )
     pickle.loads(pickle.dumps(obj.loss))
     rng = np.random.default_rng(0)
     l, c = rng.normal(size=100), rng.integers(0, 3, size=100)
-    parts = [chunk_loss_group_state(l[i:i + 30], None, c[i:i + 30], 2.0, 3)
-             for i in range(0, 100, 30)]
+    parts = [
+        chunk_loss_group_state(l[i : i + 30], None, c[i : i + 30], 2.0, 3)
+        for i in range(0, 100, 30)
+    ]
     parts = [pickle.loads(pickle.dumps(s)) for s in parts]
     R = group_risks(merge_states(*parts), np.float64)
     want = [np.log(np.mean(np.exp(2.0 * l[c == k]))) / 2.0 for k in range(3)]
@@ -221,7 +232,10 @@ def cluster_client():
             self.n += 1
 
     cluster = distributed.LocalCluster(
-        n_workers=2, processes=True, threads_per_worker=1, dashboard_address=":0",
+        n_workers=2,
+        processes=True,
+        threads_per_worker=1,
+        dashboard_address=":0",
         memory_limit="1GiB",
     )
     client = distributed.Client(cluster)
@@ -237,8 +251,10 @@ def cluster_client():
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("loss", "kw", "method"),
-    [("logistic", {"t": -1.0, "l2": 1e-2}, "lbfgs"),
-     ("squared", {"groups": "g", "tilts": (1.0, -2.0), "l2": 1e-3}, "newton")],
+    [
+        ("logistic", {"t": -1.0, "l2": 1e-2}, "lbfgs"),
+        ("squared", {"groups": "g", "tilts": (1.0, -2.0), "l2": 1e-3}, "newton"),
+    ],
 )
 def test_local_cluster_fit(cluster_client, loss, kw, method):
     distributed = pytest.importorskip("distributed")

@@ -393,6 +393,9 @@ def test_unknown_chunk_sizes_refused_with_the_remedy(unknown):
         Xd = Xd[mask]
     else:
         yd = yd[mask]
-    with pytest.raises(ValueError, match=rf"`{unknown}` has an unknown number of rows.*"
-                       rf"{unknown}\.compute_chunk_sizes"):
+    with pytest.raises(
+        ValueError,
+        match=rf"`{unknown}` has an unknown number of rows.*"
+        rf"{unknown}\.compute_chunk_sizes",
+    ):
         tl.TiltedObjective("logistic", Xd, yd, t=1.0)

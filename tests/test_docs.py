@@ -190,7 +190,18 @@ def test_every_top_level_module_has_a_page():
             assert f".. automodule:: {name}\n" in texts, f"{name} has no API page"
 
 
-@pytest.mark.parametrize("module_name", _all_module_names())
+#: modules whose examples run a whole fit or reproduction (seconds; their functions have
+#: tests of their own in the push tier): the full tier
+SLOW_EXAMPLES = {"tiltlab.reproduce.robust_regression", "tiltlab.estimators._regressor"}
+
+
+@pytest.mark.parametrize(
+    "module_name",
+    [
+        pytest.param(m, marks=pytest.mark.slow) if m in SLOW_EXAMPLES else m
+        for m in _all_module_names()
+    ],
+)
 def test_docstring_examples(module_name, monkeypatch, tmp_path):
     module = _import(module_name)
     if module_name == "tiltlab.plot" or module_name.startswith("tiltlab.plot."):
@@ -347,9 +358,13 @@ def test_output_checks_can_fail(tmp_path):
 
 
 #: pages whose snippets take seconds (a local cluster, training loops): the full tier
-SLOW_PAGES = {"user_guide/scale_out.md", "user_guide/minibatch.md",
-              "user_guide/language_models.md", "user_guide/theory.md",
-              "user_guide/estimators.md"}
+SLOW_PAGES = {
+    "user_guide/scale_out.md",
+    "user_guide/minibatch.md",
+    "user_guide/language_models.md",
+    "user_guide/theory.md",
+    "user_guide/estimators.md",
+}
 
 
 @pytest.mark.parametrize(

@@ -43,9 +43,11 @@ def markdown_code_lines(text: str) -> list[tuple[int, str]]:
         m = re.match(r"\s*(`{3,}|~{3,})", line)
         if fence is None and m:
             fence = m.group(1)
-        elif fence is not None and line.strip().startswith(fence) and not line.strip()[
-            len(fence) :
-        ].strip():
+        elif (
+            fence is not None
+            and line.strip().startswith(fence)
+            and not line.strip()[len(fence) :].strip()
+        ):
             fence = None
         elif fence is not None:
             out.append((no, line))
@@ -163,9 +165,7 @@ def test_docstring_example_lines_fit():
     assert not long, f"docstring example lines over {MAX} characters:\n" + "\n".join(long)
 
 
-@pytest.mark.parametrize(
-    "path", sorted((ROOT / "notebooks").glob("*.ipynb")), ids=lambda p: p.name
-)
+@pytest.mark.parametrize("path", sorted((ROOT / "notebooks").glob("*.ipynb")), ids=lambda p: p.name)
 def test_notebook_code_lines_fit(path):
     cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
     long = [

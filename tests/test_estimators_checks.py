@@ -134,9 +134,20 @@ def test_checks_with_array_api_subprocess():
     env = dict(os.environ, SCIPY_ARRAY_API="1")
     root = Path(__file__).resolve().parents[1]
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-n", "0",
-         "--tier", "full", "-rs",
-         __file__],
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-v",
+            "-p",
+            "no:cacheprovider",
+            "-n",
+            "0",
+            "--tier",
+            "full",
+            "-rs",
+            __file__,
+        ],
         env=env,
         cwd=root,
         capture_output=True,

@@ -18,6 +18,7 @@ import os
 import mpmath
 import numpy as np
 import pytest
+from _contract import reference_tilted
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -79,32 +80,8 @@ def _ref_slice(l: np.ndarray, p: np.ndarray | None, t: float) -> tuple[float, np
 
 
 def _ref_slice_mp(l, p, t):
-    n = l.size
-    lm = [mpmath.mpf(float(v)) for v in l]
-    if p is None:
-        pm = [mpmath.mpf(1) / n] * n
-    else:
-        tot = mpmath.fsum(mpmath.mpf(float(v)) for v in p)
-        pm = [mpmath.mpf(float(v)) / tot for v in p]
-    support = [i for i in range(n) if pm[i] > 0]
-    if t == 0:
-        r = mpmath.fsum(pm[i] * lm[i] for i in support)
-        return float(r), np.array([float(v) for v in pm])
-    lmax = max(lm[i] for i in support)
-    lmin = min(lm[i] for i in support)
-    if math.isinf(t):
-        c = lmax if t > 0 else lmin
-        mass = mpmath.fsum(pm[i] for i in support if lm[i] == c)
-        w = [pm[i] / mass if (pm[i] > 0 and lm[i] == c) else mpmath.mpf(0) for i in range(n)]
-        return float(c), np.array([float(v) for v in w])
-    tm = mpmath.mpf(t)
-    c = lmax if t > 0 else lmin
-    e = [pm[i] * mpmath.exp(tm * (lm[i] - c)) if pm[i] > 0 else mpmath.mpf(0) for i in range(n)]
-    z = mpmath.fsum(e)
-    # log of z / (sum of the normalised prior), not of z: the normalisation's own rounding
-    # (1e-41 at 40 digits) must not show when every loss equals the shift
-    r = c + mpmath.log(z / mpmath.fsum(pm[i] for i in support)) / tm
-    return float(r), np.array([float(v / z) for v in e])
+    r, w = reference_tilted([float(v) for v in l], t, None if p is None else [float(v) for v in p])
+    return float(r), np.array([float(v) for v in w])
 
 
 def _reference(l, p, t, axis):

@@ -8,6 +8,7 @@ import math
 import mpmath
 import numpy as np
 import pytest
+from _contract import reference_tilted
 
 import tiltlab as tl
 from tiltlab._compat import to_numpy
@@ -26,30 +27,21 @@ def _data(seed=0, n=40, n_groups=5):
 
 
 def mp_report(l, g, t, tau, prior=None):
-    """Per group (sorted labels): risk, mass, weight, ESS fraction, at 50 digits."""
+    """Per group (sorted labels): risk, mass, weight, ESS fraction, at 50 digits (the
+    ESS fraction of tilted weights w under an in-group prior q: 1 / sum w^2 / q)."""
     p = np.ones(l.size) if prior is None else np.asarray(prior, dtype=float)
     total = mpmath.fsum(mpmath.mpf(float(v)) for v in p)
     out = {k: [] for k in ("risk", "mass", "weight", "ess")}
     for lab in np.unique(g):
         idx = np.flatnonzero((g == lab) & (p > 0))
-        ls = [mpmath.mpf(float(l[i])) for i in idx]
         ps = [mpmath.mpf(float(p[i])) / total for i in idx]
         P = mpmath.fsum(ps)
         q = [v / P for v in ps]  # in-group prior
-        if tau == 0:
-            R = mpmath.fsum(a * b for a, b in zip(q, ls, strict=True))
-        else:
-            R = (
-                mpmath.log(mpmath.fsum(a * mpmath.exp(tau * b) for a, b in zip(q, ls, strict=True)))
-                / tau
-            )
-        s1 = mpmath.fsum(a * mpmath.exp(tau * b) for a, b in zip(q, ls, strict=True))
-        s2 = mpmath.fsum(a * mpmath.exp(2 * tau * b) for a, b in zip(q, ls, strict=True))
+        R, w = reference_tilted([float(l[i]) for i in idx], tau, q)
         out["risk"].append(R)
         out["mass"].append(P)
-        out["ess"].append(s1 * s1 / s2)
-    z = [m * mpmath.exp(t * r) for m, r in zip(out["mass"], out["risk"], strict=True)]
-    out["weight"] = [v / mpmath.fsum(z) for v in z]
+        out["ess"].append(1 / mpmath.fsum(a * a / b for a, b in zip(w, q, strict=True)))
+    out["weight"] = reference_tilted(out["risk"], t, out["mass"])[1]
     return {k: np.array([float(v) for v in vs]) for k, vs in out.items()}
 
 

@@ -10,9 +10,9 @@ the tree of group states (``route="tree"``) as a second algorithm.
 
 from __future__ import annotations
 
-import mpmath
 import numpy as np
 import pytest
+from _contract import reference_hierarchy
 from scipy.special import logsumexp
 
 import tiltlab as tl
@@ -30,35 +30,8 @@ needs_numba = pytest.mark.skipif(not available(), reason="numba is not installed
 
 def _mp_reference(l, codes, tilts):
     """``(J, weights)`` of the one-level hierarchy in 50-digit arithmetic (float64 out)."""
-    t, tau = (mpmath.mpf(v) for v in tilts)
-    n = len(l)
-    with mpmath.workdps(50):
-        ls = [mpmath.mpf(float(v)) for v in l]
-        groups = sorted(set(int(c) for c in codes))
-        R, P, share = {}, {}, [None] * n
-        for g in groups:
-            idx = [i for i in range(n) if codes[i] == g]
-            P[g] = mpmath.mpf(len(idx)) / n
-            if tau == 0:
-                R[g] = mpmath.fsum(ls[i] for i in idx) / len(idx)
-                for i in idx:
-                    share[i] = mpmath.mpf(1) / len(idx)
-            else:
-                e = {i: mpmath.exp(tau * ls[i]) for i in idx}
-                s = mpmath.fsum(e.values())
-                R[g] = mpmath.log(s / len(idx)) / tau
-                for i in idx:
-                    share[i] = e[i] / s
-        if t == 0:
-            J = mpmath.fsum(P[g] * R[g] for g in groups)
-            W = {g: P[g] for g in groups}
-        else:
-            e = {g: P[g] * mpmath.exp(t * R[g]) for g in groups}
-            s = mpmath.fsum(e.values())
-            J = mpmath.log(s) / t
-            W = {g: e[g] / s for g in groups}
-        w = [float(W[int(codes[i])] * share[i]) for i in range(n)]
-    return float(J), np.array(w)
+    J, w = reference_hierarchy(l, [np.asarray(codes)], tuple(tilts))
+    return float(J), np.array([float(v) for v in w])
 
 
 def _check_weights(got, want, dtype):

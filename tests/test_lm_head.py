@@ -44,8 +44,9 @@ def _tilted(items, t):
 def _reference(h, W, b, y, t, level, normalize="weights", tilts=None, groups=None):
     z = h @ W.T + (0 if b is None else b)
     ok = y != -100
-    tok = F.cross_entropy(z.reshape(-1, W.shape[0]), y.reshape(-1), reduction="none",
-                          ignore_index=-100).reshape(y.shape)
+    tok = F.cross_entropy(
+        z.reshape(-1, W.shape[0]), y.reshape(-1), reduction="none", ignore_index=-100
+    ).reshape(y.shape)
     if level == "token":
         items = tok[ok]
     else:
@@ -75,16 +76,23 @@ def _grads(value, *xs):
     return torch.autograd.grad(value, xs)
 
 
-def _both(t, level, chunk, bias=True, normalize="weights", tilts=None, groups=None,
-          seed=0):
+def _both(t, level, chunk, bias=True, normalize="weights", tilts=None, groups=None, seed=0):
     h, W, b, y = _data(seed=seed)
     hs = [x.clone().requires_grad_(True) for x in (h, W, b)]
     hr = [x.clone().requires_grad_(True) for x in (h, W, b)]
-    got = tilted_cross_entropy(hs[0], hs[1], y, t, bias=hs[2] if bias else None,
-                               level=level, normalize=normalize, chunk_size=chunk,
-                               tilts=tilts, groups=groups)
-    ref = _reference(hr[0], hr[1], hr[2] if bias else None, y, t, level, normalize,
-                     tilts, groups)
+    got = tilted_cross_entropy(
+        hs[0],
+        hs[1],
+        y,
+        t,
+        bias=hs[2] if bias else None,
+        level=level,
+        normalize=normalize,
+        chunk_size=chunk,
+        tilts=tilts,
+        groups=groups,
+    )
+    ref = _reference(hr[0], hr[1], hr[2] if bias else None, y, t, level, normalize, tilts, groups)
     n = 3 if bias else 2
     return (got, *_grads(got, *hs[:n])), (ref, *_grads(ref, *hr[:n]))
 
@@ -133,8 +141,11 @@ def test_dft_at_minus_one_and_relation_to_tilted_gradient():
 @pytest.mark.parametrize("per", ["token", "sequence"])
 def test_group_level_matches_two_level_reference(tilts, per):
     h, W, b, y = _data()
-    groups = torch.tensor([0, 1, 0, 1]) if per == "sequence" else (
-        torch.arange(y.numel()).reshape(y.shape) % 3)
+    groups = (
+        torch.tensor([0, 1, 0, 1])
+        if per == "sequence"
+        else (torch.arange(y.numel()).reshape(y.shape) % 3)
+    )
     for chunk in (4, None):
         got, ref = _both(None, "group", chunk, tilts=tilts, groups=groups)
         for a, r in zip(got, ref, strict=True):
@@ -162,8 +173,9 @@ def test_low_precision_accumulates_in_float32():
         # the inputs' own rounding dominates (8 bits for bfloat16)
         eps = torch.finfo(dt).eps
         # recompute the reference at the rounded inputs, in float64
-        r64 = _reference(hh.detach().double(), Wl.detach().double(), bl.detach().double(),
-                         y, -1.0, "token")
+        r64 = _reference(
+            hh.detach().double(), Wl.detach().double(), bl.detach().double(), y, -1.0, "token"
+        )
         assert abs(float(val.detach()) - float(r64)) <= 2 * eps * abs(float(r64)) + 1e-6
         assert abs(float(r64) - float(ref)) < 1.0  # the same problem
 
@@ -266,7 +278,8 @@ def test_module_groups_count_and_errors():
     assert m.group_report()["risk"].shape == (2,)
     c = TiltedCrossEntropy(-1.0, normalize="count")
     torch.testing.assert_close(
-        c(h, W, y), tilted_cross_entropy(h, W, y, -1.0, normalize="count"), **TOL)
+        c(h, W, y), tilted_cross_entropy(h, W, y, -1.0, normalize="count"), **TOL
+    )
     with pytest.raises(ValueError, match="accumulation_steps"):
         TiltedCrossEntropy(-1.0, normalize="count", accumulation_steps=2)
     with pytest.raises(ValueError, match="tilts"):
@@ -368,8 +381,7 @@ def test_module_data_parallel_equals_one_process_on_the_global_batch(tmp_path):
             if key.endswith("/value"):  # each process's value is the shared running estimate
                 np.testing.assert_allclose(got[key], ref[key], rtol=1e-10, err_msg=key)
             else:
-                np.testing.assert_allclose(got[key], ref[key], rtol=1e-10, atol=1e-13,
-                                           err_msg=key)
+                np.testing.assert_allclose(got[key], ref[key], rtol=1e-10, atol=1e-13, err_msg=key)
 
 
 @pytest.mark.parametrize("t", [-1.0, 0.0, 1e-12, math.inf, -math.inf, 3.0])
@@ -399,14 +411,16 @@ def test_vocabulary_in_blocks_groups_and_token_losses(monkeypatch):
     h, W, b, y = _data()
     hs, Ws = (x.clone().requires_grad_(True) for x in (h, W))
     l = token_cross_entropy(hs, Ws, y)
-    ref_l = F.cross_entropy((h @ W.T).reshape(-1, 11), y.reshape(-1),
-                            reduction="none").reshape(y.shape)
+    ref_l = F.cross_entropy((h @ W.T).reshape(-1, 11), y.reshape(-1), reduction="none").reshape(
+        y.shape
+    )
     torch.testing.assert_close(l, ref_l, **TOL)
     v = torch.randn(y.shape, dtype=D)
     got = torch.autograd.grad((l * v).sum(), (hs, Ws))
     hr, Wr = (x.clone().requires_grad_(True) for x in (h, W))
-    lr = F.cross_entropy((hr @ Wr.T).reshape(-1, 11), y.reshape(-1),
-                         reduction="none").reshape(y.shape)
+    lr = F.cross_entropy((hr @ Wr.T).reshape(-1, 11), y.reshape(-1), reduction="none").reshape(
+        y.shape
+    )
     want = torch.autograd.grad((lr * v).sum(), (hr, Wr))
     for a, r in zip(got, want, strict=True):
         torch.testing.assert_close(a, r, **TOL)

@@ -78,5 +78,3 @@ def test_parameter_losses_are_their_own_kind():
     np.testing.assert_allclose(obj.value(np.array([1.0, 2.0])), np.log(np.mean(np.exp([1, 4]))))
     with pytest.raises(NotImplementedError, match="no per-sample Hessian"):
         loss.hess(np.ones(2))
-
-

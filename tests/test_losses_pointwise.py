@@ -1,7 +1,8 @@
 """The point contract of the losses (:mod:`tiltlab.losses.pointwise`) against independent
-references: textbook definitions at 80 digits, numerical derivatives of the value
-(``mpmath.diff``), one-sided derivatives at the kinks, SciPy's Huber, and the registry's
-metadata (label kinds, parameters, curvature bounds)."""
+references: the textbook definitions of the tests' reference module (``_contract.py``) at
+500 digits, numerical derivatives of the value (``mpmath.diff``), one-sided derivatives
+at the kinks, SciPy's Huber, and the registry's metadata (label kinds, parameters,
+curvature bounds)."""
 
 from __future__ import annotations
 
@@ -10,37 +11,12 @@ import math
 import mpmath
 import numpy as np
 import pytest
-from _contract import CLASS_Z, PARAMS, points, term_scales
+from _contract import CLASS_Z, PARAMS, points, reference_loss, term_scales
 
 from tiltlab.losses import LOSS_NAMES, get_loss
 from tiltlab.losses.pointwise import POINT_LOSSES, point, valid_label
 
 LOSS_CASES = [(name, p) for name in LOSS_NAMES for p in PARAMS.get(name, [{}])]
-
-
-def _textbook(name, z, y, delta=1.0, quantile=0.5):
-    """The definition as first written down (no stabilisation), for 80-digit arithmetic."""
-    if name == "poisson":  # the half deviance, y log y = 0 at y = 0
-        return mpmath.exp(z) - y - y * (z - mpmath.log(y)) if y > 0 else mpmath.exp(z)
-    if name == "pinball":
-        q = mpmath.mpf(quantile)  # the float exactly (q - 1 in floats would round)
-        return max(q * (y - z), (q - 1) * (y - z))
-    if name == "squared":
-        return (z - y) ** 2
-    if name == "absolute":
-        return abs(z - y)
-    if name == "huber":
-        r = z - y
-        return r * r / 2 if abs(r) <= delta else delta * (abs(r) - delta / 2)
-    if name == "logistic":
-        s = 1 / (1 + mpmath.exp(-z))
-        return -y * mpmath.log(s) - (1 - y) * mpmath.log(1 - s)
-    if name in ("hinge", "squared_hinge"):
-        h = max(0, 1 - (2 * y - 1) * z)
-        return h if name == "hinge" else h * h
-    if name == "multinomial":
-        return -mpmath.log(mpmath.exp(z[y]) / mpmath.fsum(mpmath.exp(v) for v in z))
-    raise AssertionError(name)
 
 
 def _kinks(name, y, params):
@@ -73,7 +49,7 @@ def test_values_are_the_definitions(case):
         with mpmath.workdps(500):
             zz = mpmath.mpf(zi) if isinstance(zi, float) else [mpmath.mpf(x) for x in zi]
             yy = yi if name == "multinomial" else mpmath.mpf(yi)
-            ref = _textbook(name, zz, yy, **params)
+            ref = reference_loss(name, zz, yy, **params)[0]
         assert _close(v, ref, 55), (zi, yi, v, ref)
 
 

@@ -7,6 +7,7 @@ import warnings
 import mpmath
 import numpy as np
 import pytest
+from _contract import reference_tilted
 
 import tiltlab as tl
 from tiltlab._compat import to_numpy
@@ -15,14 +16,7 @@ mpmath.mp.dps = 50
 
 
 def _mp_risk(l, t):
-    l = [mpmath.mpf(float(v)) for v in l]
-    if t == 0:
-        return mpmath.fsum(l) / len(l)
-    if mpmath.isinf(t):
-        return max(l) if t > 0 else min(l)
-    m = max(l) if t > 0 else min(l)
-    z = mpmath.fsum(mpmath.exp(t * (v - m)) for v in l) / len(l)
-    return m + mpmath.log(z) / t
+    return reference_tilted([float(v) for v in l], t)[0]
 
 
 HUGE = [
@@ -38,8 +32,10 @@ def test_losses_near_float_max_are_finite_and_exact(xp, xp_name, values, t):
     # warnings are errors in this suite: no RuntimeWarning may escape either, except on
     # Dask, whose worker threads do not see NumPy's error state (the values are still exact)
     if xp_name == "dask.array" and t == 0.0 and values[0] < 0:
-        pytest.skip("Dask's lazy t = 0 reduction sums losses relative to the minimum; a spread "
-                    "beyond the float maximum (losses of both signs near 1.7e308) overflows it")
+        pytest.skip(
+            "Dask's lazy t = 0 reduction sums losses relative to the minimum; a spread "
+            "beyond the float maximum (losses of both signs near 1.7e308) overflows it"
+        )
     l = xp.asarray(np.array(values))
     with warnings.catch_warnings():
         if xp_name == "dask.array":
@@ -140,14 +136,7 @@ def test_torch_vmap_without_checks(torch):
 
 
 def _mp_series_or_risk(values, t):
-    """50-digit R(t); the cumulant series where 50 digits cannot resolve log(1 + O(t))."""
-    l = [mpmath.mpf(float(v)) for v in values]
-    spread = max(l) - min(l)
-    if t != 0 and abs(t) * spread < mpmath.mpf("1e-30"):
-        n = len(l)
-        mean = mpmath.fsum(l) / n
-        k2 = mpmath.fsum((v - mean) ** 2 for v in l) / n
-        return mean + t * k2 / 2
+    """50-digit R(t) (the reference's expm1/log1p form resolves log(1 + O(t)))."""
     return _mp_risk(values, t)
 
 
@@ -279,8 +268,9 @@ def test_torch_half_losses(dtype_name):
         assert float(r) == pytest.approx(want, rel=float(torch.finfo(dt).eps))
     h = tl.hierarchical_risk(l, [0, 0, 1, 1], (1.0, 1.0))
     assert h.dtype == dt
-    assert float(h) == pytest.approx(float(_mp_risk(list(exact), 1.0)),
-                                     rel=float(torch.finfo(dt).eps))
+    assert float(h) == pytest.approx(
+        float(_mp_risk(list(exact), 1.0)), rel=float(torch.finfo(dt).eps)
+    )
 
 
 def test_numpy_float16_accumulates_in_float32():

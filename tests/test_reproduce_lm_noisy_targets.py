@@ -28,8 +28,7 @@ def test_language_follows_its_rule_and_corruption_its_other_rule():
 
 def test_rows_follow_the_schema_and_the_command_writes_json(tmp_path, capsys):
     pytest.importorskip("torch")
-    rep = lm_module(seeds=[0], noise=[0.4], methods=["ERM", "TERM-sequence"], epochs=1,
-                    n_train=64)
+    rep = lm_module(seeds=[0], noise=[0.4], methods=["ERM", "TERM-sequence"], epochs=1, n_train=64)
     assert all(tuple(r) == ROW_KEYS for r in rep.to_dict()["rows"])
     acc = [r["mean"] for r in rep.rows if r["metric"] == "token_accuracy"]
     assert all(0.0 <= a <= 1.0 for a in acc)
@@ -43,11 +42,22 @@ def test_rows_follow_the_schema_and_the_command_writes_json(tmp_path, capsys):
 
     original = rp.EXPERIMENTS["lm-noisy-targets"]
     rp.EXPERIMENTS["lm-noisy-targets"] = lambda *a, **k: original(
-        *a, epochs=1, n_train=64, methods=["DFT"], **k)
+        *a, epochs=1, n_train=64, methods=["DFT"], **k
+    )
     try:
         path = tmp_path / "out.json"
-        code = main(["reproduce", "lm-noisy-targets", "--seeds", "1", "--quick",
-                     "--no-progress", "--json", str(path)])
+        code = main(
+            [
+                "reproduce",
+                "lm-noisy-targets",
+                "--seeds",
+                "1",
+                "--quick",
+                "--no-progress",
+                "--json",
+                str(path),
+            ]
+        )
     finally:
         rp.EXPERIMENTS["lm-noisy-targets"] = original
     assert code == 0

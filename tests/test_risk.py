@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import math
-
 import mpmath
 import numpy as np
 import pytest
+from _contract import reference_hierarchy, reference_tilted
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -47,71 +46,24 @@ def _mp(v):
 
 
 def ref_risk(values, t, counts=None, prior=None):
-    """50-digit tilted risk; ``counts`` lets N be huge with few distinct values."""
-    vals = [_mp(v) for v in values]
-    k = len(vals)
-    counts = [1] * k if counts is None else counts
-    prior = [mpmath.mpf(1)] * k if prior is None else [_mp(q) for q in prior]
-    mass = [prior[i] * counts[i] for i in range(k)]
-    total = mpmath.fsum(mass)
-    mass = [m / total for m in mass]
-    support = [v for v, m in zip(vals, mass, strict=False) if m > 0]
-    if t == math.inf:
-        return max(support)
-    if t == -math.inf:
-        return min(support)
-    if t == 0:
-        return mpmath.fsum(m * v for m, v in zip(mass, vals, strict=False))
-    t = mpmath.mpf(t)
-    c = max(support) if t > 0 else min(support)
-    z = mpmath.fsum(m * mpmath.exp(t * (v - c)) for m, v in zip(mass, vals, strict=False) if m > 0)
-    return c + mpmath.log(z) / t
+    """50-digit tilted risk; ``counts`` lets N be huge with few distinct values (each
+    value's prior mass times its count)."""
+    k = len(values)
+    mass = [_mp(1 if prior is None else prior[i]) * (1 if counts is None else counts[i])
+            for i in range(k)]  # fmt: skip
+    return reference_tilted([_mp(v) for v in values], t, mass)[0]
 
 
 def ref_weights(values, t, prior=None):
-    vals = [_mp(v) for v in values]
-    prior = [mpmath.mpf(1)] * len(vals) if prior is None else [_mp(q) for q in prior]
-    total = mpmath.fsum(prior)
-    prior = [q / total for q in prior]
-    if t == 0:
-        return np.array([float(q) for q in prior])
-    if math.isinf(t):
-        ext = (
-            max(v for v, q in zip(vals, prior, strict=False) if q > 0)
-            if t > 0
-            else min(v for v, q in zip(vals, prior, strict=False) if q > 0)
-        )
-        tied = [q if (v == ext and q > 0) else 0 for v, q in zip(vals, prior, strict=False)]
-        s = mpmath.fsum(tied)
-        return np.array([float(q / s) for q in tied])
-    t = mpmath.mpf(t)
-    c = max(vals) if t > 0 else min(vals)
-    e = [q * mpmath.exp(t * (v - c)) for v, q in zip(vals, prior, strict=False)]
-    s = mpmath.fsum(e)
-    return np.array([float(x / s) for x in e])
+    w = reference_tilted(
+        [_mp(v) for v in values], t, None if prior is None else [_mp(q) for q in prior]
+    )[1]
+    return np.array([float(v) for v in w])
 
 
 def ref_hier(values, levels, tilts, prior=None):
     """Nested tilted risk in mpmath; ``levels`` are label lists outermost first."""
-    n = len(values)
-    prior = [1.0] * n if prior is None else list(prior)
-
-    def risk_of(indices, depth):
-        # returns (risk, mass) of the node made of `indices` at `depth`
-        if depth == len(levels):
-            vals = [values[i] for i in indices]
-            ps = [prior[i] for i in indices]
-            return ref_risk(vals, tilts[depth], prior=ps), mpmath.fsum(ps)
-        labels = levels[depth]
-        groups: dict = {}
-        for i in indices:
-            groups.setdefault(labels[i], []).append(i)
-        parts = [risk_of(ix, depth + 1) for ix in groups.values()]
-        rs = [r for r, _ in parts]
-        ms = [m for _, m in parts]
-        return ref_risk(rs, tilts[depth], prior=ms), mpmath.fsum(ms)
-
-    return risk_of(list(range(n)), 0)[0]
+    return reference_hierarchy(values, levels, tilts, prior)[0]
 
 
 def to_xp(xp, a, dtype=None):

@@ -27,9 +27,12 @@ def test_reductions_match_loops(xp, batch, dtype):
     s, mx, mn = (to_numpy(f(v, seg, xp)) for f in (segment_sum, segment_max, segment_min))
     for g in range(seg.n_groups):
         members = values[..., codes == g]
-        np.testing.assert_allclose(s[..., g], members.astype(np.float64).sum(axis=-1),
-                                   rtol=1e-12 if dtype == "float64" else 2e-5,
-                                   atol=1e-12 * np.abs(members).sum())
+        np.testing.assert_allclose(
+            s[..., g],
+            members.astype(np.float64).sum(axis=-1),
+            rtol=1e-12 if dtype == "float64" else 2e-5,
+            atol=1e-12 * np.abs(members).sum(),
+        )
         # extremes are exact (no rounding involved)
         np.testing.assert_array_equal(mx[..., g], members.max(axis=-1))
         np.testing.assert_array_equal(mn[..., g], members.min(axis=-1))

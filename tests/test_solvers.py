@@ -28,14 +28,20 @@ def _scipy_solution(obj_np, d):
         f, g = obj_np.value_and_gradient(q)
         return float(f), np.asarray(g)
 
-    res = sp_minimize(fg, np.zeros(d), jac=True, method="L-BFGS-B",
-                      options={"gtol": 1e-12, "ftol": 1e-16, "maxiter": 10_000})
+    res = sp_minimize(
+        fg,
+        np.zeros(d),
+        jac=True,
+        method="L-BFGS-B",
+        options={"gtol": 1e-12, "ftol": 1e-16, "maxiter": 10_000},
+    )
     return res.x
 
 
 @pytest.mark.parametrize("method", ["gd", "agd", "lbfgs", "newton"])
-@pytest.mark.parametrize(("loss", "t"), [("logistic", 0.0), ("logistic", 3.0),
-                                         ("squared", 0.5), ("squared", 8.0)])
+@pytest.mark.parametrize(
+    ("loss", "t"), [("logistic", 0.0), ("logistic", 3.0), ("squared", 0.5), ("squared", 8.0)]
+)
 def test_methods_reach_scipy_optimum(xp, method, loss, t):
     if not xp.__name__.endswith(("numpy", "torch")) and (loss, t) != ("logistic", 3.0):
         pytest.skip("lazy/strict backends: one case per method keeps the suite fast")
@@ -88,12 +94,9 @@ def test_stochastic_reproducible_and_near_batch():
     for kw in [{"t": 1.0}, {"groups": y.astype(int), "tilts": (1.0, 0.5)}]:
         obj = tl.TiltedObjective("logistic", X, y, l2=0.05, **kw)
         batch = tl.minimize(obj, method="newton").x
-        r1 = tl.minimize(obj, method="stochastic", seed=11, max_iter=6000, batch_size=32,
-                         lr=0.2)
-        r2 = tl.minimize(obj, method="stochastic", seed=11, max_iter=6000, batch_size=32,
-                         lr=0.2)
-        r3 = tl.minimize(obj, method="stochastic", seed=12, max_iter=6000, batch_size=32,
-                         lr=0.2)
+        r1 = tl.minimize(obj, method="stochastic", seed=11, max_iter=6000, batch_size=32, lr=0.2)
+        r2 = tl.minimize(obj, method="stochastic", seed=11, max_iter=6000, batch_size=32, lr=0.2)
+        r3 = tl.minimize(obj, method="stochastic", seed=12, max_iter=6000, batch_size=32, lr=0.2)
         assert np.array_equal(r1.x, r2.x)  # bit for bit
         assert not np.array_equal(r1.x, r3.x)
         assert r1.success

@@ -169,9 +169,7 @@ def test_a_warm_solve_whose_line_search_fails_goes_on_with_a_fresh_memory(monkey
         # a warm run cut short and marked as a failed line search
         res = real(obj, x0, **{**kw, "max_iter": 2})
         status = tl.Status.LINE_SEARCH_FAILED
-        return dataclasses.replace(
-            res, status=status, success=False, message=status.describe()
-        )
+        return dataclasses.replace(res, status=status, success=False, message=status.describe())
 
     monkeypatch.setattr(path_module, "minimize", failing_when_seeded)
     X, y = _logistic(seed=3)

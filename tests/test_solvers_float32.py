@@ -36,8 +36,13 @@ def _scipy_tilted_lsq(X, y, t):
         w = np.exp(a - logsumexp(a))
         return f, X.T @ (w * 2 * r)
 
-    res = sp_minimize(fg, np.zeros(X.shape[1]), jac=True, method="L-BFGS-B",
-                      options={"gtol": 1e-13, "ftol": 1e-16, "maxiter": 10_000})
+    res = sp_minimize(
+        fg,
+        np.zeros(X.shape[1]),
+        jac=True,
+        method="L-BFGS-B",
+        options={"gtol": 1e-13, "ftol": 1e-16, "maxiter": 10_000},
+    )
     return res.x
 
 

@@ -478,8 +478,16 @@ def test_only_compat_imports_array_api_compat():
 
 
 def test_nothing_outside_the_objective_reads_its_private_state():
-    private = ("_prior", "_weights_in", "_tilts_list", "_groups", "_set_tree", "_dask_plan",
-               "_problem", "_block_rows")
+    private = (
+        "_prior",
+        "_weights_in",
+        "_tilts_list",
+        "_groups",
+        "_set_tree",
+        "_dask_plan",
+        "_problem",
+        "_block_rows",
+    )
     root = Path(tiltlab.__file__).parent
     found = []
     for path in sorted(root.rglob("*.py")):
@@ -509,13 +517,23 @@ def _private_kernel_uses(rel: str, tree: ast.AST) -> list[str]:
                 if any(p.startswith("_") for p in parts[2:]):
                     found.append(f"{rel}:{node.lineno} from {mod}")
                 elif len(parts) == 2:
-                    found += [f"{rel}:{node.lineno} {a.name}" for a in node.names
-                              if a.name.startswith("_")]
+                    found += [
+                        f"{rel}:{node.lineno} {a.name}"
+                        for a in node.names
+                        if a.name.startswith("_")
+                    ]
         elif isinstance(node, ast.Import):
-            found += [f"{rel}:{node.lineno} import {a.name}" for a in node.names
-                      if a.name.startswith("tiltlab._cpu_kernels._")]
-        elif (isinstance(node, ast.Attribute) and node.attr.startswith("_")
-              and isinstance(node.value, ast.Name) and node.value.id == "_cpu_kernels"):
+            found += [
+                f"{rel}:{node.lineno} import {a.name}"
+                for a in node.names
+                if a.name.startswith("tiltlab._cpu_kernels._")
+            ]
+        elif (
+            isinstance(node, ast.Attribute)
+            and node.attr.startswith("_")
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "_cpu_kernels"
+        ):
             found.append(f"{rel}:{node.lineno} _cpu_kernels.{node.attr}")
     return found
 

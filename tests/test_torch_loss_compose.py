@@ -203,8 +203,14 @@ def run(spec, mode, steps, sizes, rank=0, world=1, seed=0, k=3, penalty=0.0, cli
         if clip is not None:
             norm = torch.nn.utils.clip_grad_norm_([theta], clip)
             out.append(dict(norm=norm.detach().clone(), clipped=theta.grad.clone()))
-        out.append(dict(grad=grad, value=value, risk=loss_fn.risk.detach().clone(),
-                        t=loss_fn.tilts_in_use[1]))
+        out.append(
+            dict(
+                grad=grad,
+                value=value,
+                risk=loss_fn.risk.detach().clone(),
+                t=loss_fn.tilts_in_use[1],
+            )
+        )
         with torch.no_grad():
             theta -= 0.1 * (grad if world == 1 else _all_mean(grad))
     return out
@@ -222,7 +228,10 @@ def _check(got, ref, rtol, what):
     for step, (g, r) in enumerate(zip(got, ref, strict=True)):
         for key in ("grad", "risk"):
             np.testing.assert_allclose(
-                g[key].numpy(), r[key].numpy(), rtol=rtol, atol=1e-14,
+                g[key].numpy(),
+                r[key].numpy(),
+                rtol=rtol,
+                atol=1e-14,
                 err_msg=f"{what} {step} {key}",
             )
         assert g["t"] == pytest.approx(r["t"], rel=rtol, abs=1e-300), (what, step)
@@ -271,8 +280,10 @@ def test_refused_combinations_name_themselves(kwargs, words):
 
 
 def test_observe_is_for_the_running_estimator_without_one_pass_accumulation():
-    for loss_fn in (TiltedLoss(t=1.0, estimator="variational"),
-                    TiltedLoss(t=1.0, accumulation_steps=2)):
+    for loss_fn in (
+        TiltedLoss(t=1.0, estimator="variational"),
+        TiltedLoss(t=1.0, accumulation_steps=2),
+    ):
         with pytest.raises(ValueError, match="`observe`"):
             loss_fn.observe(torch.tensor([0.1, 0.2]))
 
@@ -398,10 +409,15 @@ torch.save(results, out)
 dist.destroy_process_group()
 """
 DISTRIBUTED = [
-    ("t", "plain"), ("t", "accumulate"), ("t", "observe"),
+    ("t", "plain"),
+    ("t", "accumulate"),
+    ("t", "observe"),
     ("t-ramp", "accumulate"),
-    ("tilts", "plain"), ("tilts", "observe"),
-    ("ess", "plain"), ("ess", "observe"), ("ess-ramp", "plain"),
+    ("tilts", "plain"),
+    ("tilts", "observe"),
+    ("ess", "plain"),
+    ("ess", "observe"),
+    ("ess-ramp", "plain"),
 ]
 
 
@@ -420,7 +436,9 @@ def test_two_processes_equal_one_call_on_the_union(tmp_path):
     procs = [
         subprocess.Popen(
             [sys.executable, str(script), str(r), init, str(tmp_path / f"{r}.pt"), here],
-            env=env, stderr=subprocess.PIPE, text=True,
+            env=env,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         for r in range(2)
     ]
