@@ -1026,7 +1026,7 @@ def _onepass_objective(name, pb, dtype, params):
 def _fused_cpu_objective(name, pb, dtype, params):
     """The fused CPU engine (compiled kernels) on NumPy data, whatever the size."""
     from tiltlab._cpu_kernels import LOSS_CODES
-    from tiltlab.objective.engines.fused_cpu import FUSED_CPU
+    from tiltlab._cpu_kernels.engine import FUSED_CPU
 
     if len(pb["tilts"]) > 1 or math.isinf(pb["tilts"][0]) or name not in LOSS_CODES:
         raise NotImplementedError("the compiled kernels serve finite flat tilts of their losses")

@@ -52,7 +52,7 @@ def pytest_configure(config):
         _compile_kernels_once()
 
 
-#: the fused CPU kernels the tests use (``tiltlab._cpu_kernels._warm.key`` names), in two
+#: the fused CPU kernels the tests use (``tiltlab._cpu_kernels.warmup.key`` names), in two
 #: halves of about equal compile time
 KERNELS = (
     ("vg_scalar-float64", "hvp_scalar-float32", "group_scalar-float64", "group_multi-float32",
@@ -76,11 +76,11 @@ def _compile_kernels_once():
     if importlib.util.find_spec("numba") is None:
         return
     import tiltlab
-    from tiltlab._cpu_kernels import _warm
+    from tiltlab._cpu_kernels import warmup
 
-    if _warm.mode() == "off":
+    if warmup.mode() == "off":
         return
-    halves = [[k for k in half if not _warm.ready(k)] for half in KERNELS]
+    halves = [[k for k in half if not warmup.ready(k)] for half in KERNELS]
     halves = [h for h in halves if h]
     if not halves:
         return
@@ -92,11 +92,12 @@ def _compile_kernels_once():
     code = (
         "import sys\n"
         "import numpy as np\n"
-        "from tiltlab._cpu_kernels import LOSS_CODES, FusedProblem, _warm, _warmup\n"
+        "from tiltlab._cpu_kernels import LOSS_CODES, FusedProblem, warmup\n"
+        "from tiltlab._cpu_kernels.__main__ import _compile\n"
         "from tiltlab._cpu_kernels._losses import loss_block\n"
         "for k in sys.argv[1:]:\n"
-        "    _warmup._compile(k)\n"
-        "    _warm.mark_ready(k)\n"
+        "    _compile(k)\n"
+        "    warmup.mark_ready(k)\n"
         "    if k.startswith('vg_scalar-'):\n"
         "        dt = np.dtype(k.split('-')[1])\n"
         "        z = np.zeros(8, dtype=dt)\n"
