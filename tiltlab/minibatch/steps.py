@@ -24,7 +24,9 @@ and its weights are the batch's tilted weights:
 >>> l, t = np.array([0.0, 1.0, 2.0]), 1.0
 >>> stats = packed.block(l, None, t, np)
 >>> zero = np.zeros(1)
->>> value, coef, risk, seen, counts = running_from_stats(stats, 0.0, t, zero, zero, zero, 0.5, np)
+>>> value, coef, risk, seen, counts = running_from_stats(
+...     stats, 0.0, t, zero, zero, zero, 0.5, np
+... )
 >>> bool(np.isclose(value, np.log(np.mean(np.exp(l)))))
 True
 >>> w = sample_weights(l, risk, stats, None, coef, t, np)
