@@ -49,6 +49,7 @@ def _error(problem, t, tilt, batch_size, seed, sampler=None, burn_in=50):
     return error, floor
 
 
+@pytest.mark.slow  # a statistical run of many batches
 @pytest.mark.parametrize("t", [2.0, -2.0])
 def test_plug_in_bias_falls_with_batch_size(problem, t):
     small, floor_small = _error(problem, t, MinibatchTilt(t, lam=1.0), 4, seed=1)
@@ -58,6 +59,7 @@ def test_plug_in_bias_falls_with_batch_size(problem, t):
     assert large < 4 * floor_large + small / 16  # about 1/B: gone into the noise at 256
 
 
+@pytest.mark.slow  # a statistical run of many batches
 def test_running_normaliser_removes_most_of_the_bias(problem):
     t = 2.0
     plug_in, _ = _error(problem, t, MinibatchTilt(t, lam=1.0), 4, seed=3)
@@ -65,6 +67,7 @@ def test_running_normaliser_removes_most_of_the_bias(problem):
     assert running < plug_in / 3
 
 
+@pytest.mark.slow  # a statistical run of many batches
 def test_mlmc_bias_is_that_of_its_largest_level(problem):
     t = 2.0
     plug_in, _ = _error(problem, t, MinibatchTilt(t, lam=1.0), 4, seed=4)

@@ -8,6 +8,7 @@ subpackages. The names below are the ones the single modules exposed, written ou
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import pickle
 import pkgutil
@@ -282,6 +283,12 @@ PENDING_EDGES: set[tuple[str, str]] = set()
 PENDING_ARRAY_API_COMPAT: set[str] = set()
 
 
+@functools.cache
+def _tree(path: Path) -> ast.Module:
+    """The parsed source of ``path`` (parsed once per process; the checks only read it)."""
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
 def _modules() -> dict[str, tuple[Path, bool]]:
     root = Path(tiltlab.__file__).parent
     out = {}
@@ -347,7 +354,7 @@ def _import_graph() -> tuple[dict[str, set[str]], dict[str, set[str]]]:
     edges: dict[str, set[str]] = {m: set() for m in modules}
     outside: dict[str, set[str]] = {m: set() for m in modules}
     for module, (path, is_pkg) in modules.items():
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(_tree(path)):
             lazy = _lazy_target(node, modules)
             if lazy is not None and lazy != module:
                 edges[module].add(lazy)
@@ -494,7 +501,7 @@ def test_nothing_outside_the_objective_reads_its_private_state():
         rel = path.relative_to(root).as_posix()
         if rel.startswith("objective/"):
             continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(_tree(path)):
             if isinstance(node, ast.Attribute) and node.attr in private:
                 found.append(f"{rel}:{node.lineno} .{node.attr}")
     assert not found, found
@@ -548,7 +555,7 @@ def test_nothing_outside_the_cpu_kernels_uses_their_private_names():
         rel = path.relative_to(root).as_posix()
         if rel.startswith("_cpu_kernels/"):
             continue
-        found += _private_kernel_uses(rel, ast.parse(path.read_text(encoding="utf-8")))
+        found += _private_kernel_uses(rel, _tree(path))
     assert not found, found
 
 
@@ -616,7 +623,7 @@ def _private_imports(module: str, is_pkg: bool, tree: ast.AST) -> set[tuple[str,
 def _all_private_imports() -> set[tuple[str, str]]:
     found = set()
     for module, (path, is_pkg) in _modules().items():
-        found |= _private_imports(module, is_pkg, ast.parse(path.read_text(encoding="utf-8")))
+        found |= _private_imports(module, is_pkg, _tree(path))
     return found
 
 
@@ -691,7 +698,7 @@ def test_module_and_function_sizes():
         n = src.count("\n")
         if n > MAX_MODULE_LINES and rel not in LARGE_MODULES:
             big[rel] = n
-        for node in ast.walk(ast.parse(src)):
+        for node in ast.walk(_tree(path)):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 size = node.end_lineno - node.lineno + 1
                 key = f"{rel}::{node.name}"
@@ -774,7 +781,7 @@ def _rule_uses() -> dict[str, list[int]]:
                     uses.setdefault(f"{module}:{'.'.join(stack)}", []).append(child.lineno)
                 walk(child, stack)
 
-        walk(ast.parse(path.read_text(encoding="utf-8")), [])
+        walk(_tree(path), [])
     return uses
 
 
@@ -803,7 +810,7 @@ def test_torch_takes_no_private_name_of_minibatch():
     for module, (path, _) in _modules().items():
         if not module.startswith("tiltlab.torch"):
             continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(_tree(path)):
             if isinstance(node, ast.ImportFrom) and node.module:
                 target = node.module
                 names = [a.name for a in node.names]
