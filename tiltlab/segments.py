@@ -5,7 +5,7 @@ level of a hierarchy) into ``G`` groups by integer codes in ``[0, G)``. Reductio
 O(n) time and O(G) extra memory whatever the group sizes (no padding to the largest group):
 
 * NumPy: one compiled pass for 1-d sums and counts of long inputs (the kernels registered
-  in :data:`SEGMENT_KERNELS`: numba's, from the compiled CPU kernels), else
+  in ``SEGMENT_KERNELS``: numba's, from the compiled CPU kernels), else
   ``np.bincount`` with weights, and ``np.maximum.at``/``np.minimum.at``;
 * PyTorch: ``index_add`` and ``scatter_reduce``;
 * CuPy: the ufuncs' ``at`` (``cupy.add.at``, ``cupy.maximum.at``, ``cupy.minimum.at``;
@@ -15,12 +15,12 @@ O(n) time and O(G) extra memory whatever the group sizes (no padding to the larg
 
 Values carry the items on their last axis; leading (batch) axes are allowed.
 
-The host routines on NumPy codes (:func:`segment_counts`, :func:`segment_sums`,
-:func:`segment_counts_sums`, :func:`members_of`, :func:`present_means`,
-:func:`accept_shared_shift`, :func:`scale_by_group`, :func:`int_range`,
-:func:`nest_parents`) use the compiled kernels when they are registered and the input is
-long enough (:data:`MIN_ITEMS`) that the first call's compilation or cache load does not
-dominate; otherwise NumPy (same results up to rounding: up to :data:`MAX_LANED_GROUPS`
+The host routines on NumPy codes (``segment_counts``, ``segment_sums``,
+``segment_counts_sums``, ``members_of``, ``present_means``,
+``accept_shared_shift``, ``scale_by_group``, ``int_range``,
+``nest_parents``) use the compiled kernels when they are registered and the input is
+long enough (``MIN_ITEMS``) that the first call's compilation or cache load does not
+dominate; otherwise NumPy (same results up to rounding: up to ``MAX_LANED_GROUPS``
 groups the kernels add in four interleaved lanes). Their codes must be int64 in
 ``[0, n_groups)`` (checked by the callers, not here).
 """

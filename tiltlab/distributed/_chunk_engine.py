@@ -85,7 +85,7 @@ class ChunkRoute:
 
 
 #: compiled chunk routes by array library (:class:`ChunkRoute`); a library without one goes
-#: to its registered objective engine (:func:`engine_state`)
+#: to its registered objective engine (``engine_state``)
 CHUNK_ROUTES = Dispatch("dask chunk routes")
 
 

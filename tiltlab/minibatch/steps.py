@@ -6,7 +6,7 @@ per group ``hi, lo, mass, s, q, lsum, s2``, an array of shape ``(7, G)``, built 
 :func:`~tiltlab.accumulator.packed.merge`). States of disjoint batches merge exactly, so a
 batch split across processes or micro-batches has the statistics of the whole batch, and
 every estimate computed here from them (the batch's tilted risk, the running state, the
-weights) equals the one of a single call on the union. :class:`MinibatchTilt` and
+weights) equals the one of a single call on the union. :class:`~tiltlab.minibatch.MinibatchTilt` and
 :class:`tiltlab.torch.TiltedLoss` are built on these steps.
 
 The tilt ``t`` is a Python number (eager callers: its special values are Python branches)
