@@ -328,9 +328,33 @@ def test_many_blocks_against_reference(loss, t, dtype):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("loss", ["squared", "logistic"])
+def test_four_row_dot_products_with_a_ragged_tail(loss, dtype):
+    """Rows of 100 entries (past ``LONG_ROW``: four rows share each dot-product sweep)
+    in chunks whose last block ends 1, 2 or 3 rows past a multiple of four: value,
+    gradient and Hessian-vector product against the references at t = -2 and 50."""
+    from tiltlab._cpu_kernels import block_steps
+
+    n, d = 1003, 100
+    assert d >= block_steps.LONG_ROW
+    X, y, theta, v, p = problem(loss, n=n, d=d, dtype=dtype, seed=19)
+    X *= np.asarray(0.1, dtype=dtype)
+    rtol = 1e-9 if dtype == np.float64 else 1e-4
+    for t in (-2.0, 50.0):
+        R, g, H, gabs, Habs = reference(loss, X, y, theta, t, p)
+        for chunks in (1, 3, 7):  # chunk ends at rows 1003, 334/668/1003, ...
+            kw = {"n_chunks": chunks}
+            value, grad = ck.fused_value_and_gradient(loss, X, y, theta, t, p, **kw)
+            _close(value, R, rtol, abs(R) + 1.0)
+            _close(grad, g, rtol, gabs)
+            hv = ck.fused_hvp(loss, X, y, theta, v, t, p, **kw)
+            _close(hv, H @ v, rtol, Habs @ np.abs(v))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("loss", ["squared", "logistic"])
 def test_long_rows_over_many_blocks(loss, dtype):
-    """Rows of 700 entries (one dot product at a time, blocks raised to 64 rows) over
-    several blocks and chunks, at t = 0, -2 and 50, against the references."""
+    """Rows of 700 entries (dot products four rows at a time, blocks raised to 64 rows)
+    over several blocks and chunks, at t = 0, -2 and 50, against the references."""
     n, d = 1500, 700
     X, y, theta, v, p = problem(loss, n=n, d=d, dtype=dtype, seed=17)
     X *= np.asarray(0.05, dtype=dtype)
