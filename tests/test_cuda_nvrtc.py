@@ -61,14 +61,15 @@ def _buckets() -> list[int]:
 #: smallest and largest bucket for the others (the buckets change only the launch macros,
 #: the losses and element types only the spliced functions), which keeps CI short
 FULL_MATRIX = os.environ.get("TILTLAB_FULL_MATRIX") == "1"
+BUCKETS = _buckets()
 VARIANTS = [
     (loss, dtype, d)
     for loss in source.C_LOSSES
     for dtype in ("float32", "float64")
-    for d in _buckets()
+    for d in BUCKETS
     if FULL_MATRIX
     or (loss, dtype) == (source.C_LOSSES[0], "float64")
-    or d in (_buckets()[0], _buckets()[-1])
+    or d in (BUCKETS[0], BUCKETS[-1])
 ]
 
 
