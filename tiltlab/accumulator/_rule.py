@@ -272,8 +272,12 @@ class TiltState:
         ra_d, rb_d = _dev(ra, like), _dev(rb, like)
         with_q = a.q is not None and b.q is not None and (groups or merged.scale <= 1.0)
         with_lsum = a.lsum is not None and b.lsum is not None
-        sa, qa, la = _moved(a, ra_d, ema, da, like, with_q, with_lsum)
-        sb, qb, lb = _moved(b, rb_d, emb, db, like, with_q, with_lsum)
+        ema_d, emb_d = (_dev(ema, like), _dev(emb, like)) if with_q else (None, None)
+        da_d, db_d = (_dev(da, like), _dev(db, like)) if with_lsum else (None, None)
+        qa, qb = (a.q, b.q) if with_q else (None, None)
+        la, lb = (a.lsum, b.lsum) if with_lsum else (None, None)
+        sa, qa, la = moved_sums(ra_d, ema_d, da_d, a.mass, a.s, qa, la)
+        sb, qb, lb = moved_sums(rb_d, emb_d, db_d, b.mass, b.s, qb, lb)
         s = sa + sb
         q = qa + qb if with_q else None
         lsum = la + lb if with_lsum else None
@@ -436,19 +440,20 @@ def _rescale(t: float, st: TiltState, c: Any) -> tuple[Any, Any, Any]:
     """Host factors moving ``st`` to the shift ``c``: ``exp(u)``, ``expm1(u)`` and the shift
     difference, with ``u = t (st.shift - c) <= 0`` (zero for empty groups). At ``t = +-inf``
     the factor is 1 for a state whose shift is the extreme and 0 otherwise (its limit)."""
+    shift = st.shift
     if not st.is_groups:
         if math.isinf(t):
-            f = 1.0 if st.shift == c else 0.0
-            return f, f - 1.0, st.shift - c
-        f, fm = exponent_terms(_scaled_gap(t, st.shift, c), math, squares=False)
-        return f, fm, st.shift - c
+            f = 1.0 if shift == c else 0.0
+            return f, f - 1.0, shift - c
+        f, fm = exponent_terms(_scaled_gap(t, shift, c), math, squares=False)
+        return f, fm, shift - c
     on = st.present
     if math.isinf(t):
-        f = np.where(on & (st.shift == c), 1.0, 0.0)
+        f = np.where(on & (shift == c), 1.0, 0.0)
         with np.errstate(invalid="ignore"):
-            return f, f - 1.0, np.where(on, st.shift - c, 0.0)
+            return f, f - 1.0, np.where(on, shift - c, 0.0)
     with np.errstate(over="ignore", invalid="ignore"):
-        u = np.where(on, _scaled_gap(t, st.shift, c), 0.0)
-        d = np.where(on, st.shift - c, 0.0)
+        u = np.where(on, _scaled_gap(t, shift, c), 0.0)
+        d = np.where(on, shift - c, 0.0)
     f, fm = exponent_terms(u, np, squares=False)
     return np.where(on, f, 0.0), np.where(on, fm, 0.0), d
