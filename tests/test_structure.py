@@ -741,7 +741,9 @@ def test_import_tiltlab_is_light():
 #: minibatch estimators, the PyTorch module, the risk functions)
 RULE_DRIVERS = ("tiltlab.accumulator", "tiltlab.minibatch", "tiltlab.torch", "tiltlab.risk")
 #: the one module that forms the small-tilt sums (``expm1`` of the shifted exponents) and
-#: picks ``log1p`` of them near t = 0 (the generated CPU and CUDA kernels are its twins)
+#: picks ``log1p`` of them near t = 0 (the generated CPU and CUDA kernels are its twins);
+#: the eager state reads its regime on the host and takes its terms, merge factors and
+#: logs from it
 RULE_HOME = "tiltlab.accumulator.packed"
 #: other formulas that use ``expm1``/``log1p`` in the driver packages, each with its reason
 RULE_OTHER_FORMULAS = {

@@ -7,7 +7,10 @@ minibatch estimators, the PyTorch module's single-process and data-parallel step
 (``torch.compile`` traces them without graph breaks), the vectorised kernels of
 :mod:`tiltlab.risk` (a grid of tilts, autograd through ``t``). The eager
 :class:`~tiltlab.accumulator.TiltState` keeps the same fields with its shifts and regime
-flags on the host.
+flags on the host, and takes its per-sample terms (:func:`normaliser_term`), the factors
+and sums of its merge (:func:`exponent_terms`, :func:`moved_sums`) and its logs
+(:func:`log_normaliser`) from here: every ``expm1`` and ``log1p`` of the rule is in this
+module.
 
 The layout
 ----------
