@@ -413,9 +413,9 @@ def moved_sums(
     --------
     >>> import numpy as np
     >>> l, t = np.array([0.0, 1.0]), 2.0
-    >>> at_1 = block(l, None, t, np)  # shifted by hi = 1
+    >>> hi, lo, mass, s, q, lsum, s2 = block(l, None, t, np)  # shifted by hi = 1
     >>> f, fm = exponent_terms(np.asarray(t * (1.0 - 3.0)), np, squares=False)
-    >>> s, q, lsum = moved_sums(f, fm, 1.0 - 3.0, at_1[MASS], at_1[S], at_1[Q], at_1[LSUM])
+    >>> s, q, lsum = moved_sums(f, fm, 1.0 - 3.0, mass, s, q, lsum)
     >>> u = t * (l - 3.0)  # the same losses shifted by 3
     >>> bool(np.allclose([s[0], q[0], lsum[0]], [np.exp(u).sum(), np.expm1(u).sum(), -5.0]))
     True
