@@ -9,9 +9,10 @@ from typing import Any
 
 import numpy as np
 
-from .._compat import apply_inplace, device, tiny_sqrt
+from .._compat import device, tiny_sqrt
 from ..segments import expand, segment_max, segment_min, segment_sum
 from ._support import _extremes, _host, _nonfinite, _scaled_gap
+from .packed import normaliser_term
 
 __all__ = ["shifted_exponent"]
 
@@ -48,15 +49,15 @@ def _sample_block(cls, l, t, p, sums, xp, extremes, tiny, unit):
         return _extreme_block(cls, l, c, p, sums, xp, t, hi, lo, mass, None)
     scale = _scaled_gap(abs(t), hi, lo)
     u = shifted_exponent(l, c, t, p, xp, math.isinf(hi - lo))
-    if scale <= 1.0:
-        e = apply_inplace(xp.expm1, u, xp)
+    near = scale <= 1.0
+    e = normaliser_term(u, near, xp, overwrite=True)
+    if near:
         q = xp.sum(e) if p is None else xp.sum(p * e)
         s = mass + q
         if sums is not None:
             e = e + 1.0  # exp(u) >= exp(-1): no cancellation
     else:
         q = None
-        e = apply_inplace(xp.exp, u, xp)
         s = None
     del u
     pe = e if p is None else p * e
@@ -175,17 +176,17 @@ def _group_block(cls, l, t, p, sums, seg, xp, tiny, unit):
     n_small = int(np.sum(small))
     q = None
     if n_small == small.size:
-        e1 = apply_inplace(xp.expm1, u, xp)
+        e1 = normaliser_term(u, True, xp, overwrite=True)
         q = segment_sum(e1 if w is None else w * e1, seg, xp)
         s = mass + q
         e = e1 + 1.0 if sums is not None else None  # exp(u) >= exp(-1): no cancellation
     elif n_small == 0:
-        e = apply_inplace(xp.exp, u, xp)
+        e = normaliser_term(u, False, xp, overwrite=True)
         s = None
     else:
-        e1 = xp.expm1(u)
+        e1 = normaliser_term(u, True, xp)
         q = segment_sum(e1 if w is None else w * e1, seg, xp)
-        e = apply_inplace(xp.exp, u, xp)
+        e = normaliser_term(u, False, xp, overwrite=True)
         s = None
     del u
     pe = None

@@ -23,7 +23,7 @@ from ._support import (
     _scaled_gap,
     _select,
 )
-from .packed import log_normaliser
+from .packed import exponent_terms, log_normaliser, moved_sums
 
 __all__ = [
     "TiltState",
@@ -270,13 +270,17 @@ class TiltState:
         rb, emb, db = _rescale(t, b, c)
         like = a.s
         ra_d, rb_d = _dev(ra, like), _dev(rb, like)
-        s = a.s * ra_d + b.s * rb_d
-        q = None
-        if a.q is not None and b.q is not None and (groups or merged.scale <= 1.0):
-            q = a.mass * _dev(ema, like) + a.q * ra_d + b.mass * _dev(emb, like) + b.q * rb_d
-        lsum = None
-        if a.lsum is not None and b.lsum is not None:
-            lsum = a.lsum + a.mass * _dev(da, like) + b.lsum + b.mass * _dev(db, like)
+        with_q = a.q is not None and b.q is not None and (groups or merged.scale <= 1.0)
+        with_lsum = a.lsum is not None and b.lsum is not None
+        ema_d, emb_d = (_dev(ema, like), _dev(emb, like)) if with_q else (None, None)
+        da_d, db_d = (_dev(da, like), _dev(db, like)) if with_lsum else (None, None)
+        qa, qb = (a.q, b.q) if with_q else (None, None)
+        la, lb = (a.lsum, b.lsum) if with_lsum else (None, None)
+        sa, qa, la = moved_sums(ra_d, ema_d, da_d, a.mass, a.s, qa, la)
+        sb, qb, lb = moved_sums(rb_d, emb_d, db_d, b.mass, b.s, qb, lb)
+        s = sa + sb
+        q = qa + qb if with_q else None
+        lsum = la + lb if with_lsum else None
         sums = tuple(
             x * _col(ra_d, x, groups) + y * _col(rb_d, y, groups)
             for x, y in zip(a.sums, b.sums, strict=True)
@@ -384,14 +388,12 @@ class GroupState(TiltState):
         xp = _ns(self.s)
         like = self.s
         r_d = _dev(r, like)
-        s = xp.sum(self.s * r_d, axis=-1)
+        with_q, with_lsum = self.q is not None and out.scale <= 1.0, self.lsum is not None
+        s, q, lsum = (
+            None if x is None else xp.sum(x, axis=-1)
+            for x in _moved(self, r_d, em, d, like, with_q, with_lsum)
+        )
         mass = xp.sum(self.mass, axis=-1)
-        q = None
-        if self.q is not None and out.scale <= 1.0:
-            q = xp.sum(self.mass * _dev(em, like) + self.q * r_d, axis=-1)
-        lsum = None
-        if self.lsum is not None:
-            lsum = xp.sum(self.lsum + self.mass * _dev(d, like), axis=-1)
         # a sum, not a BLAS product: a threaded BLAS would wake its pool at every merge of
         # the compiled kernels' chunks, and its spinning threads would hold a core
         sums = tuple(
@@ -418,22 +420,40 @@ def needed_sums(t: float, hi: float, lo: float, tiny: float) -> tuple[bool, bool
     return scale <= 1.0, scale < tiny
 
 
+def _moved(
+    st: TiltState, r_d: Any, em: Any, d: Any, like: Any, with_q: bool, with_lsum: bool
+) -> tuple[Any, Any, Any]:
+    """``(s, q, lsum)`` of ``st`` moved by the factors of :func:`_rescale` (``r_d`` already
+    an operand for ``like``); ``q``, ``lsum`` None where not kept."""
+    return moved_sums(
+        r_d,
+        _dev(em, like) if with_q else None,
+        _dev(d, like) if with_lsum else None,
+        st.mass,
+        st.s,
+        st.q if with_q else None,
+        st.lsum if with_lsum else None,
+    )
+
+
 def _rescale(t: float, st: TiltState, c: Any) -> tuple[Any, Any, Any]:
     """Host factors moving ``st`` to the shift ``c``: ``exp(u)``, ``expm1(u)`` and the shift
     difference, with ``u = t (st.shift - c) <= 0`` (zero for empty groups). At ``t = +-inf``
     the factor is 1 for a state whose shift is the extreme and 0 otherwise (its limit)."""
+    shift = st.shift
     if not st.is_groups:
         if math.isinf(t):
-            f = 1.0 if st.shift == c else 0.0
-            return f, f - 1.0, st.shift - c
-        u = _scaled_gap(t, st.shift, c)
-        return math.exp(u), math.expm1(u), st.shift - c
+            f = 1.0 if shift == c else 0.0
+            return f, f - 1.0, shift - c
+        f, fm = exponent_terms(_scaled_gap(t, shift, c), math, squares=False)
+        return f, fm, shift - c
     on = st.present
     if math.isinf(t):
-        f = np.where(on & (st.shift == c), 1.0, 0.0)
+        f = np.where(on & (shift == c), 1.0, 0.0)
         with np.errstate(invalid="ignore"):
-            return f, f - 1.0, np.where(on, st.shift - c, 0.0)
+            return f, f - 1.0, np.where(on, shift - c, 0.0)
     with np.errstate(over="ignore", invalid="ignore"):
-        u = np.where(on, _scaled_gap(t, st.shift, c), 0.0)
-        d = np.where(on, st.shift - c, 0.0)
-    return np.where(on, np.exp(u), 0.0), np.where(on, np.expm1(u), 0.0), d
+        u = np.where(on, _scaled_gap(t, shift, c), 0.0)
+        d = np.where(on, shift - c, 0.0)
+    f, fm = exponent_terms(u, np, squares=False)
+    return np.where(on, f, 0.0), np.where(on, fm, 0.0), d

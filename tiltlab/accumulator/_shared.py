@@ -11,10 +11,11 @@ from typing import Any
 import numpy as np
 
 from .. import segments as _kernels
-from .._compat import apply_inplace, is_numpy_namespace, tiny_sqrt
+from .._compat import is_numpy_namespace, tiny_sqrt
 from ..segments import Segments
 from ._rule import TiltState
 from ._support import _extremes, _nonfinite
+from .packed import log_normaliser, normaliser_term
 
 __all__ = [
     "RHO",
@@ -380,11 +381,9 @@ def labelled_level(l: np.ndarray, t: float, codes: np.ndarray, n_groups: int,
         r, mass, where = _kernels.present_means(counts, z, compiled=compiled)
         if where.shape[0] == n_groups:
             where = None  # every group has samples
-    if mode == "q":
-        np.log1p(r, out=r)
-    elif mode == "s":
+    if mode != "mean":
         with np.errstate(divide="ignore"):
-            np.log(r, out=r)
+            log_normaliser(r, r, mode == "q", np, overwrite=True)
     floor = -_underflow_limit(l.dtype) if mode == "s" else None
     k = 1.0 / abs(t) if mode == "s" else 0.0
     bad = _kernels.accept_shared_shift(r, None if mode == "mean" else t, c, k, RHO, floor,
@@ -435,11 +434,9 @@ def pooled_risk(v: np.ndarray, t: float, mass: np.ndarray):
     # float64 products (``mass`` is float64) and NumPy's pairwise sum, not a BLAS dot
     # product: the same rounding on any number of threads
     q = np.array([np.sum(d * mass) / mass.sum()])
-    with np.errstate(divide="ignore", invalid="ignore"):
-        if mode == "q":
-            np.log1p(q, out=q)
-        elif mode == "s":
-            np.log(q, out=q)
+    if mode != "mean":
+        with np.errstate(divide="ignore", invalid="ignore"):
+            log_normaliser(q, q, mode == "q", np, overwrite=True)
     floor = -_underflow_limit(v.dtype) if mode == "s" else None
     k = 1.0 / abs(t) if mode == "s" else 0.0
     if _kernels.accept_shared_shift(q, None if mode == "mean" else t, c, k, RHO, floor).size:
@@ -479,7 +476,7 @@ def _exponentials(l: np.ndarray, t: float, p: np.ndarray | None, mode: str, c: f
             if mode != "mean":
                 d *= l.dtype.type(t)
         if mode != "mean":
-            d = apply_inplace(np.expm1 if mode == "q" else np.exp, d, np)
+            d = normaliser_term(d, mode == "q", np, overwrite=True)
     if p is not None:
         d = np.where(p > 0, d, l.dtype.type(0))
     return d
@@ -492,10 +489,9 @@ def _finish(z: np.ndarray, mass: np.ndarray, t: float, mode: str, c: float, dtyp
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         d = np.divide(z, mass, out=z)  # few temporaries: G may be large
         fine = None
-        if mode == "q":
-            np.log1p(d, out=d)
-        elif mode == "s":
-            np.log(d, out=d)
+        if mode != "mean":
+            log_normaliser(d, d, mode == "q", np, overwrite=True)
+        if mode == "s":
             fine = d >= -_underflow_limit(dtype)  # (False where z = 0 or NaN)
         if mode != "mean":
             d /= t

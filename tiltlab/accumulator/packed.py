@@ -7,7 +7,10 @@ minibatch estimators, the PyTorch module's single-process and data-parallel step
 (``torch.compile`` traces them without graph breaks), the vectorised kernels of
 :mod:`tiltlab.risk` (a grid of tilts, autograd through ``t``). The eager
 :class:`~tiltlab.accumulator.TiltState` keeps the same fields with its shifts and regime
-flags on the host.
+flags on the host, and takes its per-sample terms (:func:`normaliser_term`), the factors
+and sums of its merge (:func:`exponent_terms`, :func:`moved_sums`) and its logs
+(:func:`log_normaliser`) from here: every ``expm1`` and ``log1p`` of the rule is in this
+module.
 
 The layout
 ----------
@@ -50,6 +53,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from .._compat import apply_inplace
 from .._compat import device as _compat_device
 from ._support import _add_scaled
 
@@ -68,6 +72,8 @@ __all__ = [
     "tilted_columns",
     "running_update",
     "exponent_terms",
+    "normaliser_term",
+    "moved_sums",
     "shift",
     "total",
     "tilt_parts",
@@ -182,14 +188,18 @@ def series_threshold(dtype: Any, xp: Any) -> float:
     return float((24.0 * float(xp.finfo(dtype).eps)) ** (1.0 / 3.0))
 
 
-def log_normaliser(q: Any, s: Any, near: Any, xp: Any, *, guarded: bool = True) -> Any:
+def log_normaliser(
+    q: Any, s: Any, near: Any, xp: Any, *, guarded: bool = True, overwrite: bool = False
+) -> Any:
     """``log(sum p exp(u))`` of a normalised prior from its two sums: ``log1p(q)`` where
     ``near`` (``q = sum p expm1(u)``, exact near ``t = 0``), else ``log(s)``
     (``s = sum p exp(u)``). The branch not taken sees a harmless argument, so that neither
     its value nor its gradient is NaN; ``guarded=False`` drops that guard, for a driver
     whose sums are in range already (``q > -1``, ``s > 0``) and carry no gradient. A
     Python bool ``near`` (a flag read on the host, as the eager state keeps it) evaluates
-    the branch taken alone (the other sum may then be None).
+    the branch taken alone (the other sum may then be None); with ``overwrite`` that sum
+    is a temporary the caller owns, and its log is written over it where the library
+    allows (NumPy, CuPy, PyTorch without autograd).
 
     This is the small-tilt choice of every tilted risk: ``near`` is ``|t| (hi - lo) <= 1``
     (then every ``u`` lies in ``[-1, 0]`` and ``s >= 1/e``), or for a driver that did not
@@ -205,6 +215,8 @@ def log_normaliser(q: Any, s: Any, near: Any, xp: Any, *, guarded: bool = True) 
     -5.000444502912955e-13
     """
     if isinstance(near, bool):
+        if overwrite:
+            return apply_inplace(xp.log1p, q, xp) if near else apply_inplace(xp.log, s, xp)
         return xp.log1p(q) if near else xp.log(s)
     if not guarded:
         return xp.where(near, xp.log1p(q), xp.log(s))
@@ -309,9 +321,9 @@ def log_normaliser_of(u: Any, total: Any, near: bool, xp: Any) -> Any:
     >>> float(log_normaliser_of(np.array([-1e-12, 0.0]), np.mean, True, np))
     -4.99999999999875e-13
     """
-    if near:
-        return log_normaliser(total(xp.expm1(u)), None, True, xp)
-    return log_normaliser(None, total(xp.exp(u)), False, xp)
+    near = bool(near)
+    z = total(normaliser_term(u, near, xp))
+    return log_normaliser(z, z, near, xp)
 
 
 def exponent_terms(u: Any, xp: Any, *, squares: bool = True) -> tuple[Any, ...]:
@@ -324,9 +336,95 @@ def exponent_terms(u: Any, xp: Any, *, squares: bool = True) -> tuple[Any, ...]:
     >>> import numpy as np
     >>> [float(x) for x in exponent_terms(np.asarray(0.0), np)]
     [1.0, 0.0, 1.0]
+
+    With ``squares=False`` they are also the factors ``exp(d)``, ``expm1(d)`` that move a
+    state to another shift (:func:`moved_sums`); ``xp`` may then be :mod:`math` for a
+    Python float ``d`` (a factor read on the host):
+
+    >>> import math
+    >>> exponent_terms(-0.5, math, squares=False) == (math.exp(-0.5), math.expm1(-0.5))
+    True
     """
     ex, em = _terms(u, xp)
     return (ex, em, ex * ex) if squares else (ex, em)
+
+
+def normaliser_term(u: Any, near: bool, xp: Any, *, overwrite: bool = False) -> Any:
+    """The per-sample term of the one sum the rule takes for a host flag ``near``
+    (``|t| (hi - lo) <= 1``): ``expm1(u)`` (the field ``q``) where ``near``, else
+    ``exp(u)`` (the field ``s``), for shifted exponents ``u = t (l - c) <= 0``. For drivers
+    that read the regime on the host and form one sum (:func:`exponent_terms` forms
+    both).
+
+    Parameters
+    ----------
+    u : array
+        The shifted exponents.
+    near : bool
+        The small-tilt regime, read on the host.
+    xp : namespace
+        The array namespace of ``u``.
+    overwrite : bool, optional
+        ``u`` is a temporary the caller owns: the term is written over it where the
+        library allows (NumPy, CuPy, PyTorch without autograd), else a new array.
+
+    Returns
+    -------
+    array
+        ``expm1(u)`` or ``exp(u)``; with ``near``, ``exp(u)`` is ``1 + expm1(u)`` without
+        cancellation (every ``u`` lies in ``[-1, 0]``).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> u = np.array([-1e-12, 0.0])
+    >>> normaliser_term(u, True, np).tolist(), normaliser_term(u, False, np).tolist()
+    ([-9.999999999995e-13, 0.0], [0.999999999999, 1.0])
+    """
+    fn = xp.expm1 if near else xp.exp
+    return apply_inplace(fn, u, xp) if overwrite else fn(u)
+
+
+def moved_sums(
+    f: Any, fm: Any, gap: Any, mass: Any, s: Any, q: Any = None, lsum: Any = None
+) -> tuple[Any, Any, Any]:
+    """The sums ``(s, q, lsum)`` of a state (or of each of its groups) moved from its shift
+    ``c_k`` to a shift ``c`` with ``d = t (c_k - c) <= 0``: ``s f``, ``q f + mass fm`` (terms
+    of one sign: no cancellation) and ``lsum + mass gap``, where ``f, fm = exp(d),
+    expm1(d)`` (:func:`exponent_terms` with ``squares=False``) and ``gap = c_k - c``. A sum
+    given as None stays None (the eager state keeps ``q`` and ``lsum`` only in the regimes
+    that need them); the field ``s2`` moves by ``f**2``.
+
+    Parameters
+    ----------
+    f, fm : array or float
+        ``exp(d)`` and ``expm1(d)``.
+    gap : array or float
+        ``c_k - c`` (only used for ``lsum``).
+    mass, s, q, lsum : array
+        The state's fields at its shift ``c_k``.
+
+    Returns
+    -------
+    s, q, lsum : array or None
+        The same fields at the shift ``c``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> l, t = np.array([0.0, 1.0]), 2.0
+    >>> hi, lo, mass, s, q, lsum, s2 = block(l, None, t, np)  # shifted by hi = 1
+    >>> f, fm = exponent_terms(np.asarray(t * (1.0 - 3.0)), np, squares=False)
+    >>> s, q, lsum = moved_sums(f, fm, 1.0 - 3.0, mass, s, q, lsum)
+    >>> u = t * (l - 3.0)  # the same losses shifted by 3
+    >>> bool(np.allclose([s[0], q[0], lsum[0]], [np.exp(u).sum(), np.expm1(u).sum(), -5.0]))
+    True
+    """
+    return (
+        s * f,
+        None if q is None else q * f + mass * fm,
+        None if lsum is None else lsum + mass * gap,
+    )
 
 
 def _tiny(dtype: Any, xp: Any) -> float:
@@ -473,8 +571,8 @@ def merge(stacked: Any, t: Any, xp: Any) -> Any:
         lsum = xp.sum(lsum_k + n_k * gap, axis=0)
         d = xp.where(regular, t_fin * gap, zero)
     f, fm = _terms(d, xp)
-    s = xp.sum(s_k * f, axis=0)
-    q = xp.sum(q_k * f + n_k * fm, axis=0)
+    s_m, q_m, _ = moved_sums(f, fm, gap, n_k, s_k, q_k)
+    s, q = xp.sum(s_m, axis=0), xp.sum(q_m, axis=0)
     s2 = xp.sum(s2_k * f * f, axis=0)
     if not is_number(t):
         ties = xp.sum(xp.where(c_k == c, s_k, zero), axis=0)
