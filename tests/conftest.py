@@ -12,6 +12,8 @@ Tiers (``--tier`` or ``TILTLAB_TIER``; ``push`` by default):
   the fewest (chosen greedily, deterministically) that meet every value of every
   parameter at least once, on the backends installed here (the instances that skip for
   want of a backend get a design of their own: a run without PyTorch records them).
+  A parameter named in :data:`REPLICATES` (``seed``) repeats one check on other draws:
+  the design meets one of its values, not each.
   The contract rows (``test_contract.py``) and tests marked ``push`` run in full; tests
   marked ``slow`` do not run; a test named on the command line (``file::test`` or
   ``file::test[id]``) runs as named.
@@ -222,10 +224,21 @@ def _value_key(value):
     return (type(value).__qualname__, repr(value))
 
 
+#: parameters whose values are replicates of one check (other random draws), not cases:
+#: the push tier's design meets one value of each
+REPLICATES = frozenset({"seed"})
+
+
 def _covering(items):
     """Few items (greedy: each the first that meets the most values not yet met) that
-    meet every value of every parameter of ``items``."""
-    cover = {it: {(name, _value_key(v)) for name, v in it.callspec.params.items()} for it in items}
+    meet every value of every parameter of ``items`` (one value of a replicate)."""
+    cover = {
+        it: {
+            (name, None if name in REPLICATES else _value_key(v))
+            for name, v in it.callspec.params.items()
+        }
+        for it in items
+    }
     needed = set().union(*cover.values())
     chosen = []
     while needed:

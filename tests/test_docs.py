@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import doctest
+import functools
 import importlib
 import importlib.util
 import json
@@ -156,16 +157,23 @@ def test_every_listed_name_exists():
     assert not stale, f"API reference lists names that do not exist: {stale}"
 
 
+@functools.cache
+def _documented_ids() -> dict[int, str]:
+    """The objects the API reference documents, by id (resolved once per process)."""
+    out: dict[int, str] = {}
+    for full_name in _documented():
+        try:
+            out.setdefault(id(_resolve(full_name)), full_name)
+        except (ImportError, AttributeError):
+            pass
+    return out
+
+
 @pytest.mark.parametrize("module_name", _public_module_names())
 def test_every_public_name_is_documented(module_name):
     module = _import(module_name)
     documented = _documented()
-    documented_ids = {}
-    for full_name in documented:
-        try:
-            documented_ids.setdefault(id(_resolve(full_name)), full_name)
-        except (ImportError, AttributeError):
-            pass
+    documented_ids = _documented_ids()
     texts = "\n".join(_api_sources().values())
     missing = []
     for name in getattr(module, "__all__", ()):
@@ -192,7 +200,13 @@ def test_every_top_level_module_has_a_page():
 
 #: modules whose examples run a whole fit or reproduction (seconds; their functions have
 #: tests of their own in the push tier): the full tier
-SLOW_EXAMPLES = {"tiltlab.reproduce.robust_regression", "tiltlab.estimators._regressor"}
+SLOW_EXAMPLES = {
+    "tiltlab.reproduce.robust_regression",
+    "tiltlab.reproduce.convergence",
+    "tiltlab.reproduce.fair_pca",
+    "tiltlab.reproduce.hierarchical",
+    "tiltlab.estimators._regressor",
+}
 
 
 @pytest.mark.parametrize(
@@ -357,8 +371,13 @@ def test_output_checks_can_fail(tmp_path):
     assert proc.returncode != 0 and "the page says '3'" in proc.stderr
 
 
-#: pages whose snippets take seconds (a local cluster, training loops): the full tier
+#: pages whose snippets take seconds (a local cluster, training loops, whole fits on the
+#: shipped data): the full tier (their functions have push-tier tests of their own)
 SLOW_PAGES = {
+    "user_guide/robust.md",
+    "user_guide/hierarchical.md",
+    "user_guide/tilt.md",
+    "user_guide/choosing_tilt.md",
     "user_guide/scale_out.md",
     "user_guide/minibatch.md",
     "user_guide/language_models.md",

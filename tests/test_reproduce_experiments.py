@@ -175,6 +175,7 @@ def test_run_dispatch_and_errors():
     assert by[("ERM", "noise=0.2", "test_rmse", "test")]["paper_mean"] == 1.87
 
 
+@pytest.mark.slow  # starts worker processes (seconds); `jobs=1` runs in the push tier
 def test_robust_regression_worker_processes_give_the_same_numbers():
     from tiltlab.reproduce import robust_regression
 
