@@ -117,16 +117,19 @@ def test_tilt_path_continuity_and_tradeoffs(xp):
     obj = tl.TiltedObjective("squared", xp.asarray(X), xp.asarray(y), l2=1e-3)
     # continuity: refining the grid shrinks the largest jump in proportion to the step
     # (the path is steep near t = 0, where five outliers are suppressed, but continuous)
-    n_coarse, n_fine = (21, 81) if xp.__name__.endswith("numpy") else (11, 41)
+    # (a property of the path, not of the array library: checked on NumPy; the other
+    # backends solve the trade-off path below)
+    n_coarse, n_fine = 21, 81
     jumps = []
     lazy = "dask" in xp.__name__  # each iteration computes a graph: fewer tilts there
-    for n in () if lazy else (n_coarse, n_fine):
+    numpy = xp.__name__.endswith("numpy")
+    for n in (n_coarse, n_fine) if numpy else ():
         path = tl.tilt_path(obj, np.linspace(-0.4, 0.4, n), method="lbfgs", tol=1e-10)
         assert path.success
         xs = to_numpy(path.x)
         assert xs.shape == (n, 3)
         jumps.append(np.linalg.norm(np.diff(xs, axis=0), axis=1).max())
-    if not lazy:
+    if numpy:
         ratio = (n_fine - 1) / (n_coarse - 1)
         assert jumps[1] <= 1.5 * jumps[0] / ratio
     ts = [0.0, 2.0] if lazy else [-2.0, -1.0, -0.5, -0.25, 0.0, 0.25, 0.5, 1.0, 2.0]
