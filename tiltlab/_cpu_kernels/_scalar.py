@@ -11,6 +11,7 @@ import numpy as np
 
 from ._losses import loss_block
 from ._rows import LAZY_LIMIT, SUB_BLOCK, _chunk, _dot, _flush
+from ._state_steps import state_move
 from .block_steps import (
     BLOCK,
     KERNEL,
@@ -86,11 +87,7 @@ def vg_scalar(
                 cg = new
                 rg = 1.0
             elif (t > 0.0 and new > c) or (t <= 0.0 and new < c):
-                du = t * (c - new)
-                r = math.exp(du)
-                q = mass * math.expm1(du) + q * r
-                s = s * r
-                lsum += mass * (c - new)
+                r, s, q, lsum = state_move(t, c, new, mass, s, q, lsum)
                 c = new
                 if t * (c - cg) > LAZY_LIMIT:
                     if want_grad:
@@ -192,12 +189,8 @@ def hvp_scalar(X, y, p, theta, v, t, code, param, n_chunks, state, A, G, k0, k1)
                 cg = new
                 rg = 1.0
             elif (t > 0.0 and new > c) or (t <= 0.0 and new < c):
-                du = t * (c - new)
-                r = math.exp(du)
-                q = mass * math.expm1(du) + q * r
-                s = s * r
+                r, s, q, lsum = state_move(t, c, new, mass, s, q, lsum)
                 av = av * r
-                lsum += mass * (c - new)
                 c = new
                 if t * (c - cg) > LAZY_LIMIT:
                     f = math.exp(t * (cg - c))
