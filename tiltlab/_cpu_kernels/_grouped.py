@@ -32,7 +32,13 @@ import numpy as np
 
 from ._losses import loss_block
 from ._rows import _INLINE, LAZY_LIMIT
-from ._state_steps import state_fold, state_move, state_weight, state_weight_t
+from ._state_steps import (
+    state_factor,
+    state_fold,
+    state_move,
+    state_weight,
+    state_weight_t,
+)
 from .block_steps import BLOCK, KERNEL, block_rows, dots, dots2
 
 
@@ -63,11 +69,11 @@ def fold_loss(st, loss, pi, t, cg, rg, g, vectors):
             st[8] *= r
             st[0] = new
             if vectors and t * (new - cg[g]) > LAZY_LIMIT:
-                f = math.exp(t * (cg[g] - new))
+                f = state_factor(t, cg[g], new)
                 cg[g] = new
                 rg[g] = 1.0
             elif vectors:
-                rg[g] = math.exp(t * (new - cg[g]))
+                rg[g] = state_factor(t, new, cg[g])
     # the group's q is kept at every spread (the regime is read when the states merge):
     # exp(u) for the weight, expm1(u) for q
     e = state_weight(t, loss, st[0], False)[0]
@@ -165,11 +171,11 @@ def group_scalar(
             state[g, 8] *= r
             state[g, 0] = new
             if vectors and t * (new - cg[g]) > LAZY_LIMIT:
-                f = math.exp(t * (cg[g] - new))
+                f = state_factor(t, cg[g], new)
                 cg[g] = new
                 rg[g] = 1.0
             elif vectors:
-                rg[g] = math.exp(t * (new - cg[g]))
+                rg[g] = state_factor(t, new, cg[g])
             if f != 1.0:  # the group's vector sums move to its shift
                 for j in range(d):
                     A[g, j] *= f
@@ -210,7 +216,7 @@ def group_scalar(
     if vectors:
         for g in range(G):
             if state[g, 3] > 0.0 and cg[g] != state[g, 0]:
-                f = math.exp(t * (cg[g] - state[g, 0]))
+                f = state_factor(t, cg[g], state[g, 0])
                 for j in range(d):
                     A[g, j] *= f
                 if want_hvp:

@@ -18,7 +18,7 @@ from ._rows import (
     _softmax_row,
     _weight_parts,
 )
-from ._state_steps import state_fold, state_move
+from ._state_steps import state_factor, state_fold, state_move
 
 
 @_JIT
@@ -80,14 +80,14 @@ def vg_multi(X, y, p, theta, t, n_chunks, want_grad, per_sample, state, G, out_l
                 if t * (c - cg) > LAZY_LIMIT:
                     if want_grad:
                         _flush2(blk, acc)
-                        f = math.exp(t * (cg - c))
+                        f = state_factor(t, cg, c)
                         for j in range(d):
                             for kk in range(K):
                                 acc[j, kk] *= f
                     cg = c
                     rg = 1.0
                 else:
-                    rg = math.exp(t * (c - cg))
+                    rg = state_factor(t, c, cg)
             if qlive and abs(t) * (hi - lo) > 1.0:
                 qlive = False
             e, e1 = _weight_parts(t, l, c, qlive)
@@ -108,7 +108,7 @@ def vg_multi(X, y, p, theta, t, n_chunks, want_grad, per_sample, state, G, out_l
         if want_grad:
             _flush2(blk, acc)
             if mass > 0.0 and cg != c:
-                f = math.exp(t * (cg - c))
+                f = state_factor(t, cg, c)
                 for j in range(d):
                     for kk in range(K):
                         acc[j, kk] *= f
@@ -184,7 +184,7 @@ def hvp_multi(X, y, p, theta, V, t, n_chunks, state, A, G, k0, k1):
                 if t * (c - cg) > LAZY_LIMIT:
                     _flush2(blkA, accA)
                     _flush2(blkG, accG)
-                    f = math.exp(t * (cg - c))
+                    f = state_factor(t, cg, c)
                     for j in range(d):
                         for kk in range(K):
                             accA[j, kk] *= f
@@ -192,7 +192,7 @@ def hvp_multi(X, y, p, theta, V, t, n_chunks, state, A, G, k0, k1):
                     cg = c
                     rg = 1.0
                 else:
-                    rg = math.exp(t * (c - cg))
+                    rg = state_factor(t, c, cg)
             if qlive and abs(t) * (hi - lo) > 1.0:
                 qlive = False
             e, e1 = _weight_parts(t, l, c, qlive)
@@ -227,7 +227,7 @@ def hvp_multi(X, y, p, theta, V, t, n_chunks, state, A, G, k0, k1):
         _flush2(blkA, accA)
         _flush2(blkG, accG)
         if mass > 0.0 and cg != c:
-            f = math.exp(t * (cg - c))
+            f = state_factor(t, cg, c)
             for j in range(d):
                 for kk in range(K):
                     accA[j, kk] *= f

@@ -3,10 +3,10 @@ the steps of the tilted state in the compiled CPU kernels (do not edit; imported
 lazily: it imports numba).
 
 ``state_<name>`` takes the entry's arguments and flags and returns its results in the
-table's order, with the :mod:`math` functions (float64 scalars: the kernels' shift
-moves and single rows); ``state_<name>_t`` (the entries the block loops call) takes
-the vectorisable functions of :mod:`._typed_math` and computes in the precision of
-its arguments. All are inlined where they are called.
+table's order (one result as a number), with the :mod:`math` functions (float64
+scalars: the kernels' shift moves and single rows); ``state_<name>_t`` (the entries
+the block loops call) takes the vectorisable functions of :mod:`._typed_math` and
+computes in the precision of its arguments. All are inlined where they are called.
 """
 
 # ruff: noqa: E501
@@ -17,6 +17,7 @@ import math
 from ._typed_math import exp_t, expm1_t, like_t
 
 __all__ = [
+    "state_factor",
     "state_finish",
     "state_fold",
     "state_merge",
@@ -68,6 +69,12 @@ def state_move(t, c, to, mass, s, q, lsum):
 
 
 @_INLINE
+def state_factor(t, c, to):
+    """the factor exp(t (c - to)) that moves weighted sums from the shift c to the shift to (move's r, for sums kept apart from a state's): returns r"""
+    return math.exp(t * (c - to))
+
+
+@_INLINE
 def state_merge(mass_a, s_a, q_a, lsum_a, mass_b, s_b, q_b, lsum_b):
     """the merge of two states moved to one shift (move): their sums added: returns mass, s, q, lsum"""
     return mass_a + mass_b, s_a + s_b, q_a + q_b, lsum_a + lsum_b
@@ -76,4 +83,4 @@ def state_merge(mass_a, s_a, q_a, lsum_a, mass_b, s_b, q_b, lsum_b):
 @_INLINE
 def state_finish(t, c, hi, lo, mass, s, q, lsum, extreme, flat, small_tilt):
     """the tilted risk of a state: its largest (smallest) loss at an infinite tilt (extreme), the mean c + lsum / mass at t = 0 and where |t| (hi - lo) is below rounding (flat), c + log1p(q / mass) / t while |t| (hi - lo) <= 1 and q is kept (small_tilt), else c + log(s / mass) / t: returns risk"""
-    return (hi if t > 0.0 else lo) if extreme else c + lsum / mass if flat else c + math.log1p(q / mass) / t if small_tilt else c + math.log(s / mass) / t,
+    return (hi if t > 0.0 else lo) if extreme else c + lsum / mass if flat else c + math.log1p(q / mass) / t if small_tilt else c + math.log(s / mass) / t

@@ -157,7 +157,7 @@ extern "C" __global__ void tilted_vg(
         if (r0 < n && (!have || cand != c)) {
             // move the shift: the factor of the gradient sums is the group's (they hold
             // every row of the group), zero before its first row
-            const T rg = have ? TL_EXP(tl_gap(t, c, cand)) : (T)0;
+            const T rg = have ? tl_state_factor(t, c, cand) : (T)0;
             tl_move(&mine_st, cand, t);
 #pragma unroll
             for (int k = 0; k < NPL; ++k) acc[k] *= rg;
@@ -178,7 +178,7 @@ extern "C" __global__ void tilted_vg(
     // holds the same features) are moved to the warp's shift and added by shuffles
     const tl_state gs = shfl_merge(mine_st, t, mask, 1, L, L);
     const tl_state ws = shfl_merge(gs, t, mask, L, 32, 32);
-    const T fg = tl_is_empty(&gs) ? (T)0 : TL_EXP(tl_gap(t, gs.c, ws.c));
+    const T fg = tl_is_empty(&gs) ? (T)0 : tl_state_factor(t, gs.c, ws.c);
 #pragma unroll
     for (int k = 0; k < NPL; ++k) {
         acc[k] *= fg;
@@ -202,7 +202,7 @@ extern "C" __global__ void tilted_vg(
         tl_store(st, blockIdx.x, b);
     }
     __syncthreads();
-    const T fw = tl_is_empty(&ws) ? (T)0 : TL_EXP(tl_gap(t, ws.c, bst.c));
+    const T fw = tl_is_empty(&ws) ? (T)0 : tl_state_factor(t, ws.c, bst.c);
     for (int w = 0; w < n_warps; ++w) {
         if (wid == w && (int)(threadIdx.x % 32) < L) {
 #pragma unroll
@@ -712,7 +712,7 @@ extern "C" __global__ void tilted_tree_top(
         const tl_state st = tl_group_state(hi, lo, sums, gmass, g, t);
         w[g] = tl_is_empty(&st)
                    ? (T)0
-                   : st.mass * TL_EXP(tl_gap(tau, tl_risk(st, t, tiny), all.c)) / all.s;
+                   : st.mass * tl_state_factor(tau, tl_risk(st, t, tiny), all.c) / all.s;
     }
 }
 

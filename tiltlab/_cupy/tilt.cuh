@@ -252,6 +252,11 @@ TL_HD void tl_state_move(tl_real t, tl_real c, tl_real to, tl_real mass, tl_real
     *o_lsum = lsum + mass * (c - to);
 }
 
+/* the factor exp(t (c - to)) that moves weighted sums from the shift c to the shift to (move's r, for sums kept apart from a state's) */
+TL_HD tl_real tl_state_factor(tl_real t, tl_real c, tl_real to) {
+    return TL_EXP(tl_gap(t, c, to));
+}
+
 /* the merge of two states moved to one shift (move): their sums added */
 TL_HD void tl_state_merge(tl_real mass_a, tl_real s_a, tl_real q_a, tl_real lsum_a, tl_real mass_b, tl_real s_b, tl_real q_b, tl_real lsum_b, tl_real* o_mass, tl_real* o_s, tl_real* o_q, tl_real* o_lsum) {
     *o_mass = mass_a + mass_b;
@@ -261,8 +266,8 @@ TL_HD void tl_state_merge(tl_real mass_a, tl_real s_a, tl_real q_a, tl_real lsum
 }
 
 /* the tilted risk of a state: its largest (smallest) loss at an infinite tilt (extreme), the mean c + lsum / mass at t = 0 and where |t| (hi - lo) is below rounding (flat), c + log1p(q / mass) / t while |t| (hi - lo) <= 1 and q is kept (small_tilt), else c + log(s / mass) / t */
-TL_HD void tl_state_finish(tl_real t, tl_real c, tl_real hi, tl_real lo, tl_real mass, tl_real s, tl_real q, tl_real lsum, int extreme, int flat, int small_tilt, tl_real* o_risk) {
-    *o_risk = (extreme ? (t > (tl_real)0 ? hi : lo) : (flat ? c + lsum / mass : (small_tilt ? tl_add_scaled(c, TL_LOG1P(q / mass), t) : tl_add_scaled(c, TL_LOG(s / mass), t))));
+TL_HD tl_real tl_state_finish(tl_real t, tl_real c, tl_real hi, tl_real lo, tl_real mass, tl_real s, tl_real q, tl_real lsum, int extreme, int flat, int small_tilt) {
+    return (extreme ? (t > (tl_real)0 ? hi : lo) : (flat ? c + lsum / mass : (small_tilt ? tl_add_scaled(c, TL_LOG1P(q / mass), t) : tl_add_scaled(c, TL_LOG(s / mass), t))));
 }
 
 /* END GENERATED STATE */
@@ -379,17 +384,15 @@ TL_HD tl_real tl_risk(tl_state st, tl_real t, tl_real tiny) {
     const int flat = t == (tl_real)0 || scale < tiny;
     /* q dropped (NaN) with a range this small: a shift beyond the losses (a lane's state) */
     const int small_tilt = scale <= (tl_real)1 && st.q == st.q;
-    tl_real risk;
-    tl_state_finish(t, st.c, st.hi, st.lo, st.mass, st.s, st.q, st.lsum, extreme, flat,
-                    small_tilt, &risk);
-    return risk;
+    return tl_state_finish(t, st.c, st.hi, st.lo, st.mass, st.s, st.q, st.lsum, extreme, flat,
+                           small_tilt);
 }
 
 /* the share of a part (a merged-in state g) in the normalised sums of the whole state:
  * exp(t (g.c - whole.c)) / whole.s, 0 for an empty part */
 TL_HD tl_real tl_share(tl_state g, tl_state whole, tl_real t) {
     if (tl_is_empty(&g)) return (tl_real)0;
-    return TL_EXP(tl_gap(t, g.c, whole.c)) / whole.s;
+    return tl_state_factor(t, g.c, whole.c) / whole.s;
 }
 
 #endif /* TILTLAB_TILT_CUH */

@@ -2,7 +2,8 @@
 the reference of each step of the tilted state (do not edit).
 
 Each function takes its arguments as numbers of ``m`` (:mod:`math` floats or
-:mod:`mpmath`), its flags as booleans, and returns its results in the table's order.
+:mod:`mpmath`), its flags as booleans, and returns its results in the table's order
+(one result as a number).
 """
 
 # ruff: noqa: E501
@@ -35,6 +36,11 @@ def move(t, c, to, mass, s, q, lsum, m):
     return _num(m, r), _num(m, s * r), _num(m, mass * m.expm1(u) + q * r), _num(m, lsum + mass * (c - to))
 
 
+def factor(t, c, to, m):
+    """the factor exp(t (c - to)) that moves weighted sums from the shift c to the shift to (move's r, for sums kept apart from a state's)"""
+    return _num(m, m.exp(t * (c - to)))
+
+
 def merge(mass_a, s_a, q_a, lsum_a, mass_b, s_b, q_b, lsum_b, m):
     """the merge of two states moved to one shift (move): their sums added"""
     return _num(m, mass_a + mass_b), _num(m, s_a + s_b), _num(m, q_a + q_b), _num(m, lsum_a + lsum_b)
@@ -42,4 +48,4 @@ def merge(mass_a, s_a, q_a, lsum_a, mass_b, s_b, q_b, lsum_b, m):
 
 def finish(t, c, hi, lo, mass, s, q, lsum, extreme, flat, small_tilt, m):
     """the tilted risk of a state: its largest (smallest) loss at an infinite tilt (extreme), the mean c + lsum / mass at t = 0 and where |t| (hi - lo) is below rounding (flat), c + log1p(q / mass) / t while |t| (hi - lo) <= 1 and q is kept (small_tilt), else c + log(s / mass) / t"""
-    return _num(m, (hi if t > 0 else lo) if extreme else c + lsum / mass if flat else c + m.log1p(q / mass) / t if small_tilt else c + m.log(s / mass) / t),
+    return _num(m, (hi if t > 0 else lo) if extreme else c + lsum / mass if flat else c + m.log1p(q / mass) / t if small_tilt else c + m.log(s / mass) / t)

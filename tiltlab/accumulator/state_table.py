@@ -92,6 +92,13 @@ STATE_TABLE: tuple[StateFormula, ...] = (
         "mass expm1(u), a term of its own sign (no cancellation)",
     ),
     StateFormula(
+        "factor",
+        args=("t", "c", "to"),
+        out=(("r", "exp(gap(t, c, to))"),),
+        doc="the factor exp(t (c - to)) that moves weighted sums from the shift c to the "
+        "shift to (move's r, for sums kept apart from a state's)",
+    ),
+    StateFormula(
         "merge",
         args=("mass_a", "s_a", "q_a", "lsum_a", "mass_b", "s_b", "q_b", "lsum_b"),
         out=(

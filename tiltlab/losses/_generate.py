@@ -481,7 +481,8 @@ def state_reference_module() -> str:
         "the reference of each step of the tilted state (do not edit).",
         "",
         "Each function takes its arguments as numbers of ``m`` (:mod:`math` floats or",
-        ":mod:`mpmath`), its flags as booleans, and returns its results in the table's order.",
+        ":mod:`mpmath`), its flags as booleans, and returns its results in the table's order",
+        "(one result as a number).",
         '"""',
         "",
         "# ruff: noqa: E501",
@@ -501,7 +502,7 @@ def state_reference_module() -> str:
         for name, tree in lets:
             lines.append(f"    {name} = {ast.unparse(_StateReference().visit(tree))}")
         res = [f"_num(m, {ast.unparse(_StateReference().visit(t))})" for _, t in outs]
-        lines.append(f"    return {', '.join(res)}" + ("," if len(res) == 1 else ""))
+        lines.append(f"    return {', '.join(res)}")
     return "\n".join(lines) + "\n"
 
 
@@ -555,7 +556,7 @@ def numba_state_function(f: StateFormula, typed: bool) -> list[str]:
     lines.append(f'    """{f.doc}{form}: returns {", ".join(n for n, _ in f.out)}"""')
     lines += [f"    {_kname(v)} = like_t({f.args[0]}, {_num(v)})" for v in sorted(nb.consts)]
     lines += body
-    lines.append(f"    return {', '.join(res)}" + ("," if len(res) == 1 else ""))
+    lines.append(f"    return {', '.join(res)}")
     return lines
 
 
@@ -566,10 +567,10 @@ def numba_state_module() -> str:
         "lazily: it imports numba).",
         "",
         "``state_<name>`` takes the entry's arguments and flags and returns its results in the",
-        "table's order, with the :mod:`math` functions (float64 scalars: the kernels' shift",
-        "moves and single rows); ``state_<name>_t`` (the entries the block loops call) takes",
-        "the vectorisable functions of :mod:`._typed_math` and computes in the precision of",
-        "its arguments. All are inlined where they are called.",
+        "table's order (one result as a number), with the :mod:`math` functions (float64",
+        "scalars: the kernels' shift moves and single rows); ``state_<name>_t`` (the entries",
+        "the block loops call) takes the vectorisable functions of :mod:`._typed_math` and",
+        "computes in the precision of its arguments. All are inlined where they are called.",
         '"""',
         "",
         "# ruff: noqa: E501",
@@ -616,13 +617,16 @@ def c_state_functions() -> str:
         lets, outs = state_trees(f)
         out.append(f"\n/* {f.doc} */\n")
         params = [f"tl_real {a}" for a in f.args] + [f"int {a}" for a in f.flags]
-        params += [f"tl_real* o_{n}" for n, _ in f.out]
-        out.append(f"TL_HD void tl_state_{f.name}({', '.join(params)}) {{\n")
+        one = len(outs) == 1  # one result: the function's value
+        params += [] if one else [f"tl_real* o_{n}" for n, _ in f.out]
+        kind = "tl_real" if one else "void"
+        out.append(f"TL_HD {kind} tl_state_{f.name}({', '.join(params)}) {{\n")
         for name, tree in lets:
             ctype = "int" if is_bool(tree) else "tl_real"
             out.append(f"    const {ctype} {name} = {c_expr(tree, funs=_C_STATE_FUN)};\n")
         for name, tree in outs:
-            out.append(f"    *o_{name} = {c_expr(tree, funs=_C_STATE_FUN)};\n")
+            text = c_expr(tree, funs=_C_STATE_FUN)
+            out.append(f"    return {text};\n" if one else f"    *o_{name} = {text};\n")
         out.append("}\n")
     out.append("\n" + S_END)
     return "".join(out)
