@@ -220,8 +220,8 @@ TL_HD tl_real tl_add_scaled(tl_real c, tl_real logz, tl_real t) {
     return (c * (tl_real)0.5 + (logz * (tl_real)0.5) / t) * (tl_real)2;
 }
 
-/* the steps of the state's arithmetic (weight, fold, move, merge, finish), written from the
- * table of tiltlab/accumulator/state_table.py; the functions below add the control around
+/* the steps of the state's arithmetic (weight, fold, move, factor, merge, finish), written from
+ * the table of tiltlab/accumulator/state_table.py; the functions below add the control around
  * them (the empty state, the choice of the shift, when q is dropped) */
 
 /* BEGIN GENERATED STATE (python -m tiltlab.losses._generate; do not edit) */
