@@ -163,7 +163,7 @@ def test_every_step_has_every_dialect():
     for f in STATE_TABLE:
         assert callable(getattr(ref, f.name))
         assert f"def state_{f.name}(" in numba_text
-        assert f"void tl_state_{f.name}(" in c_text
+        assert f" tl_state_{f.name}(tl_real " in c_text
     for name in gen.TYPED_STEPS:
         assert f"def state_{name}_t(" in numba_text
 
