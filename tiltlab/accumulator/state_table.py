@@ -1,5 +1,5 @@
 """The scalar formulas of the tilted state, each written once: the weight of one loss, its
-fold, the move of a shift, the merge and the finish.
+fold, the move of a shift (and its factor), the merge and the finish.
 
 A state at the tilt ``t`` with shift ``c`` (on the tilt's side of every loss, so that
 ``u = t (l - c) <= 0``) holds ``mass = sum p``, ``s = sum p exp(u)``, ``q = sum p
