@@ -32,7 +32,13 @@ import numpy as np
 
 from ._losses import loss_block
 from ._rows import _INLINE, LAZY_LIMIT
-from ._typed_math import expm1_t
+from ._state_steps import (
+    state_factor,
+    state_fold,
+    state_move,
+    state_weight,
+    state_weight_t,
+)
 from .block_steps import BLOCK, KERNEL, block_rows, dots, dots2
 
 
@@ -59,26 +65,21 @@ def fold_loss(st, loss, pi, t, cg, rg, g, vectors):
         new = st[1] if t > 0.0 else st[2]
         c = st[0]
         if new != c:
-            du = t * (c - new)
-            r = math.exp(du)
-            st[5] = st[3] * math.expm1(du) + st[5] * r
-            st[4] *= r
+            r, st[4], st[5], st[6] = state_move(t, c, new, st[3], st[4], st[5], st[6])
             st[8] *= r
-            st[6] += st[3] * (c - new)
             st[0] = new
             if vectors and t * (new - cg[g]) > LAZY_LIMIT:
-                f = math.exp(t * (cg[g] - new))
+                f = state_factor(t, cg[g], new)
                 cg[g] = new
                 rg[g] = 1.0
             elif vectors:
-                rg[g] = math.exp(t * (new - cg[g]))
-    x = t * (loss - st[0])
-    pe = pi * math.exp(x)
-    st[3] += pi
-    st[4] += pe
-    st[5] += pi * math.expm1(x)
-    st[6] += pi * (loss - st[0])
-    return pe, f
+                rg[g] = state_factor(t, new, cg[g])
+    # the group's q is kept at every spread (the regime is read when the states merge):
+    # exp(u) for the weight, expm1(u) for q
+    e = state_weight(t, loss, st[0], False)[0]
+    e1 = state_weight(t, loss, st[0], True)[1]
+    st[3], st[4], st[5], st[6] = state_fold(pi, loss, st[0], e, e1, st[3], st[4], st[5], st[6])
+    return pi * e, f
 
 
 @_INLINE
@@ -88,9 +89,9 @@ def block_weights(lv, codes, state, i0, nb, t, x, e1):
     the group shifts gathered in one loop, the ``expm1`` of the whole block in a second
     loop that LLVM vectorises (:mod:`._vmath`)."""
     for b in range(nb):
-        x[b] = t * (np.float64(lv[b]) - state[codes[i0 + b], 0])
+        x[b] = state[codes[i0 + b], 0]
     for b in range(nb):
-        e1[b] = expm1_t(x[b])
+        e1[b] = state_weight_t(t, np.float64(lv[b]), x[b], True)[1]
 
 
 @KERNEL
@@ -164,19 +165,17 @@ def group_scalar(
             c = state[g, 0]
             if new == c:
                 continue
-            du = t * (c - new)
-            r = math.exp(du)
-            state[g, 5] = state[g, 3] * math.expm1(du) + state[g, 5] * r
-            state[g, 4] *= r
+            r, state[g, 4], state[g, 5], state[g, 6] = state_move(
+                t, c, new, state[g, 3], state[g, 4], state[g, 5], state[g, 6]
+            )
             state[g, 8] *= r
-            state[g, 6] += state[g, 3] * (c - new)
             state[g, 0] = new
             if vectors and t * (new - cg[g]) > LAZY_LIMIT:
-                f = math.exp(t * (cg[g] - new))
+                f = state_factor(t, cg[g], new)
                 cg[g] = new
                 rg[g] = 1.0
             elif vectors:
-                rg[g] = math.exp(t * (new - cg[g]))
+                rg[g] = state_factor(t, new, cg[g])
             if f != 1.0:  # the group's vector sums move to its shift
                 for j in range(d):
                     A[g, j] *= f
@@ -192,10 +191,10 @@ def group_scalar(
             g = codes[i]
             m1 = e1[b]
             pe = pi * (m1 + 1.0)
-            state[g, 3] += pi
-            state[g, 4] += pe
-            state[g, 5] += pi * m1
-            state[g, 6] += pi * (np.float64(lv[b]) - state[g, 0])
+            state[g, 3], state[g, 4], state[g, 5], state[g, 6] = state_fold(
+                pi, np.float64(lv[b]), state[g, 0], m1 + 1.0, m1,
+                state[g, 3], state[g, 4], state[g, 5], state[g, 6],
+            )  # fmt: skip
             if not vectors:
                 continue
             g1 = np.float64(d1[b])
@@ -217,7 +216,7 @@ def group_scalar(
     if vectors:
         for g in range(G):
             if state[g, 3] > 0.0 and cg[g] != state[g, 0]:
-                f = math.exp(t * (cg[g] - state[g, 0]))
+                f = state_factor(t, cg[g], state[g, 0])
                 for j in range(d):
                     A[g, j] *= f
                 if want_hvp:

@@ -31,6 +31,7 @@ import numpy as np
 
 from ._grouped import fold_loss
 from ._rows import _INLINE, _JIT, _matvec_row, _softmax_row
+from ._state_steps import state_factor
 
 
 @_INLINE
@@ -118,4 +119,4 @@ def group_multi(X, y, p, codes, theta, v, t, want_grad, want_hvp, state, A, B, k
     if vectors:
         for g in range(G):
             if state[g, 3] > 0.0 and cg[g] != state[g, 0]:
-                _scale(A, B, g, math.exp(t * (cg[g] - state[g, 0])), want_hvp)
+                _scale(A, B, g, state_factor(t, cg[g], state[g, 0]), want_hvp)

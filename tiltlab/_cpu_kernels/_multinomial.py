@@ -18,6 +18,7 @@ from ._rows import (
     _softmax_row,
     _weight_parts,
 )
+from ._state_steps import state_factor, state_fold, state_move
 
 
 @_JIT
@@ -74,30 +75,23 @@ def vg_multi(X, y, p, theta, t, n_chunks, want_grad, per_sample, state, G, out_l
                 cg = l
                 rg = 1.0
             elif (t > 0.0 and l > c) or (t <= 0.0 and l < c):
-                du = t * (c - l)
-                r = math.exp(du)
-                q = mass * math.expm1(du) + q * r
-                s = s * r
-                lsum += mass * (c - l)
+                r, s, q, lsum = state_move(t, c, l, mass, s, q, lsum)
                 c = l
                 if t * (c - cg) > LAZY_LIMIT:
                     if want_grad:
                         _flush2(blk, acc)
-                        f = math.exp(t * (cg - c))
+                        f = state_factor(t, cg, c)
                         for j in range(d):
                             for kk in range(K):
                                 acc[j, kk] *= f
                     cg = c
                     rg = 1.0
                 else:
-                    rg = math.exp(t * (c - cg))
+                    rg = state_factor(t, c, cg)
             if qlive and abs(t) * (hi - lo) > 1.0:
                 qlive = False
             e, e1 = _weight_parts(t, l, c, qlive)
-            mass += pi
-            s += pi * e
-            q += pi * e1
-            lsum += pi * (l - c)
+            mass, s, q, lsum = state_fold(pi, l, c, e, e1, mass, s, q, lsum)
             if want_grad:
                 pw = pi * e * rg
                 for kk in range(K):
@@ -114,7 +108,7 @@ def vg_multi(X, y, p, theta, t, n_chunks, want_grad, per_sample, state, G, out_l
         if want_grad:
             _flush2(blk, acc)
             if mass > 0.0 and cg != c:
-                f = math.exp(t * (cg - c))
+                f = state_factor(t, cg, c)
                 for j in range(d):
                     for kk in range(K):
                         acc[j, kk] *= f
@@ -184,17 +178,13 @@ def hvp_multi(X, y, p, theta, V, t, n_chunks, state, A, G, k0, k1):
                 cg = l
                 rg = 1.0
             elif (t > 0.0 and l > c) or (t <= 0.0 and l < c):
-                du = t * (c - l)
-                r = math.exp(du)
-                q = mass * math.expm1(du) + q * r
-                s = s * r
+                r, s, q, lsum = state_move(t, c, l, mass, s, q, lsum)
                 av = av * r
-                lsum += mass * (c - l)
                 c = l
                 if t * (c - cg) > LAZY_LIMIT:
                     _flush2(blkA, accA)
                     _flush2(blkG, accG)
-                    f = math.exp(t * (cg - c))
+                    f = state_factor(t, cg, c)
                     for j in range(d):
                         for kk in range(K):
                             accA[j, kk] *= f
@@ -202,15 +192,12 @@ def hvp_multi(X, y, p, theta, V, t, n_chunks, state, A, G, k0, k1):
                     cg = c
                     rg = 1.0
                 else:
-                    rg = math.exp(t * (c - cg))
+                    rg = state_factor(t, c, cg)
             if qlive and abs(t) * (hi - lo) > 1.0:
                 qlive = False
             e, e1 = _weight_parts(t, l, c, qlive)
             pe = pi * e
-            mass += pi
-            s += pe
-            q += pi * e1
-            lsum += pi * (l - c)
+            mass, s, q, lsum = state_fold(pi, l, c, e, e1, mass, s, q, lsum)
             su = 0.0
             a = 0.0
             for kk in range(K):
@@ -240,7 +227,7 @@ def hvp_multi(X, y, p, theta, V, t, n_chunks, state, A, G, k0, k1):
         _flush2(blkA, accA)
         _flush2(blkG, accG)
         if mass > 0.0 and cg != c:
-            f = math.exp(t * (cg - c))
+            f = state_factor(t, cg, c)
             for j in range(d):
                 for kk in range(K):
                     accA[j, kk] *= f

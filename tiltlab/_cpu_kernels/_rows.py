@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import math
 
+from ._state_steps import state_weight
+
 try:  # pragma: no branch - the engine is only chosen when numba imports
     from ._cache import jit
 
@@ -124,15 +126,11 @@ def _weight_parts(t, l, c, qlive):
 
     ``qlive``: the chunk is still in the small-tilt regime ``|t| (hi - lo) <= 1`` (then
     ``u >= -1`` and ``expm1(u) + 1`` is accurate); once it leaves it, so does the merged
-    state, ``q`` is never read and only ``exp`` is taken.
+    state, ``q`` is never read and only ``exp`` is taken (the state table's ``weight``).
     """
     if t == 0.0:
         return 1.0, 0.0  # the prior-weighted mean: no exponentials
-    u = t * (l - c)
-    if qlive:
-        e1 = math.expm1(u)
-        return e1 + 1.0, e1
-    return math.exp(u), 0.0
+    return state_weight(t, l, c, qlive)
 
 
 @_INLINE

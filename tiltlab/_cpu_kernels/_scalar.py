@@ -5,12 +5,11 @@ linearised product. See :mod:`._rows` for the chunk state and its conventions an
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from ._losses import loss_block
 from ._rows import LAZY_LIMIT, SUB_BLOCK, _chunk, _dot, _flush
+from ._state_steps import state_factor, state_move
 from .block_steps import (
     BLOCK,
     KERNEL,
@@ -86,21 +85,17 @@ def vg_scalar(
                 cg = new
                 rg = 1.0
             elif (t > 0.0 and new > c) or (t <= 0.0 and new < c):
-                du = t * (c - new)
-                r = math.exp(du)
-                q = mass * math.expm1(du) + q * r
-                s = s * r
-                lsum += mass * (c - new)
+                r, s, q, lsum = state_move(t, c, new, mass, s, q, lsum)
                 c = new
                 if t * (c - cg) > LAZY_LIMIT:
                     if want_grad:
-                        f = math.exp(t * (cg - c))
+                        f = state_factor(t, cg, c)
                         for j in range(d):
                             acc[j] *= f
                     cg = c
                     rg = 1.0
                 else:
-                    rg = math.exp(t * (c - cg))
+                    rg = state_factor(t, c, cg)
             if qlive and abs(t) * (hi - lo) > 1.0:
                 qlive = False
             weights_block(p, has_p, i0, nb, t, c, qlive, lv, e, e1)
@@ -119,7 +114,7 @@ def vg_scalar(
             if want_grad:
                 axpy_rows(X, i0, nb, coef, blk, acc, ahead, end)
         if want_grad and mass > 0.0 and cg != c:
-            f = math.exp(t * (cg - c))
+            f = state_factor(t, cg, c)
             for j in range(d):
                 acc[j] *= f
         st = state[k]
@@ -192,22 +187,18 @@ def hvp_scalar(X, y, p, theta, v, t, code, param, n_chunks, state, A, G, k0, k1)
                 cg = new
                 rg = 1.0
             elif (t > 0.0 and new > c) or (t <= 0.0 and new < c):
-                du = t * (c - new)
-                r = math.exp(du)
-                q = mass * math.expm1(du) + q * r
-                s = s * r
+                r, s, q, lsum = state_move(t, c, new, mass, s, q, lsum)
                 av = av * r
-                lsum += mass * (c - new)
                 c = new
                 if t * (c - cg) > LAZY_LIMIT:
-                    f = math.exp(t * (cg - c))
+                    f = state_factor(t, cg, c)
                     for j in range(d):
                         accA[j] *= f
                         accG[j] *= f
                     cg = c
                     rg = 1.0
                 else:
-                    rg = math.exp(t * (c - cg))
+                    rg = state_factor(t, c, cg)
             if qlive and abs(t) * (hi - lo) > 1.0:
                 qlive = False
             weights_block(p, has_p, i0, nb, t, c, qlive, lv, e, e1)
@@ -236,7 +227,7 @@ def hvp_scalar(X, y, p, theta, v, t, code, param, n_chunks, state, A, G, k0, k1)
             else:
                 axpy_rows(X, i0, nb, ca, blkA, accA, ahead, end)
         if mass > 0.0 and cg != c:
-            f = math.exp(t * (cg - c))
+            f = state_factor(t, cg, c)
             for j in range(d):
                 accA[j] *= f
                 accG[j] *= f

@@ -1,5 +1,6 @@
 """The vectorisable ``exp``, ``expm1``, ``log1p`` and ``log`` in the precision of their
-argument, as the kernels use them (imported lazily: this module imports numba where it can).
+argument, as the kernels use them, and constants in that precision (:func:`like_t`)
+(imported lazily: this module imports numba where it can).
 
 :func:`exp_t`, :func:`expm1_t` and :func:`log1p_unit_t` take the float32 functions of
 :mod:`._vmath32` for float32 arguments (:func:`log_t`: the float64 ``vlog`` rounded to
@@ -39,6 +40,11 @@ def log_t(x):
     return np.float32(vlog(np.float64(x))) if isinstance(x, np.float32) else vlog(x)
 
 
+def like_t(x, v):
+    """The number ``v`` in the precision of ``x`` (float32 for a float32 ``x``)."""
+    return np.float32(v) if isinstance(x, np.float32) else np.float64(v)
+
+
 def _vlog_single(x):
     return np.float32(vlog(np.float64(x)))
 
@@ -72,6 +78,12 @@ try:  # pragma: no branch - the engine is only chosen when numba imports
                 return f64(x)
 
             return double
+
+    @overload(like_t, jit_options={"error_model": "numpy"})
+    def _like_impl(x, v):
+        if x == types.float32:
+            return lambda x, v: np.float32(v)
+        return lambda x, v: np.float64(v)
 
     _typed(exp_t, vexpf, vexp)
     _typed(expm1_t, vexpm1f, vexpm1)

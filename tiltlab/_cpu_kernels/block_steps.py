@@ -69,7 +69,7 @@ from ._short import (
     vdot2x4,
     vdot4,
 )
-from ._typed_math import exp_t, expm1_t
+from ._state_steps import state_fold, state_weight_t
 
 try:  # pragma: no branch - the engine is only chosen when numba imports
     from llvmlite import ir
@@ -485,23 +485,21 @@ def weights_block(p, has_p, i0, nb, t, c, qlive, l, e, e1):
             e1[b] = zero
     elif qlive and has_p:
         for b in range(nb):
-            m1 = expm1_t(tt * (l[b] - cc))
+            eb, m1 = state_weight_t(tt, l[b], cc, True)
             on = p[i0 + b] > 0.0
-            e[b] = m1 + one if on else zero
+            e[b] = eb if on else zero
             e1[b] = m1 if on else zero
     elif qlive:
         for b in range(nb):
-            m1 = expm1_t(tt * (l[b] - cc))
-            e[b] = m1 + one
-            e1[b] = m1
+            e[b], e1[b] = state_weight_t(tt, l[b], cc, True)
     elif has_p:
         for b in range(nb):
-            eb = exp_t(tt * (l[b] - cc))
+            eb = state_weight_t(tt, l[b], cc, False)[0]
             e[b] = eb if p[i0 + b] > 0.0 else zero
             e1[b] = zero
     else:
         for b in range(nb):
-            e[b] = exp_t(tt * (l[b] - cc))
+            e[b] = state_weight_t(tt, l[b], cc, False)[0]
             e1[b] = zero
 
 
@@ -513,9 +511,8 @@ def sums(p, has_p, i0, nb, l, c, e, e1):
     lsum = 0.0
     for b in range(nb):
         pb = p[i0 + b] if has_p else 1.0
-        s += pb * e[b]
-        q += pb * e1[b]
-        lsum += (pb * (l[b] - c)) if pb > 0.0 else 0.0
+        on = pb > 0.0  # e, e1 are 0 off the support; l - c may not be finite there
+        s, q, lsum = state_fold(pb, l[b] if on else c, c, e[b], e1[b], 0.0, s, q, lsum)[1:]
     return s, q, lsum
 
 

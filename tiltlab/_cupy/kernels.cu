@@ -157,7 +157,7 @@ extern "C" __global__ void tilted_vg(
         if (r0 < n && (!have || cand != c)) {
             // move the shift: the factor of the gradient sums is the group's (they hold
             // every row of the group), zero before its first row
-            const T rg = have ? TL_EXP(tl_gap(t, c, cand)) : (T)0;
+            const T rg = have ? tl_state_factor(t, c, cand) : (T)0;
             tl_move(&mine_st, cand, t);
 #pragma unroll
             for (int k = 0; k < NPL; ++k) acc[k] *= rg;
@@ -178,7 +178,7 @@ extern "C" __global__ void tilted_vg(
     // holds the same features) are moved to the warp's shift and added by shuffles
     const tl_state gs = shfl_merge(mine_st, t, mask, 1, L, L);
     const tl_state ws = shfl_merge(gs, t, mask, L, 32, 32);
-    const T fg = tl_is_empty(&gs) ? (T)0 : TL_EXP(tl_gap(t, gs.c, ws.c));
+    const T fg = tl_is_empty(&gs) ? (T)0 : tl_state_factor(t, gs.c, ws.c);
 #pragma unroll
     for (int k = 0; k < NPL; ++k) {
         acc[k] *= fg;
@@ -202,7 +202,7 @@ extern "C" __global__ void tilted_vg(
         tl_store(st, blockIdx.x, b);
     }
     __syncthreads();
-    const T fw = tl_is_empty(&ws) ? (T)0 : TL_EXP(tl_gap(t, ws.c, bst.c));
+    const T fw = tl_is_empty(&ws) ? (T)0 : tl_state_factor(t, ws.c, bst.c);
     for (int w = 0; w < n_warps; ++w) {
         if (wid == w && (int)(threadIdx.x % 32) < L) {
 #pragma unroll
@@ -381,16 +381,9 @@ extern "C" __global__ void tilted_sums_blocks(
     const long long stride = (long long)gridDim.x * TL_BLOCK_THREADS;
     for (long long i = (long long)blockIdx.x * TL_BLOCK_THREADS + threadIdx.x; i < n; i += stride) {
         const T v = l[i];
-        const T u = tl_gap(t, v, c);  /* <= 0 */
-        if (small) {
-            const T m1 = TL_EXPM1(u);
-            s += m1 + (T)1;
-            q += m1;
-        } else {
-            s += TL_EXP(u);
-        }
-        lsum += v - c;
-        mass += (T)1;
+        T e, e1;  /* one transcendental: expm1 near t = 0, else exp */
+        tl_state_weight(t, v, c, small, &e, &e1);
+        tl_state_fold((T)1, v, c, e, e1, mass, s, q, lsum, &mass, &s, &q, &lsum);
     }
     s = tl_block_all(sh, s, 0);
     q = tl_block_all(sh, q, 0);
@@ -434,7 +427,11 @@ extern "C" __global__ void tilted_weights_apply(
     const T s = fin[3];
     const long long stride = (long long)gridDim.x * blockDim.x;
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
-        w[i] = TL_EXP(tl_gap(t, l[i], c)) / s;
+    {
+        T e, e1;
+        tl_state_weight(t, l[i], c, 0, &e, &e1);
+        w[i] = e / s;
+    }
 }
 
 /* ------------------------------------------------------------------------------------
@@ -569,11 +566,13 @@ extern "C" __global__ void tilted_level_sums(
         const T gh = tl_from_key(hi[g]), gl = tl_from_key(lo[g]);
         const T c = t > 0 ? gh : gl;
         const T x = v[i];
-        const T u = tl_gap(t, x, c);
         /* one transcendental: expm1 while the group keeps q (u in [-1, 0]), else exp */
-        const bool small = tl_small_range(t, gh, gl);
-        const T m1 = small ? TL_EXPM1(u) : (T)0;
-        const T e = p * (small ? m1 + (T)1 : TL_EXP(u)), em1 = p * m1, dl = p * (x - c);
+        const int small = tl_small_range(t, gh, gl);
+        T w1, m1, dm, e, em1, dl;
+        tl_state_weight(t, x, c, small, &w1, &m1);
+        /* the row's terms: its fold into empty sums */
+        tl_state_fold(p, x, c, w1, m1, (T)0, (T)0, (T)0, (T)0, &dm, &e, &em1, &dl);
+        (void)dm;
         if (priv) {
             atomicAdd(ssum + 3 * g, e);
             atomicAdd(ssum + 3 * g + 1, em1);
@@ -713,7 +712,7 @@ extern "C" __global__ void tilted_tree_top(
         const tl_state st = tl_group_state(hi, lo, sums, gmass, g, t);
         w[g] = tl_is_empty(&st)
                    ? (T)0
-                   : st.mass * TL_EXP(tl_gap(tau, tl_risk(st, t, tiny), all.c)) / all.s;
+                   : st.mass * tl_state_factor(tau, tl_risk(st, t, tiny), all.c) / all.s;
     }
 }
 
@@ -733,7 +732,9 @@ extern "C" __global__ void tilted_level_weights(
         if (p > (T)0) {
             const long long g = codes[i];
             const T c = tl_from_key(t > 0 ? hi[g] : lo[g]);
-            out = w_groups[g] * (p * TL_EXP(tl_gap(t, v[i], c)) / sums[3 * g]);
+            T e, e1;
+            tl_state_weight(t, v[i], c, 0, &e, &e1);
+            out = w_groups[g] * (p * e / sums[3 * g]);
         }
         w_items[i] = has_d1 ? out * d1[i] : out;
     }

@@ -213,6 +213,65 @@ TL_HD tl_real tl_gap(tl_real t, tl_real a, tl_real b) {
     return (t * (a * (tl_real)0.5 - b * (tl_real)0.5)) * (tl_real)2;
 }
 
+/* c + logz / t, taken in halves where logz / t overflows but the sum does not */
+TL_HD tl_real tl_add_scaled(tl_real c, tl_real logz, tl_real t) {
+    const tl_real r = c + logz / t;
+    if (tl_finite(r)) return r;
+    return (c * (tl_real)0.5 + (logz * (tl_real)0.5) / t) * (tl_real)2;
+}
+
+/* the steps of the state's arithmetic (weight, fold, move, factor, merge, finish), written from
+ * the table of tiltlab/accumulator/state_table.py; the functions below add the control around
+ * them (the empty state, the choice of the shift, when q is dropped) */
+
+/* BEGIN GENERATED STATE (python -m tiltlab.losses._generate; do not edit) */
+
+/* the weight e = exp(u) of one loss l at the shift c, u = t (l - c) <= 0, and e1 = expm1(u); near t = 0 (small_tilt: u in [-1, 0]) e = e1 + 1 (one transcendental), else e1 = 0 (the state drops q) */
+TL_HD void tl_state_weight(tl_real t, tl_real l, tl_real c, int small_tilt, tl_real* o_e, tl_real* o_e1) {
+    const tl_real u = tl_gap(t, l, c);
+    const tl_real e1 = (small_tilt ? TL_EXPM1(u) : (tl_real)0);
+    *o_e = (small_tilt ? e1 + (tl_real)1 : TL_EXP(u));
+    *o_e1 = e1;
+}
+
+/* the fold of one loss l of prior weight p and weights e, e1 (weight) into the sums of a state of shift c */
+TL_HD void tl_state_fold(tl_real p, tl_real l, tl_real c, tl_real e, tl_real e1, tl_real mass, tl_real s, tl_real q, tl_real lsum, tl_real* o_mass, tl_real* o_s, tl_real* o_q, tl_real* o_lsum) {
+    *o_mass = mass + p;
+    *o_s = s + p * e;
+    *o_q = q + p * e1;
+    *o_lsum = lsum + p * (l - c);
+}
+
+/* the sums of a state moved from the shift c to the shift to (on the tilt's side of c: u = t (c - to) <= 0); r = exp(u) scales every weighted sum, q gains mass expm1(u), a term of its own sign (no cancellation) */
+TL_HD void tl_state_move(tl_real t, tl_real c, tl_real to, tl_real mass, tl_real s, tl_real q, tl_real lsum, tl_real* o_r, tl_real* o_s, tl_real* o_q, tl_real* o_lsum) {
+    const tl_real u = tl_gap(t, c, to);
+    const tl_real r = TL_EXP(u);
+    *o_r = r;
+    *o_s = s * r;
+    *o_q = mass * TL_EXPM1(u) + q * r;
+    *o_lsum = lsum + mass * (c - to);
+}
+
+/* the factor exp(t (c - to)) that moves weighted sums from the shift c to the shift to (move's r, for sums kept apart from a state's) */
+TL_HD tl_real tl_state_factor(tl_real t, tl_real c, tl_real to) {
+    return TL_EXP(tl_gap(t, c, to));
+}
+
+/* the merge of two states moved to one shift (move): their sums added */
+TL_HD void tl_state_merge(tl_real mass_a, tl_real s_a, tl_real q_a, tl_real lsum_a, tl_real mass_b, tl_real s_b, tl_real q_b, tl_real lsum_b, tl_real* o_mass, tl_real* o_s, tl_real* o_q, tl_real* o_lsum) {
+    *o_mass = mass_a + mass_b;
+    *o_s = s_a + s_b;
+    *o_q = q_a + q_b;
+    *o_lsum = lsum_a + lsum_b;
+}
+
+/* the tilted risk of a state: its largest (smallest) loss at an infinite tilt (extreme), the mean c + lsum / mass at t = 0 and where |t| (hi - lo) is below rounding (flat), c + log1p(q / mass) / t while |t| (hi - lo) <= 1 and q is kept (small_tilt), else c + log(s / mass) / t */
+TL_HD tl_real tl_state_finish(tl_real t, tl_real c, tl_real hi, tl_real lo, tl_real mass, tl_real s, tl_real q, tl_real lsum, int extreme, int flat, int small_tilt) {
+    return (extreme ? (t > (tl_real)0 ? hi : lo) : (flat ? c + lsum / mass : (small_tilt ? tl_add_scaled(c, TL_LOG1P(q / mass), t) : tl_add_scaled(c, TL_LOG(s / mass), t))));
+}
+
+/* END GENERATED STATE */
+
 /* whether the loss l lies beyond the shift c on the tilt's side (it must become the shift) */
 TL_HD int tl_beyond(tl_real l, tl_real c, tl_real t) {
     return (t > (tl_real)0) ? (l > c) : (l < c);
@@ -227,11 +286,8 @@ TL_HD tl_real tl_move(tl_state* st, tl_real c, tl_real t) {
         return (tl_real)0;
     }
     if (c == st->c) return (tl_real)1;
-    const tl_real u = tl_gap(t, st->c, c);  /* <= 0 */
-    const tl_real r = TL_EXP(u);
-    if (st->q == st->q) st->q = st->mass * TL_EXPM1(u) + st->q * r;  /* NaN: dropped */
-    st->s = st->s * r;
-    st->lsum = st->lsum + st->mass * (st->c - c);
+    tl_real r;  /* a dropped q (NaN) stays NaN */
+    tl_state_move(t, st->c, c, st->mass, st->s, st->q, st->lsum, &r, &st->s, &st->q, &st->lsum);
     st->c = c;
     return r;
 }
@@ -252,21 +308,14 @@ TL_HD int tl_keeps_q(const tl_state* st, tl_real t) {
  * the tilt's side of l; returns the sample's factor exp(t (l - c)), taken as
  * expm1(u) + 1 while the state's q is kept (one transcendental either way) */
 TL_HD tl_real tl_add_w(tl_state* st, tl_real l, tl_real p, tl_real t) {
-    const tl_real u = tl_gap(t, l, st->c);  /* <= 0 */
     st->hi = l > st->hi ? l : st->hi;
     st->lo = l < st->lo ? l : st->lo;
-    tl_real e;
-    if (st->q == st->q && tl_keeps_q(st, t)) {  /* u in [-1, 0] */
-        const tl_real m1 = TL_EXPM1(u);
-        e = m1 + (tl_real)1;
-        st->q += p * m1;
-    } else {
-        e = TL_EXP(u);
-        st->q = tl_nan();
-    }
-    st->s += p * e;
-    st->lsum += p * (l - st->c);
-    st->mass += p;
+    const int small_tilt = st->q == st->q && tl_keeps_q(st, t);  /* u in [-1, 0] */
+    tl_real e, e1;
+    tl_state_weight(t, l, st->c, small_tilt, &e, &e1);
+    tl_state_fold(p, l, st->c, e, e1, st->mass, st->s, st->q, st->lsum, &st->mass, &st->s,
+                  &st->q, &st->lsum);
+    if (!small_tilt) st->q = tl_nan();
     return e;
 }
 
@@ -313,10 +362,9 @@ TL_HD tl_state tl_merge(tl_state a, tl_state b, tl_real t, tl_real* fa, tl_real*
     m.c = c;
     m.hi = a.hi > b.hi ? a.hi : b.hi;
     m.lo = a.lo < b.lo ? a.lo : b.lo;
-    m.s = a.s + b.s;
-    m.q = tl_keeps_q(&m, t) ? a.q + b.q : tl_nan();
-    m.lsum = a.lsum + b.lsum;
-    m.mass = a.mass + b.mass;
+    tl_state_merge(a.mass, a.s, a.q, a.lsum, b.mass, b.s, b.q, b.lsum, &m.mass, &m.s, &m.q,
+                   &m.lsum);
+    if (!tl_keeps_q(&m, t)) m.q = tl_nan();
     return m;
 }
 
@@ -325,34 +373,26 @@ TL_HD int tl_state_finite(const tl_state* st) {
     return tl_is_empty(st) || (tl_finite(st->hi) && tl_finite(st->lo) && tl_finite(st->s));
 }
 
-/* c + logz / t, taken in halves where logz / t overflows but the sum does not */
-TL_HD tl_real tl_add_scaled(tl_real c, tl_real logz, tl_real t) {
-    const tl_real r = c + logz / t;
-    if (tl_finite(r)) return r;
-    return (c * (tl_real)0.5 + (logz * (tl_real)0.5) / t) * (tl_real)2;
-}
-
 /* the tilted risk of a state, by the rule of tiltlab.accumulator: the mean (relative to
  * the shift) at t = 0 and while |t| (hi - lo) < tiny, log1p of the expm1 sums while
  * |t| (hi - lo) <= 1, the log of the exp sums otherwise; the largest (smallest) loss at
  * t = +inf (-inf); NaN for the empty state */
 TL_HD tl_real tl_risk(tl_state st, tl_real t, tl_real tiny) {
     if (tl_is_empty(&st)) return tl_nan();
-    if (t == (tl_real)0) return st.c + st.lsum / st.mass;
-    if (!tl_finite(t)) return t > (tl_real)0 ? st.hi : st.lo;
-    const tl_real scale = tl_gap(TL_FABS(t), st.hi, st.lo);
-    if (scale < tiny) return st.c + st.lsum / st.mass;
+    const int extreme = !tl_finite(t);
+    const tl_real scale = extreme || t == (tl_real)0 ? (tl_real)0 : tl_gap(TL_FABS(t), st.hi, st.lo);
+    const int flat = t == (tl_real)0 || scale < tiny;
     /* q dropped (NaN) with a range this small: a shift beyond the losses (a lane's state) */
-    if (scale <= (tl_real)1 && st.q == st.q)
-        return tl_add_scaled(st.c, TL_LOG1P(st.q / st.mass), t);
-    return tl_add_scaled(st.c, TL_LOG(st.s / st.mass), t);
+    const int small_tilt = scale <= (tl_real)1 && st.q == st.q;
+    return tl_state_finish(t, st.c, st.hi, st.lo, st.mass, st.s, st.q, st.lsum, extreme, flat,
+                           small_tilt);
 }
 
 /* the share of a part (a merged-in state g) in the normalised sums of the whole state:
  * exp(t (g.c - whole.c)) / whole.s, 0 for an empty part */
 TL_HD tl_real tl_share(tl_state g, tl_state whole, tl_real t) {
     if (tl_is_empty(&g)) return (tl_real)0;
-    return TL_EXP(tl_gap(t, g.c, whole.c)) / whole.s;
+    return tl_state_factor(t, g.c, whole.c) / whole.s;
 }
 
 #endif /* TILTLAB_TILT_CUH */
