@@ -46,9 +46,11 @@ Only the dot products and the block sums may reassociate their additions
 included); the dot products and the rank-one updates also contract their multiplications
 and additions into fused multiply-adds (one rounding instead of two; at 2e4 x 1000
 float64 a block in cache took a third less time for either); the order is fixed at
-compile time, so results do not depend on the number of threads. The block extremes are taken with ``{"nnan", "ninf"}``
-(so that the max/min reductions vectorise) only after a NaN-propagating sum has shown
-that every loss on the support is finite. The ``exp``, ``expm1`` and ``log1p`` of the
+compile time, so results do not depend on the number of threads. The block extremes are
+taken with ``{"nnan", "ninf"}`` (for the uniform prior with LLVM's ``maxnum`` and
+``minnum``, flagged without NaN or signed zeros, so that the reductions vectorise: at
+d = 20 a block's extremes took 0.3 ns a row instead of 1.6) only after a NaN-propagating
+sum has shown that every loss on the support is finite. The ``exp``, ``expm1`` and ``log1p`` of the
 losses and weights come from :mod:`._typed_math` (multiply-adds contracted). Everything
 else is compiled without fastmath.
 
@@ -105,6 +107,29 @@ try:  # pragma: no branch - the engine is only chosen when numba imports
 
         return sig, codegen
 
+    def _minmax(name):
+        @intrinsic
+        def minmax(typingctx, a, b):
+            """LLVM's ``llvm.NAME`` on two floats of one type, flagged without NaN or
+            signed zeros (so that LLVM vectorises a reduction over them: the callers
+            have checked that the numbers are finite)."""
+            if not isinstance(a, types.Float) or a != b:
+                return None
+
+            def codegen(context, builder, signature, args):
+                ty = context.get_value_type(signature.return_type)
+                fnty = ir.FunctionType(ty, [ty, ty])
+                suffix = "f32" if a.bitwidth == 32 else "f64"
+                fn = cgutils.get_or_insert_function(builder.module, fnty, f"llvm.{name}.{suffix}")
+                return builder.call(fn, args, fastmath=("nnan", "nsz"))
+
+            return a(a, b), codegen
+
+        return minmax
+
+    _fmax = _minmax("maxnum")
+    _fmin = _minmax("minnum")
+
     _INLINE = jit(fastmath=False, error_model="numpy", inline="always")
     _REASSOC = jit(fastmath={"reassoc"}, error_model="numpy", nogil=True)
     _FMA = jit(fastmath={"reassoc", "contract"}, error_model="numpy", nogil=True)
@@ -121,6 +146,9 @@ except ImportError:  # pragma: no cover - exercised where numba is absent
 
     def _prefetch(arr, offset):
         return None
+
+    _fmax = max
+    _fmin = min
 
     _REASSOC = _FINITE = _FMA = _CONTRACT = _INLINE
     KERNEL = _INLINE
@@ -506,6 +534,11 @@ def _finite_extremes(p, has_p, i0, nb, l):
     top = l.dtype.type(_FLT_MAX if l.itemsize == 4 else _DBL_MAX)
     hi = -top
     lo = top
+    if not has_p:  # vectorised (LLVM's maxnum/minnum)
+        for b in range(nb):
+            hi = _fmax(hi, l[b])
+            lo = _fmin(lo, l[b])
+        return hi, lo
     for b in range(nb):
         pb = p[i0 + b] if has_p else 1.0
         on = pb > 0.0
