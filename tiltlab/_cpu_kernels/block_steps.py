@@ -371,7 +371,10 @@ def axpy_dots(X, i0, nb, coef, blk, j0, nj, v, out, zero):
     """``blk += sum_b coef[b] X[i0 + b]`` for ``b < nb <= FLUSH_ROWS`` (in ``X``'s dtype)
     and ``out[b] = X[j0 + b] . v`` for ``b < nj`` (the next block's predictors), four rows
     of each in one sweep over the columns: the next block streams from memory while the
-    current one, in cache, is updated (rather than one after the other)."""
+    current one, in cache, is updated (rather than one after the other; at 2e4 x 1000
+    float64 value and gradient took 1.31-1.48 matvecs against 1.33-1.78, float32 1.54-1.75
+    against 1.61-1.76, one thread, side by side under load). The rows past the last
+    group of four of either block take :func:`dots` and :func:`_axpy`."""
     d = X.shape[1]
     g = min(nb, nj) // 4 * 4
     for b in range(0, g, 4):
