@@ -354,14 +354,15 @@ def test_four_row_dot_products_with_a_ragged_tail(loss, dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("loss", ["squared", "logistic"])
 def test_long_rows_take_the_next_blocks_dot_products_along(loss, dtype, prior):
-    """Rows longer than ``PREFETCH_ROW_BYTES`` (a block's rank-one updates take the next
+    """Rows longer than ``OVERLAP_ROW_BYTES`` (a block's rank-one updates take the next
     block's dot products along): next blocks that end 1-3 rows past a multiple of four,
     a stretch of zero prior weights longer than a block (whose blocks are skipped), value,
     gradient, the linearised weights and product against the references."""
     from tiltlab._cpu_kernels import block_steps
 
-    n, d = 357, 300  # blocks of 64 (float64) or 104 (float32) rows
-    assert d * np.dtype(dtype).itemsize > block_steps.PREFETCH_ROW_BYTES
+    n, d = 357, 600  # blocks of 64 rows
+    assert d * np.dtype(dtype).itemsize > block_steps.OVERLAP_ROW_BYTES
+    assert block_steps.block_rows(d, np.dtype(dtype).itemsize) == 64
     X, y, theta, v, p = problem(loss, n=n, d=d, dtype=dtype, seed=23, prior=prior)
     X *= np.asarray(0.1, dtype=dtype)
     if p is not None:

@@ -18,8 +18,8 @@ loops that LLVM vectorises:
    ``acc += X_blk^T coef`` (:func:`axpy_rows`), again ``ROWS`` rows at a time; for rows
    of at most ``PREFETCH_ROW_BYTES`` the updates also prefetch the next block
    (:func:`ahead_rows`), so that ``X`` streams from memory while the block is worked on;
-   longer rows take the next block's dot products in the same sweep as the updates
-   (:func:`axpy_dots`), for the same reason;
+   rows of more than ``OVERLAP_ROW_BYTES`` take the next block's dot products in the
+   same sweep as the updates (:func:`axpy_dots`), for the same reason;
    short rows (:func:`short_rows`) are updated in whole vector registers
    (:mod:`._short`), into accumulators padded to whole registers (:func:`padded_cols`).
 
@@ -182,6 +182,12 @@ LONG_ROW = 64
 #: and gradient 1.37-1.61 matvecs against 1.57-1.87 without (one thread, side by side);
 #: 8000-byte rows were within the noise either way
 PREFETCH_ROW_BYTES = 1024
+#: rows of more than this many bytes have the next block's dot products taken in the
+#: sweep of the current block's rank-one updates (:func:`axpy_dots`): at 1600-byte rows
+#: (1e5 x 200 float64, 5e4 x 400 float32) value and gradient took 1.46-1.55 matvecs
+#: without against 1.60-1.77 with (one thread, side by side under load); from 2400-byte
+#: rows on the overlap gains (2e4 x 1000, see :func:`axpy_dots`)
+OVERLAP_ROW_BYTES = 2048
 
 
 @_INLINE
@@ -361,9 +367,9 @@ def axpy_rows(X, i0, nb, coef, blk, acc, ahead, end):
 @_INLINE
 def overlaps(d, itemsize):
     """Whether the rank-one updates of a block take the next block's dot products along
-    (:func:`axpy_dots`): rows longer than ``PREFETCH_ROW_BYTES`` (not short, blocks of at
-    most ``FLUSH_ROWS`` rows)."""
-    return d * itemsize > PREFETCH_ROW_BYTES
+    (:func:`axpy_dots`): rows of more than ``OVERLAP_ROW_BYTES`` (not short, not
+    prefetched, blocks of at most ``FLUSH_ROWS`` rows)."""
+    return d * itemsize > OVERLAP_ROW_BYTES
 
 
 @_FMA
