@@ -350,6 +350,36 @@ def test_four_row_dot_products_with_a_ragged_tail(loss, dtype):
             _close(hv, H @ v, rtol, Habs @ np.abs(v))
 
 
+@pytest.mark.parametrize("prior", ["zeros", "ones"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("loss", ["squared", "logistic"])
+def test_long_rows_take_the_next_blocks_dot_products_along(loss, dtype, prior):
+    """Rows longer than ``OVERLAP_ROW_BYTES`` (a block's rank-one updates take the next
+    block's dot products along): next blocks that end 1-3 rows past a multiple of four,
+    a stretch of zero prior weights longer than a block (whose blocks are skipped), value,
+    gradient, the linearised weights and product against the references."""
+    from tiltlab._cpu_kernels import block_steps
+
+    n, d = 357, 600  # blocks of 64 rows
+    assert d * np.dtype(dtype).itemsize > block_steps.OVERLAP_ROW_BYTES
+    assert block_steps.block_rows(d, np.dtype(dtype).itemsize) == 64
+    X, y, theta, v, p = problem(loss, n=n, d=d, dtype=dtype, seed=23, prior=prior)
+    X *= np.asarray(0.1, dtype=dtype)
+    if p is not None:
+        p[70:200] = 0.0
+    rtol = 1e-9 if dtype == np.float64 else 1e-4
+    for t in (0.0, -2.0, 50.0):
+        R, g, H, gabs, Habs = reference(loss, X, y, theta, t, np.ones(n) if p is None else p)
+        for chunks in (1, 2, 3):  # chunks of 357, 178-179 and 119 rows
+            kw = {"n_chunks": chunks}
+            value, grad = ck.fused_value_and_gradient(loss, X, y, theta, t, p, **kw)
+            _close(value, R, rtol, abs(R) + 1.0)
+            _close(grad, g, rtol, gabs)
+            lin = ck.fused_linearize(loss, X, y, theta, t, p, **kw)
+            _close(lin.gradient, g, rtol, gabs)
+            _close(lin.hvp(v), H @ v, rtol, Habs @ np.abs(v))
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("loss", ["squared", "logistic"])
 def test_long_rows_over_many_blocks(loss, dtype):

@@ -15,11 +15,13 @@ from .block_steps import (
     KERNEL,
     ahead_rows,
     axpy2_rows,
+    axpy_dots,
     axpy_rows,
     block_rows,
     dots,
     dots2,
     extremes,
+    overlaps,
     padded_cols,
     sums,
     weights_block,
@@ -39,11 +41,14 @@ def vg_scalar(
     step = block_rows(d, X.itemsize)
     ahead = ahead_rows(d, X.itemsize, step)
     end = _chunk(n, n_chunks, k1 - 1)[1]
+    pipe = want_grad and overlaps(d, X.itemsize)
     for k in range(k0, k1):
         r0, r1 = _chunk(n, n_chunks, k)
         acc = G[k]
         blk = np.zeros(padded_cols(d, X.itemsize), dtype=X.dtype)
         z = np.empty(BLOCK, dtype=X.dtype)
+        zn = np.empty(BLOCK if pipe else 0, dtype=X.dtype)
+        ready = False  # z holds the block's predictors (from the previous block's updates)
         lv = np.empty(BLOCK, dtype=X.dtype)
         d1 = np.empty(BLOCK, dtype=X.dtype)
         d2 = np.empty(BLOCK, dtype=X.dtype)
@@ -63,7 +68,9 @@ def vg_scalar(
         qlive = True
         for i0 in range(r0, r1, step):
             nb = min(step, r1 - i0)
-            dots(X, i0, nb, theta, z, zero)
+            if not ready:
+                dots(X, i0, nb, theta, z, zero)
+            ready = False
             loss_block(code, z, y, i0, nb, param, lv, d1, d2)
             bhi, blo, bmass, nbad = extremes(p, has_p, i0, nb, lv, d1)
             if per_sample:
@@ -111,7 +118,13 @@ def vg_scalar(
                 rgx = coef.dtype.type(rg)
                 for b in range(nb):
                     coef[b] = (e[b] * rgx) * d1[b]
-            if want_grad:
+            if pipe and i0 + step < r1:  # the next block's dot products along
+                nn = min(step, r1 - i0 - step)
+                axpy_dots(X, i0, nb, coef, blk, i0 + step, nn, theta, zn, zero)
+                _flush(blk, acc)
+                z, zn = zn, z
+                ready = True
+            elif want_grad:
                 axpy_rows(X, i0, nb, coef, blk, acc, ahead, end)
         if want_grad and mass > 0.0 and cg != c:
             f = state_factor(t, cg, c)
