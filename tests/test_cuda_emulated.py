@@ -20,6 +20,11 @@ from tiltlab._cupy import engine as cuda_engine
 from tiltlab._cupy import reductions, source
 from tiltlab.losses import get_loss
 
+#: each kernel variant is built as host C++ (seconds) and the grids are large: the full
+#: tier (the push tier runs the emulated engines' contract rows, the NVRTC builds and the
+#: host-read budgets)
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def rec(monkeypatch):

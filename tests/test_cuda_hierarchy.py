@@ -21,6 +21,11 @@ from cuda_host import host_has_fma, run_emulated
 import tiltlab as tl
 from tiltlab._cupy import hierarchy, source
 
+#: each kernel variant is built as host C++ (seconds) and the grids are large: the full
+#: tier (the push tier runs the emulated engines' contract rows, the NVRTC builds and the
+#: host-read budgets)
+pytestmark = pytest.mark.slow
+
 FULL = os.environ.get("TILTLAB_FULL_MATRIX") == "1"
 
 
