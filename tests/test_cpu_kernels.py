@@ -326,6 +326,28 @@ def test_many_blocks_against_reference(loss, t, dtype):
         _close(lin.weights, _weights(lin_losses(loss, X, y, theta), t, p), rtol)
 
 
+def _check_against_references(loss, X, y, theta, v, p, ts, chunk_counts, linearize=False):
+    """Value, gradient and the Hessian-vector product (the linearised one with
+    ``linearize``) of the fused kernels at each tilt and chunk count against the
+    references, each within ``rtol`` of the sum of its terms' magnitudes (float64: 1e-9,
+    float32: 1e-4, a few hundred roundings of sums over a thousand rows)."""
+    rtol = 1e-9 if X.dtype == np.float64 else 1e-4
+    for t in ts:
+        R, g, H, gabs, Habs = reference(loss, X, y, theta, t, np.ones(len(y)) if p is None else p)
+        for chunks in chunk_counts:
+            kw = {"n_chunks": chunks}
+            value, grad = ck.fused_value_and_gradient(loss, X, y, theta, t, p, **kw)
+            _close(value, R, rtol, abs(R) + 1.0)
+            _close(grad, g, rtol, gabs)
+            if linearize:
+                lin = ck.fused_linearize(loss, X, y, theta, t, p, **kw)
+                _close(lin.gradient, g, rtol, gabs)
+                hv = lin.hvp(v)
+            else:
+                hv = ck.fused_hvp(loss, X, y, theta, v, t, p, **kw)
+            _close(hv, H @ v, rtol, Habs @ np.abs(v))
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("loss", ["squared", "logistic"])
 def test_four_row_dot_products_with_a_ragged_tail(loss, dtype):
@@ -338,16 +360,8 @@ def test_four_row_dot_products_with_a_ragged_tail(loss, dtype):
     assert d >= block_steps.LONG_ROW
     X, y, theta, v, p = problem(loss, n=n, d=d, dtype=dtype, seed=19)
     X *= np.asarray(0.1, dtype=dtype)
-    rtol = 1e-9 if dtype == np.float64 else 1e-4
-    for t in (-2.0, 50.0):
-        R, g, H, gabs, Habs = reference(loss, X, y, theta, t, p)
-        for chunks in (1, 3, 7):  # chunk ends at rows 1003, 334/668/1003, ...
-            kw = {"n_chunks": chunks}
-            value, grad = ck.fused_value_and_gradient(loss, X, y, theta, t, p, **kw)
-            _close(value, R, rtol, abs(R) + 1.0)
-            _close(grad, g, rtol, gabs)
-            hv = ck.fused_hvp(loss, X, y, theta, v, t, p, **kw)
-            _close(hv, H @ v, rtol, Habs @ np.abs(v))
+    # chunk ends at rows 1003, 334/668/1003, ...
+    _check_against_references(loss, X, y, theta, v, p, (-2.0, 50.0), (1, 3, 7))
 
 
 @pytest.mark.parametrize("prior", ["zeros", "ones"])
@@ -367,17 +381,9 @@ def test_long_rows_take_the_next_blocks_dot_products_along(loss, dtype, prior):
     X *= np.asarray(0.1, dtype=dtype)
     if p is not None:
         p[70:200] = 0.0
-    rtol = 1e-9 if dtype == np.float64 else 1e-4
-    for t in (0.0, -2.0, 50.0):
-        R, g, H, gabs, Habs = reference(loss, X, y, theta, t, np.ones(n) if p is None else p)
-        for chunks in (1, 2, 3):  # chunks of 357, 178-179 and 119 rows
-            kw = {"n_chunks": chunks}
-            value, grad = ck.fused_value_and_gradient(loss, X, y, theta, t, p, **kw)
-            _close(value, R, rtol, abs(R) + 1.0)
-            _close(grad, g, rtol, gabs)
-            lin = ck.fused_linearize(loss, X, y, theta, t, p, **kw)
-            _close(lin.gradient, g, rtol, gabs)
-            _close(lin.hvp(v), H @ v, rtol, Habs @ np.abs(v))
+    # chunks of 357, 178-179 and 119 rows
+    ts = (0.0, -2.0, 50.0)
+    _check_against_references(loss, X, y, theta, v, p, ts, (1, 2, 3), linearize=True)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -388,16 +394,7 @@ def test_long_rows_over_many_blocks(loss, dtype):
     n, d = 1500, 700
     X, y, theta, v, p = problem(loss, n=n, d=d, dtype=dtype, seed=17)
     X *= np.asarray(0.05, dtype=dtype)
-    rtol = 1e-9 if dtype == np.float64 else 1e-4
-    for t in (0.0, -2.0, 50.0):
-        R, g, H, gabs, Habs = reference(loss, X, y, theta, t, p)
-        for chunks in (1, 3):
-            kw = {"n_chunks": chunks}
-            value, grad = ck.fused_value_and_gradient(loss, X, y, theta, t, p, **kw)
-            _close(value, R, rtol, abs(R) + 1.0)
-            _close(grad, g, rtol, gabs)
-            hv = ck.fused_hvp(loss, X, y, theta, v, t, p, **kw)
-            _close(hv, H @ v, rtol, Habs @ np.abs(v))
+    _check_against_references(loss, X, y, theta, v, p, (0.0, -2.0, 50.0), (1, 3))
 
 
 def test_block_rows():
