@@ -236,3 +236,50 @@ def test_the_fields_mean_what_the_compiled_kernels_states_mean(t):
         got = float(ours[packed.FIELDS.index(name)])
         assert abs(got - want) <= 64 * eps("float64") * (abs(want) + losses.sum()), name
     assert float(kernel.shift[0]) == float(packed.shift(ours[:, None], t, np)[0])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("near", [True, False])
+def test_normaliser_term_on_every_backend(xp, dtype, near):
+    """``expm1(u)`` near t = 0, else ``exp(u)``, against 50 digits, in the input's
+    namespace and dtype, with and without writing over ``u``."""
+    u_host = [-1.0, -0.3, -1e-6, -1e-12, 0.0] if near else [-700.0 / 8, -5.0, -0.5, 0.0]
+    dt = getattr(xp, dtype)
+    for overwrite in (False, True):
+        u = xp.asarray(u_host, dtype=dt)
+        out = packed.normaliser_term(u, near, xp, overwrite=overwrite)
+        assert out.dtype == dt and type(out) is type(xp.asarray(u_host, dtype=dt))
+        got = to_numpy(out).astype(float)
+        with mpmath.workdps(DPS):
+            for g, v in zip(got, u_host, strict=True):
+                x = mpmath.mpf(float(np.asarray(v, dtype=dtype)))
+                want = mpmath.expm1(x) if near else mpmath.exp(x)
+                assert abs(g - want) <= 2 * eps(dtype) * abs(want) + tiny(dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("t", [1e-3, 0.7, -2.0], ids=str)
+def test_moved_sums_on_every_backend(xp, dtype, t):
+    """A block's sums moved from its own shift to another equal the sums formed at that
+    shift (50 digits), in the input's namespace and dtype; ``None`` sums stay ``None``."""
+    losses = [0.0, 0.25, 1.0, 1.5]
+    dt = getattr(xp, dtype)
+    st = packed.block(xp.asarray(losses, dtype=dt), None, t, xp)
+    mass, s, q, lsum = (st[packed.FIELDS.index(k), ...] for k in ("mass", "s", "q", "lsum"))
+    c_k = max(losses) if t > 0 else min(losses)
+    c = c_k + (0.5 if t > 0 else -0.5)  # beyond every loss on the tilt's side
+    f, fm = packed.exponent_terms(xp.asarray(t * (c_k - c), dtype=dt), xp, squares=False)
+    s_c, q_c, l_c = packed.moved_sums(f, fm, c_k - c, mass, s, q, lsum)
+    for x in (s_c, q_c, l_c):
+        assert x.dtype == dt
+    with mpmath.workdps(DPS):
+        u = [mpmath.mpf(t) * (mpmath.mpf(v) - mpmath.mpf(c)) for v in losses]
+        want = {
+            "s": mpmath.fsum(mpmath.exp(x) for x in u),
+            "q": mpmath.fsum(mpmath.expm1(x) for x in u),
+            "lsum": mpmath.fsum(mpmath.mpf(v) - mpmath.mpf(c) for v in losses),
+        }
+    for name, got in (("s", s_c), ("q", q_c), ("lsum", l_c)):
+        # sums of four terms of one sign, each carrying the roundings of its exponent
+        assert _field_ok(float(to_numpy(got)[0]), want[name], losses, t, dtype, 1), name
+    assert packed.moved_sums(f, fm, c_k - c, mass, s)[1:] == (None, None)
