@@ -21,7 +21,7 @@ created or written the kernels are compiled in every process and not cached.
 Freshness
 ---------
 Numba checks only the source file that defines a compiled function when it decides
-whether a cached machine code is still valid. The fused kernels inline helpers from
+whether a cached machine code is still valid. The fused kernels compile in helpers from
 other files of this package (:mod:`._rows`, :mod:`.block_steps`, :mod:`._vmath`), so after
 an upgrade that changes a helper but not the kernel's own file, numba would load the old
 machine code. :func:`refresh_cache` prevents that: it fingerprints every source file of

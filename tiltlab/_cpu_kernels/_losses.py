@@ -12,14 +12,14 @@ the loss code (:data:`._loss_codes.SCALAR_CODES`).
 from __future__ import annotations
 
 from ._typed_math import exp_t, expm1_t, log1p_unit_t, log_t
-from .block_steps import _INLINE
+from .block_steps import _STEP
 
 __all__ = [
     "loss_block",
 ]
 
 
-@_INLINE
+@_STEP
 def block_squared(z, y, i0, nb, param, l, d1, d2):
     """squared error (z - y)^2 (no factor 1/2) (code 0)"""
     k_2_0 = l.dtype.type(2.0)
@@ -32,7 +32,7 @@ def block_squared(z, y, i0, nb, param, l, d1, d2):
         d2[b] = k_2_0
 
 
-@_INLINE
+@_STEP
 def block_absolute(z, y, i0, nb, param, l, d1, d2):
     """absolute error |z - y|; d1 = sign(z - y), 0 at the kink (code 1)"""
     k_0_0 = l.dtype.type(0.0)
@@ -46,7 +46,7 @@ def block_absolute(z, y, i0, nb, param, l, d1, d2):
         d2[b] = k_0_0
 
 
-@_INLINE
+@_STEP
 def block_huber(z, y, i0, nb, param, l, d1, d2):
     """Huber: r^2/2 for |r| <= delta, else delta (|r| - delta/2); the quadratic side at |r| = delta (code 2)"""
     delta = l.dtype.type(param)
@@ -64,7 +64,7 @@ def block_huber(z, y, i0, nb, param, l, d1, d2):
         d2[b] = k_1_0 if inside else k_0_0
 
 
-@_INLINE
+@_STEP
 def block_logistic(z, y, i0, nb, param, l, d1, d2):
     """logistic: softplus(z) - y z; the sigmoid pair s(z), s(-z) from exp(-|z|) (never overflows), d1 = s(z) - y without cancellation (code 3)"""
     k_0_0 = l.dtype.type(0.0)
@@ -85,7 +85,7 @@ def block_logistic(z, y, i0, nb, param, l, d1, d2):
         d2[b] = s * sc
 
 
-@_INLINE
+@_STEP
 def block_hinge(z, y, i0, nb, param, l, d1, d2):
     """hinge: max(0, 1 - s z), s = 2y - 1; the flat side at a zero margin (code 4)"""
     k_0_0 = l.dtype.type(0.0)
@@ -102,7 +102,7 @@ def block_hinge(z, y, i0, nb, param, l, d1, d2):
         d2[b] = k_0_0
 
 
-@_INLINE
+@_STEP
 def block_squared_hinge(z, y, i0, nb, param, l, d1, d2):
     """squared hinge: max(0, 1 - s z)^2, s = 2y - 1; the flat side at a zero margin (code 5)"""
     k_0_0 = l.dtype.type(0.0)
@@ -120,7 +120,7 @@ def block_squared_hinge(z, y, i0, nb, param, l, d1, d2):
         d2[b] = k_2_0 if on else k_0_0
 
 
-@_INLINE
+@_STEP
 def block_poisson(z, y, i0, nb, param, l, d1, d2):
     """half Poisson deviance, log link: exp(z) - y - y (z - log y) = y (expm1(w) - w), w = z - log y (exp(z) at y = 0); smooth (code 6)"""
     k_0_0 = l.dtype.type(0.0)
@@ -137,7 +137,7 @@ def block_poisson(z, y, i0, nb, param, l, d1, d2):
         d2[b] = ez
 
 
-@_INLINE
+@_STEP
 def block_pinball(z, y, i0, nb, param, l, d1, d2):
     """pinball (quantile): max(q r, (q - 1) r), r = y - z; d1 = 0 at the kink, as the absolute loss's (which is twice the pinball loss at q = 1/2) (code 7)"""
     quantile = l.dtype.type(param)
@@ -152,7 +152,7 @@ def block_pinball(z, y, i0, nb, param, l, d1, d2):
         d2[b] = k_0_0
 
 
-@_INLINE
+@_STEP
 def loss_block(code, z, y, i0, nb, param, l, d1, d2):
     """The block loop of the loss ``code``."""
     if code == 0:

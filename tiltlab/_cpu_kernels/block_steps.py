@@ -54,8 +54,12 @@ sum has shown that every loss on the support is finite. The ``exp``, ``expm1`` a
 losses and weights come from :mod:`._typed_math` (multiply-adds contracted). Everything
 else is compiled without fastmath.
 
+The steps taken once per block (the loss, extremes, weights and update loops) are
+compiled once per signature and linked into every kernel that calls them, where LLVM
+inlines them (numba's own inlining would type their bodies again in every kernel); the
+small helpers and the scalar functions of the loops' bodies are inlined by numba.
 Numba checks only a kernel's own file when it reuses cached machine code; the helpers here
-are inlined into kernels of other files, so :mod:`._cache` clears the cached kernels when
+are compiled into kernels of other files, so :mod:`._cache` clears the cached kernels when
 any source file of the package changes.
 """
 
@@ -131,6 +135,12 @@ try:  # pragma: no branch - the engine is only chosen when numba imports
     _fmin = _minmax("minnum")
 
     _INLINE = jit(fastmath=False, error_model="numpy", inline="always")
+    #: the steps taken once per block (the loss, extremes, weights and update loops):
+    #: compiled once per signature and linked into each kernel that calls them, where
+    #: LLVM inlines them; inlined by numba instead (its ``inline="always"``, which types
+    #: the body again at every call site), the cold compile of the kernels took a fifth
+    #: more time, for the same machine code speed (benchmarks/cpu_kernel_speed.py)
+    _STEP = jit(fastmath=False, error_model="numpy", nogil=True)
     _REASSOC = jit(fastmath={"reassoc"}, error_model="numpy", nogil=True)
     _FMA = jit(fastmath={"reassoc", "contract"}, error_model="numpy", nogil=True)
     _CONTRACT = jit(fastmath={"contract"}, error_model="numpy", nogil=True)
@@ -150,7 +160,7 @@ except ImportError:  # pragma: no cover - exercised where numba is absent
     _fmax = max
     _fmin = min
 
-    _REASSOC = _FINITE = _FMA = _CONTRACT = _INLINE
+    _STEP = _REASSOC = _FINITE = _FMA = _CONTRACT = _INLINE
     KERNEL = _INLINE
 
 #: most rows per block (2048: at d = 20 a float32 block of 1632 rows, 128 KiB, spreads
@@ -354,7 +364,7 @@ def dots2(X, i0, nb, v, w, out_v, out_w, zero):
         b += 1
 
 
-@_INLINE
+@_STEP
 def axpy_rows(X, i0, nb, coef, blk, acc, ahead, end):
     """``acc += sum_b coef[b] X[i0 + b]``, summed in ``X``'s dtype in ``blk`` (zero on
     entry and exit) over ``FLUSH_ROWS`` rows at a time, then added into ``acc``; with
@@ -411,7 +421,7 @@ def axpy_dots(X, i0, nb, coef, blk, j0, nj, v, out, zero):
         _axpy(X, i0 + g, nb - g, coef[g:], 0, blk, 0, 0)
 
 
-@_INLINE
+@_STEP
 def axpy2_rows(X, i0, nb, ca, cb, blk_a, blk_b, acc_a, acc_b, ahead, end):
     """:func:`axpy_rows` with two coefficient vectors in one sweep over the block."""
     for s0 in range(0, nb, FLUSH_ROWS):
@@ -507,7 +517,7 @@ def _axpy2(X, i0, nb, ca, cb, c0_at, acc_a, acc_b, ahead, end):
         b += 1
 
 
-@_INLINE
+@_STEP
 def extremes(p, has_p, i0, nb, l, d1):
     """Largest and smallest loss of the block's rows on the prior's support, their prior
     mass, and whether any of them has a non-finite loss or derivative (the extremes are
@@ -557,7 +567,7 @@ def _finite_extremes(p, has_p, i0, nb, l):
     return hi, lo
 
 
-@_INLINE
+@_STEP
 def weights_block(p, has_p, i0, nb, t, c, qlive, l, e, e1):
     """``e = exp(t (l - c))`` and, in the small-tilt regime, ``e1 = expm1(t (l - c))``
     (0 off the prior's support), in the dtype of the buffers: for float32 data ``t`` is

@@ -298,7 +298,7 @@ def numba_block(f: Formula, code: int) -> list[str]:
     used = " ".join(body + outs)
     head = ["        zb = z[b]"] if "zb" in used else []
     head += ["        yb = y[i0 + b]"] if "yb" in used else []
-    lines = ["", "", "@_INLINE", f"def block_{f.name}(z, y, i0, nb, param, l, d1, d2):"]
+    lines = ["", "", "@_STEP", f"def block_{f.name}(z, y, i0, nb, param, l, d1, d2):"]
     lines.append(f'    """{f.doc} (code {code})"""')
     for p in f.params:
         lines.append(f"    {p.name} = l.dtype.type(param)")
@@ -327,7 +327,7 @@ def numba_module() -> str:
         "from __future__ import annotations",
         "",
         "from ._typed_math import exp_t, expm1_t, log1p_unit_t, log_t",
-        "from .block_steps import _INLINE",
+        "from .block_steps import _STEP",
         "",
         "__all__ = [",
         '    "loss_block",',
@@ -338,7 +338,7 @@ def numba_module() -> str:
     lines += [
         "",
         "",
-        "@_INLINE",
+        "@_STEP",
         "def loss_block(code, z, y, i0, nb, param, l, d1, d2):",
         '    """The block loop of the loss ``code``."""',
     ]
