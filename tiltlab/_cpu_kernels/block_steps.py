@@ -417,8 +417,9 @@ def axpy_dots(X, i0, nb, coef, blk, j0, nj, v, out, zero):
         out[b + 3] = a3
     if nj > g:
         dots(X, j0 + g, nj - g, v, out[g:], zero)
-    if nb > g:
-        _axpy(X, i0 + g, nb - g, coef[g:], 0, blk, 0, 0)
+    if nb > g:  # the arguments typed as in axpy_rows's call (no literal: one compile)
+        none = np.intp(0)
+        _axpy(X, i0 + g, nb - g, coef, np.intp(g), blk, none, none)
 
 
 @_STEP
