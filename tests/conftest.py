@@ -54,14 +54,37 @@ def pytest_configure(config):
         _compile_kernels_once()
 
 
-#: the fused CPU kernels the tests use (``tiltlab._cpu_kernels.warmup.key`` names), in two
-#: halves of about equal compile time, one per dtype: the block steps the kernels of a
-#: dtype share are compiled once in each half
-KERNELS = (
-    ("vg_scalar-float64", "hvp_scalar-float64", "group_scalar-float64", "group_multi-float64",
-     "vg_multi-float64", "hvp_multi-float64"),
-    ("vg_scalar-float32", "hvp_scalar-float32", "group_scalar-float32", "group_multi-float32"),
-)  # fmt: skip
+#: the fused CPU kernels the tests use (``tiltlab._cpu_kernels.warmup.key`` names) and
+#: the seconds of a cold compile of each on a 2-core machine, without the block steps of
+#: its dtype (:data:`SHARED_SECONDS`, compiled once per process and dtype)
+KERNELS = {
+    "vg_scalar-float64": 10.0, "hvp_scalar-float64": 5.0, "group_scalar-float64": 2.5,
+    "group_multi-float64": 3.5, "vg_multi-float64": 3.0, "hvp_multi-float64": 3.0,
+    "vg_scalar-float32": 10.0, "hvp_scalar-float32": 5.0, "group_scalar-float32": 2.5,
+    "group_multi-float32": 3.5,
+}  # fmt: skip
+SHARED_SECONDS = 5.0
+
+
+def _compile_seconds(names):
+    """Estimated seconds to compile ``names`` in one process: each kernel's own time, and
+    the block steps once per dtype."""
+    dtypes = {name.split("-")[1] for name in names}
+    return sum(KERNELS[name] for name in names) + SHARED_SECONDS * len(dtypes)
+
+
+def _split(names):
+    """``names`` in at most two lists, to compile in two processes at once: the split
+    whose longer list takes the least estimated time (every split is tried)."""
+    names = sorted(names)
+    best = None
+    for mask in range(1 << max(len(names) - 1, 0)):  # the last name stays in list 0
+        a = [k for i, k in enumerate(names) if not mask >> i & 1]
+        b = [k for i, k in enumerate(names) if mask >> i & 1]
+        key = max(_compile_seconds(a), _compile_seconds(b))
+        if best is None or key < best[0]:
+            best = (key, [part for part in (a, b) if part])
+    return best[1] if best else []
 
 
 def _compile_kernels_once():
@@ -82,8 +105,7 @@ def _compile_kernels_once():
 
     if warmup.mode() == "off":
         return
-    halves = [[k for k in half if not warmup.ready(k)] for half in KERNELS]
-    halves = [h for h in halves if h]
+    halves = _split([k for k in KERNELS if not warmup.ready(k)])
     if not halves:
         return
     env = dict(os.environ, TILTLAB_FUSED="wait", NUMBA_NUM_THREADS="1")
