@@ -4,6 +4,7 @@ mpmath: the divergence from its definition, the root by bisection, the worst cas
 from __future__ import annotations
 
 import math
+import re
 
 import mpmath
 import numpy as np
@@ -127,6 +128,21 @@ def test_scale_free_across_the_float_range(scale):
     l = _data(4) * scale
     want = mp_tilt_for_kl(l, 0.2, centre=-math.log(scale))
     assert_close(tl.tilt_for_kl(l, 0.2), want, rtol=1e-10)
+
+
+@pytest.mark.parametrize("losses", [[5e-324, 0.0, 0.0], [0.0, -5e-324, -5e-324]])
+def test_a_spread_of_the_smallest_subnormal(losses):
+    # half the spread rounds to 0 there; the tilt that reaches the radius is the 50-digit
+    # root for the losses [1, 0, 0] divided by the spread 2**-1074, beyond float64: a
+    # ValueError that names the radius and gives that tilt, and the EVaR is the largest loss
+    l = np.array(losses)
+    root = mp_tilt_for_kl([1.0, 0.0, 0.0], 0.5)
+    with pytest.raises(ValueError, match="`radius` is reached at the tilt") as err:
+        tl.tilt_for_kl(l, 0.5)
+    m = re.search(r"the tilt ([0-9.e+-]+) \* 2\*\*(\d+)", str(err.value))
+    assert m is not None
+    assert math.isclose(math.ldexp(float(m.group(1)), int(m.group(2)) - 1074), root, rel_tol=1e-12)
+    assert float(bounds.entropic_value_at_risk(l, radius=0.5)) == l.max()
 
 
 @pytest.mark.parametrize("dtype_name", ["float64", "float32"])

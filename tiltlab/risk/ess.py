@@ -83,8 +83,12 @@ def _power_of_two_scale(l: Any, p: Any, xp: Any) -> tuple[Any, int]:
     lmax, lmin = (float(v) for v in to_numpy(xp.stack([xp.max(hi_l), xp.min(lo_l)])))
     half = lmax / 2 - lmin / 2  # half the spread: finite for every pair of finite floats
     if not half > 0:
-        return l, 0
-    k = -(math.frexp(half)[1] + 1)
+        if not lmax > lmin:  # equal losses
+            return l, 0
+        # a spread of the smallest subnormal, whose half rounds to 0 (lmax - lmin is exact)
+        k = -math.frexp(lmax - lmin)[1]
+    else:
+        k = -(math.frexp(half)[1] + 1)
     if k == 0:
         return l, 0
     # 2**k in at most two factors, each a normal float
