@@ -665,3 +665,56 @@ def test_small_and_hierarchical_problems_stay_on_the_generic_engines():
     groups = rng.integers(0, 4, 4096)
     hier = TiltedObjective("squared", X, y, tilts=(1.0, 0.0), groups=groups)
     assert all(e.name != "fused CPU" for e in engines_for(hier.problem))
+
+
+# ---------------------------------------------------------------------------------------
+# 512-bit vectors on the CPUs listed in WIDE_CPUS
+
+
+def _doubler():
+    from tiltlab._cpu_kernels import block_steps
+
+    @numba.njit
+    def f(x):
+        block_steps.wide_vectors()
+        for i in range(x.shape[0]):
+            x[i] = 2.0 * x[i]
+
+    return f
+
+
+def test_wide_vectors_sets_the_attribute_only_on_the_listed_cpus(monkeypatch):
+    from tiltlab._cpu_kernels import block_steps
+
+    attribute = '"prefer-vector-width"="512"'
+    for listed in (True, False):
+        cpus = {block_steps._target_cpu()} if listed else set()
+        monkeypatch.setattr(block_steps, "WIDE_CPUS", frozenset(cpus))
+        f = _doubler()
+        x = np.arange(67.0)
+        f(x)
+        np.testing.assert_array_equal(x, 2.0 * np.arange(67.0))
+        assert (attribute in f.inspect_llvm(f.signatures[0])) == listed
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("loss", ["logistic", "poisson", "huber"])
+def test_wide_vectors_change_no_loss_bit(monkeypatch, loss, dtype):
+    """The loss loops are elementwise: compiled for 512-bit vectors or without them (on
+    a CPU without AVX-512 the two builds are the same code), every value and derivative
+    has the same bits, remainder rows included (n = 1003)."""
+    from tiltlab._cpu_kernels import _losses, block_steps
+
+    rng = np.random.default_rng(3)
+    n = 1003
+    z = (4.0 * rng.standard_normal(n)).astype(dtype)
+    y = (rng.poisson(1.0, n) if loss == "poisson" else rng.random(n) < 0.4).astype(dtype)
+    outs = []
+    for cpus in ({block_steps._target_cpu()}, set()):
+        monkeypatch.setattr(block_steps, "WIDE_CPUS", frozenset(cpus))
+        block = numba.njit(getattr(_losses, f"block_{loss}").py_func)
+        bufs = [np.empty(n, dtype) for _ in range(3)]
+        block(z, y, 0, n, 0.7, *bufs)
+        outs.append(bufs)
+    for a, b in zip(*outs, strict=True):
+        np.testing.assert_array_equal(a, b)

@@ -12,7 +12,7 @@ the loss code (:data:`._loss_codes.SCALAR_CODES`).
 from __future__ import annotations
 
 from ._typed_math import exp_t, expm1_t, log1p_unit_t, log_t
-from .block_steps import _STEP
+from .block_steps import _STEP, wide_vectors
 
 __all__ = [
     "loss_block",
@@ -22,6 +22,7 @@ __all__ = [
 @_STEP
 def block_squared(z, y, i0, nb, param, l, d1, d2):
     """squared error (z - y)^2 (no factor 1/2) (code 0)"""
+    wide_vectors()
     k_2_0 = l.dtype.type(2.0)
     for b in range(nb):
         zb = z[b]
@@ -35,6 +36,7 @@ def block_squared(z, y, i0, nb, param, l, d1, d2):
 @_STEP
 def block_absolute(z, y, i0, nb, param, l, d1, d2):
     """absolute error |z - y|; d1 = sign(z - y), 0 at the kink (code 1)"""
+    wide_vectors()
     k_0_0 = l.dtype.type(0.0)
     k_1_0 = l.dtype.type(1.0)
     for b in range(nb):
@@ -49,6 +51,7 @@ def block_absolute(z, y, i0, nb, param, l, d1, d2):
 @_STEP
 def block_huber(z, y, i0, nb, param, l, d1, d2):
     """Huber: r^2/2 for |r| <= delta, else delta (|r| - delta/2); the quadratic side at |r| = delta (code 2)"""
+    wide_vectors()
     delta = l.dtype.type(param)
     k_0_0 = l.dtype.type(0.0)
     k_0_5 = l.dtype.type(0.5)
@@ -67,6 +70,7 @@ def block_huber(z, y, i0, nb, param, l, d1, d2):
 @_STEP
 def block_logistic(z, y, i0, nb, param, l, d1, d2):
     """logistic: softplus(z) - y z; the sigmoid pair s(z), s(-z) from exp(-|z|) (never overflows), d1 = s(z) - y without cancellation (code 3)"""
+    wide_vectors()
     k_0_0 = l.dtype.type(0.0)
     k_1_0 = l.dtype.type(1.0)
     for b in range(nb):
@@ -88,6 +92,7 @@ def block_logistic(z, y, i0, nb, param, l, d1, d2):
 @_STEP
 def block_hinge(z, y, i0, nb, param, l, d1, d2):
     """hinge: max(0, 1 - s z), s = 2y - 1; the flat side at a zero margin (code 4)"""
+    wide_vectors()
     k_0_0 = l.dtype.type(0.0)
     k_1_0 = l.dtype.type(1.0)
     k_2_0 = l.dtype.type(2.0)
@@ -105,6 +110,7 @@ def block_hinge(z, y, i0, nb, param, l, d1, d2):
 @_STEP
 def block_squared_hinge(z, y, i0, nb, param, l, d1, d2):
     """squared hinge: max(0, 1 - s z)^2, s = 2y - 1; the flat side at a zero margin (code 5)"""
+    wide_vectors()
     k_0_0 = l.dtype.type(0.0)
     k_1_0 = l.dtype.type(1.0)
     k_2_0 = l.dtype.type(2.0)
@@ -123,6 +129,7 @@ def block_squared_hinge(z, y, i0, nb, param, l, d1, d2):
 @_STEP
 def block_poisson(z, y, i0, nb, param, l, d1, d2):
     """half Poisson deviance, log link: exp(z) - y - y (z - log y) = y (expm1(w) - w), w = z - log y (exp(z) at y = 0); smooth (code 6)"""
+    wide_vectors()
     k_0_0 = l.dtype.type(0.0)
     k_1_0 = l.dtype.type(1.0)
     for b in range(nb):
@@ -140,6 +147,7 @@ def block_poisson(z, y, i0, nb, param, l, d1, d2):
 @_STEP
 def block_pinball(z, y, i0, nb, param, l, d1, d2):
     """pinball (quantile): max(q r, (q - 1) r), r = y - z; d1 = 0 at the kink, as the absolute loss's (which is twice the pinball loss at q = 1/2) (code 7)"""
+    wide_vectors()
     quantile = l.dtype.type(param)
     k_0_0 = l.dtype.type(0.0)
     k_1_0 = l.dtype.type(1.0)

@@ -300,6 +300,7 @@ def numba_block(f: Formula, code: int) -> list[str]:
     head += ["        yb = y[i0 + b]"] if "yb" in used else []
     lines = ["", "", "@_STEP", f"def block_{f.name}(z, y, i0, nb, param, l, d1, d2):"]
     lines.append(f'    """{f.doc} (code {code})"""')
+    lines.append("    wide_vectors()")
     for p in f.params:
         lines.append(f"    {p.name} = l.dtype.type(param)")
     for value in sorted(nb.consts):
@@ -327,7 +328,7 @@ def numba_module() -> str:
         "from __future__ import annotations",
         "",
         "from ._typed_math import exp_t, expm1_t, log1p_unit_t, log_t",
-        "from .block_steps import _STEP",
+        "from .block_steps import _STEP, wide_vectors",
         "",
         "__all__ = [",
         '    "loss_block",',
