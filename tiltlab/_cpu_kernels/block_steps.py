@@ -210,11 +210,13 @@ WIDE_CPUS = frozenset(
 
 
 def _target_cpu():
-    """The CPU numba compiles for: ``NUMBA_CPU_NAME`` if set, else the host's."""
+    """The CPU numba compiles for: ``NUMBA_CPU_NAME`` if set (other than ``host``), else
+    the host's."""
     from llvmlite import binding
     from numba.core import config
 
-    return config.CPU_NAME or binding.get_host_cpu_name()
+    name = config.CPU_NAME
+    return name if name and name != "host" else binding.get_host_cpu_name()
 
 
 #: most rows per block (2048: at d = 20 a float32 block of 1632 rows, 128 KiB, spreads
