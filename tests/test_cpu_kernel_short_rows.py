@@ -16,13 +16,16 @@ from tiltlab import _cpu_kernels as ck
 numba = pytest.importorskip("numba", reason="the fused CPU kernels need numba")
 
 from tiltlab._cpu_kernels import _short  # noqa: E402  (imports numba)
-from tiltlab._cpu_kernels._short import SHORT_BYTES, VBYTES  # noqa: E402
+from tiltlab._cpu_kernels._short import SHORT_BYTES, SWITCH_CHUNKS, VBYTES  # noqa: E402
 from tiltlab._cpu_kernels.block_steps import short_rows  # noqa: E402
 
 DTYPES = [np.float64, np.float32]
 #: below the register width (float32 1..7, float64 1..3), multiples of it and not, the
-#: upper bounds (float64 32, float32 64) and just past them
-DS = [1, 3, 4, 5, 7, 8, 9, 12, 15, 16, 17, 20, 31, 32, 33, 40, 63, 64, 65]
+#: last counts of whole chunks in straight-line code (float64 32, float32 64) and just
+#: past them (the loop over chunks), the upper bounds (float64 128, float32 256) and just
+#: past them
+DS = [1, 3, 4, 5, 7, 8, 9, 12, 15, 16, 17, 20, 31, 32, 33, 40, 63, 64, 65, 100, 127, 128]
+DS += [129, 255, 256, 257]
 #: for the register functions alone, also every count of whole chunks before the last one
 #: that DS misses (5 and 6: float64 d = 23, 26; float32 d = 47, 50)
 DS_REGISTER = sorted({*DS, 23, 26, 47, 50})
@@ -124,7 +127,7 @@ def test_register_functions_against_numpy(d, dtype):
     (a row of at least one register), with infinities and NaNs in the neighbouring rows:
     the lanes outside the row are dropped (selected), so they do not leak into the row's
     results, and the accumulator's padding stays 0. The lengths cover every count of
-    whole chunks before the last one (0 to 7 in short rows, each compiled as a case of
+    whole chunks before the last one (0 to 7 in rows of up to 256 bytes, each a case of
     its own) and counts past them (the loop that longer rows take)."""
     w = _short.lanes(np.dtype(dtype).itemsize)
     rng = np.random.default_rng(d)
@@ -181,9 +184,9 @@ def test_register_functions_against_numpy(d, dtype):
 
 def test_every_count_of_whole_chunks_is_covered():
     """The row lengths of the register test reach every case of the compiled switch on the
-    number of whole chunks before the last (0 to SHORT_BYTES // VBYTES - 1) and the loop
-    past it, in both dtypes."""
-    cases = SHORT_BYTES // VBYTES
+    number of whole chunks before the last (0 to SWITCH_CHUNKS - 1) and the loop past it,
+    in both dtypes."""
+    cases = SWITCH_CHUNKS
     for dtype in DTYPES:
         w = _short.lanes(np.dtype(dtype).itemsize)
         counts = {(d - 1) // w for d in DS_REGISTER if d >= w}
@@ -193,11 +196,12 @@ def test_every_count_of_whole_chunks_is_covered():
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_which_rows_are_short(dtype):
-    """Rows of 32 to 256 bytes, C-contiguous, take the register code; others do not."""
+    """Rows of 32 to 1024 bytes, C-contiguous, take the register code; others do not."""
+    assert SHORT_BYTES == 1024 and VBYTES == 32
     size = np.dtype(dtype).itemsize
     for d in DS:
         X = np.zeros((5, d), dtype)
-        assert short_rows(X) == (32 <= d * size <= 256), d
+        assert short_rows(X) == (32 <= d * size <= 1024), d
     X = np.zeros((5, 40), dtype)[:, ::2]  # strided columns
     assert not short_rows(X)
 
@@ -232,7 +236,7 @@ def test_short_rows_do_not_depend_on_threads(dtype):
         pytest.skip("numba runs with a single thread here")
     before = numba.get_num_threads()
     try:
-        for d in (5, 8, 20, 33, 64):
+        for d in (5, 8, 20, 33, 64, 100, 129):
             X, y, theta, v, p = problem("logistic", 3001, d, dtype, seed=d)
             outs = []
             for threads in (1, 2):

@@ -35,8 +35,17 @@ from __future__ import annotations
 
 #: bytes per vector chunk (AVX2's 256-bit registers; narrower targets split them)
 VBYTES = 32
-#: rows of at most this many bytes use the functions here (longer rows: LLVM's loops)
-SHORT_BYTES = 256
+#: rows of at most this many bytes use the functions here (longer rows: LLVM's loops);
+#: 1024 rather than 256: at 2e5 x 100 (rows of 800 and 400 bytes, past the switch of
+#: :func:`_chunks`) value and gradient took 1.33-1.42 matvecs against 1.38-1.61 in LLVM's
+#: loops, Hessian-vector products 1.42-1.53 against 1.55-1.78, and 0.01-0.15 less at
+#: rows of 320 to 1024 bytes (benchmarks/cpu_kernel_speed.py, one thread, side by
+#: side); LLVM's loops leave a scalar remainder of each row (at d = 100 float32, 4 of
+#: the 100 columns after three steps of 32)
+SHORT_BYTES = 1024
+#: rows of up to this many whole chunks before the last (up to 256 bytes) have those
+#: chunks in straight-line code, one case per count (:func:`_chunks`); longer rows loop
+SWITCH_CHUNKS = SHORT_BYTES // 4 // VBYTES
 
 
 def lanes(itemsize):
@@ -100,7 +109,7 @@ try:  # pragma: no branch - the engine is only chosen when numba imports
     def _chunks(builder, full, intp, body):
         """``body(j)`` for the full chunks ``j < full`` in order, with ``j`` a constant:
         a switch on ``full`` with one straight-line case per count up to
-        ``SHORT_BYTES // VBYTES - 1`` (the most full chunks a short row has), so that the
+        ``SWITCH_CHUNKS - 1`` (rows of up to 256 bytes), so that the
         offsets are constants and no loop runs per row (with a loop, the dot products of a
         block in cache took 1.9 times as long at d = 20 float32, 2 times in float64: the
         loop's setup cost more than its two to five chunks of arithmetic); other counts
@@ -108,7 +117,7 @@ try:  # pragma: no branch - the engine is only chosen when numba imports
         after = builder.append_basic_block("chunks.after")
         fallback = builder.append_basic_block("chunks.loop")
         sw = builder.switch(full, fallback)
-        for k in range(SHORT_BYTES // VBYTES):
+        for k in range(SWITCH_CHUNKS):
             case = builder.append_basic_block(f"chunks.{k}")
             sw.add_case(ir.Constant(intp, k), case)
             builder.position_at_end(case)
