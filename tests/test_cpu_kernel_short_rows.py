@@ -22,10 +22,10 @@ from tiltlab._cpu_kernels.block_steps import short_rows  # noqa: E402
 DTYPES = [np.float64, np.float32]
 #: below the register width (float32 1..7, float64 1..3), multiples of it and not, the
 #: last counts of whole chunks in straight-line code (float64 32, float32 64) and just
-#: past them (the loop over chunks), the upper bounds (float64 128, float32 256) and just
+#: past them (the loop over chunks), the upper bounds (float64 256, float32 512) and just
 #: past them
-DS = [1, 3, 4, 5, 7, 8, 9, 12, 15, 16, 17, 20, 31, 32, 33, 40, 63, 64, 65, 100, 127, 128]
-DS += [129, 255, 256, 257]
+DS = [1, 3, 4, 5, 7, 8, 9, 12, 15, 16, 17, 20, 31, 32, 33, 40, 63, 64, 65, 100, 128]
+DS += [255, 256, 257, 511, 512, 513]
 #: for the register functions alone, also every count of whole chunks before the last one
 #: that DS misses (5 and 6: float64 d = 23, 26; float32 d = 47, 50)
 DS_REGISTER = sorted({*DS, 23, 26, 47, 50})
@@ -196,12 +196,12 @@ def test_every_count_of_whole_chunks_is_covered():
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_which_rows_are_short(dtype):
-    """Rows of 32 to 1024 bytes, C-contiguous, take the register code; others do not."""
-    assert SHORT_BYTES == 1024 and VBYTES == 32
+    """Rows of 32 to 2048 bytes, C-contiguous, take the register code; others do not."""
+    assert SHORT_BYTES == 2048 and VBYTES == 32
     size = np.dtype(dtype).itemsize
     for d in DS:
         X = np.zeros((5, d), dtype)
-        assert short_rows(X) == (32 <= d * size <= 1024), d
+        assert short_rows(X) == (32 <= d * size <= 2048), d
     X = np.zeros((5, 40), dtype)[:, ::2]  # strided columns
     assert not short_rows(X)
 
@@ -236,7 +236,7 @@ def test_short_rows_do_not_depend_on_threads(dtype):
         pytest.skip("numba runs with a single thread here")
     before = numba.get_num_threads()
     try:
-        for d in (5, 8, 20, 33, 64, 100, 129):
+        for d in (5, 8, 20, 33, 64, 100, 257):
             X, y, theta, v, p = problem("logistic", 3001, d, dtype, seed=d)
             outs = []
             for threads in (1, 2):

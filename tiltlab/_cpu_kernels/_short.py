@@ -36,16 +36,18 @@ from __future__ import annotations
 #: bytes per vector chunk (AVX2's 256-bit registers; narrower targets split them)
 VBYTES = 32
 #: rows of at most this many bytes use the functions here (longer rows: LLVM's loops);
-#: 1024 rather than 256: at 2e5 x 100 (rows of 800 and 400 bytes, past the switch of
-#: :func:`_chunks`) value and gradient took 1.33-1.42 matvecs against 1.38-1.61 in LLVM's
-#: loops, Hessian-vector products 1.42-1.53 against 1.55-1.78, and 0.01-0.15 less at
-#: rows of 320 to 1024 bytes (benchmarks/cpu_kernel_speed.py, one thread, side by
-#: side); LLVM's loops leave a scalar remainder of each row (at d = 100 float32, 4 of
-#: the 100 columns after three steps of 32)
-SHORT_BYTES = 1024
+#: 2048 rather than 256: LLVM's loops leave a scalar remainder of each row (at d = 100
+#: float32, 4 of the 100 columns after three steps of 32). Value and gradient at 2e5 x 100
+#: (rows of 800 and 400 bytes) took 1.33-1.42 matvecs against 1.38-1.61 in LLVM's loops,
+#: Hessian-vector products 1.42-1.53 against 1.55-1.78; at rows of 1600 bytes (1e5 x 200
+#: float64, 5e4 x 400 float32) 1.38-1.50 against 1.46-1.60, products 1.70-1.85 against
+#: 1.93-2.11; 0.01-0.15 less at rows of 320 to 1024 bytes (benchmarks/cpu_kernel_speed.py,
+#: one thread, side by side, two runs each). Longer rows take the next block's dot
+#: products along with the updates (block_steps.OVERLAP_ROW_BYTES, also 2048).
+SHORT_BYTES = 2048
 #: rows of up to this many whole chunks before the last (up to 256 bytes) have those
 #: chunks in straight-line code, one case per count (:func:`_chunks`); longer rows loop
-SWITCH_CHUNKS = SHORT_BYTES // 4 // VBYTES
+SWITCH_CHUNKS = 256 // VBYTES
 
 
 def lanes(itemsize):
