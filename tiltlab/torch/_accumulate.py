@@ -171,8 +171,16 @@ def _make_plan(loss, observed, dtype, xp) -> dict:
             "outside [0, n_groups), or no sample at all); every loss must be finite"
         )
     return {
-        "t_sample": t_sample, "value": value, "coef": coef, "risk": risk, "seen": seen,
-        "counts": counts, "ok": ok, "world": world, "next": 0, "stats": stats,
+        "t_sample": t_sample,
+        "value": value,
+        "coef": coef,
+        "risk": risk,
+        "seen": seen,
+        "counts": counts,
+        "ok": ok,
+        "world": world,
+        "next": 0,
+        "stats": stats,
         "state": state,
     }
 
@@ -194,4 +202,3 @@ def _commit(loss, plan: dict, xp: Any) -> None:
     loss.__dict__.pop("_observed", None)
     loss.__dict__["_plan_open"] = False
     loss._advance(False)
-

@@ -129,9 +129,7 @@ def _check(hidden, weight, targets, bias, spec, groups):
     valid = targets != spec.ignore_index
     bad = valid & ((targets < 0) | (targets >= weight.shape[0]))
     if bool(bad.any()):
-        raise ValueError(
-            f"`targets` must lie in [0, {weight.shape[0]}) or equal `ignore_index`"
-        )
+        raise ValueError(f"`targets` must lie in [0, {weight.shape[0]}) or equal `ignore_index`")
     if spec.level in ("sequence", "group") and hidden.ndim != 3 and groups is None:
         raise ValueError(f"level={spec.level!r} needs `hidden` of shape (B, T, H)")
     return valid
@@ -172,8 +170,7 @@ def _parse(t, tilts, level, normalize, ignore_index, chunk_size, V):
     return _Spec(tt, tl, level, normalize, ignore_index, chunk, vblock)
 
 
-def token_cross_entropy(hidden, weight, targets, *, bias=None, ignore_index=-100,
-                        chunk_size=None):
+def token_cross_entropy(hidden, weight, targets, *, bias=None, ignore_index=-100, chunk_size=None):
     """Per-token cross-entropy of ``hidden @ weight.T + bias`` without the logits.
 
     The losses of ignored tokens are 0. Differentiable: the backward pass recomputes the
@@ -373,9 +370,7 @@ def tilted_cross_entropy(
 class _TiltedHead(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden, weight, bias, targets, valid, groups, spec):
-        grad = any(
-            x is not None and x.requires_grad for x in (hidden, weight, bias)
-        )
+        grad = any(x is not None and x.requires_grad for x in (hidden, weight, bias))
         value, dh, gw, gb = _head(hidden, weight, bias, targets, valid, groups, spec, grad)
         if grad:
             ctx.save_for_backward(dh, gw, *(() if gb is None else (gb,)))
@@ -417,8 +412,10 @@ def _head(hidden, weight, bias, targets, valid, groups, spec, grad):
         starts = [(s * T, min(s + per, n_seq) * T) for s in range(0, n_seq, per)]
     else:
         idx_all = torch.nonzero(ok)[:, 0]
-        starts = [(s, min(s + spec.chunk, idx_all.shape[0]))
-                  for s in range(0, idx_all.shape[0], spec.chunk)]
+        starts = [
+            (s, min(s + spec.chunk, idx_all.shape[0]))
+            for s in range(0, idx_all.shape[0], spec.chunk)
+        ]
     state = TiltState.empty(spec.t, xp=xp_torch, dtype=acc, device=hidden.device)
     one = torch.ones((), dtype=acc, device=hidden.device)
     zero = torch.zeros((), dtype=acc, device=hidden.device)
@@ -449,6 +446,7 @@ def _head(hidden, weight, bias, targets, valid, groups, spec, grad):
 
             def spread(a):
                 return a
+
         items.append(item)
         if grad and dhj is not None:
             dh[j] = dhj
@@ -466,8 +464,9 @@ def _head(hidden, weight, bias, targets, valid, groups, spec, grad):
             box["pe"] = pe
             return (zero, one)
 
-        chunk = TiltState.from_block(item.detach(), spec.t, sums=sums if grad else None,
-                                     xp=xp_torch)
+        chunk = TiltState.from_block(
+            item.detach(), spec.t, sums=sums if grad else None, xp=xp_torch
+        )
         state = state.merge(chunk)
         if grad:
             ra, rb = (float(x) for x in state.sums)
@@ -581,4 +580,3 @@ def _group_head(h2, y, ok, W, b, groups, spec, grad, dh, shape, hidden):
         blocked = _add_chunk(gw, gb, G, hj, wt[j], 1.0)
         dh[j] = (dhj if blocked is None else blocked) * wt[j][:, None]
     return value, dh.reshape(hidden.shape), gw, gb
-
