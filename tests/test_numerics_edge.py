@@ -185,6 +185,43 @@ def test_dask_t0_mean_near_float_max_many_samples():
     assert r == pytest.approx(1.35e308, rel=1e-14)
 
 
+# spreads beyond the float maximum of the losses' own dtype (float32 near 3.4e38), which
+# float64 host arithmetic holds
+
+
+@pytest.mark.parametrize("t", [1e-38, -1e-38, 3e-39, 1e-37, 1e-40])
+def test_float32_spread_beyond_float32_max(xp, xp_name, t):
+    values = np.array([3e38, -3e38, 1e38], dtype=np.float32)
+    exact = [float(v) for v in values]
+    t = float(np.float32(t))  # a tilt the losses' dtype holds exactly (subnormal at 1e-40)
+    want_r, want_w = reference_tilted(exact, t)
+    want_w = np.array([float(v) for v in want_w])
+    l = xp.asarray(values)
+    with warnings.catch_warnings():
+        if xp_name == "dask.array":  # worker threads do not see NumPy's error state
+            warnings.simplefilter("ignore", RuntimeWarning)
+        r = to_numpy(tl.tilted_risk(l, t))
+        w = to_numpy(tl.tilted_weights(l, t))
+        # one sample per group: the groups' risks are the losses, the top level tilts them
+        hr = to_numpy(tl.hierarchical_risk(l, [0, 1, 2], (t, 1.0)))
+        hw = to_numpy(tl.hierarchical_weights(l, [0, 1, 2], (t, 1.0)))
+    assert r.dtype == w.dtype == hw.dtype == np.float32
+    # u_i = t (l_i - c) carries a relative rounding of 2 eps, so exp(u_i) one of
+    # (2 k + 1) eps with k = |t| (hi - lo); the sum of n terms of one sign adds n eps. The
+    # risk c + log(s / n) / t then errs by (2 k + n + 1) eps / |t| = (2 + (n + 1) / k) eps
+    # spread (in the expm1/log1p form, with |q / n| <= k, by (n + 3) eps spread), plus eps
+    # |R|; a weight by twice the relative error of its exponential and the sum
+    eps = float(np.finfo(np.float32).eps)
+    n, spread = len(exact), max(exact) - min(exact)
+    k = abs(t) * spread
+    atol = (2.0 + (n + 3) * max(1.0, 1.0 / k) + 1.0) * eps * spread
+    rtol = 2.0 * (2.0 * k + n + 2.0) * eps
+    for got in (r, hr):
+        assert abs(float(got) - float(want_r)) <= atol, (got, float(want_r))
+    for got in (w, hw):
+        assert np.all(np.abs(got - want_w) <= rtol * want_w), (got, want_w)
+
+
 # ---------------------------------------------------------------------------------------
 # autograd through the tilt at and near zero (PyTorch)
 

@@ -73,7 +73,11 @@ from ._shared import (
     pooled_risk,
     shared_shift_risk,
 )
-from ._support import EXTREMES, NonFiniteLosses  # noqa: F401  (for drivers)
+from ._support import (  # noqa: F401  (for drivers)
+    EXTREMES,
+    NonFiniteLosses,
+    spread_overflows,
+)
 from ._support import _extremes as host_extremes  # noqa: F401  (for drivers)
 from .packed import finish_risk, risk_of_exponents, series_threshold
 

@@ -11,7 +11,7 @@ import numpy as np
 
 from .._compat import device, tiny_sqrt
 from ..segments import expand, segment_max, segment_min, segment_sum
-from ._support import _extremes, _host, _nonfinite, _scaled_gap
+from ._support import _extremes, _host, _nonfinite, _scaled_gap, spread_overflows
 from .packed import normaliser_term
 
 __all__ = ["shifted_exponent"]
@@ -19,7 +19,7 @@ __all__ = ["shifted_exponent"]
 
 def shifted_exponent(l: Any, c: Any, t: float, p: Any, xp: Any, huge: bool) -> Any:
     """``t (l - c)`` (a fresh array), zero off the support, halved first when the
-    spread overflows."""
+    spread overflows in the losses' dtype (``huge``: :func:`spread_overflows`)."""
     if huge:
         u = (l * 0.5 - c * 0.5) * t
         u = u * 2.0
@@ -48,7 +48,7 @@ def _sample_block(cls, l, t, p, sums, xp, extremes, tiny, unit):
     if math.isinf(t):
         return _extreme_block(cls, l, c, p, sums, xp, t, hi, lo, mass, None)
     scale = _scaled_gap(abs(t), hi, lo)
-    u = shifted_exponent(l, c, t, p, xp, math.isinf(hi - lo))
+    u = shifted_exponent(l, c, t, p, xp, spread_overflows(hi, lo, l.dtype, xp))
     near = scale <= 1.0
     e = normaliser_term(u, near, xp, overwrite=True)
     if near:
@@ -170,9 +170,7 @@ def _group_block(cls, l, t, p, sums, seg, xp, tiny, unit):
         d = l - c
         lsum = segment_sum(d if w is None else w * xp.where(on, d, xp.zeros_like(d)), seg, xp)
     small = scale <= 1.0
-    with np.errstate(over="ignore", invalid="ignore"):
-        huge = bool(np.any(present & np.isinf(hi - lo)))
-    u = shifted_exponent(l, c, t, w, xp, huge)
+    u = shifted_exponent(l, c, t, w, xp, spread_overflows(hi, lo, l.dtype, xp))
     n_small = int(np.sum(small))
     q = None
     if n_small == small.size:

@@ -14,7 +14,7 @@ from .. import segments as _kernels
 from .._compat import is_numpy_namespace, tiny_sqrt
 from ..segments import Segments
 from ._rule import TiltState
-from ._support import _extremes, _nonfinite
+from ._support import _extremes, _nonfinite, spread_overflows
 from .packed import log_normaliser, normaliser_term
 
 __all__ = [
@@ -456,11 +456,9 @@ def _plan_range(l: np.ndarray, t: float, p: np.ndarray | None):
     hi, lo = (float(l.max()), float(l.min())) if p is None else _extremes(l, p, np)
     if not (math.isfinite(hi) and math.isfinite(lo)):
         raise _nonfinite()
-    with np.errstate(over="ignore"):
-        spread = hi - lo
-    if math.isinf(spread):
+    if spread_overflows(hi, lo, l.dtype, np):  # l - c would overflow in l's dtype
         return None
-    scale = abs(t) * spread
+    scale = abs(t) * (hi - lo)
     mode = "mean" if t == 0.0 or scale < tiny_sqrt(l.dtype, np) else "q" if scale <= 1.0 else "s"
     return mode, _shift(t, hi, lo, mode, l.dtype), hi, lo
 

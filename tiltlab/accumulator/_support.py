@@ -41,6 +41,18 @@ def _scaled_gap(t: float, a: Any, b: Any) -> Any:
     return t * d
 
 
+def spread_overflows(hi: Any, lo: Any, dtype: Any, xp: Any) -> bool:
+    """Whether ``hi - lo`` (host extremes, floats or arrays of them) exceeds the float
+    maximum of ``dtype``, the losses' own: then ``l - c`` overflows in that dtype and the
+    shifted exponents are formed in halves. The spread is taken in float64, which holds
+    that of float32 (or narrower) losses; empty groups (``hi < lo``) never overflow."""
+    big = float(xp.finfo(dtype).max)
+    if type(hi) is float and type(lo) is float:
+        return hi - lo > big  # Python floats: an overflow is inf, without a warning
+    with np.errstate(over="ignore", invalid="ignore"):
+        return bool(np.any(np.subtract(hi, lo, dtype=np.float64) > big))
+
+
 def _select(cond: Any, a: Any, b: Any, like: Any) -> Any:
     """``a`` where ``cond`` else ``b``: a host bool picks, a host mask goes to the device."""
     if isinstance(cond, (bool, np.bool_)):

@@ -24,6 +24,7 @@ from ..accumulator import (
     labelled_risk,
     pooled_risk,
     shifted_exponent,
+    spread_overflows,
 )
 from ..segments import use_kernels
 from .fast_path import _quiet
@@ -64,7 +65,8 @@ def risk_weights_scalar(
 
 def _weights_from_state(l: Any, p: Any, st: TiltState, xp: Any) -> Any:
     """Tilted weights of 1-d losses given their merged state (shift and normaliser)."""
-    u = shifted_exponent(l, st.shift, st.t, p, xp, math.isinf(st.hi - st.lo))
+    huge = spread_overflows(st.hi, st.lo, l.dtype, xp)
+    u = shifted_exponent(l, st.shift, st.t, p, xp, huge)
     e = _inplace_exp(u, xp)
     if p is not None:
         e = e * p

@@ -21,7 +21,13 @@ from .._compat import (
     is_torch_namespace,
     to_numpy,
 )
-from ..accumulator import block_state, finalize_risk, host_extremes, shifted_exponent
+from ..accumulator import (
+    block_state,
+    finalize_risk,
+    host_extremes,
+    shifted_exponent,
+    spread_overflows,
+)
 from .kernels import _inplace_exp, _safe_mean, support_range
 
 __all__: list[str] = []
@@ -115,7 +121,7 @@ def _checked_extremes(l: Any, p: Any, xp: Any, check: bool) -> tuple[float, floa
 
 def _weights_1d(l: Any, p: Any, t: float, hi: float, lo: float, xp: Any) -> Any:
     """Tilted weights of 1-d losses: one exponential per loss, normalised in place."""
-    huge = math.isinf(hi - lo)  # a spread beyond the float maximum: halved first
+    huge = spread_overflows(hi, lo, l.dtype, xp)  # beyond the dtype's maximum: halved first
     u = shifted_exponent(l, hi if t > 0 else lo, t, p, xp, huge)
     e = _inplace_exp(u, xp)
     if getattr(e, "requires_grad", False):  # autograd: no in-place updates
