@@ -230,6 +230,53 @@ def test_bad_shapes_and_targets():
         tilted_cross_entropy(h, W, torch.full_like(y, -100))
 
 
+def _empty_sequences(B=6, T=3, H=4, V=9, seed=3):
+    """Sequences 0, 1 and 4 without a token with a loss, and a partly ignored one."""
+    g = torch.Generator().manual_seed(seed)
+    h = torch.randn(B, T, H, generator=g, dtype=D)
+    W = torch.randn(V, H, generator=g, dtype=D)
+    b = torch.randn(V, generator=g, dtype=D)
+    y = torch.randint(0, V, (B, T), generator=g)
+    y[[0, 1, 4]] = -100
+    y[2, 1:] = -100
+    return h, W, b, y
+
+
+@pytest.mark.parametrize("t", [-1.0, 0.0, 2.0, 1e-12, -math.inf, math.inf])
+@pytest.mark.parametrize("chunk", [1, 2, 6, 9, None, "blocks"])
+def test_sequence_level_with_empty_chunks(t, chunk, monkeypatch):
+    # chunk_size=6 holds two sequences of 3 tokens: the first chunk (sequences 0 and 1) has
+    # no token with a loss; at chunk_size 1 or 2 (a sequence a chunk) the first, second and
+    # fifth chunks have none; chunk_size=9 (three sequences) and None have no empty chunk
+    from tiltlab.torch import cross_entropy as ce
+
+    if chunk == "blocks":  # vocabulary blocks of 4, 4, 1 and chunks of 3 tokens
+        monkeypatch.setattr(ce, "CHUNK_ELEMENTS", 12)
+        monkeypatch.setattr(ce, "MIN_TOKENS", 3)
+        chunk = None
+    h, W, b, y = _empty_sequences()
+    keep = (y != -100).any(-1)
+    for normalize in ("weights", "count") if math.isfinite(t) else ("weights",):
+        xs = [x.clone().requires_grad_(True) for x in (h, W, b)]
+        got = tilted_cross_entropy(
+            *xs[:2], y, t, bias=xs[2], level="sequence", normalize=normalize, chunk_size=chunk
+        )
+        g_got = _grads(got, *xs)
+        # the reference on the sequences with a loss only; the others get no gradient
+        xr = [
+            h[keep].clone().requires_grad_(True),
+            W.clone().requires_grad_(True),
+            b.clone().requires_grad_(True),
+        ]
+        ref = _reference(xr[0], xr[1], xr[2], y[keep], t, "sequence", normalize)
+        g_ref = _grads(ref, *xr)
+        torch.testing.assert_close(got, ref, **TOL)
+        torch.testing.assert_close(g_got[0][keep], g_ref[0], **TOL)
+        assert bool((g_got[0][~keep] == 0).all())
+        for a, r in zip(g_got[1:], g_ref[1:], strict=True):
+            torch.testing.assert_close(a, r, **TOL)
+
+
 # ---------------------------------------------------------------------------------------
 # the module: TiltedLoss's state, accumulation and exchange over the chunked losses
 

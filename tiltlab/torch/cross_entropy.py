@@ -409,7 +409,14 @@ def _head(hidden, weight, bias, targets, valid, groups, spec, grad):
     if seq:
         counts = ok.reshape(n_seq, T).sum(1)
         per = max(1, spec.chunk // T)
-        starts = [(s * T, min(s + per, n_seq) * T) for s in range(0, n_seq, per)]
+        # chunks of whole sequences; a chunk of sequences without a token with a loss has
+        # no item and adds nothing (its state would be the merge's identity)
+        filled = (counts > 0).tolist()
+        starts = [
+            (s * T, min(s + per, n_seq) * T)
+            for s in range(0, n_seq, per)
+            if any(filled[s : s + per])
+        ]
     else:
         idx_all = torch.nonzero(ok)[:, 0]
         starts = [
@@ -423,7 +430,7 @@ def _head(hidden, weight, bias, targets, valid, groups, spec, grad):
     gb = torch.zeros(b.shape, dtype=acc, device=W.device) if grad and b is not None else None
     value = zero
     items = []  # item losses, for the weights of the hidden states' gradient
-    n_items = int((counts > 0).sum()) if seq else int(ok.sum())
+    n_items = sum(filled) if seq else int(ok.sum())
     for lo, hi in starts:
         j = torch.arange(lo, hi, device=hidden.device) if seq else idx_all[lo:hi]
         hj = h2[j].to(acc)
