@@ -502,3 +502,77 @@ def test_risks_with_a_float_tilt_and_default_arguments_compute_nothing_at_call_t
         float(tl.hierarchical_risk(l, g, (t, 0.5))),
     ]
     np.testing.assert_allclose(got, want, rtol=1e-13)
+
+
+# ---------------------------------------------------------------------------------------
+# losses near the float maximum at t = 0, and tilts beyond the losses' precision
+
+
+def _exact_mean(l, p=None):
+    """The prior-weighted mean of ``l`` in exact rational arithmetic, rounded once."""
+    from fractions import Fraction
+
+    p = np.ones(len(l)) if p is None else p
+    num = sum(Fraction(float(pi)) * Fraction(float(li)) for li, pi in zip(l, p, strict=True))
+    return float(num / sum(Fraction(float(pi)) for pi in p))
+
+
+def _lazy(fn):
+    """``fn()`` built without running a graph, then computed in one."""
+    with _Count() as c:
+        r = fn()
+        assert c.n == 0
+        got = r.compute()
+        assert c.n == 1
+    return got
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("chunks", [1, 2, 3])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_mean_of_losses_spread_beyond_the_float_maximum(dtype, chunks, weighted):
+    # the spread 1.88 * max overflows: differences to the smallest loss are not finite
+    big = float(np.finfo(dtype).max)
+    eps = float(np.finfo(dtype).eps)
+    l = (np.array([0.94, -0.94, 0.56]) * big).astype(dtype)
+    p = np.array([1.0, 2.0, 3.0]) if weighted else None
+    ld = da.from_array(l, chunks=chunks)
+    pd = None if p is None else da.from_array(p, chunks=chunks)
+    # a few roundings, each at most eps times the largest magnitude involved
+    atol = 16 * eps * big
+    got = _lazy(lambda: tl.tilted_risk(ld, 0.0, weights=pd))
+    assert got.dtype == dtype
+    assert abs(float(got) - _exact_mean(l, p)) <= atol
+    grid = _lazy(lambda: tl.tilted_risk(ld, np.array([np.inf, 0.0, -np.inf]), weights=pd))
+    assert grid[0] == l.max() and grid[2] == l.min()
+    assert abs(float(grid[1]) - _exact_mean(l, p)) <= atol
+    w = _lazy(lambda: tl.tilted_weights(ld, 0.0, weights=pd))
+    prior = np.ones(3) / 3 if p is None else p / p.sum()
+    np.testing.assert_allclose(w, prior, rtol=4 * eps, atol=0)
+    # N-d losses: one mean per row, along either axis
+    L = np.stack([l, l[::-1], l[[1, 0, 2]]])
+    Ld = da.from_array(L, chunks=(2, chunks))
+    for ax in (0, 1):
+        got = _lazy(lambda ax=ax: tl.tilted_risk(Ld, 0.0, axis=ax, weights=pd))
+        rows = np.moveaxis(L, ax, -1)
+        want = [_exact_mean(r, p) for r in rows]
+        np.testing.assert_allclose(got.astype(np.float64), want, rtol=0, atol=atol)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("codes", ["numpy", "dask"])
+def test_hierarchical_mean_of_a_group_spread_beyond_the_float_maximum(dtype, codes):
+    big = float(np.finfo(dtype).max)
+    eps = float(np.finfo(dtype).eps)
+    l = (np.array([0.94, -0.94, 0.56, 0.2]) * big).astype(dtype)
+    g = np.array([0, 0, 1, 1])  # group 0 spans more than the float maximum
+    ld = da.from_array(l, chunks=3)
+    gd = g if codes == "numpy" else da.from_array(g, chunks=3)
+    atol = 16 * eps * big
+    got = _lazy(lambda: tl.hierarchical_risk(ld, gd, (0.0, 0.0)))
+    assert abs(float(got) - _exact_mean(l)) <= atol
+    # the group means are 0 and 0.38 * max: their extremes at infinite outer tilts
+    means = [_exact_mean(l[g == k]) for k in (0, 1)]
+    for t, want in [(-np.inf, min(means)), (np.inf, max(means))]:
+        got = _lazy(lambda t=t: tl.hierarchical_risk(ld, gd, (t, 0.0)))
+        assert abs(float(got) - want) <= atol

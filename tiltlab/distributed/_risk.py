@@ -325,6 +325,8 @@ def _finish_risk(state: Any, t: float, dtype: str) -> np.ndarray:
     _check_state(state)
     if math.isinf(t):
         return np.asarray(state.hi if t > 0 else state.lo, dtype=dt)
+    if t == 0.0:  # a MeanState
+        return np.asarray(state.risk(np, dt), dtype=dt)
     return np.asarray(finalize_risk(state, np, dt), dtype=dt)
 
 

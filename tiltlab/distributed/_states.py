@@ -12,6 +12,7 @@ inside a worker task and returns NumPy arrays: only ``O(G + d)`` numbers travel.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -28,6 +29,7 @@ __all__ = [
     "group_risks",
     "chunk_sample_state",
     "merge_states",
+    "MeanState",
     "EMPTY",
     "FAN_IN",
     "reduce_to",
@@ -249,12 +251,15 @@ def _accumulated(lb: Any, pb: Any, xp: Any) -> tuple[Any, Any]:
 
 def chunk_loss_state(lb: Any, pb: Any, t: float, unit: float | None = None,
                      check: bool = True) -> Any:
-    """One chunk's :class:`TiltState` of given losses (for :func:`tiltlab.tilted_risk`);
-    :data:`EMPTY` for an empty chunk. ``unit``: the weight of a sample at ``t = 0``."""
+    """One chunk's :class:`TiltState` of given losses (for :func:`tiltlab.tilted_risk`;
+    a :class:`MeanState` at ``t = 0``); :data:`EMPTY` for an empty chunk. ``unit``: the
+    weight of a sample at ``t = 0``."""
     xp = _ns(lb)
     if int(lb.shape[0]) == 0:
         return EMPTY
     lb, pb = _accumulated(lb, pb, xp)
+    if t == 0.0:
+        return _mean_state_or_none(lb, pb, None, xp, raise_nonfinite=check, unit=unit)
     return _sample_state(lb, pb, t, xp, None, raise_nonfinite=check, unit=unit)
 
 
@@ -322,6 +327,126 @@ def reduce_to(parts: list, combine: Any, fan_in: int = FAN_IN) -> list:
 
 
 # ---------------------------------------------------------------------------------------
+# the state at t = 0 (the risk functions)
+
+
+@dataclass(frozen=True)
+class MeanState:
+    """The state at ``t = 0`` of a chunk's samples (or of each of its groups): the extremes,
+    the prior mass and the prior-weighted mean.
+
+    The mean lies within the range of the losses even where they span more than the float
+    maximum, and sums of differences to one loss then overflow. Inside a chunk it is the
+    accumulator's state at ``t = 0``; where its sum overflows, that of the halved losses
+    under a prior of total mass one, doubled. Two states merge as a convex combination of
+    their means, halved where the difference of the means overflows, so that no term
+    leaves the range of the losses. Fields are host values in float64 (one entry per group
+    for a group form); a group without prior mass has mean 0 and risk NaN.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> big = np.finfo(np.float64).max
+    >>> a = MeanState.from_block(np.array([0.9 * big]), None, None, np, None)
+    >>> b = MeanState.from_block(np.array([-0.9 * big, 0.6 * big]), None, None, np, None)
+    >>> bool(np.isclose(a.merge(b).risk(np, np.float64), 0.2 * big))
+    True
+    """
+
+    hi: Any
+    lo: Any
+    mass: Any
+    mean: Any
+
+    @classmethod
+    def from_block(
+        cls, l: Any, p: Any, seg: Segments | None, xp: Any, unit: float | None
+    ) -> MeanState:
+        """The state of one chunk's finite losses ``l`` (prior ``p`` or None; per group of
+        ``seg`` when given). ``unit``: the mass of a sample without prior (default 1).
+        Raises :class:`~tiltlab.accumulator.NonFiniteLosses` for non-finite losses on the
+        support."""
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            st = TiltState.from_block(l, 0.0, p, segments=seg, xp=xp, unit=unit)
+            mass, mean = _host64(st.mass), _host64(st.risk(xp, l.dtype))
+            on = mass > 0.0
+            if not np.all(np.isfinite(mean[on])):  # a sum beyond the float maximum
+                w, per = _unit_total(l, p, xp)
+                half = TiltState.from_block(l * 0.5, 0.0, w, segments=seg, xp=xp, unit=per)
+                mean = 2.0 * _host64(half.risk(xp, l.dtype))
+        return cls(hi=st.hi, lo=st.lo, mass=mass, mean=np.where(on, mean, 0.0))
+
+    def merge(self, other: MeanState) -> MeanState:
+        """The state of the samples of both (group by group for a group form)."""
+        a, b = self, other
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            mass = a.mass + b.mass
+            share = np.where(mass > 0.0, b.mass / mass, 0.0)
+            gap = b.mean - a.mean
+            near = a.mean + gap * share
+            far = (a.mean * 0.5 + (b.mean * 0.5 - a.mean * 0.5) * share) * 2.0
+            mean = np.where(np.isfinite(gap), near, far)
+        hi, lo = np.maximum(a.hi, b.hi), np.minimum(a.lo, b.lo)
+        return MeanState(hi=hi, lo=lo, mass=mass, mean=mean)
+
+    def risk(self, xp: Any = None, dtype: Any = None) -> np.ndarray:
+        """The prior-weighted mean (NaN for a group without prior mass) in ``dtype``
+        (default float64), a NumPy array."""
+        dt = np.dtype(np.float64 if dtype is None else dtype)
+        with np.errstate(over="ignore"):
+            return np.asarray(np.where(self.mass > 0.0, self.mean, np.nan), dtype=dt)
+
+    def placed(self, index: np.ndarray, G: int) -> MeanState:
+        """The state of these groups placed at ``index`` among ``G`` groups (the others
+        without samples)."""
+
+        def put(a, fill):
+            out = np.full(G, fill, dtype=np.float64)
+            out[index] = a
+            return out
+
+        return MeanState(
+            hi=put(self.hi, -np.inf),
+            lo=put(self.lo, np.inf),
+            mass=put(self.mass, 0.0),
+            mean=put(self.mean, 0.0),
+        )
+
+
+def _host64(a: Any) -> np.ndarray:
+    return np.asarray(to_numpy(a), dtype=np.float64)
+
+
+def _unit_total(l: Any, p: Any, xp: Any) -> tuple[Any, float | None]:
+    """``(prior, unit)`` of a total mass of one for the chunk (its prior rescaled, or unit
+    weights of ``1 / n``): every weighted difference is then at most the spread."""
+    if p is None:
+        return None, 1.0 / float(l.shape[-1])
+    w = p / xp.max(p)  # the chunk has prior mass: its largest weight is positive
+    return w / xp.sum(w), None
+
+
+def _mean_state_or_none(
+    ell: Any, pb: Any, seg: Segments | None, xp: Any, *, raise_nonfinite: bool, unit: float | None
+) -> Any:
+    """:class:`MeanState` of one chunk, validated as the other chunk states are
+    (:data:`EMPTY` for a chunk of samples without prior mass, None for non-finite losses
+    unless ``raise_nonfinite``)."""
+    if raise_nonfinite and pb is not None and not bool(xp.all(xp.isfinite(ell))):
+        _raise_nonfinite(ell, xp)  # zero-weight samples too, as on the eager backends
+    if pb is not None:
+        _check_weights(pb, xp)
+        if seg is None and not bool(xp.any(pb > 0)):
+            return EMPTY
+    try:
+        return MeanState.from_block(ell, pb, seg, xp, unit)
+    except NonFiniteLosses:
+        if raise_nonfinite:
+            _raise_nonfinite(ell, xp)
+        return None
+
+
+# ---------------------------------------------------------------------------------------
 # group states keyed by label (hierarchical_risk with integer group codes of any range)
 
 
@@ -344,7 +469,8 @@ def chunk_label_state(lb: Any, pb: Any, cb: Any, tau: float, unit: float | None,
 
     ``cb`` holds integer labels of the chunk's samples (any range). Returns
     ``(labels, state, counts)`` with the labels ascending, a
-    :class:`~tiltlab.accumulator.GroupState` over them and their sample counts;
+    :class:`~tiltlab.accumulator.GroupState` over them (a :class:`MeanState` at
+    ``tau = 0``) and their sample counts;
     :data:`EMPTY` for an empty chunk; None for non-finite losses when ``check`` is
     False (a ``ValueError`` otherwise).
     """
@@ -364,7 +490,10 @@ def chunk_label_state(lb: Any, pb: Any, cb: Any, tau: float, unit: float | None,
     seg = Segments.from_codes(inverse, int(labels.shape[0]))
     if not check and not bool(xp.all(xp.isfinite(lb))):
         return None
-    st = _group_state_or_none(lb, pb, seg, tau, xp, None, raise_nonfinite=check, unit=unit)
+    if tau == 0.0:
+        st = _mean_state_or_none(lb, pb, seg, xp, raise_nonfinite=check, unit=unit)
+    else:
+        st = _group_state_or_none(lb, pb, seg, tau, xp, None, raise_nonfinite=check, unit=unit)
     if st is None:
         return None
     return labels, st, seg.counts
@@ -374,6 +503,9 @@ def _spread(st: GroupState, index: np.ndarray, G: int) -> GroupState:
     """The state of ``st``'s groups placed at ``index`` among ``G`` groups (the others
     empty: extremes -inf/+inf, zero sums)."""
     from dataclasses import replace
+
+    if isinstance(st, MeanState):
+        return st.placed(index, G)
 
     def put(a, fill):
         if a is None:
@@ -423,7 +555,8 @@ def chunk_loss_states(lb: Any, pb: Any, ts: list, unit: float | None = None,
 
 def chunk_row_states(lb: Any, pb: Any, ts: list, unit: float | None) -> list:
     """Per-row states of one 2-d chunk of losses (rows: the batch, columns: samples), one
-    :class:`~tiltlab.accumulator.GroupState` per tilt with the rows as groups; ``pb`` is
+    :class:`~tiltlab.accumulator.GroupState` (at ``t = 0`` a :class:`MeanState`) per tilt
+    with the rows as groups; ``pb`` is
     the chunk's slice of 1-d prior weights (or None). Non-finite losses raise."""
     xp = _ns(lb)
     mb, nb = int(lb.shape[0]), int(lb.shape[1])
@@ -438,8 +571,12 @@ def chunk_row_states(lb: Any, pb: Any, ts: list, unit: float | None) -> list:
     if pb is not None:
         p = xp.reshape(xp.broadcast_to(xp.astype(pb, lb.dtype)[None, :], (mb, nb)), (mb * nb,))
     seg = Segments.from_codes(np.repeat(np.arange(mb, dtype=np.int64), nb), mb)
-    return [_group_state_or_none(flat, p, seg, t, xp, None, raise_nonfinite=True, unit=unit)
-            for t in ts]
+    return [
+        _mean_state_or_none(flat, p, seg, xp, raise_nonfinite=True, unit=unit)
+        if t == 0.0
+        else _group_state_or_none(flat, p, seg, t, xp, None, raise_nonfinite=True, unit=unit)
+        for t in ts
+    ]
 
 
 def merge_state_lists(*parts: list) -> list:
