@@ -277,6 +277,45 @@ def test_sequence_level_with_empty_chunks(t, chunk, monkeypatch):
             torch.testing.assert_close(a, r, **TOL)
 
 
+@pytest.mark.parametrize("bad", [math.nan, math.inf])
+@pytest.mark.parametrize(
+    ("level", "normalize"),
+    [
+        ("token", "weights"),
+        ("token", "count"),
+        ("sequence", "weights"),
+        ("sequence", "count"),
+        ("group", "weights"),
+    ],
+)
+def test_ignored_positions_do_not_reach_the_value_or_the_gradients(bad, level, normalize):
+    # a non-finite hidden state where the target is ignored (padding) is never read: the
+    # value and the gradients are those with that hidden state replaced by zeros
+    h, W, b, y = _data()
+    dirty = h.clone()
+    dirty[0, :2] = bad  # y[0, :2] is ignored
+    dirty[2, -1] = -bad
+    clean = torch.where(y[..., None] != -100, h, torch.zeros((), dtype=D))
+    kwargs = dict(level=level, normalize=normalize)
+    if level == "group":
+        kwargs.update(tilts=(1.5, -1.0), groups=torch.tensor([0, 1, 0, 1]))
+        t = None
+    else:
+        t = -1.0
+    for chunk in (1, 7, None):
+        xs = [dirty.clone().requires_grad_(True), W.clone().requires_grad_(True)]
+        got = tilted_cross_entropy(*xs, y, t, bias=b, chunk_size=chunk, **kwargs)
+        g_got = _grads(got, *xs)
+        xr = [clean.clone().requires_grad_(True), W.clone().requires_grad_(True)]
+        ref = _reference(
+            xr[0], xr[1], b, y, t, level, normalize, kwargs.get("tilts"), kwargs.get("groups")
+        )
+        g_ref = _grads(ref, *xr)
+        torch.testing.assert_close(got, ref, **TOL)
+        for a, r in zip(g_got, g_ref, strict=True):
+            torch.testing.assert_close(a, r, **TOL)
+
+
 # ---------------------------------------------------------------------------------------
 # the module: TiltedLoss's state, accumulation and exchange over the chunked losses
 

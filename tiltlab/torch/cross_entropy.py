@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, replace
 from typing import Any
@@ -406,19 +407,22 @@ def _head(hidden, weight, bias, targets, valid, groups, spec, grad):
     if spec.level == "group":
         return _group_head(h2, y, ok, W, b, groups, spec, grad, dh, (n_seq, T), hidden)
     seq = spec.level == "sequence"
+    # the tokens with a loss, in order (sequence by sequence): ignored positions are never
+    # read, so that whatever they hold (padding, NaN) reaches neither value nor gradient
+    idx_all = torch.nonzero(ok)[:, 0]
     if seq:
         counts = ok.reshape(n_seq, T).sum(1)
         per = max(1, spec.chunk // T)
+        sizes = counts.tolist()
+        offsets = [0, *itertools.accumulate(sizes)]  # each sequence's first place in idx_all
         # chunks of whole sequences; a chunk of sequences without a token with a loss has
         # no item and adds nothing (its state would be the merge's identity)
-        filled = (counts > 0).tolist()
         starts = [
             (s * T, min(s + per, n_seq) * T)
             for s in range(0, n_seq, per)
-            if any(filled[s : s + per])
+            if offsets[min(s + per, n_seq)] > offsets[s]
         ]
     else:
-        idx_all = torch.nonzero(ok)[:, 0]
         starts = [
             (s, min(s + spec.chunk, idx_all.shape[0]))
             for s in range(0, idx_all.shape[0], spec.chunk)
@@ -430,24 +434,25 @@ def _head(hidden, weight, bias, targets, valid, groups, spec, grad):
     gb = torch.zeros(b.shape, dtype=acc, device=W.device) if grad and b is not None else None
     value = zero
     items = []  # item losses, for the weights of the hidden states' gradient
-    n_items = sum(filled) if seq else int(ok.sum())
+    n_items = sum(c > 0 for c in sizes) if seq else idx_all.shape[0]
     for lo, hi in starts:
-        j = torch.arange(lo, hi, device=hidden.device) if seq else idx_all[lo:hi]
+        j = idx_all[offsets[lo // T] : offsets[hi // T]] if seq else idx_all[lo:hi]
         hj = h2[j].to(acc)
-        yj = torch.where(ok[j], y[j], 0)
-        loss, G, dhj = _logits_pass(hj, yj, W, b, grad, spec.vblock)
+        loss, G, dhj = _logits_pass(hj, y[j], W, b, grad, spec.vblock)
         if seq:
-            m = ok[j].reshape(-1, T).to(acc)
             cnt = counts[lo // T : hi // T].to(acc)
             keep = cnt > 0
-            item = (loss.reshape(-1, T) * m).sum(1)[keep] / cnt[keep]
-            # token weight of an item weight a: a / count on the sequence's tokens
-            per_tok = m / torch.where(keep, cnt, 1.0)[:, None]
+            # the chunk's losses in its (sequences, T) layout, zero where ignored
+            dense = torch.zeros(hi - lo, dtype=acc, device=hidden.device)
+            dense[j - lo] = loss
+            item = dense.reshape(-1, T).sum(1)[keep] / cnt[keep]
+            row = torch.div(j - lo, T, rounding_mode="floor")  # each token's sequence
 
-            def spread(a, keep=keep, per_tok=per_tok):
+            # token weight of an item weight a: a / count on the sequence's tokens
+            def spread(a, keep=keep, cnt=cnt, row=row):
                 full = torch.zeros(keep.shape, dtype=acc, device=a.device)
-                full[keep] = a
-                return (per_tok * full[:, None]).reshape(-1)
+                full[keep] = a / cnt[keep]
+                return full[row]
         else:
             item = loss
 
