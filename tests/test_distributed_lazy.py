@@ -576,3 +576,48 @@ def test_hierarchical_mean_of_a_group_spread_beyond_the_float_maximum(dtype, cod
     for t, want in [(-np.inf, min(means)), (np.inf, max(means))]:
         got = _lazy(lambda t=t: tl.hierarchical_risk(ld, gd, (t, 0.0)))
         assert abs(float(got) - want) <= atol
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_tilts_beyond_the_float32_range_are_the_extremes(dtype):
+    # 1e300 and -1e39 round to +-inf in float32, the precision the risks of these losses
+    # are accumulated in: the risk is the largest (smallest) loss, the weights its indicator
+    l = np.array([1.0, 2.0, 3.0], dtype=dtype)
+    ld = da.from_array(l, chunks=2)
+    for t, want, w in [(1e300, 3.0, [0.0, 0.0, 1.0]), (-1e39, 1.0, [1.0, 0.0, 0.0])]:
+        got = _lazy(lambda t=t: tl.tilted_risk(ld, t))
+        assert got.dtype == dtype and float(got) == want
+        got = _lazy(lambda t=t: tl.tilted_weights(ld, t))
+        assert got.dtype == dtype
+        np.testing.assert_array_equal(got, w)
+        assert float(_lazy(lambda t=t: tl.tilted_risk(ld, da.asarray(t)))) == want
+    np.testing.assert_array_equal(
+        _lazy(lambda: tl.tilted_risk(ld, np.array([1e300, -1e39]))), [3.0, 1.0]
+    )
+    L = da.from_array(np.array([[1.0, 2.0, 3.0], [3.0, 1.0, 2.0]], dtype=dtype), chunks=2)
+    np.testing.assert_array_equal(_lazy(lambda: tl.tilted_risk(L, 1e300, axis=1)), [3.0, 3.0])
+    np.testing.assert_array_equal(_lazy(lambda: tl.tilted_risk(L, -1e39, axis=0)), [1.0, 1.0, 2.0])
+
+
+@pytest.mark.parametrize("codes", ["numpy", "dask"])
+def test_hierarchical_tilts_beyond_the_float32_range(codes):
+    l = np.array([1.0, 2.0, 3.0, 5.0], dtype=np.float32)
+    g = np.array([0, 0, 1, 1])
+    ld = da.from_array(l, chunks=3)
+    gd = g if codes == "numpy" else da.from_array(g, chunks=3)
+    eps = float(np.finfo(np.float32).eps)
+
+    def lse_mean(v):  # the tilted risk at t = 1 of equally weighted values
+        return float(special.logsumexp(v) - np.log(len(v)))
+
+    cases = [
+        ((1.0, 1e300), lse_mean([2.0, 5.0])),  # the group maxima, tilted at 1
+        ((1.0, -1e39), lse_mean([1.0, 3.0])),  # the group minima
+        ((1e300, 1.0), lse_mean([3.0, 5.0])),  # the largest group risk
+        ((-1e39, 1.0), lse_mean([1.0, 2.0])),  # the smallest group risk
+        ((1e300, -1e39), 3.0),
+    ]
+    for tilts, want in cases:
+        got = _lazy(lambda tilts=tilts: tl.hierarchical_risk(ld, gd, tilts))
+        assert got.dtype == np.float32
+        assert abs(float(got) - want) <= 8 * eps * abs(want), tilts

@@ -63,12 +63,13 @@ def dask_tilted_weights(losses: Any, t: Any, *, axis: int, weights: Any,
         or losses.shape[0] == 0
     ):
         return None
+    dtype = _result_dtype(losses)
+    work = _work_dtype(losses)  # 16-bit: in float32
+    tv = _in_precision(tv, work)
     R = dask_tilted_risk(losses, tv, axis=axis, weights=weights, keepdims=False,
                          check_finite=check_finite)
     if R is None:
         return None
-    dtype = _result_dtype(losses)
-    work = np.dtype(np.float32) if dtype.itemsize == 2 else dtype  # 16-bit: in float32
     l = losses.astype(work)
     R = R.astype(work)
     p = None if weights is None else _weights_like(weights, losses).astype(work)
@@ -107,6 +108,21 @@ def _host_tilt(t: Any) -> float | None:
 def _result_dtype(losses: Any) -> np.dtype:
     dt = np.dtype(losses.dtype)
     return dt if dt.kind == "f" else np.dtype(np.float64)
+
+
+def _work_dtype(losses: Any) -> np.dtype:
+    """The dtype the chunk states of ``losses`` accumulate in: float32 for float32 and
+    16-bit losses, float64 otherwise."""
+    dt = _result_dtype(losses)
+    return np.dtype(np.float32) if dt.itemsize <= 4 else dt
+
+
+def _in_precision(t: float, work: Any) -> float:
+    """The tilt ``t`` as the dtype ``work`` holds it, as on the eager backends: in float32,
+    a tilt beyond its range is ``+-inf`` (the risk is then the extreme loss) and one below
+    it 0."""
+    with np.errstate(over="ignore", under="ignore"):
+        return float(np.asarray(t, dtype=np.float64).astype(work))
 
 
 def _weights_like(weights: Any, losses: Any) -> Any:
@@ -160,7 +176,9 @@ def dask_tilted_risk(losses: Any, t: Any, *, axis: int, weights: Any, keepdims: 
     computed. A Dask tilt (0-d, or 1-d: a grid) of 1-d losses is read by the graph's tasks:
     its value, and its NaN check, are part of the same graph. ``check_finite=False``, Dask
     tilts of N-d losses and full-shape weights of N-d losses take the generic path (also
-    lazy where it can be).
+    lazy where it can be). Tilts are rounded to the dtype the states accumulate in
+    (float32 for float32 and 16-bit losses), as on the eager backends: a tilt beyond
+    float32's range gives the largest (smallest) loss of float32 losses.
     """
     import dask.array as da
 
@@ -184,6 +202,8 @@ def dask_tilted_risk(losses: Any, t: Any, *, axis: int, weights: Any, keepdims: 
         return None
     ts, grid = tilts
     ax = axis % ndim
+    if ts is not None:
+        ts = [_in_precision(tv, _work_dtype(losses)) for tv in ts]
     if ts is None:  # a Dask tilt: read and validated inside the graph
         out = _risk_graph_dask_tilt(losses, t, weights, grid)
     elif ndim == 1:
@@ -231,22 +251,23 @@ def _dask_tilt_ok(t: Any) -> bool:
     )
 
 
-def _tilt_values(tv: Any) -> list:
-    """The values of a Dask tilt inside the graph; NaN raises as on the eager path."""
+def _tilt_values(tv: Any, work: str) -> list:
+    """The values of a Dask tilt inside the graph, in the dtype ``work`` the states
+    accumulate in; NaN raises as on the eager path."""
     a = np.asarray(tv, dtype=np.float64).reshape(-1)
     if np.any(np.isnan(a)):
         raise ValueError("`t` must not be NaN")
-    return [float(v) for v in a]
+    return [_in_precision(v, work) for v in a]
 
 
-def _tilt_states(lb: Any, pb: Any, tv: Any, unit: float | None) -> list:
+def _tilt_states(lb: Any, pb: Any, tv: Any, unit: float | None, work: str) -> list:
     """:func:`chunk_loss_states` at the tilts of a Dask tilt (given as its value)."""
-    ts = _tilt_values(tv)
+    ts = _tilt_values(tv, work)
     return chunk_loss_states(lb, pb, [t if math.isfinite(t) else 0.0 for t in ts], unit, True)
 
 
-def _finish_tilt_risks(states: Any, tv: Any, dtype: str, grid: bool) -> np.ndarray:
-    out = _finish_risks(states, _tilt_values(tv), dtype)
+def _finish_tilt_risks(states: Any, tv: Any, dtype: str, grid: bool, work: str) -> np.ndarray:
+    out = _finish_risks(states, _tilt_values(tv, work), dtype)
     return out if grid else out[0]
 
 
@@ -261,12 +282,13 @@ def _risk_graph_dask_tilt(losses: Any, t: Any, weights: Any, grid: bool) -> Any:
     dtype = _result_dtype(losses)
     n = float(losses.shape[0])
     unit = 1.0 / n if w is None and math.isfinite(n) else None
+    work = _work_dtype(losses).str
     tv = t.rechunk(-1).to_delayed().reshape(-1)[0] if t.ndim == 1 else t.to_delayed().item()
     fn = delayed(_tilt_states, pure=False)
     wb = _blocks(w) or [None] * len(losses.chunks[0])
-    parts = [fn(lb, pb, tv, unit) for lb, pb in zip(_blocks(losses), wb, strict=True)]
+    parts = [fn(lb, pb, tv, unit, work) for lb, pb in zip(_blocks(losses), wb, strict=True)]
     root = delayed(_finish_tilt_risks, pure=False)(
-        tree_reduce(parts, merge_state_lists), tv, dtype.str, grid
+        tree_reduce(parts, merge_state_lists), tv, dtype.str, grid, work
     )
     return da.from_delayed(root, shape=(int(t.shape[0]),) if grid else (), dtype=dtype)
 
@@ -376,6 +398,7 @@ def dask_hierarchical_risk(losses: Any, groups: Any, tilts: Any, *, weights: Any
     are computed once at call time to build the tree on the client (the upper levels need
     the nesting of the labels). The graph carries one state per group per chunk; the
     innermost tilt may be +-inf and ``check_finite=False`` gives NaN for non-finite losses.
+    The tilts are rounded as :func:`dask_tilted_risk` rounds them.
     """
     import dask.array as da
     from dask import delayed
@@ -402,6 +425,7 @@ def dask_hierarchical_risk(losses: Any, groups: Any, tilts: Any, *, weights: Any
         codes = da.from_array(tree.levels[0].codes, chunks=(losses.chunks[0],))
         upper = GroupTree(n_samples=tree.levels[0].n_groups, levels=tuple(tree.levels[1:]),
                           sample_layouts=())
+    ts = [_in_precision(v, _work_dtype(losses)) for v in ts]
     w = _weights_like(weights, losses)
     dtype = _result_dtype(losses)
     tau = float(ts[-1])
