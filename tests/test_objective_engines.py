@@ -227,6 +227,32 @@ def test_non_finite_theta_is_an_error(xp, bad):
         obj.hvp(theta, th)
 
 
+@pytest.mark.parametrize("t", [0.0, np.inf, -np.inf])
+@pytest.mark.parametrize("name", ["squared", "logistic", "multinomial"])
+@pytest.mark.parametrize("fused", [True, False])
+def test_non_finite_theta_is_an_error_where_the_tilt_reads_no_extremes(xp, name, t, fused):
+    # at t = 0 (the mean) and t = +-inf (the extremes) no reduction rejects non-finite
+    # losses by itself: the parameter is checked all the same, at every tilt
+    X, y, theta = _data(name)
+    obj = tl.TiltedObjective(name, _to(xp, X), _to(xp, y), t=t)
+    obj.fused = fused
+    th = np.array(theta, copy=True)
+    th.flat[1] = np.nan
+    calls = [obj.value, obj.gradient, obj.value_and_gradient, obj.weights, obj.losses]
+    if t == 0:
+        v = np.ones(theta.shape)
+        calls += [obj.hessian, obj.linearize, lambda a: obj.hvp(a, v)]
+    native = _to(xp, th)
+    for call in calls:
+        with pytest.raises(ValueError, match="`theta` contains NaN or infinite"):
+            call(th)
+        if not xp.__name__.endswith("dask.array"):  # lazy parameters: checked when computed
+            with pytest.raises(ValueError, match="`theta` contains NaN or infinite"):
+                call(native)
+    with pytest.raises(ValueError, match="`theta` contains NaN or infinite"):
+        tl.minimize(tl.TiltedObjective(name, X, y, t=t), th)
+
+
 def test_callable_loss_returning_nan_is_an_error():
     X = np.eye(3)
 

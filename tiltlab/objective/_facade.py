@@ -15,7 +15,7 @@ from .._compat import PicklableNamespace, array_result, is_lazy
 from ..risk import prepare_tilts
 from .blocks import BLOCK_BYTES
 from .engines import Context, engines_for
-from .engines.generic import GENERIC, aggregate
+from .engines.generic import GENERIC, aggregate, check_finite_result, reads_extremes
 from .engines.onepass import check_block_rows, rows_per_block
 from .engines.parameter import PARAMETER
 from .linearization import Linearization
@@ -234,6 +234,8 @@ class TiltedObjective(PicklableNamespace):
         for engine in engines_for(problem):
             out = getattr(engine, op)(problem, theta, *args, ctx)
             if out is not None:
+                if not engine.checks_theta and not reads_extremes(problem):
+                    _check_theta_of(problem, op, out, theta)
                 return out
         return None
 
@@ -374,6 +376,23 @@ class TiltedObjective(PicklableNamespace):
         tilt = f"tilts={self.tilts}" if self.is_hierarchical else f"t={self.t}"
         shape = "?" if self.n_samples is None else f"{self.n_samples}x{self.n_features}"
         return f"TiltedObjective(loss={self.loss.name!r}, data={shape}, {tilt}, l2={self.l2})"
+
+
+def _check_theta_of(problem: TiltedProblem, op: str, out: Any, theta: Any) -> None:
+    """The check of ``theta`` that the tilted reduction makes at a finite non-zero tilt,
+    for an engine's result at ``t = 0`` or ``t = +-inf``: a non-finite value sends
+    ``theta`` to :meth:`TiltedProblem.check_finite_theta` (products, which have no value,
+    send it there directly). No host read on lazy backends."""
+    if is_lazy(problem.xp):
+        return
+    if op == "value":
+        check_finite_result(problem, out, theta)
+    elif op == "value_and_gradient":
+        check_finite_result(problem, out[0], theta)
+    elif op == "linearize":
+        check_finite_result(problem, out.value, theta)
+    else:
+        problem.check_finite_theta(theta)
 
 
 def _from_flat_state(old: dict) -> dict:

@@ -11,6 +11,7 @@ from ..._dispatch import Dispatch
 
 __all__ = ["ENGINES", "Context", "Engine"]
 
+
 @dataclasses.dataclass
 class Context:
     """What an objective hands its engines with each call.
@@ -49,6 +50,10 @@ class Engine:
 
     #: a short name, shown in ``repr`` and in error messages
     name = "engine"
+    #: whether the engine itself raises the ``ValueError`` naming ``theta`` for a
+    #: non-finite ``theta`` at every tilt; if not, the objective checks ``theta`` where a
+    #: result at ``t = 0`` or ``t = +-inf`` is not finite
+    checks_theta = False
 
     def applies(self, problem: Any) -> bool:
         """Whether this engine may serve ``problem`` at all."""

@@ -29,26 +29,42 @@ from ...risk import (
 from ..linearization import Linearization
 from .base import Context, Engine
 
-__all__ = ["GENERIC", "GenericEngine", "aggregate", "penalty", "tilt_term_coef"]
+__all__ = [
+    "GENERIC",
+    "GenericEngine",
+    "aggregate",
+    "check_finite_result",
+    "penalty",
+    "reads_extremes",
+    "tilt_term_coef",
+]
 
 
-def aggregate(problem: Any, ell: Any, theta: Any = None, *,
-              weights: bool = True) -> tuple[Any, Any]:
+def aggregate(
+    problem: Any, ell: Any, theta: Any = None, *, weights: bool = True
+) -> tuple[Any, Any]:
     """Risk and per-sample weights of the losses ``ell`` under the problem's tilts
     (``weights=False``: the weights may be None, where that saves work).
 
     Non-finite losses give IEEE results (inf for an overflowing trial step), unless they
-    come from a non-finite ``theta``: that raises a ``ValueError`` naming it.
+    come from a non-finite ``theta``: that raises a ``ValueError`` naming it. At a finite
+    non-zero tilt the reduction reads the losses' extremes and rejects non-finite ones by
+    itself; at ``t = 0`` and ``t = +-inf`` (the mean, the extremes) a non-finite risk sends
+    ``theta`` to the same check, on eager backends.
     """
     xp = problem.xp
     tilts = problem.tilts
     if problem.tree is None:
         if not is_lazy(xp):
             try:
-                return risk_weights_scalar(ell, problem.prior, tilts[0], xp, weights=weights)
+                out = risk_weights_scalar(ell, problem.prior, tilts[0], xp, weights=weights)
             except NonFiniteLosses:
                 if theta is not None:
                     problem.check_finite_theta(theta)
+            else:
+                if theta is not None and not reads_extremes(problem):
+                    check_finite_result(problem, out[0], theta)
+                return out
         tt = xp.asarray(tilts[0], dtype=ell.dtype, device=device(ell))
         return risk_and_weights(ell, problem.prior, tt, xp)
     if is_numpy_namespace(xp) and problem.finite_tilts:
@@ -63,6 +79,24 @@ def aggregate(problem: Any, ell: Any, theta: Any = None, *,
     if theta is not None and not is_lazy(xp) and not bool(xp.all(xp.isfinite(ell))):
         problem.check_finite_theta(theta)
     return hierarchy_eval(ell, problem.prior, problem.tree, list(tilts), xp, weights=weights)
+
+
+def reads_extremes(problem: Any) -> bool:
+    """Whether the problem's tilted reduction reads the extremes of its losses, and so
+    rejects non-finite losses by itself: a hierarchy, or a finite non-zero sample tilt
+    (not the mean at ``t = 0``, nor the maximum or minimum at ``t = +-inf``)."""
+    t = problem.tilts[0]
+    return problem.tree is not None or (t != 0 and math.isfinite(t))
+
+
+def check_finite_result(problem: Any, value: Any, theta: Any) -> None:
+    """Raise the ``ValueError`` naming ``theta`` when ``value`` (a 0-d array, read on the
+    host) is not finite because ``theta`` is not; nothing on lazy backends."""
+    if is_lazy(problem.xp):
+        return
+    v = float(value)
+    if not math.isfinite(v):
+        problem.check_finite_theta(theta)
 
 
 def penalty(problem: Any, th: Any) -> Any:
@@ -113,6 +147,7 @@ class GenericEngine(Engine):
     product with ``X^T``. Serves every predictor-loss problem on every backend."""
 
     name = "generic"
+    checks_theta = True  # every evaluation goes through ``aggregate``
 
     def applies(self, problem: Any) -> bool:
         return problem.is_linear
