@@ -316,6 +316,59 @@ def test_ignored_positions_do_not_reach_the_value_or_the_gradients(bad, level, n
             torch.testing.assert_close(a, r, **TOL)
 
 
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+@pytest.mark.parametrize("where", ["hidden", "weight", "bias"])
+@pytest.mark.parametrize(
+    ("level", "normalize"),
+    [
+        ("token", "weights"),
+        ("token", "count"),
+        ("sequence", "weights"),
+        ("sequence", "count"),
+        ("group", "weights"),
+    ],
+)
+def test_non_finite_losses_raise_with_either_normaliser(bad, where, level, normalize):
+    # a NaN or infinite input at a token with a loss: every level and normaliser raises the
+    # same error, with and without gradients (never a NaN value or gradient)
+    from tiltlab.accumulator import NonFiniteLosses
+
+    h, W, b, y = _data()
+    x = {"hidden": h, "weight": W, "bias": b}
+    x = {k: v.clone() for k, v in x.items()}
+    if where == "hidden":
+        x[where][1, 2, 3] = bad  # y[1, 2] has a loss
+    elif where == "weight":
+        x[where][y[1, 2], 0] = bad
+    else:
+        x[where][y[1, 2]] = bad
+    kwargs = dict(level=level, normalize=normalize, bias=x["bias"])
+    t = -1.0
+    if level == "group":
+        kwargs.update(tilts=(1.5, -1.0), groups=torch.tensor([0, 1, 0, 1]))
+        t = None
+    messages = set()
+    for grad in (False, True):
+        for chunk in (3, None):
+            xs = [v.clone().requires_grad_(grad) for v in (x["hidden"], x["weight"])]
+            with pytest.raises(NonFiniteLosses, match="NaN or infinite") as info:
+                tilted_cross_entropy(*xs, y, t, chunk_size=chunk, **kwargs)
+            messages.add(str(info.value))
+    assert len(messages) == 1 and "`hidden`" in messages.pop()
+
+
+def test_module_count_normalisation_raises_on_non_finite_losses():
+    from tiltlab.accumulator import NonFiniteLosses
+    from tiltlab.torch import TiltedCrossEntropy
+
+    h, W, b, y = _data()
+    h[0, 3, 0] = math.nan
+    for level in ("token", "sequence"):
+        loss_fn = TiltedCrossEntropy(-1.0, level=level, normalize="count")
+        with pytest.raises(NonFiniteLosses, match="NaN or infinite"):
+            loss_fn(h.clone().requires_grad_(True), W, y, bias=b)
+
+
 # ---------------------------------------------------------------------------------------
 # the module: TiltedLoss's state, accumulation and exchange over the chunked losses
 

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from tiltlab._compat import library_namespace, real_number
-from tiltlab.accumulator import TiltState
+from tiltlab.accumulator import NonFiniteLosses, TiltState
 from tiltlab.risk import (
     hierarchical_risk,
     hierarchical_weights,
@@ -338,6 +338,10 @@ def tilted_cross_entropy(
         ``level`` or ``normalize``, ``tilts`` without ``level="group"``.
     TypeError
         Non-integer ``targets``, a tilt that is not a real number.
+    tiltlab.accumulator.NonFiniteLosses
+        A NaN or infinite loss at a token with a loss (from NaN or infinite ``hidden``,
+        ``weight`` or ``bias``), at every level and with either normaliser (a
+        ``ValueError``). Ignored tokens are never read.
 
     Examples
     --------
@@ -476,9 +480,12 @@ def _head(hidden, weight, bias, targets, valid, groups, spec, grad):
             box["pe"] = pe
             return (zero, one)
 
-        chunk = TiltState.from_block(
-            item.detach(), spec.t, sums=sums if grad else None, xp=xp_torch
-        )
+        try:
+            chunk = TiltState.from_block(
+                item.detach(), spec.t, sums=sums if grad else None, xp=xp_torch
+            )
+        except NonFiniteLosses:
+            raise _nonfinite() from None
         state = state.merge(chunk)
         if grad:
             ra, rb = (float(x) for x in state.sums)
@@ -491,6 +498,7 @@ def _head(hidden, weight, bias, targets, valid, groups, spec, grad):
             state = replace(state, sums=(one, zero))
     items_all = torch.cat(items)
     if spec.normalize == "count":
+        _check_finite(items_all)  # one read, as the tilted states' extremes check it
         w_items = torch.exp(spec.t * items_all) / n_items
     else:
         value = state.risk()
@@ -503,6 +511,19 @@ def _head(hidden, weight, bias, targets, valid, groups, spec, grad):
         return value, None, None, None
     dh = _scale_rows(dh, w_items, ok, counts if seq else None, T, acc)
     return value, dh.reshape(hidden.shape), gw, gb
+
+
+def _nonfinite() -> NonFiniteLosses:
+    return NonFiniteLosses(
+        "`hidden`, `weight` and `bias` give NaN or infinite losses at tokens with a loss; "
+        "pass finite values"
+    )
+
+
+def _check_finite(items):
+    """Raise :func:`_nonfinite` when an item loss is NaN or infinite."""
+    if not bool(torch.isfinite(items).all()):
+        raise _nonfinite()
 
 
 def _add_chunk(gw, gb, G, h, a, beta):
@@ -572,6 +593,7 @@ def _group_head(h2, y, ok, W, b, groups, spec, grad, dh, shape, hidden):
         labels = g[keep]
     else:
         items, labels = losses[ok], g.reshape(-1)[ok]
+    _check_finite(items)
     value = hierarchical_risk(items, labels, spec.tilts, check_finite=False)
     if not grad:
         return value, None, None, None
