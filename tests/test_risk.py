@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import mpmath
 import numpy as np
 import pytest
@@ -166,6 +168,61 @@ def test_special_values_with_prior(xp):
     # huge finite tilts approach the extremes of the support, never the excluded samples
     assert abs(float(to_numpy(tl.tilted_risk(x, 1e8, weights=q))) - 5.0) < 1e-7
     assert abs(float(to_numpy(tl.tilted_risk(x, -1e8, weights=q))) - 1.0) < 1e-7
+
+
+#: finite priors whose total overflows: the uniform prior at the float maximum, and
+#: unequal weights near it (float64, and float32 near 3.4e38)
+HUGE_PRIORS = {
+    "float64": ([0.1, 0.5, 2.0, 3.0], [[1e308] * 4, [1.7e308, 5e307, 1e308, 1.2e308]]),
+    "float32": ([0.1, 0.5, 2.0, 3.0], [[1e38] * 4, [3.3e38, 1e37, 2e38, 3e38]]),
+}
+
+
+@pytest.mark.skip_xp_backend(
+    "dask", reason="Dask's one-graph risk functions sum the prior chunk by chunk"
+)
+@pytest.mark.parametrize("dtype_name", ["float64", "float32"])
+def test_prior_whose_total_overflows(xp, dtype_name):
+    values, priors = HUGE_PRIORS[dtype_name]
+    dtype = getattr(xp, dtype_name)
+    x = xp.asarray(np.array(values), dtype=dtype)
+    l = to_numpy(x).astype(np.float64)  # the losses as the dtype holds them
+    eps = float(np.finfo(dtype_name).eps)
+    n, spread = len(values), float(np.ptp(l))
+    for prior in priors:
+        q = xp.asarray(np.array(prior), dtype=dtype)
+        pq = to_numpy(q).astype(np.float64)  # finite in the dtype, their sum is not
+        with np.errstate(over="ignore"):
+            assert np.all(np.isfinite(pq)) and not np.isfinite(pq.astype(dtype_name).sum())
+        for t in [-np.inf, -50.0, -1.0, 0.0, 1e-300, 1e-9, 1.0, 50.0, np.inf]:
+            t_held = float(np.asarray(t, dtype=dtype_name))  # the tilt in the losses' dtype
+            want_r, want_w = reference_tilted(list(l), t_held, list(pq))
+            # the prior normalised: n + 2 roundings; exp(t (l - c)): (2 |t| spread + 1)
+            # more; the risk's log and division carry them to |R| <= max |l|. Weights
+            # below the normal range keep that many of its ulps (absolutely)
+            k = 0.0 if math.isinf(t) else abs(t) * spread
+            rtol = (n + 4 + 2 * k) * eps
+            r = tl.tilted_risk(x, t, weights=q)
+            w = tl.tilted_weights(x, t, weights=q)
+            assert_close(
+                r, float(want_r), xp=xp, dtype=dtype, rtol=0, atol=rtol * max(abs(v) for v in l)
+            )
+            assert_close(
+                w,
+                [float(v) for v in want_w],
+                xp=xp,
+                dtype=dtype,
+                rtol=rtol,
+                atol=rtol * float(np.finfo(dtype_name).smallest_normal),
+            )
+        # two groups of two samples: the prior mass of each is positive and finite; the
+        # bound above at each level, added
+        ts = (1.0, -2.0)
+        want_h = float(ref_hier(list(l), [[0, 0, 1, 1]], list(ts), prior=list(pq)))
+        got_h = tl.hierarchical_risk(x, [0, 0, 1, 1], ts, weights=q)
+        k = sum(abs(t) for t in ts) * spread
+        atol = (2 * (n + 4) + 2 * k) * eps * max(abs(v) for v in l)
+        assert_close(got_h, want_h, xp=xp, dtype=dtype, rtol=0, atol=atol)
 
 
 def test_ties_at_infinity(xp):

@@ -213,6 +213,18 @@ def test_backends(xp, dtype_name):
     assert_close(tl.tilt_for_ess(l, 1.0), 0.0, xp=xp, dtype=dtype)
 
 
+def test_prior_whose_total_overflows(xp):
+    # finite weights whose sum overflows: the uniform prior at the float maximum, and
+    # unequal weights near it; the root is that of the normalised prior
+    l64 = _data(11, n=6)
+    l = xp.asarray(l64)
+    for prior in ([1e308] * 6, [1.7e308, 5e307, 1e308, 1.2e308, 3e307, 9e307]):
+        for fraction, sign in ((0.5, -1), (0.3, 1)):
+            got = tl.tilt_for_ess(l, fraction, sign=sign, weights=xp.asarray(np.array(prior)))
+            want = mp_tilt_for_ess(l64, fraction, sign, prior=prior)
+            assert_close(got, want, xp=xp, dtype=l.dtype, rtol=1e-8)
+
+
 def test_torch_losses_that_require_grad():
     # regression: reading the statistics of such losses on the host warned (an error here)
     torch = pytest.importorskip("torch")

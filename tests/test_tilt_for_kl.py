@@ -163,6 +163,18 @@ def test_backends(xp, dtype_name):
         assert got.shape == ()
 
 
+def test_prior_whose_total_overflows(xp):
+    # finite weights whose sum overflows: the uniform prior at the float maximum, and
+    # unequal weights near it; the root is that of the normalised prior
+    l64 = _data(7, n=6)
+    l = xp.asarray(l64)
+    for prior in ([1e308] * 6, [1.7e308, 5e307, 1e308, 1.2e308, 3e307, 9e307]):
+        for radius in (0.1, 0.5):
+            got = tl.tilt_for_kl(l, radius, weights=xp.asarray(np.array(prior)))
+            want = mp_tilt_for_kl(l64, radius, prior=prior)
+            assert_close(got, want, xp=xp, dtype=l.dtype, rtol=1e-10)
+
+
 @pytest.mark.parametrize(
     "bad, exc, match",
     [

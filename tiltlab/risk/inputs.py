@@ -108,10 +108,24 @@ def prepare_prior(weights: Any, l: Any, xp: Any, axis: int | None = None) -> Any
     check_finite(p, xp, name="weights")
     if not bool(xp.all(p >= 0)):
         raise ValueError("`weights` must be non-negative")
+    p = _scaled_down(p, xp)
     total = xp.sum(p, axis=-1, keepdims=True)
     if not bool(xp.all(total > 0)):
         raise ValueError("`weights` must not be all zero")
     return p / total
+
+
+def _scaled_down(p: Any, xp: Any) -> Any:
+    """Finite non-negative weights ``p`` times a power of two (per row of the last axis)
+    that brings their largest below 2, so that their total cannot overflow. Exact, and
+    the normalised weights are those of ``p`` bit for bit (scaling by a power of two
+    commutes with rounding) unless a scaled weight falls below the normal range, where
+    its normalised weight lies too. Rows whose largest weight is below 2 are kept as they
+    are. No host read."""
+    largest = xp.max(p, axis=-1, keepdims=True)
+    one = xp.ones_like(largest)
+    e = xp.floor(xp.log2(xp.where(largest > 1, largest, one)))  # 0 where it is below 2
+    return p * xp.pow(2 * one, -e)  # 2**-e >= 2**-1024: a subnormal at worst, exact
 
 
 def prepare_tilts(tilts: Any, n_levels: int) -> list[float]:
