@@ -368,3 +368,69 @@ def test_dask_cvar_matches_the_lp(dtype_name):
     rtol = 1e-6 if dtype_name == "float64" else 2e-4
     assert_close(np.asarray(res.fun), _cvar_lp("absolute", X, y, 0.25), rtol=rtol)
     assert res.weights.shape == (60,)
+
+
+# ---------------------------------------------------------------------------
+# evaluations counted
+
+
+class _Counting(tl.TiltedObjective):
+    """An objective counting its evaluations (``with_tilt`` copies share the count)."""
+
+    def _tally(self):
+        self.calls[0] += 1
+
+    def value(self, theta):
+        self._tally()
+        return super().value(theta)
+
+    def value_and_gradient(self, theta):
+        self._tally()
+        return super().value_and_gradient(theta)
+
+    def losses(self, theta):
+        self._tally()
+        return super().losses(theta)
+
+    def hvp(self, theta, v):
+        self._tally()
+        return super().hvp(theta, v)
+
+    def hessian(self, theta):
+        self._tally()
+        return super().hessian(theta)
+
+
+@pytest.mark.parametrize(
+    "kind, method",
+    [("kl", "lbfgs"), ("kl", "newton"), ("cvar", "gd"), ("cvar", "lbfgs"), ("mean", "lbfgs")],
+)
+def test_nfev_counts_every_evaluation(kind, method, monkeypatch):
+    import tiltlab.solvers._cvar as cvar_module
+    import tiltlab.solvers.dro as dro_module
+
+    calls = [0]
+    # the robust objectives the fits minimise evaluate the data themselves: counted too
+    for cls, names in (
+        (dro_module._ProjectedKL, ("value_and_gradient", "at")),
+        (cvar_module._SmoothedCVaR, ("value_and_gradient",)),
+    ):
+        for name in names:
+            inner = getattr(cls, name)
+
+            def counted(self, *args, _inner=inner):
+                calls[0] += 1
+                return _inner(self, *args)
+
+            monkeypatch.setattr(cls, name, counted)
+    if kind == "kl":
+        X, y = _logistic_data(n=100, seed=3)
+        obj = _Counting("logistic", X, y)
+        spec = {"kl": 0.2}
+    else:
+        X, y = _regression_data(n=100, seed=3)
+        obj = _Counting("absolute", X, y)
+        spec = {"cvar": 1.0 if kind == "mean" else 0.3}
+    obj.calls = calls
+    res = tl.minimize_dro(obj, method=method, **spec)
+    assert res.nfev == calls[0] > res.nit

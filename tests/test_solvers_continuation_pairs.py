@@ -180,7 +180,7 @@ def test_a_warm_solve_whose_line_search_fails_goes_on_with_a_fresh_memory(monkey
     for t, r in zip(path.ts, path.results, strict=True):
         cold = _solve(obj.with_tilt(float(t)))
         np.testing.assert_allclose(r.x, cold, rtol=0, atol=1e-7)
-        assert r.nfev == len(r.history["fun"])
+        assert r.nfev >= len(r.history["fun"])  # at least one evaluation per iterate
         assert np.all(np.diff(r.history["n_passes"]) >= 0)
         assert r.n_passes == pytest.approx(r.history["n_passes"][-1], rel=0, abs=1e-9)
     seeded = [r for r, t in zip(path.results, path.ts, strict=True) if t > 0]

@@ -141,3 +141,81 @@ def test_warm_started_path_uses_a_fixed_scale():
         # a start at the solution is already converged
         again = tl.minimize(obj.with_tilt(2.0), path.x[-1], method=method)
         assert again.nit == 0 and again.status is Status.CONVERGED
+
+
+class _Counting(tl.TiltedObjective):
+    """An objective that counts its own evaluations (copies by ``with_tilt`` share the
+    count): values, values with gradients, Hessian products (of linearisations too),
+    dense Hessians and loss vectors."""
+
+    def _tally(self, key):
+        self.calls[key] = self.calls.get(key, 0) + 1
+
+    def value(self, theta):
+        self._tally("value")
+        return super().value(theta)
+
+    def value_and_gradient(self, theta):  # ``gradient`` comes here too
+        self._tally("value_and_gradient")
+        return super().value_and_gradient(theta)
+
+    def hvp(self, theta, v):
+        self._tally("hvp")
+        return super().hvp(theta, v)
+
+    def hessian(self, theta):  # a scalar loss's Hessian is one evaluation, no products
+        self._tally("hessian")
+        return super().hessian(theta)
+
+    def losses(self, theta):
+        self._tally("losses")
+        return super().losses(theta)
+
+    def linearize(self, theta):
+        self._tally("linearize")
+        lin = super().linearize(theta)
+        products = lin.hvp
+
+        def counted(v):
+            self._tally("linear hvp")
+            return products(v)
+
+        lin.hvp = counted
+        return lin
+
+
+def counting(*args, **kwargs):
+    obj = _Counting(*args, **kwargs)
+    obj.calls = {}
+    return obj
+
+
+@pytest.mark.parametrize(
+    "method, options",
+    [
+        ("gd", {}),
+        ("gd", {"step": "fixed"}),  # the step from power iteration on Hessian products
+        ("agd", {}),
+        ("lbfgs", {}),
+        ("newton", {"hessian": "dense"}),
+        ("newton", {"hessian": "cg"}),
+        ("stochastic", {"seed": 0, "max_iter": 300, "eval_every": 7}),
+    ],
+)
+@pytest.mark.parametrize("warm", [False, True])
+def test_nfev_counts_every_evaluation(method, options, warm):
+    X, y = _logistic(3, n=200)
+    obj = counting("logistic", X, y, t=1.0)
+    theta0 = np.full(4, 0.1) if warm else None
+    val = tl.TiltedObjective("logistic", *_logistic(9), t=1.0)  # not the objective: not counted
+    res = tl.minimize(obj, theta0, method=method, validation=val, **options)
+    assert res.nfev == sum(obj.calls.values()) > res.nit + 1, (res.nfev, obj.calls)
+
+
+def test_nfev_of_gradient_descent_counts_its_line_search_trials():
+    rng = np.random.default_rng(0)
+    X = np.c_[np.ones(100), rng.normal(size=100)]
+    y = (X[:, 1] + rng.normal(size=100) > 0).astype(float)
+    obj = counting("logistic", X, y)
+    res = tl.minimize(obj, method="gd")
+    assert res.nfev == obj.calls["value_and_gradient"] == sum(obj.calls.values())

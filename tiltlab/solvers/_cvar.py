@@ -202,6 +202,7 @@ def cvar_fit(objective, alpha, theta0, method, tol, max_stages, options) -> dict
     if alpha == 1.0:  # the mean: the ERM fit
         res = minimize(objective.with_tilt(0.0), x0, method=method, tol=tol, **options)
         value = objective.with_tilt(0.0).value(res.x)
+        res.nfev += 1
         w = _weights(objective, np.ones(1), p_host, mean=True)
         history.update(mu=[0.0], fun=[float(to_numpy(value))], nit=[res.nit],
                        n_passes=[res.n_passes], time=[time.perf_counter() - t_start])  # fmt: skip

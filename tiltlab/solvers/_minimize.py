@@ -15,6 +15,7 @@ from typing import Any
 from ._base import Solver
 from ._bestsofar import BestSoFar
 from ._checks import check_int, check_objective, check_positive, check_real, check_seed
+from ._count import CountedObjective
 from ._external import driver_for
 from ._linalg import norm, to_float, working_eps
 from ._result import OptimizeResult, SolverState, Status
@@ -114,7 +115,9 @@ def minimize(
     Returns
     -------
     OptimizeResult
-        ``x, fun, jac, nit, nfev, success, status, message, n_passes, history``;
+        ``x, fun, jac, nit, nfev, success, status, message, n_passes, history``
+        (``nfev``: the evaluations of ``objective`` the run made, line-search trials,
+        Hessian-vector products and the solver's own estimates included);
         ``success`` is ``status.success``. Besides ``CONVERGED``, a run that can make no
         further progress at the rounding level of its dtype with a gradient norm at the
         attainable level (``sqrt(eps) * g_scale``) stops with ``PRECISION`` ("converged
@@ -155,6 +158,7 @@ def _run(solver: Solver, objective: Any, x0: Any, warm_x: bool, args: dict) -> O
         max_iter = METHODS[method].default_max_iter
     max_passes = args["max_passes"]
     passes = _pass_counter(objective, validation)
+    objective = CountedObjective(objective)  # every evaluation of the run is counted
     t_start = time.perf_counter()
     state = solver.init(objective, x0, max_iter=max_iter, warm=args["warm_state"])
     eps = working_eps(x0)
@@ -209,7 +213,7 @@ def _run(solver: Solver, objective: Any, x0: Any, warm_x: bool, args: dict) -> O
     n_run = state.nit
     final, status, detail = solver.finish(objective, state, status, detail)
     return OptimizeResult(
-        x=final.x, fun=final.fun, jac=final.jac, nit=final.nit, nfev=len(history["fun"]),
+        x=final.x, fun=final.fun, jac=final.jac, nit=final.nit, nfev=objective.n_evals,
         success=status.success, status=status, message=status.describe(final.nit, detail),
         n_passes=float(passes()), history=history, method=method,
         best_iteration=final.nit if validation is not None else None, n_iter_run=n_run,

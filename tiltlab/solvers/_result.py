@@ -192,7 +192,12 @@ class OptimizeResult:
         Iterations that produced ``x`` (with ``validation``: the best iteration; the run
         may have gone on, see ``n_iter_run``).
     nfev : int
-        Objective evaluations (values, gradients or Hessian products) made.
+        Objective evaluations made: each value, value and gradient, gradient,
+        Hessian-vector product (of a linearisation too), dense Hessian or loss vector
+        counts one, line-search trials and a solver's own estimates (a step size from
+        power iteration) included. Minibatches of the stochastic method are not
+        evaluations of the objective (``n_passes`` counts their cost), nor are the values
+        of a ``validation`` objective.
     success : bool
         Always ``status.success``.
     status : Status

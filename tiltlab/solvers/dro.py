@@ -54,6 +54,7 @@ from .._compat import is_lazy, real_number, tiny_sqrt, to_numpy
 from ..accumulator import risk_of_exponents
 from ..objective.protocol import check_objective as _check_objective
 from ..risk import tilt_for_kl, tilted_risk, tilted_weights
+from ._count import CountedObjective
 from ._cvar import compute_together, cvar_fit, penalty
 from ._linalg import working_eps
 from ._minimize import METHODS, minimize
@@ -238,15 +239,27 @@ def minimize_dro(
             raise ValueError(f"`kl` must be a finite radius >= 0, got {kl!r}")
         if r > 0.0 and method != "newton" and (objective.problem.is_linear
                                                or not is_lazy(objective.xp)):
-            return _kl_smooth(objective, r, theta0, method, tol, options)
-        return _kl_fit(objective, r, theta0, method, tol, max_outer, options)
+            return _counted(_kl_smooth, objective, r, theta0, method, tol, options)
+        return _counted(_kl_fit, objective, r, theta0, method, tol, max_outer, options)
     a = real_number(cvar, "cvar")
     if not 0.0 < a <= 1.0:
         raise ValueError(f"`cvar` must be a tail fraction in (0, 1], got {cvar!r}")
     if method == "newton":
         raise ValueError("`method`='newton' is not available for `cvar` (a first-order method)")
-    res = cvar_fit(objective, a, theta0, method, tol, max_outer, options)
-    return DROResult(**res)
+    fit = _counted(cvar_fit, objective, a, theta0, method, tol, max_outer, options)
+    return DROResult(**fit)
+
+
+def _counted(fit: Any, objective: Any, *args: Any) -> Any:
+    """``fit(objective, *args)``, its ``nfev`` completed with the evaluations of
+    ``objective`` it made outside its inner solves (loss vectors, values, gradients)."""
+    counted = CountedObjective(objective)
+    res = fit(counted, *args)
+    if isinstance(res, dict):
+        res["nfev"] += counted.n_evals
+    else:
+        res.nfev += counted.n_evals
+    return res
 
 
 # ---------------------------------------------------------------------------
@@ -588,6 +601,7 @@ def _kl_smooth(objective, r, theta0, method, tol, options) -> DROResult:
         res = minimize(proj, x0, method=method, tol=tol, callback=record, **options)
         x, jac = res.x, res.jac
         value, w, t = proj.at(x)
+        nfev += 1  # the robust value at x
         at_cap = t >= t_cap * (1.0 - 1e-12)
         if at_cap:  # the robust value at x, whose own tilt lies beyond the cap
             value, w, t, _ = _worst_case(objective, x, r)
@@ -721,6 +735,7 @@ def _kl_result(objective, fits, r, status, detail, t_inf=False) -> DROResult:
     jac = res.jac
     if 0.0 < t < math.inf:
         jac = objective.with_tilt(t).gradient(res.x)
+        fits.nfev += 1
     success = status.success
     return DROResult(
         x=res.x, fun=value, jac=jac, nit=fits.nit, nfev=fits.nfev, success=success,
