@@ -104,6 +104,9 @@ def test_bad_arguments_are_named(objs):
         ({"tol": "1e-8"}, TypeError, "`tol`"),
         ({"tol": -1.0}, ValueError, "`tol`"),
         ({"atol": np.nan}, ValueError, "`atol`"),
+        ({"tol": np.inf}, ValueError, "`tol` must be a finite"),
+        ({"atol": np.inf}, ValueError, "`atol` must be a finite"),
+        ({"tol": np.float32("inf")}, ValueError, "`tol` must be a finite"),
         ({"callback": 3}, TypeError, "`callback`"),
     ]
     for kw, exc, name in cases:

@@ -14,6 +14,7 @@ __all__ = [
     "check_int",
     "check_real",
     "check_positive",
+    "check_tolerance",
     "check_objective",
     "check_seed",
     "merge_options",
@@ -47,6 +48,17 @@ def check_real(value: Any, name: str) -> float:
     out = float(value)
     if not out >= 0:
         raise ValueError(f"`{name}` must be a non-negative number, got {value!r}")
+    return out
+
+
+def check_tolerance(value: Any, name: str) -> float:
+    """``value`` as a finite non-negative float (a stopping tolerance: an infinite one
+    would stop every run at its start)."""
+    if isinstance(value, (bool, str, bytes)) or not isinstance(value, (numbers.Real, np.generic)):
+        raise TypeError(f"`{name}` must be a real number, got {value!r}")
+    out = float(value)
+    if not 0 <= out < float("inf"):
+        raise ValueError(f"`{name}` must be a finite non-negative number, got {value!r}")
     return out
 
 

@@ -14,7 +14,14 @@ from typing import Any
 
 from ._base import Solver
 from ._bestsofar import BestSoFar
-from ._checks import check_int, check_objective, check_positive, check_real, check_seed
+from ._checks import (
+    check_int,
+    check_objective,
+    check_positive,
+    check_real,
+    check_seed,
+    check_tolerance,
+)
 from ._count import CountedObjective
 from ._external import driver_for
 from ._linalg import norm, to_float, working_eps
@@ -79,8 +86,10 @@ def minimize(
         ``||grad(0)||`` and ``||grad(theta0)||``: a fixed scale of the problem, so that
         a warm start (a good ``theta0``, as in :func:`tilt_path`) saves iterations
         instead of tightening the test. Default: ``1e-8`` in float64 and ``eps**(2/3)``
-        of the working dtype otherwise (``2.4e-5`` in float32).
+        of the working dtype otherwise (``2.4e-5`` in float32). Finite and non-negative,
+        as ``atol``.
     atol : float, default 0
+        The absolute term of the gradient test.
     ftol : float, optional
         A value test besides the gradient test: stop with status ``VALUE_CONVERGED`` (a
         success) when the objective fell by less than ``ftol * max(|f_old|, |f|)`` over
@@ -228,9 +237,9 @@ def _check_arguments(objective: Any, args: dict[str, Any]) -> None:
     method = args["method"]
     if not isinstance(method, str) or method not in METHODS:
         raise ValueError(f"`method` must be one of {sorted(METHODS)}, got {method!r}")
-    args["atol"] = check_real(args["atol"], "atol")
+    args["atol"] = check_tolerance(args["atol"], "atol")
     if args["tol"] is not None:
-        args["tol"] = check_real(args["tol"], "tol")
+        args["tol"] = check_tolerance(args["tol"], "tol")
     if args["ftol"] is not None:
         args["ftol"] = check_real(args["ftol"], "ftol")
         if not args["ftol"] < float("inf"):
