@@ -276,6 +276,11 @@ def test_bad_arguments():
         tl.minimize_dro(obj, cvar=0.0)
     with pytest.raises(ValueError, match="`method`"):
         tl.minimize_dro(obj, kl=0.1, method="stochastic")
+    for spec in ({"kl": 0.5}, {"kl": 0.0}, {"cvar": 0.3}, {"cvar": 1.0}):
+        for method in ("newton", "lbfgs") if "kl" in spec else ("lbfgs",):
+            for tol in (-1.0, np.inf, np.nan):
+                with pytest.raises(ValueError, match="`tol` must be a finite non-negative"):
+                    tl.minimize_dro(obj, method=method, tol=tol, **spec)
     with pytest.raises(TypeError, match="`objective`"):
         tl.minimize_dro("logistic", kl=0.1)
     groups = np.arange(20) % 2

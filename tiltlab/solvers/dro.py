@@ -54,6 +54,7 @@ from .._compat import is_lazy, real_number, tiny_sqrt, to_numpy
 from ..accumulator import risk_of_exponents
 from ..objective.protocol import check_objective as _check_objective
 from ..risk import tilt_for_kl, tilted_risk, tilted_weights
+from ._checks import check_tolerance
 from ._count import CountedObjective
 from ._cvar import compute_together, cvar_fit, penalty
 from ._linalg import working_eps
@@ -233,6 +234,8 @@ def minimize_dro(
         )
     if isinstance(max_outer, bool) or not isinstance(max_outer, int) or max_outer < 1:
         raise ValueError(f"`max_outer` must be an integer >= 1, got {max_outer!r}")
+    if tol is not None:
+        tol = check_tolerance(tol, "tol")
     if kl is not None:
         r = real_number(kl, "kl")
         if not (r >= 0 and math.isfinite(r)):
