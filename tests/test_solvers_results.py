@@ -222,3 +222,18 @@ def test_nfev_of_gradient_descent_counts_its_line_search_trials():
     obj = counting("logistic", X, y)
     res = tl.minimize(obj, method="gd")
     assert res.nfev == obj.calls["value_and_gradient"] == sum(obj.calls.values())
+
+
+@pytest.mark.parametrize("method", ["lbfgs", "gd", "agd", "newton", "stochastic"])
+def test_warm_state_of_another_shape_is_named(method):
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(20, 3)), rng.normal(size=20)
+    kw = {"seed": 0, "max_iter": 50} if method == "stochastic" else {}
+    first = tl.minimize(tl.TiltedObjective("squared", X, y), method=method, **kw)
+    with pytest.raises(ValueError, match=r"`warm_state`.*shape \(2,\).*shape \(3,\)"):
+        tl.minimize(
+            tl.TiltedObjective("squared", X[:, :2], y),
+            method=method,
+            warm_state=first.solver_state,
+            **kw,
+        )

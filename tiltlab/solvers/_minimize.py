@@ -153,6 +153,8 @@ def minimize(
         return drive(minimize, objective, theta0, **args, **options)
     solver = METHODS[method].configure(seed=seed, **options)
     x0 = objective.zeros() if theta0 is None else objective.check_theta(theta0, name="theta0")
+    if warm_state is not None:
+        _check_warm_state(warm_state, x0)
     if validation is not None:
         _check_validation(validation, x0)
         solver = BestSoFar(solver, validation, patience)
@@ -261,6 +263,15 @@ def _check_arguments(objective: Any, args: dict[str, Any]) -> None:
         raise TypeError(
             f"`warm_state` must be the `solver_state` of an earlier result, got "
             f"{type(args['warm_state']).__name__}"
+        )
+
+
+def _check_warm_state(warm_state: SolverState, x0: Any) -> None:
+    wshape = tuple(getattr(warm_state.x, "shape", ()))
+    if wshape != tuple(x0.shape):
+        raise ValueError(
+            f"`warm_state` must come from a run on parameters of the objective's shape "
+            f"{tuple(x0.shape)}, got the state of a run on parameters of shape {wshape}"
         )
 
 
