@@ -237,3 +237,21 @@ def test_warm_state_of_another_shape_is_named(method):
             warm_state=first.solver_state,
             **kw,
         )
+
+
+@pytest.mark.parametrize("options", [{"step": "fixed", "lr": 1e-2}, {"step": "rule", "C1": 1.0}])
+def test_a_diverging_fixed_step_is_reported_as_diverged(options):
+    rng = np.random.default_rng(0)
+    X = np.c_[np.ones(200), rng.normal(size=(200, 3))] * 10
+    obj = tl.TiltedObjective("squared", X, X @ np.ones(4), t=0.5)
+    # the step exceeds 2 / L at the start, L the largest eigenvalue of the Hessian there:
+    # gradient descent with it moves away from the minimiser of the local quadratic
+    lr = options.get("lr") or 1.0 / options["C1"]
+    assert lr * np.linalg.eigvalsh(obj.hessian(np.zeros(4))).max() > 2
+    res = tl.minimize(obj, method="gd", **options)
+    assert res.status is Status.DIVERGED and not res.success
+    assert "line search" not in res.message and "lower the step size" in res.message
+    assert float(res.fun) > 2 * res.history["fun"][0]
+    # adaptive steps on the same problem converge
+    for method in ("agd", "gd"):
+        assert tl.minimize(obj, method=method).success

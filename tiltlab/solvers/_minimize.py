@@ -192,7 +192,7 @@ def _run(solver: Solver, objective: Any, x0: Any, warm_x: bool, args: dict) -> O
                 history.setdefault(key, []).append(value)
 
     record(state)
-    progress = Progress(state.fun_float, state.grad_norm)
+    progress = Progress.start(state.fun_float, state.grad_norm)
     status, detail = state.failed, state.detail
     bar = _progress_bar(args["progress"], max_iter, f"tiltlab {method}")
     try:

@@ -85,8 +85,8 @@ class Status(enum.IntEnum):
             "gradient norm is at the attainable level",
             Status.COMPLETED: f"completed the stochastic step budget{k} (a stochastic method "
             "has no convergence test); raise max_iter for a more accurate solution",
-            Status.DIVERGED: f"diverged{k}: the objective became non-finite or rose far above "
-            "its starting value even with a lowered step",
+            Status.DIVERGED: f"diverged{k}: the objective rose far above its starting value "
+            "(or became non-finite) with the steps taken; lower the step size",
             Status.VALUE_CONVERGED: f"converged in value{k}: the objective fell by less than "
             "`ftol` (relative) over the last iterations; the gradient test was not met (at the "
             "kinks of a non-smooth loss it cannot be)",

@@ -56,11 +56,25 @@ class StopRule:
 
 
 class Progress(NamedTuple):
-    """The best value and gradient norm so far and the iterations without improving."""
+    """The best value and gradient norm so far, the iterations without improving, and
+    the value at the start (a run that stalls far above it has diverged)."""
 
     f_best: float
     g_best: float
     stalled: int = 0
+    f_start: float = math.nan
+
+    @classmethod
+    def start(cls, f: float, g: float) -> Progress:
+        """The progress of a run that starts with value ``f`` and gradient norm ``g``."""
+        return cls(f, g, 0, f)
+
+    @property
+    def f_high(self) -> float:
+        """The value above which a stalled run has diverged: the start value plus its own
+        magnitude (``inf`` for an unknown or non-finite start)."""
+        f0 = self.f_start
+        return f0 + max(abs(f0), 1e-12) if math.isfinite(f0) else math.inf
 
 
 def track(progress: Progress, state: SolverState, eps: float) -> Progress:
@@ -72,24 +86,35 @@ def track(progress: Progress, state: SolverState, eps: float) -> Progress:
     f, g = state.fun_float, state.grad_norm
     better = f < progress.f_best - 8 * eps * abs(progress.f_best) or g < progress.g_best
     return Progress(
-        min(progress.f_best, f), min(progress.g_best, g), 0 if better else progress.stalled + 1
+        min(progress.f_best, f),
+        min(progress.g_best, g),
+        0 if better else progress.stalled + 1,
+        progress.f_start,
     )
 
 
 def stall_status(
     progress: Progress, state: SolverState, rule: StopRule
 ) -> tuple[Status | None, str]:
-    """``PRECISION`` or ``LINE_SEARCH_FAILED`` for a run that stopped improving.
+    """``PRECISION``, ``DIVERGED`` or ``LINE_SEARCH_FAILED`` for a run that stopped
+    improving.
 
     A run stalled for ``stall_limit`` iterations with a gradient norm at the attainable
-    level has converged to working precision; one stalled four times as long above it
-    has failed. Otherwise ``(None, "")``.
+    level has converged to working precision; one stalled as long with a value far
+    above its start (:attr:`Progress.f_high`: a step too large for the problem, as a
+    fixed step can be) has diverged; one stalled four times as long otherwise has
+    failed. Otherwise ``(None, "")``.
     """
     n = progress.stalled
     if rule.converged(state) or n < rule.stall_limit:
         return None, ""
     if state.grad_norm <= rule.attainable:
         return Status.PRECISION, ""
+    if state.fun_float > progress.f_high:
+        return Status.DIVERGED, (
+            f"the value rose from {progress.f_start:.3g} to {state.fun_float:.3g} and did not "
+            f"decrease in {n} iterations; gradient norm {state.grad_norm:.3g}"
+        )
     if n >= 4 * rule.stall_limit:
         return Status.LINE_SEARCH_FAILED, (
             f"no decrease of the value beyond rounding nor of the gradient norm in {n} "
