@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import mpmath
 import numpy as np
@@ -15,39 +16,55 @@ from tiltlab._compat import to_numpy
 mpmath.mp.dps = 50
 
 
-def _reference(r, beta):
-    """A_i = (exp(beta (r_i - R)) - 1) / beta with R the tilted mean, at 50 digits (more
-    for tiny beta, so that 50 digits of R survive the division by beta)."""
+def _parts(r, beta):
+    """``(A, exp(v), R - c, c)`` at 50 digits (more for tiny ``beta``): the advantages, the
+    factors ``exp(beta (r_i - R)) = n w_i``, the tilted mean against the shift ``c`` (the
+    largest reward for ``beta >= 0``, else the smallest)."""
     digits = 50 + max(0, int(-math.log10(abs(beta)))) if beta else 50
     with mpmath.workdps(digits):
-        return _reference_at(r, beta)
+        rs = [mpmath.mpf(float(v)) for v in r]
+        n = len(rs)
+        c = max(rs) if beta >= 0 else min(rs)
+        if beta == 0:
+            R = mpmath.fsum(rs) / n
+            return [v - R for v in rs], [mpmath.mpf(1)] * n, R - c, c
+        # beta (r_i - R) = u_i - L, without R itself (1 - 1e-300 needs 300 digits)
+        b = mpmath.mpf(beta)
+        u = [b * (v - c) for v in rs]
+        L = mpmath.log(mpmath.fsum(mpmath.exp(x) for x in u) / n)
+        e = [mpmath.exp(x - L) for x in u]
+        return [mpmath.expm1(x - L) / b for x in u], e, L / b, c
 
 
-def _reference_at(r, beta):
-    rs = [mpmath.mpf(float(v)) for v in r]
-    n = len(rs)
-    if beta == 0:
-        mean = mpmath.fsum(rs) / n
-        return np.array([float(v - mean) for v in rs])
-    b = mpmath.mpf(beta)
-    big = max(rs) if beta > 0 else min(rs)  # shift: exp(b (r - big)) <= 1
-    R = big + mpmath.log(mpmath.fsum(mpmath.exp(b * (v - big)) for v in rs) / n) / b
-    return np.array([float(mpmath.expm1(b * (v - R)) / b) for v in rs])
+def _bound(r, beta, eps):
+    """The reference advantages of one group and the error bound of each, in units that
+    follow from the arithmetic: ``u_i = beta (r_i - c)`` (halved, scaled, doubled: two
+    roundings of ``|u_i|``), the log normaliser ``L = beta (R - c)`` (a sum of ``n`` terms
+    of one sign: ``n + 4`` roundings of ``|L|``, or of 1 where ``log`` of the plain sum is
+    taken, for ``|beta| spread > 1``; a factor 2 for ``expm1`` of ``u`` in ``[-1, 0]``),
+    ``u_i - L``, then ``expm1`` and the division (``|A_i|``); an error ``e`` of
+    ``v_i = u_i - L`` moves ``A_i`` by ``exp(v_i) e / beta``."""
+    A, e, rc, c = _parts(r, beta)
+    n = len(A)
+    with mpmath.workdps(50):  # spreads beyond the float maximum too
+        rs = [mpmath.mpf(float(v)) for v in r]
+        spread = max(rs) - min(rs)
+        inv = mpmath.inf if beta == 0 else 1 / abs(mpmath.mpf(beta))
+        log_scale = max(abs(rc), min(inv, spread))
+        tol = [
+            eps * (3 * abs(a) + f * (3 * abs(v - c) + 2 * (n + 4) * log_scale))
+            for a, f, v in zip(A, e, rs, strict=True)
+        ]
+    return np.array([float(a) for a in A]), np.array([float(x) for x in tol])
 
 
 BETAS = [-10.0, -1.0, -1e-3, -1e-9, -1e-300, 0.0, 5e-324, 1e-14, 1e-6, 0.5, 3.0, 30.0, 100.0]
 
 
-def _tol(ref, r):
-    # d_i = r_i - R carries an absolute rounding of a few ulps of max|r| (R is exact to a
-    # few ulps of it), which expm1 carries into A_i with the factor exp(beta d_i) (bounded
-    # by 1 + beta A_i); 1e-12 relative to |A_i| plus that absolute term
-    return 1e-12 * (np.abs(ref) + np.max(np.abs(r)) * (1.0 + np.abs(ref)))
-
-
 @pytest.mark.parametrize("beta", BETAS)
 def test_matches_mpmath(beta):
     rng = np.random.default_rng(0)
+    eps = float(np.finfo(np.float64).eps)
     for r in (
         rng.random(8),
         rng.integers(0, 2, 16).astype(float),
@@ -55,20 +72,100 @@ def test_matches_mpmath(beta):
         np.array([1.0, 1.0, 1.0 + 1e-12]),
         1e3 + rng.random(5),
     ):
-        if beta == 100.0 and np.ptp(r) > 1:
-            r = r - r.min()
         got = tilted_advantage(r, beta)
-        ref = _reference(r, beta)
-        assert np.all(np.abs(got - ref) <= _tol(ref, r)), (beta, r, got, ref)
+        ref, tol = _bound(r, beta, eps)
+        assert np.all(np.abs(got - ref) <= tol), (beta, r, got, ref)
+
+
+#: rewards and tilts where the tilted mean, formed in absolute terms, cancels: large
+#: ``|beta|`` (the advantages are about ``1 / beta``), large rewards against small gaps,
+#: spreads beyond the float maximum; and tiny tilts, where the limit is ``r - mean(r)``
+CANCELLING = [
+    ([0.0, 1.0], 1e12),
+    ([0.0, 1.0], -1e12),
+    ([0.0, 1.0], 1e300),
+    ([0.0, 1.0], -1e300),
+    ([1e16, 0.0], 1.0),
+    ([1e300, -1e300, 3.0], 1.0),
+    ([1e300, -1e300, 3.0], -1e-300),
+    ([0.0, 1e10], 1e300),
+    ([1.5e308, -1.5e308, 0.0], 1e-308),
+    ([1.5e308, -1.5e308, 0.0], -1e-320),
+    ([1.5e308, -1.5e308, 0.0], 0.0),
+    ([1e3 + 0.25, 1e3 + 0.5, 1e3, 1e3 + 2.0], 1e-8),
+    ([1e3 + 0.25, 1e3 + 0.5, 1e3, 1e3 + 2.0], -1e-300),
+    ([1e3 + 0.25, 1e3 + 0.5, 1e3, 1e3 + 2.0], 5e-324),
+    ([0.0, 1.0, 1.0, 0.0], 1e-8),
+    ([0.0, 1.0, 1.0, 0.0], 0.0),
+    ([2.0, 3.0, 7.0], 1e-150),
+    ([2.0, 3.0, 7.0], 30.0),
+]
+
+
+@pytest.mark.parametrize(("rewards", "beta"), CANCELLING)
+def test_no_cancellation_against_mpmath(xp, xp_name, rewards, beta):
+    r = np.array(rewards)
+    want, tol = _bound(r, beta, float(np.finfo(np.float64).eps))
+    with warnings.catch_warnings():
+        if xp_name == "dask.array":  # worker threads do not see NumPy's error state
+            warnings.simplefilter("ignore", RuntimeWarning)
+        got = to_numpy(tilted_advantage(xp.asarray(r), beta))
+    assert got.dtype == np.float64
+    assert np.all(np.abs(got - want) <= tol), (got, want, tol)
+    # the advantages average to zero: the mean of the errors, and the test's own sum
+    n = r.shape[0]
+    mean_tol = np.max(tol) + n * float(np.finfo(np.float64).eps) * np.max(np.abs(want))
+    assert abs(np.mean(got)) <= mean_tol, (np.mean(got), mean_tol)
+
+
+@pytest.mark.parametrize(
+    ("rewards", "beta"),
+    [
+        ([10.0, 10.5, 11.0, 10.25], 1e6),
+        ([10.0, 10.5, 11.0, 10.25], -1e6),
+        ([0.0, 1.0, 1.0, 0.0], 1e30),
+        ([3e38, -3e38, 1e38], 1e-38),
+    ],
+)
+def test_float32_against_mpmath(xp, xp_name, rewards, beta):
+    r = xp.asarray(np.array(rewards, dtype=np.float32))
+    host = to_numpy(r).astype(np.float64)
+    b = float(np.float32(beta))  # the tilt as the rewards' dtype holds it
+    want, tol = _bound(host, b, float(np.finfo(np.float32).eps))
+    with warnings.catch_warnings():
+        if xp_name == "dask.array":  # worker threads do not see NumPy's error state
+            warnings.simplefilter("ignore", RuntimeWarning)
+        got = tilted_advantage(r, beta)
+        assert got.dtype == r.dtype
+        got = to_numpy(got).astype(np.float64)
+    assert np.all(np.abs(got - want) <= tol), (got, want, tol)
+
+
+def test_float32_tilt_beyond_the_dtype_range(xp):
+    # a finite Python beta beyond float32's range is infinite in float32, as for the risk
+    # functions; there every advantage is 0, the limit of (n w_i - 1) / beta (the exact
+    # values, 1 / |beta| = 1e-39, lie below float32's normal range)
+    r = xp.asarray(np.array([0.0, 1.0, 1.0, 0.0], dtype=np.float32))
+    for beta in (-1e39, 1e39, 1e300):
+        got = tilted_advantage(r, beta)
+        assert got.dtype == r.dtype
+        np.testing.assert_array_equal(np.abs(to_numpy(got)), np.zeros(4, dtype=np.float32))
 
 
 def test_beta_zero_is_centred_rewards_and_means_vanish():
-    r = np.array([[0.0, 1.0, 1.0, 0.0], [2.0, 4.0, 4.0, 6.0]])
-    np.testing.assert_array_equal(tilted_advantage(r, 0.0), r - r.mean(axis=1, keepdims=True))
-    # the advantages average to zero in every group at every tilt (sum of w_i n - 1)
-    for beta in (-3.0, 2.0, 50.0):
+    r = np.array([[0.0, 1.0, 1.0, 0.0], [2.0, 4.0, 4.0, 6.0], [1e16, 3.0, 1e16 + 2.0, 0.5]])
+    np.testing.assert_array_equal(
+        tilted_advantage(r[:2], 0.0), r[:2] - r[:2].mean(axis=1, keepdims=True)
+    )
+    # the advantages average to zero in every group at every tilt (the mean of n w_i - 1):
+    # to the mean of their error bounds, plus the rounding of the mean taken here
+    eps = float(np.finfo(np.float64).eps)
+    for beta in (-1e300, -3.0, -1e-9, 1e-300, 2.0, 50.0, 1e12):
         a = tilted_advantage(r, beta)
-        np.testing.assert_allclose(a.mean(axis=1), 0.0, atol=1e-12 * np.exp(abs(beta) * 6))
+        for row, got in zip(r, a, strict=True):
+            want, tol = _bound(row, beta, eps)
+            bound = np.mean(tol) + row.size * eps * np.max(np.abs(want))
+            assert abs(np.mean(got)) <= bound, (beta, row, np.mean(got), bound)
 
 
 def test_axis_and_groups_equal_their_layouts():

@@ -16,9 +16,11 @@ from .._compat import (
     namespace_of,
     normalize_axis,
     real_number,
+    tiny_sqrt,
 )
+from ..accumulator.packed import exponent_terms, log_normaliser
+from .fast_path import _host_tilt, _quiet
 from .inputs import narrow, widen_half
-from .sample import tilted_risk
 
 __all__ = ["tilted_advantage"]
 
@@ -36,8 +38,21 @@ def tilted_advantage(rewards: Any, beta: Any, *, groups: Any = None, axis: int =
     ``r - mean(r)``, GRPO's advantage before scaling; ``beta > 0`` favours the best
     responses of a group (optimistic, pass@k-seeking), ``beta < 0`` the worst.
 
-    The difference ``r_i - R_beta`` goes through ``expm1``, so that tiny ``beta`` loses
-    nothing to cancellation, and ``R_beta`` is the library's exact tilted risk.
+    No absolute quantity is subtracted: with the shift ``c`` the group's largest reward
+    (``beta > 0``; its smallest for ``beta < 0``), the exponents
+    :math:`u_i = \beta (r_i - c) \le 0` (formed in halves, so that spreads beyond the
+    float maximum stay finite) and the log normaliser
+    :math:`L = \log\frac{1}{n}\sum_j e^{u_j} = \beta (R_\beta - c)` (through
+    ``log1p`` of the ``expm1`` terms while :math:`|\beta|` times the spread is at most 1,
+    the tilted risk's rule) give :math:`A_i = \operatorname{expm1}(u_i - L) / \beta`.
+    The error of :math:`A_i` is then a few ulps of the spread, times the weight
+    :math:`n w_i = e^{\beta (r_i - R_\beta)}`, plus a few ulps of :math:`A_i` itself,
+    for rewards of any size and at any ``beta`` (about :math:`\pm 1 / \beta` at large
+    :math:`|\beta|`). Where :math:`|\beta|` times the spread lies below the square root
+    of the smallest normal number, :math:`A_i` is ``r_i - mean(r)`` to rounding, and
+    that is what is returned. ``beta`` is taken in the rewards' precision: a value beyond
+    float32's range is infinite for float32 rewards, as in :func:`tilted_risk`, and every
+    advantage is then 0 (their limit).
 
     Parameters
     ----------
@@ -46,7 +61,7 @@ def tilted_advantage(rewards: Any, beta: Any, *, groups: Any = None, axis: int =
         n_responses)`` with ``axis=-1``). Integer and boolean rewards are promoted to the
         namespace's default floating dtype.
     beta : float
-        The tilt, a finite real number.
+        The tilt, a finite real number (rounded to the rewards' precision).
     groups : array of int, optional
         Integer group labels, one per entry along ``axis``: the members of a group are
         the entries with equal labels (in any order). Default: all entries along
@@ -93,8 +108,10 @@ def tilted_advantage(rewards: Any, beta: Any, *, groups: Any = None, axis: int =
         raise ValueError(f"`rewards` must not be empty (shape {tuple(r.shape)})")
     check_finite(r, xp, name="rewards")
     r, narrow_to = widen_half(r, xp)
+    b = float(_host_tilt(b, r, xp))  # in the rewards' precision (+-inf beyond float32's)
     if groups is None:
-        out = _advantage(r, b, ax, xp)
+        with _quiet(xp):
+            out = _advantage(r, b, ax, xp)
         return narrow(out, narrow_to, xp)
     labels = host_labels(groups, name="groups")
     n = r.shape[ax]
@@ -112,7 +129,8 @@ def tilted_advantage(rewards: Any, beta: Any, *, groups: Any = None, axis: int =
     pieces = []
     for idx in np.split(order, bounds):
         members = xp.take(r, xp.asarray(idx, device=dev), axis=ax)
-        pieces.append(_advantage(members, b, ax, xp))
+        with _quiet(xp):
+            pieces.append(_advantage(members, b, ax, xp))
     inverse = np.empty_like(order)
     inverse[order] = np.arange(order.shape[0])
     out = xp.take(xp.concat(pieces, axis=ax), xp.asarray(inverse, device=dev), axis=ax)
@@ -120,11 +138,25 @@ def tilted_advantage(rewards: Any, beta: Any, *, groups: Any = None, axis: int =
 
 
 def _advantage(r: Any, b: float, ax: int, xp: Any) -> Any:
-    """The advantages of one group (its members along ``ax``)."""
-    d = r - tilted_risk(r, b, axis=ax, keepdims=True, check_finite=False)
+    """The advantages of one group (its members along ``ax``) for the tilt ``b`` in the
+    rewards' precision (0 and +-inf included)."""
+    if math.isinf(b):  # the limit of (n w_i - 1) / beta
+        return xp.zeros_like(r)
+    hi, lo = xp.max(r, axis=ax, keepdims=True), xp.min(r, axis=ax, keepdims=True)
+    c, other = (hi, lo) if b >= 0 else (lo, hi)
+    h = r * 0.5 - c * 0.5  # (r - c) / 2: exact, and finite for any finite rewards
+    mean_h = xp.mean(h, axis=ax, keepdims=True)
+    # where the sum of the halves overflows, the sum of h / n cannot
+    spill = xp.sum(h * (1.0 / h.shape[ax]), axis=ax, keepdims=True)
+    centred = (h - xp.where(xp.isfinite(mean_h), mean_h, spill)) * 2.0
     if b == 0.0:
-        return d
-    x = b * d
-    # |x| below eps: expm1(x) / b = d (1 + x / 2) to rounding, and x may be subnormal
-    eps = float(xp.finfo(d.dtype).eps)
-    return xp.where(xp.abs(x) < eps, d * (1.0 + 0.5 * x), xp.expm1(x) / b)
+        return centred
+    scale = (abs(b) * xp.abs(other * 0.5 - c * 0.5)) * 2.0  # |beta| (hi - lo)
+    u = (b * h) * 2.0  # <= 0; -inf where it overflows, whose weight is 0 as exp(u) is
+    ex, em = exponent_terms(u, xp, squares=False)
+    mean_ex = xp.mean(ex, axis=ax, keepdims=True)
+    mean_em = xp.mean(em, axis=ax, keepdims=True)
+    log_z = log_normaliser(mean_em, mean_ex, scale <= 1.0, xp)  # beta (R - c)
+    a = xp.expm1(u - log_z) / b  # (n w_i - 1) / beta, n w_i = exp(beta (r_i - R))
+    # below sqrt(tiny) the exponents may be subnormal; A = r - mean(r) to rounding there
+    return xp.where(scale < tiny_sqrt(r.dtype, xp), centred, a)

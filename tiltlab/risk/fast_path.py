@@ -60,7 +60,10 @@ def _host_tilt(t: Any, like: Any, xp: Any) -> Any:
     v = float(t)
     if math.isnan(v):
         return None  # prepare_tilt raises the error
-    return np.float32(v) if xp.finfo(like.dtype).bits == 32 else np.float64(v)
+    if xp.finfo(like.dtype).bits != 32:
+        return np.float64(v)
+    with np.errstate(over="ignore"):  # beyond float32's range: +-inf there
+        return np.float32(v)
 
 
 def _quiet(xp: Any, unchecked: bool = False):
