@@ -405,6 +405,27 @@ def test_module_accumulation_equals_one_call_on_the_union(level, t):
     torch.testing.assert_close(acc.tilted.risk, one.tilted.risk, **TOL)
 
 
+@pytest.mark.parametrize("level", ["token", "sequence"])
+def test_module_accumulation_raises_where_the_weights_leave_the_dtype(level):
+    # two classes, logits (h, -h): the loss of class 0 is softplus(-2 h). The first
+    # micro-batch's losses are about 10, the second's about 0 and 12: at t = -10 its
+    # weights relative to the first, about exp(100), leave float32 (TiltedLoss's
+    # accumulation, as one call on the union would not); the error says so
+    from tiltlab.torch import TiltedCrossEntropy
+
+    W = torch.tensor([[1.0], [-1.0]], requires_grad=True)
+    first = torch.tensor([[-5.0, -5.5], [-5.25, -5.0]])[..., None]
+    second = torch.tensor([[5.0, 5.0], [-6.0, -6.0]])[..., None]
+    y = torch.zeros(2, 2, dtype=torch.int64)
+    loss_fn = TiltedCrossEntropy(-10.0, level=level, accumulation_steps=2)
+    loss_fn(first, W, y).backward()
+    with pytest.raises(ValueError, match="first micro-batch.*`observe`"):
+        loss_fn(second, W, y)
+    one = TiltedCrossEntropy(-10.0, level=level)
+    value = one(torch.cat([first, second]), W, torch.cat([y, y]))
+    assert bool(torch.isfinite(torch.autograd.grad(value, W)[0]).all())
+
+
 def test_module_groups_count_and_errors():
     from tiltlab.torch import TiltedCrossEntropy
 

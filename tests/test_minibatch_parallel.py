@@ -166,6 +166,154 @@ def test_accumulation_rules():
         TiltedLoss(t=math.inf, accumulation_steps=2)(torch.rand(3))
 
 
+def _accumulate(torch, parts, t, dtype, **kwargs):
+    """Micro-batches of losses (each its own leaf) through one accumulation step; returns
+    the leaves, the values and the module."""
+    from tiltlab.torch import TiltedLoss
+
+    acc = TiltedLoss(t=t, accumulation_steps=len(parts), **kwargs).to(torch.float64)
+    leaves = [torch.tensor(p, dtype=dtype, requires_grad=True) for p in parts]
+    values = []
+    for x in leaves:
+        value = acc(x)
+        value.backward()
+        values.append(value.detach())
+    acc.finish_step(leaves)
+    return leaves, values, acc
+
+
+def _tilted_weights64(losses, t):
+    """The tilted weights softmax(t l) of the union, in float64 (the reference)."""
+    l = np.concatenate([np.asarray(p, dtype=np.float64) for p in losses])
+    u = t * l
+    e = np.exp(u - u.max())
+    return e / e.sum()
+
+
+@pytest.mark.parametrize(
+    ("dtype", "t", "parts"),
+    [
+        ("float32", -10.0, [[10.0, 11.0], [0.5, 12.0]]),
+        ("float64", 1000.0, [[1.0, 2.0], [0.0, 3.0]]),
+        ("float64", -1000.0, [[1.0, 2.0], [0.0, 3.0]]),
+        ("float32", 10.0, [[1.0, 1.5, 0.2], [0.7], [11.0, 0.0]]),
+    ],
+)
+def test_accumulation_raises_where_the_weights_leave_the_dtype(dtype, t, parts):
+    # the gradient of a micro-batch is accumulated relative to the first micro-batch's
+    # state: exp(t (l - anchor)) beyond the range of the losses' dtype cannot be held in the
+    # gradient beside the first micro-batch's, so the call raises (before its backward,
+    # leaving the state as it was); one call on the union is fine
+    torch = pytest.importorskip("torch")
+    from tiltlab.torch import TiltedLoss
+
+    dt = getattr(torch, dtype)
+    acc = TiltedLoss(t=t, accumulation_steps=len(parts)).to(torch.float64)
+    leaves = [torch.tensor(p, dtype=dt, requires_grad=True) for p in parts]
+    *first, last = leaves
+    for x in first:
+        acc(x).backward()
+    with pytest.raises(ValueError, match=r"relative to the step's first micro-batch.*observe"):
+        acc(last)
+    # the state is that of the micro-batches before: finish_step gives their union's step
+    acc.finish_step(first)
+    want = _tilted_weights64(parts[:-1], t)
+    got = torch.cat([x.grad for x in first]).double().numpy()
+    eps = float(torch.finfo(dt).eps)
+    lmax = max(max(abs(v) for v in p) for p in parts)
+    # each weight: exponents t l formed to about eps |t| l, a few of them per weight
+    rtol = 8 * eps * (abs(t) * lmax + 10)
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=float(torch.finfo(dt).tiny))
+    one = TiltedLoss(t=t).to(torch.float64)
+    x = torch.tensor(sum(parts, []), dtype=dt, requires_grad=True)
+    one(x).backward()
+    assert bool(torch.isfinite(x.grad).all())
+
+
+def test_accumulation_without_check_finite_skips_and_counts_such_a_micro_batch():
+    torch = pytest.importorskip("torch")
+
+    parts = [[10.0, 11.0], [0.5, 12.0], [10.5]]
+    leaves, values, acc = _accumulate(torch, parts, -10.0, torch.float32, check_finite=False)
+    assert math.isnan(values[1].item()) and int(acc.nonfinite) == 1
+    assert bool((leaves[1].grad == 0).all())  # skipped: no gradient
+    # the step is that of the other micro-batches
+    got = torch.cat([leaves[0].grad, leaves[2].grad]).double().numpy()
+    want = _tilted_weights64([parts[0], parts[2]], -10.0)
+    eps = float(torch.finfo(torch.float32).eps)
+    np.testing.assert_allclose(got, want, rtol=8 * eps * (10 * 12 + 10), atol=1e-38)
+
+
+@pytest.mark.slow  # a compilation
+def test_accumulation_compiled_skips_such_a_micro_batch_and_check_says_so():
+    # compiled (no host read) the micro-batch is skipped and counted, as a non-finite one
+    torch = pytest.importorskip("torch")
+    from tiltlab.torch import TiltedLoss
+
+    torch._dynamo.reset()
+    parts = [[10.0, 11.0], [0.5, 12.0], [10.5]]
+    module = TiltedLoss(t=-10.0, accumulation_steps=3).to(torch.float64)
+    compiled = torch.compile(module, fullgraph=True, backend="aot_eager")
+    leaves = [torch.tensor(p, requires_grad=True) for p in parts]
+    values = []
+    for x in leaves:
+        value = compiled(x)
+        value.backward()
+        values.append(value.item())
+    module.finish_step(leaves)
+    assert math.isnan(values[1]) and not math.isnan(values[2])
+    assert int(module.nonfinite) == 1 and bool((leaves[1].grad == 0).all())
+    got = torch.cat([leaves[0].grad, leaves[2].grad]).double().numpy()
+    want = _tilted_weights64([parts[0], parts[2]], -10.0)
+    eps = float(torch.finfo(torch.float32).eps)
+    np.testing.assert_allclose(got, want, rtol=8 * eps * (10 * 12 + 10), atol=1e-38)
+    with pytest.raises(ValueError, match="relative to the step's first micro-batch"):
+        module.check()
+
+
+@pytest.mark.parametrize(
+    ("dtype", "t", "parts"),
+    [
+        # weights relative to the first micro-batch up to about exp(61) and exp(650)
+        ("float32", -10.0, [[10.0, 10.5, 11.0], [4.0, 12.0], [9.0]]),
+        ("float32", 10.0, [[1.0, 0.5], [7.0, -3.0, 1.2]]),
+        ("float64", -100.0, [[10.0, 10.5], [3.5, 12.0], [9.0, 4.0]]),
+        ("float64", 2.0, [[-300.0, -299.0], [20.0, 0.0]]),
+    ],
+)
+def test_accumulation_is_exact_for_spread_micro_batches(dtype, t, parts):
+    # micro-batches far apart (their weights relative to the first one huge, within the
+    # dtype) still give one call's gradient, per micro-batch and on a shared parameter
+    torch = pytest.importorskip("torch")
+
+    dt = getattr(torch, dtype)
+    leaves, _, acc = _accumulate(torch, parts, t, dt)
+    want = _tilted_weights64(parts, t)
+    got = torch.cat([x.grad for x in leaves]).double().numpy()
+    eps = float(torch.finfo(dt).eps)
+    lmax = max(max(abs(v) for v in p) for p in parts)
+    rtol = 8 * eps * (abs(t) * lmax + 10)
+    tiny = float(torch.finfo(dt).tiny)
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=tiny)
+    assert int(acc.nonfinite) == 0
+    # a shared parameter: losses l_i + x_i . w at w = 0, gradient sum_i w_i x_i
+    from tiltlab.torch import TiltedLoss
+
+    g = torch.Generator().manual_seed(0)
+    X = [torch.randn(len(p), 3, generator=g, dtype=dt) for p in parts]
+    w = torch.zeros(3, dtype=dt, requires_grad=True)
+    acc = TiltedLoss(t=t, accumulation_steps=len(parts)).to(torch.float64)
+    for p, Xp in zip(parts, X, strict=True):
+        acc(torch.tensor(p, dtype=dt) + Xp @ w).backward()
+    acc.finish_step([w])
+    ref = torch.cat(X).double().T @ torch.as_tensor(want)
+    # a sum of weights (summing to 1) times |x|: the weights' relative error, and a
+    # rounding per term of the sum
+    scale = float(torch.cat(X).abs().max())
+    atol = (rtol + len(want) * eps) * scale
+    torch.testing.assert_close(w.grad.double(), ref, rtol=0, atol=atol)
+
+
 # -- data-parallel training --------------------------------------------------------------
 
 WORKER = r"""

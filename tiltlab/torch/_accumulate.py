@@ -16,10 +16,18 @@ from ._parallel import gather_stats
 __all__: list[str] = []
 
 
-def micro_batch(loss, values, stats, t_group, t_sample, ok, compiling, xp):
+def micro_batch(loss, values, stats, t_group, t_sample, ok, compiling, xp, grad_dtype=None):
     """A micro-batch: merge its statistics into the pending ones and weight it relative
     to the provisional state after the first micro-batch (``anchor``); :func:`finish`
-    rescales the accumulated gradient to the final state. Returns ``(value, weights)``."""
+    rescales the accumulated gradient to the final state. Returns ``(value, weights)``.
+
+    The weights ``c_0 exp(t (l - anchor))`` of a later micro-batch are unbounded: they
+    must fit, with room for the backward pass, in ``grad_dtype`` (the dtype of the
+    losses, which their gradient takes; default that of ``values``), up to
+    :func:`weight_limit`. A micro-batch beyond it cannot be accumulated beside the first
+    one's gradient: eagerly on the CPU with ``check_finite`` it raises before changing
+    anything, else it is skipped (NaN value, no gradient, state unchanged) and counted in
+    ``nonfinite``, as a batch with a non-finite loss."""
     if P.is_number(t_sample) and math.isinf(t_sample):
         raise ValueError("`t` must be finite with `accumulation_steps` > 1")
     if not compiling and loss._micro >= loss.accumulation_steps:
@@ -34,17 +42,64 @@ def micro_batch(loss, values, stats, t_group, t_sample, ok, compiling, xp):
     merged = P.merge(xp.stack([pending, stats]), t_sample, xp)
     state = [b.to(dtype) for b in (loss.risk, loss.seen, loss.counts)]
     value, coef, risk, _, _ = running_from_stats(merged, t_group, t_sample, *state, loss.lam, xp)
+    # the anchor: the provisional state after the first micro-batch with samples (empty
+    # micro-batches before it contribute no gradient), as its buffers will hold it
+    fresh = (loss.anchor_coef == 0) & ok & torch.isfinite(coef) & (coef > 0)
+    anchor = torch.where(fresh, risk.to(loss.anchor.dtype), loss.anchor).to(dtype)
+    anchor_coef = torch.where(fresh, coef.to(loss.anchor_coef.dtype), loss.anchor_coef)
+    anchor_coef = anchor_coef.to(dtype)
+    weights = anchored_weights(values, anchor, anchor_coef, t_sample)
+    # the largest weight is that of the extreme the tilt favours; taken from the merged
+    # statistics (every process's share under `distributed`), the decision is the same on
+    # every process
+    if P.is_number(t_sample):
+        extreme = stats[P.HI] if t_sample > 0 else stats[P.LO]
+    else:
+        extreme = torch.where(t_sample > 0, stats[P.HI], stats[P.LO])
+    limit = weight_limit(dtype if grad_dtype is None else grad_dtype)
+    fits = (anchored_weights(extreme, anchor, anchor_coef, t_sample) <= limit).all()
+    skip = ok & ~fits
+    if not compiling and values.device.type == "cpu" and loss.check_finite and bool(skip):
+        reach = float((t_sample * (extreme - anchor) + torch.log(anchor_coef)).max())
+        name = str(grad_dtype or dtype).removeprefix("torch.")
+        raise ValueError(
+            f"`losses`: the weights of this micro-batch relative to the step's first "
+            f"micro-batch, exp(t (loss - anchor)) / n, reach exp({reach:.4g}), beyond "
+            f"exp({math.log(limit):.4g}), the most a gradient in {name} holds beside the "
+            f"first micro-batch's: its losses lie too far from the first ones in the "
+            f"direction of `t` to be accumulated in one pass. Use the two-pass form "
+            f"(`observe` each micro-batch, then the training pass), losses in a wider "
+            f"dtype, or a smaller |t|"
+        )
+    keep = ok & fits
     with torch.no_grad():
-        loss.pending.copy_(torch.where(ok, merged, pending))
-        # the anchor: the provisional state after the first micro-batch with samples
-        # (empty micro-batches before it contribute no gradient)
-        fresh = (loss.anchor_coef == 0) & ok & torch.isfinite(coef) & (coef > 0)
-        loss.anchor.copy_(torch.where(fresh, risk, loss.anchor.to(dtype)))
-        loss.anchor_coef.copy_(torch.where(fresh, coef, loss.anchor_coef.to(dtype)))
-    anchor, anchor_coef = loss.anchor.to(dtype), loss.anchor_coef.to(dtype)
-    weights = sample_weights(values, anchor, stats, None, anchor_coef, t_sample, xp)
+        loss.pending.copy_(torch.where(keep, merged, pending))
+        loss.anchor.copy_(torch.where(fresh & keep, anchor, loss.anchor.to(dtype)))
+        loss.anchor_coef.copy_(torch.where(fresh & keep, anchor_coef, loss.anchor_coef.to(dtype)))
+        loss.nonfinite.add_(skip.to(torch.int64))
+    weights = torch.where(keep, weights, torch.zeros_like(weights))
+    value = torch.where(fits, value, torch.full_like(value, math.nan))
     loss._micro += 1
     return value, weights
+
+
+def anchored_weights(values, anchor, coef, t):
+    """``coef exp(t (l - anchor))`` per sample, without overflowing where only ``exp``
+    alone would (its logarithm is then summed first); exactly ``coef`` at ``t = 0``."""
+    u = t * (values - anchor)
+    big = u > math.log(torch.finfo(values.dtype).max) - 1.0
+    e = torch.exp(torch.where(big, u + torch.log(coef), u))
+    return torch.where(big, e, e * coef)
+
+
+def weight_limit(dtype) -> float:
+    """The largest weight relative to the first micro-batch that a gradient in ``dtype``
+    takes: ``finfo.max * sqrt(eps)`` (about ``exp(80.75)`` in float32, ``exp(691.8)`` in
+    float64), which leaves a factor ``1 / sqrt(eps)`` for the backward pass (a sample's
+    gradient larger than its loss, the sums over samples) before the accumulated gradient
+    overflows."""
+    info = torch.finfo(dtype)
+    return info.max * math.sqrt(info.eps)
 
 
 def finish(loss, parameters: Any, xp: Any) -> None:

@@ -82,7 +82,15 @@ class TiltedLoss(torch.nn.Module):
     gradient relative to a provisional state, and :meth:`finish_step` multiplies what
     is in ``.grad`` by one factor. Call it before clipping (as
     ``GradScaler.unscale_``) and before the backward of any other loss term (an L2
-    penalty, an auxiliary loss), which it would rescale too. :meth:`observe` is the
+    penalty, an auxiliary loss), which it would rescale too. It is exact while the
+    weights of the later micro-batches relative to the first, ``exp(t (l - a)) / n_0``
+    (huge where their losses lie far from the first micro-batch's in the direction of
+    ``t``), stay below ``finfo.max * sqrt(eps)`` of the losses' dtype (about
+    ``exp(80.75)`` in float32, ``exp(691.8)`` in float64; the rest of the range is left
+    to the backward pass): a micro-batch beyond that cannot be held in ``.grad`` beside
+    the first one's gradient and raises ``ValueError`` before its backward, leaving the
+    state as it was (on the CPU with ``check_finite``; elsewhere, or compiled, it is
+    skipped and counted as a non-finite batch, see :meth:`check`). :meth:`observe` is the
     two-pass form: every micro-batch's losses are taken first without gradients, then
     the training pass weighs each micro-batch with the state of the union, so the
     gradient is final as it accumulates (group level and ``ess`` included, other loss
@@ -113,7 +121,9 @@ class TiltedLoss(torch.nn.Module):
         As for :class:`~tiltlab.minibatch.MinibatchTilt`.
     check_finite : bool, default True
         Report batches with NaN or infinite losses (at once on the CPU, by :meth:`check`
-        elsewhere). With False they are still skipped (NaN value, state unchanged).
+        elsewhere), and micro-batches that ``accumulation_steps`` cannot accumulate
+        exactly (see above). With False they are still skipped (NaN value, state
+        unchanged).
     accumulation_steps : int, default 1
         Micro-batches per optimiser step; with k > 1 call :meth:`finish_step` before
         clipping and each optimiser step (or :meth:`attach` the optimiser, without
@@ -387,8 +397,10 @@ class TiltedLoss(torch.nn.Module):
         if new > 0 and self.check_finite:
             raise ValueError(
                 f"`losses`: {new} batch(es) contained NaN or infinite losses (or group labels "
-                f"outside [0, n_groups), or, compiled, an `ess` fraction no tilt reaches); "
-                f"they were skipped (NaN value, state unchanged)"
+                f"outside [0, n_groups), or, compiled, an `ess` fraction no tilt reaches, "
+                f"or, with `accumulation_steps`, weights relative to the step's first "
+                f"micro-batch beyond the range of the losses' dtype); they were skipped "
+                f"(NaN value, state unchanged)"
             )
 
     def get_extra_state(self) -> dict:
@@ -501,7 +513,9 @@ class TiltedLoss(torch.nn.Module):
             )
         if self.estimator == "running":
             if self.accumulation_steps > 1 and update:
-                value, weights = self._accumulate(values, stats, t_group, t_sample, ok, compiling)
+                value, weights = self._accumulate(
+                    values, stats, t_group, t_sample, ok, compiling, losses.dtype
+                )
             else:
                 value, weights = steps.running(
                     self, values, stats, codes, t_group, t_sample, ok, update
@@ -522,8 +536,10 @@ class TiltedLoss(torch.nn.Module):
         out = value + torch.dot(weights.detach(), losses.to(acc) - values)
         return out if extra is None else out + extra
 
-    def _accumulate(self, values, stats, t_group, t_sample, ok, compiling):
-        return micro_batch(self, values, stats, t_group, t_sample, ok, compiling, steps.xp_torch)
+    def _accumulate(self, values, stats, t_group, t_sample, ok, compiling, grad_dtype=None):
+        return micro_batch(
+            self, values, stats, t_group, t_sample, ok, compiling, steps.xp_torch, grad_dtype
+        )
 
     def finish_step(self, parameters: Any) -> None:
         """End an accumulation step: rescale the gradients accumulated over the
@@ -538,8 +554,10 @@ class TiltedLoss(torch.nn.Module):
         provisional state ``a`` (and coefficient ``c_0``) after the first micro-batch; the
         statistics of every micro-batch were merged exactly, so the final state ``R`` and
         coefficient ``c`` are those of one call on their union, and multiplying the
-        gradients by ``(c / c_0) exp(t (a - R))`` gives that call's gradient. Without
-        pending micro-batches it does nothing.
+        gradients by ``(c / c_0) exp(t (a - R))`` (at most 1) gives that call's gradient.
+        A micro-batch whose weights ``c_0 exp(t (l_i - a))`` would leave the range of the
+        losses' dtype (see the class) raised, or was skipped and counted, in its own call.
+        Without pending micro-batches it does nothing.
         """
         finish(self, parameters, steps.xp_torch)
 
