@@ -196,7 +196,7 @@ def _heavy_tailed_data(n=200, seed=11):
 
 
 @pytest.mark.parametrize("method", ["lbfgs", "gd", "agd"])
-@pytest.mark.parametrize("alpha", [0.05, 0.5])
+@pytest.mark.parametrize("alpha", [0.05, 0.5, 1.0])
 def test_cvar_status_claims_only_what_the_lp_confirms(method, alpha):
     # the exact optimum is a linear program (HiGHS); the fit's value is the exact CVaR at
     # its x, never below it (to the LP's own tolerances, 1e-7 relative)
@@ -216,6 +216,19 @@ def test_cvar_status_claims_only_what_the_lp_confirms(method, alpha):
         assert "accuracy is not certified" in res.message
     if method == "lbfgs":
         assert res.status is tl.Status.CONVERGED, res.message
+
+
+@pytest.mark.parametrize("kind", ["absolute", "hinge", "pinball"])
+def test_cvar_one_of_a_kinked_loss_is_the_mean(kind):
+    # alpha = 1 is the mean of the losses: least absolute deviations, the hinge's mean and
+    # the median's pinball loss (half the absolute loss) are linear programs
+    X, y = _heavy_tailed_data() if kind != "hinge" else _logistic_data(n=150, flip=0.15)
+    want = _cvar_lp("hinge" if kind == "hinge" else "absolute", X, y, 1.0)
+    want *= 0.5 if kind == "pinball" else 1.0
+    res = tl.minimize_dro(tl.TiltedObjective(kind, X, y), cvar=1.0)
+    assert res.success, res.message
+    assert_close(res.fun, want, rtol=1e-7)  # the LP's own tolerances
+    assert_close(res.weights, np.full(X.shape[0], 1 / X.shape[0]), rtol=1e-12)
 
 
 def test_cvar_prior_weights_match_lp():

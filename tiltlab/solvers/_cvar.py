@@ -16,7 +16,10 @@ the maximum plus :math:`\mu \log(J + 1)`: so
 .. math:: F \le F_\mu \le F + \mu\log(J+1)/\alpha,
 
 and a point that minimises :math:`F_\mu` is within :math:`\mu\log(J+1)/\alpha` of the
-minimum of ``F``. ``mu`` falls by 10 from stage to stage, each stage a smooth solve
+minimum of ``F``. At ``alpha = 1`` (the mean) a loss of one piece is one ERM fit (with
+the value test of :func:`~tiltlab.minimize`, ``ftol``, where the loss has kinks); the
+absolute and hinge losses take the continuation, which smooths their kinks. ``mu``
+falls by 10 from stage to stage, each stage a smooth solve
 warm-started from the last, down to ``1e-9 * alpha`` of the losses' scale (float64;
 ``50 eps`` of it in lower precision): the returned point is exact to that bound plus the
 last stage's own accuracy. The fit claims convergence (``CONVERGED``) only where the last
@@ -203,8 +206,14 @@ def cvar_fit(objective, alpha, theta0, method, tol, max_stages, options) -> dict
     p_host = None if prior is None else _host(prior)
     x0 = objective.zeros() if theta0 is None else objective.check_theta(theta0, name="theta0")
     history: dict[str, list] = {k: [] for k in ("mu", "fun", "nit", "n_passes", "time")}
-    if alpha == 1.0:  # the mean: the ERM fit
-        res = minimize(objective.with_tilt(0.0), x0, method=method, tol=tol, **options)
+    if alpha == 1.0 and _kind(objective.problem) == "smooth":  # the mean: the ERM fit
+        erm = dict(options)
+        if not getattr(objective.problem.loss, "smooth", True):
+            # a kinked loss of one piece (pinball): no gradient test certifies its kinks,
+            # the value test ends the solve where the value stops falling (minimize's
+            # ftol for non-smooth losses)
+            erm.setdefault("ftol", max(1e-10, 4.0 * float(xp.finfo(objective.dtype).eps)))
+        res = minimize(objective.with_tilt(0.0), x0, method=method, tol=tol, **erm)
         value = objective.with_tilt(0.0).value(res.x)
         res.nfev += 1
         w = _weights(objective, np.ones(1), p_host, mean=True)
