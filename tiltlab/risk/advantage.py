@@ -146,8 +146,11 @@ def _advantage(r: Any, b: float, ax: int, xp: Any) -> Any:
     c, other = (hi, lo) if b >= 0 else (lo, hi)
     h = r * 0.5 - c * 0.5  # (r - c) / 2: exact, and finite for any finite rewards
     mean_h = xp.mean(h, axis=ax, keepdims=True)
-    # where the sum of the halves overflows, the sum of h / n cannot
-    spill = xp.sum(h * (1.0 / h.shape[ax]), axis=ax, keepdims=True)
+    # where the sum of the halves overflows, the sum of h / n cannot (n counted where a
+    # lazy array does not know its length)
+    n = h.shape[ax]
+    count = n if isinstance(n, int) else xp.sum(xp.ones_like(h), axis=ax, keepdims=True)
+    spill = xp.sum(h / count, axis=ax, keepdims=True)
     centred = (h - xp.where(xp.isfinite(mean_h), mean_h, spill)) * 2.0
     if b == 0.0:
         return centred
