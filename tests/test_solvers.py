@@ -202,3 +202,31 @@ def test_progress_bar_runs(capsys):
     X, y = _problem("logistic", n=50, d=2)
     res = tl.minimize(tl.TiltedObjective("logistic", X, y), progress=True)
     assert res.success
+
+
+@pytest.mark.parametrize("method", ["lbfgs", "newton", "agd"])
+def test_separable_logistic_data_converge_only_with_a_ridge(method):
+    # the classes split at x = 0: without a penalty the loss has no minimiser (its
+    # infimum lies at infinity), and a run stops where the gradient test is met
+    rng = np.random.default_rng(0)
+    X = np.c_[np.ones(100), rng.normal(size=100)]
+    y = (X[:, 1] > 0).astype(float)
+    res = tl.minimize(tl.TiltedObjective("logistic", X, y), method=method)
+    assert res.status is Status.CONVERGED
+    obj = tl.TiltedObjective("logistic", X, y)
+    assert float(obj.value(2 * res.x)) < float(res.fun)  # not a minimiser: farther is lower
+
+    # a ridge term makes the minimiser exist: SciPy on the same function finds it
+    def f(theta):
+        z = X @ theta
+        p = 1 / (1 + np.exp(-z))
+        return (np.mean(np.logaddexp(0, z) - y * z) + 5e-3 * theta @ theta,
+                X.T @ (p - y) / 100 + 1e-2 * theta)  # fmt: skip
+
+    ref = sp_minimize(f, np.zeros(2), jac=True, method="BFGS", options={"gtol": 1e-12})
+    ridge = tl.minimize(tl.TiltedObjective("logistic", X, y, l2=1e-2), method=method)
+    assert ridge.status is Status.CONVERGED
+    # 1e-2-strongly convex: |x - x*| <= |grad| / 1e-2, the gradient test's |grad| at most
+    # 1e-8 of the gradient at zero (and SciPy's own gtol)
+    g_scale = np.linalg.norm(f(np.zeros(2))[1])
+    np.testing.assert_allclose(ridge.x, ref.x, rtol=0, atol=(1e-8 * g_scale + 1e-12) / 1e-2)

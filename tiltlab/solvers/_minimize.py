@@ -132,6 +132,18 @@ def minimize(
         attainable level (``sqrt(eps) * g_scale``) stops with ``PRECISION`` ("converged
         to working precision", a success).
 
+    Notes
+    -----
+    Separable classification data: where a hyperplane separates the classes, the
+    logistic (and any other margin) loss without a penalty has no minimiser. Its
+    infimum, zero, is approached as ``||theta||`` grows along a separating direction,
+    and its gradient vanishes on the way; no solver detects this. The gradient test,
+    relative to ``g_scale``, is then met at a large ``theta`` whose size depends on
+    ``tol`` and on the method, and the run reports ``CONVERGED``: only the direction of
+    such a ``theta`` means something. Pass a ridge penalty (``l2 > 0`` in
+    :class:`~tiltlab.TiltedObjective`), which makes the minimiser exist and be unique,
+    wherever the classes may be separable (few samples, many features).
+
     Examples
     --------
     >>> import numpy as np
