@@ -15,7 +15,7 @@ from .._compat import PicklableNamespace, array_result, is_lazy
 from ..risk import prepare_tilts
 from .blocks import BLOCK_BYTES
 from .engines import Context, engines_for
-from .engines.generic import GENERIC, aggregate, check_finite_result, reads_extremes
+from .engines.generic import GENERIC, _check_finite_result, _reads_extremes, aggregate
 from .engines.onepass import check_block_rows, rows_per_block
 from .engines.parameter import PARAMETER
 from .linearization import Linearization
@@ -234,9 +234,7 @@ class TiltedObjective(PicklableNamespace):
         for engine in engines_for(problem):
             out = getattr(engine, op)(problem, theta, *args, ctx)
             if out is not None:
-                if not engine.checks_theta and not reads_extremes(problem):
-                    _check_theta_of(problem, op, out, theta)
-                return out
+                return _checked(problem, engine, op, out, theta)
         return None
 
     def _shaped(self, theta: Any, name: str = "theta") -> tuple[Any, Any]:
@@ -378,21 +376,23 @@ class TiltedObjective(PicklableNamespace):
         return f"TiltedObjective(loss={self.loss.name!r}, data={shape}, {tilt}, l2={self.l2})"
 
 
-def _check_theta_of(problem: TiltedProblem, op: str, out: Any, theta: Any) -> None:
-    """The check of ``theta`` that the tilted reduction makes at a finite non-zero tilt,
-    for an engine's result at ``t = 0`` or ``t = +-inf``: a non-finite value sends
-    ``theta`` to :meth:`TiltedProblem.check_finite_theta` (products, which have no value,
-    send it there directly). No host read on lazy backends."""
-    if is_lazy(problem.xp):
-        return
+def _checked(problem: TiltedProblem, engine: Any, op: str, out: Any, theta: Any) -> Any:
+    """``out``, the result of ``engine``, after the check of ``theta`` that the tilted
+    reduction makes at a finite non-zero tilt, for an engine that does not make it
+    itself, at ``t = 0`` or ``t = +-inf``: a non-finite value sends ``theta`` to
+    :meth:`TiltedProblem.check_finite_theta` (products, which have no value, send it
+    there directly). No host read on lazy backends."""
+    if engine.checks_theta or _reads_extremes(problem) or is_lazy(problem.xp):
+        return out
     if op == "value":
-        check_finite_result(problem, out, theta)
+        _check_finite_result(problem, out, theta)
     elif op == "value_and_gradient":
-        check_finite_result(problem, out[0], theta)
+        _check_finite_result(problem, out[0], theta)
     elif op == "linearize":
-        check_finite_result(problem, out.value, theta)
+        _check_finite_result(problem, out.value, theta)
     else:
         problem.check_finite_theta(theta)
+    return out
 
 
 def _from_flat_state(old: dict) -> dict:

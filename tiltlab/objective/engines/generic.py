@@ -33,9 +33,7 @@ __all__ = [
     "GENERIC",
     "GenericEngine",
     "aggregate",
-    "check_finite_result",
     "penalty",
-    "reads_extremes",
     "tilt_term_coef",
 ]
 
@@ -62,8 +60,8 @@ def aggregate(
                 if theta is not None:
                     problem.check_finite_theta(theta)
             else:
-                if theta is not None and not reads_extremes(problem):
-                    check_finite_result(problem, out[0], theta)
+                if theta is not None and not _reads_extremes(problem):
+                    _check_finite_result(problem, out[0], theta)
                 return out
         tt = xp.asarray(tilts[0], dtype=ell.dtype, device=device(ell))
         return risk_and_weights(ell, problem.prior, tt, xp)
@@ -81,7 +79,7 @@ def aggregate(
     return hierarchy_eval(ell, problem.prior, problem.tree, list(tilts), xp, weights=weights)
 
 
-def reads_extremes(problem: Any) -> bool:
+def _reads_extremes(problem: Any) -> bool:
     """Whether the problem's tilted reduction reads the extremes of its losses, and so
     rejects non-finite losses by itself: a hierarchy, or a finite non-zero sample tilt
     (not the mean at ``t = 0``, nor the maximum or minimum at ``t = +-inf``)."""
@@ -89,7 +87,7 @@ def reads_extremes(problem: Any) -> bool:
     return problem.tree is not None or (t != 0 and math.isfinite(t))
 
 
-def check_finite_result(problem: Any, value: Any, theta: Any) -> None:
+def _check_finite_result(problem: Any, value: Any, theta: Any) -> None:
     """Raise the ``ValueError`` naming ``theta`` when ``value`` (a 0-d array, read on the
     host) is not finite because ``theta`` is not; nothing on lazy backends."""
     if is_lazy(problem.xp):
