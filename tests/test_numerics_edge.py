@@ -7,7 +7,7 @@ import warnings
 import mpmath
 import numpy as np
 import pytest
-from _contract import reference_tilted
+from _contract import reference_hierarchy, reference_tilted
 
 import tiltlab as tl
 from tiltlab._compat import to_numpy
@@ -215,6 +215,69 @@ def test_float32_spread_beyond_float32_max(xp, xp_name, t):
         assert abs(float(got) - float(want_r)) <= atol, (got, float(want_r))
     for got in (w, hw):
         assert np.all(np.abs(got - want_w) <= rtol * want_w), (got, want_w)
+
+
+# tilts beyond float32's range at any level of a hierarchy: rounded to the losses'
+# precision first, as every risk function does (1e300 is +inf there, 1e-50 is 0)
+
+HUGE_TILTS = [(1e300, 1.0), (-1e39, 1.0), (1.0, 1e300), (1.0, -1e39), (1e39, 0.0),
+              (0.0, -1e300), (1e300, -1e300), (-2.0, 1e-50)]
+F32_LOSSES = np.array([0.5, 2.0, 1.0, 3.0, -1.0], dtype=np.float32)
+F32_GROUPS = np.array([0, 0, 1, 1, 1])
+
+
+def _f32_hierarchy_reference(tilts):
+    """The 50-digit risk and weights at the tilts as float32 holds them."""
+    with np.errstate(over="ignore", under="ignore"):
+        held = [float(np.float32(t)) for t in tilts]
+    r, w = reference_hierarchy([float(v) for v in F32_LOSSES], [F32_GROUPS], held)
+    return float(r), np.array([float(v) for v in w])
+
+
+def _f32_hierarchy_bounds():
+    """Absolute bound on the risk and relative bound on the weights of the float32
+    hierarchy of ``F32_LOSSES``: at each of the two levels the tilted reduction errs by
+    at most (3 + (n + 3)) eps spread in its risk and 2 (2 k + n + 2) eps in a weight,
+    with k = |t| spread <= spread (tilts of magnitude at most 2, or infinite: exact
+    extremes), n = 5 samples and a spread of 4."""
+    eps = float(np.finfo(np.float32).eps)
+    n, spread = F32_LOSSES.size, float(F32_LOSSES.max() - F32_LOSSES.min())
+    k = 2.0 * spread
+    return 2 * (3 + (n + 3)) * eps * spread, 2 * 2 * (2 * k + n + 2) * eps
+
+
+@pytest.mark.parametrize("tilts", HUGE_TILTS)
+def test_float32_hierarchy_tilts_beyond_float32_range(xp, xp_name, tilts):
+    want_r, want_w = _f32_hierarchy_reference(tilts)
+    atol, rtol = _f32_hierarchy_bounds()
+    l = xp.asarray(F32_LOSSES)
+    with warnings.catch_warnings():
+        if xp_name == "dask.array":  # worker threads do not see NumPy's error state
+            warnings.simplefilter("ignore", RuntimeWarning)
+        r = to_numpy(tl.hierarchical_risk(l, F32_GROUPS, tilts))
+        w = to_numpy(tl.hierarchical_weights(l, F32_GROUPS, tilts))
+    assert r.dtype == w.dtype == np.float32
+    assert abs(float(r) - want_r) <= atol, (float(r), want_r)
+    assert np.all(np.abs(w - want_w) <= rtol * want_w + 1e-45), (w, want_w)
+
+
+@pytest.mark.parametrize("tilts", HUGE_TILTS)
+def test_float32_hierarchy_tilts_beyond_float32_range_large(tilts):
+    # every sample repeated 2^14 times: the group risks and masses are those of the five
+    # samples (the compiled labelled route), each weight the five samples' over 2^14
+    reps = 1 << 14
+    want_r, want_w = _f32_hierarchy_reference(tilts)
+    atol, rtol = _f32_hierarchy_bounds()
+    # a sum of 2^14 equal terms adds at most 2^14 eps to each level's normaliser
+    atol += 2 * reps * float(np.finfo(np.float32).eps) * 4.0
+    rtol += 2 * reps * float(np.finfo(np.float32).eps)
+    l, g = np.repeat(F32_LOSSES, reps), np.repeat(F32_GROUPS, reps)
+    r = tl.hierarchical_risk(l, g, tilts)
+    w = tl.hierarchical_weights(l, g, tilts)
+    assert r.dtype == w.dtype == np.float32
+    assert abs(float(r) - want_r) <= atol, (float(r), want_r)
+    want_w = np.repeat(want_w / reps, reps)
+    assert np.all(np.abs(w - want_w) <= rtol * want_w + 1e-45), (w[::reps], want_w[::reps])
 
 
 # ---------------------------------------------------------------------------------------

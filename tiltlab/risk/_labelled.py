@@ -32,7 +32,35 @@ from .inputs import narrow, prepare_losses, prepare_tilts, widen_half
 from .kernels import _inplace_exp, risk_kernel, weights_kernel
 
 # the package re-exports ``risk_weights_scalar``; the routes are for tiltlab.risk.hierarchy
-__all__ = ["risk_weights_scalar"]
+__all__ = ["risk_weights_scalar", "tilts_in_precision"]
+
+
+def tilts_in_precision(ts: Sequence[float], like: Any, xp: Any) -> list[float]:
+    """The host tilts ``ts`` as the precision of the losses ``like`` holds them.
+
+    Every other risk function rounds its tilt to the losses' precision first; so does
+    each level of a hierarchy. In float32 a tilt beyond its range becomes +-inf (the
+    largest or smallest value, as for an infinite tilt) and one below its smallest
+    subnormal 0 (the mean); wider dtypes hold a Python float as it is.
+
+    Parameters
+    ----------
+    ts : sequence of float
+        The tilts, outermost first.
+    like : array
+        The losses (after any widening of 16-bit losses to float32).
+    xp : namespace
+        Their array namespace.
+
+    Returns
+    -------
+    list of float
+        The rounded tilts, in the same order.
+    """
+    if xp.finfo(like.dtype).bits != 32:
+        return [float(v) for v in ts]
+    with np.errstate(over="ignore", under="ignore"):
+        return [float(np.float32(v)) for v in ts]
 
 
 def risk_weights_scalar(
@@ -162,7 +190,7 @@ def labelled_two_levels_risk(losses: Any, groups: Any, tilts: Any, xp: Any) -> A
     l, half = widen_half(prepare_losses(losses, xp, False), xp)
     if l.ndim != 1 or labels.shape != l.shape or not use_kernels(l.shape[0]):
         return None
-    ts = prepare_tilts(tilts, 1)
+    ts = tilts_in_precision(prepare_tilts(tilts, 1), l, xp)
     if not math.isfinite(ts[1]):
         return None
     with _quiet(xp):
@@ -192,7 +220,7 @@ def labelled_two_levels_weights(losses: Any, groups: Any, tilts: Any, xp: Any) -
     coded = label_codes(labels, int(l.shape[0]))
     if coded is None:
         return None
-    ts = prepare_tilts(tilts, 1)
+    ts = tilts_in_precision(prepare_tilts(tilts, 1), l, xp)
     if not (math.isfinite(ts[0]) and math.isfinite(ts[1])):
         return None
     with _quiet(xp):

@@ -44,6 +44,7 @@ from ._labelled import (  # _weights_from_state: re-exported by the package
     labelled_two_levels_risk,
     labelled_two_levels_weights,
     risk_weights_scalar,
+    tilts_in_precision,
 )
 from .fast_path import _quiet
 from .inputs import narrow, prepare_losses, prepare_prior, prepare_tilts, widen_half
@@ -320,10 +321,11 @@ def check_group_mass(p: Any, tree: GroupTree, xp: Any) -> None:
 
 def _prepare_hierarchy(losses: Any, groups: Any, tilts: Any, weights: Any, xp: Any, check: bool):
     """Validated ``(losses, prior, tree, tilts, dtype)`` for the public hierarchical
-    functions (16-bit losses widened to float32; ``dtype`` is their own, else None)."""
+    functions (16-bit losses widened to float32; ``dtype`` is their own, else None; the
+    tilts rounded to the precision of the losses)."""
     l, half = widen_half(prepare_losses(losses, xp, False), xp)
     tree = build_tree(groups, l.shape[-1])
-    ts = prepare_tilts(tilts, tree.depth)
+    ts = tilts_in_precision(prepare_tilts(tilts, tree.depth), l, xp)
     p = prepare_prior(weights, l, xp)
     # NumPy 1-d losses with the uniform prior at a finite innermost tilt: the first level
     # reads their extremes and rejects NaN and infinity there (no separate pass)
