@@ -337,7 +337,8 @@ def test_bad_arguments():
 
 
 @pytest.mark.parametrize(
-    "kind", ["kl", pytest.param("cvar", marks=pytest.mark.slow)]  # cvar: ~400 graphs
+    "kind",
+    ["kl", pytest.param("cvar", marks=pytest.mark.slow)],  # cvar: ~400 graphs
 )
 def test_dask_one_graph_per_evaluation(kind, monkeypatch):
     da = pytest.importorskip("dask.array")
@@ -366,8 +367,11 @@ def test_dask_one_graph_per_evaluation(kind, monkeypatch):
 
     monkeypatch.setattr(cls, "value_and_gradient", counted)
     X, y = _logistic_data(n=300, seed=15) if kind == "kl" else _regression_data(n=300, seed=15)
-    obj = tl.TiltedObjective("logistic" if kind == "kl" else "absolute",
-                             da.from_array(X, chunks=(100, 3)), da.from_array(y, chunks=100))
+    obj = tl.TiltedObjective(
+        "logistic" if kind == "kl" else "absolute",
+        da.from_array(X, chunks=(100, 3)),
+        da.from_array(y, chunks=100),
+    )
     with Count() as total:
         res = tl.minimize_dro(obj, **{kind: 0.1})
     assert res.success, res.message

@@ -20,6 +20,7 @@ __all__ = [
     "merge_options",
 ]
 
+
 def check_objective(obj: Any, name: str) -> None:
     """``obj`` satisfies the objective interface (see ``tiltlab.objective.protocol``)."""
     _check_objective_protocol(obj, name)

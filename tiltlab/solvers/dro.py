@@ -240,8 +240,11 @@ def minimize_dro(
         r = real_number(kl, "kl")
         if not (r >= 0 and math.isfinite(r)):
             raise ValueError(f"`kl` must be a finite radius >= 0, got {kl!r}")
-        if r > 0.0 and method != "newton" and (objective.problem.is_linear
-                                               or not is_lazy(objective.xp)):
+        if (
+            r > 0.0
+            and method != "newton"
+            and (objective.problem.is_linear or not is_lazy(objective.xp))
+        ):
             return _counted(_kl_smooth, objective, r, theta0, method, tol, options)
         return _counted(_kl_fit, objective, r, theta0, method, tol, max_outer, options)
     a = real_number(cvar, "cvar")
@@ -391,8 +394,12 @@ class _JointKL:
         if pen is not None:
             value, g = value + pen[0], g + pen[1]
         xs = self.xp
-        grad = xs.concat([xs.reshape(xs.asarray(g, dtype=self.dtype, device=self.device), (-1,)),
-                          xs.reshape(xs.asarray(dv, dtype=self.dtype, device=self.device), (1,))])
+        grad = xs.concat(
+            [
+                xs.reshape(xs.asarray(g, dtype=self.dtype, device=self.device), (-1,)),
+                xs.reshape(xs.asarray(dv, dtype=self.dtype, device=self.device), (1,)),
+            ]
+        )
         return xs.asarray(value, dtype=self.dtype, device=self.device), grad
 
     def _ridge(self, theta: Any) -> tuple[Any, Any] | None:
@@ -577,8 +584,15 @@ def _start_tilt(ell: Any, prior: Any, r: float) -> tuple[float, float, bool]:
     return min(t0, 0.5 * t_cap), t_cap, tied
 
 
-def _record(history: dict, t: float, state: Any, nit: int, passes: float, t_start: float,
-            fun: float | None = None) -> None:
+def _record(
+    history: dict,
+    t: float,
+    state: Any,
+    nit: int,
+    passes: float,
+    t_start: float,
+    fun: float | None = None,
+) -> None:
     history["t"].append(t)
     history["fun"].append(state.fun_float if fun is None else fun)
     history["nit"].append(nit + state.nit)
@@ -681,9 +695,12 @@ def _kl_fit(objective, r, theta0, method, tol, max_outer, options) -> DROResult:
         inner = min(inner, 0.1 * rho * rho) if math.isfinite(rho) else inner
         if rho > 0:
             if s >= math.log(t_cap) - 1e-12:
-                status, detail = Status.CONVERGED if res.success else res.status, (
-                    "the optimum is the min-max limit t = inf; x is the fit at "
-                    f"t = {t:.6g} (t * spread = 1e4)"
+                status, detail = (
+                    Status.CONVERGED if res.success else res.status,
+                    (
+                        "the optimum is the min-max limit t = inf; x is the fit at "
+                        f"t = {t:.6g} (t * spread = 1e4)"
+                    ),
                 )
                 fits.history["t"][-1] = math.inf
                 return _kl_result(objective, fits, r, status, detail, t_inf=True)
