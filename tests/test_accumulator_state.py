@@ -163,3 +163,26 @@ def test_infinite_tilt_is_the_extreme_with_tied_prior_weights(t):
     assert float(st.risk()) == extreme
     w = np.asarray(ties, dtype=float) * p
     np.testing.assert_array_equal(st.normalized_sums()[0], w / w.sum())
+
+
+@pytest.mark.parametrize("split", [1, 2])
+def test_mean_state_of_spread_beyond_float_max(xp, split):
+    # t = 0 with losses spanning more than the float maximum: the block's differences to
+    # its shift (and the merge's moves) overflow unless taken in halves; with the unit
+    # weight 1 / N the sum of the weighted differences, 1.37e308, is finite
+    unit = 1.0 / 3.0
+    values = [1.7e308, -1.7e308, -1e308]
+    want = float(reference_state(values, 0.0)[0])
+    l = xp.asarray(np.array(values))
+    whole = TiltState.from_block(l, 0.0, xp=xp, unit=unit)
+    a = TiltState.from_block(l[:split], 0.0, xp=xp, unit=unit)
+    b = TiltState.from_block(l[split:], 0.0, xp=xp, unit=unit)
+    seg = Segments.from_codes([0, 0, 1])
+    groups = TiltState.from_block(l, 0.0, segments=seg, xp=xp, unit=unit)
+    # a sum of 3 halved differences and its move: (3 + 4) eps of the largest |loss|
+    tol = 7 * float(np.finfo(np.float64).eps) * 1.7e308
+    for st in (whole, a.merge(b), b.merge(a), groups.collapse()):
+        r = float(to_numpy(st.risk()))
+        assert abs(r - want) <= tol, (r, want)
+    g = to_numpy(groups.risk())
+    assert abs(float(g[0])) <= tol and float(g[1]) == -1e308, g

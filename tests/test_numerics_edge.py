@@ -172,6 +172,44 @@ def test_hierarchical_t0_means_near_float_max(xp, xp_name, tilts):
     assert r == pytest.approx(want, rel=1e-12)
 
 
+SPREAD_BEYOND_MAX = [
+    ([1.7e308, -1.7e308, 1e308], [0, 0, 1]),
+    # group 0's mean lies more than the float maximum above its smallest loss
+    ([1.7e308, 1.7e308, -1.7e308, -1e308], [0, 0, 0, 1]),
+]
+
+
+@pytest.mark.parametrize("case", SPREAD_BEYOND_MAX)
+@pytest.mark.parametrize("tilts", [(0.0, 0.0), (1e-300, 0.0), (-1e-300, 0.0), (np.inf, 0.0),
+                                   (-np.inf, 0.0)])
+@pytest.mark.parametrize("route", ["auto", "tree"])
+def test_hierarchical_t0_group_spread_beyond_float_max(xp, xp_name, case, tilts, route):
+    # group 0 spans more than the float maximum: its mean is formed in halves
+    from tiltlab.risk.hierarchy import build_tree, hierarchy_eval
+
+    values, groups = case[0], np.array(case[1])
+    want_r, want_w = reference_hierarchy(values, [groups], tilts)
+    want_r, want_w = float(want_r), np.array([float(v) for v in want_w])
+    l = xp.asarray(np.array(values))
+    with warnings.catch_warnings():
+        if xp_name == "dask.array":  # worker threads do not see NumPy's error state
+            warnings.simplefilter("ignore", RuntimeWarning)
+        if route == "auto":
+            r = to_numpy(tl.hierarchical_risk(l, groups, tilts))
+            w = to_numpy(tl.hierarchical_weights(l, groups, tilts))
+        else:
+            with np.errstate(over="ignore", under="ignore"):
+                tree = build_tree(groups, len(values))
+                r, w = (to_numpy(v) for v in hierarchy_eval(l, None, tree, tilts, xp))
+    # each level's mean of n halved differences, weighted by masses <= 1, rounds every
+    # term and partial sum once and is doubled exactly: (n + 2) eps of the largest |loss|
+    # per level, two levels
+    eps, n, top = float(np.finfo(np.float64).eps), len(values), max(abs(v) for v in values)
+    assert np.isfinite(r)
+    assert abs(float(r) - want_r) <= 2 * (n + 2) * eps * top, (float(r), want_r)
+    assert np.allclose(w, want_w, rtol=4 * n * eps, atol=0.0), (w, want_w)
+
+
 def test_dask_t0_mean_near_float_max_many_samples():
     da = pytest.importorskip("dask.array")
     values = np.full(1000, 1.7e308)

@@ -73,11 +73,16 @@ def _sample_block(cls, l, t, p, sums, xp, extremes, tiny, unit):
 def _mean_block(cls, l, p, sums, xp, hi, lo, unit, seg, c):
     """The state at ``t = 0``: no exponentials, the weights are the prior. With unit
     weights of size ``unit`` the differences are scaled before they are summed, so that
-    the sum of many losses near the float maximum stays finite."""
+    the sum of many losses near the float maximum stays finite. Where the spread
+    overflows the losses' dtype the differences are halved, weighted and summed, and the
+    sum doubled (exact: scaling by 2 commutes with rounding), so that ``lsum`` is finite
+    whenever the weighted sum of the differences is (a prior or ``unit`` of mass at most
+    1, as the hierarchy's levels pass)."""
     dev = device(l)
     if seg is not None:
         c = expand(xp.asarray(c, dtype=l.dtype, device=dev), seg, xp)
-    d = l - c
+    huge = spread_overflows(hi, lo, l.dtype, xp)
+    d = l * 0.5 - c * 0.5 if huge else l - c
     if p is not None:
         d = p * xp.where(p > 0, d, xp.zeros_like(d))
         pe = p
@@ -104,6 +109,9 @@ def _mean_block(cls, l, p, sums, xp, hi, lo, unit, seg, c):
             mass = xp.asarray(
                 np.array(np.broadcast_to(counts, tuple(lsum.shape))), dtype=l.dtype, device=dev
             )
+    if huge:
+        with np.errstate(over="ignore"):  # a sum beyond the float maximum: inf, as unhalved
+            lsum = lsum * 2.0
     extra = tuple(sums(pe)) if sums is not None else ()
     return cls(t=0.0, hi=hi, lo=lo, mass=mass, s=mass, q=None, lsum=lsum, sums=extra)
 

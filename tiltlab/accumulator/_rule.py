@@ -22,6 +22,7 @@ from ._support import (
     _ns,
     _scaled_gap,
     _select,
+    spread_overflows,
 )
 from .packed import exponent_terms, log_normaliser, moved_sums
 
@@ -272,12 +273,17 @@ class TiltState:
         ra_d, rb_d = _dev(ra, like), _dev(rb, like)
         with_q = a.q is not None and b.q is not None and (groups or merged.scale <= 1.0)
         with_lsum = a.lsum is not None and b.lsum is not None
+        # a spread beyond the float maximum: the shift differences are taken in halves
+        halved = with_lsum and spread_overflows(hi, lo, like.dtype, _ns(like))
+        plain = with_lsum and not halved
         ema_d, emb_d = (_dev(ema, like), _dev(emb, like)) if with_q else (None, None)
-        da_d, db_d = (_dev(da, like), _dev(db, like)) if with_lsum else (None, None)
+        da_d, db_d = (_dev(da, like), _dev(db, like)) if plain else (None, None)
         qa, qb = (a.q, b.q) if with_q else (None, None)
-        la, lb = (a.lsum, b.lsum) if with_lsum else (None, None)
+        la, lb = (a.lsum, b.lsum) if plain else (None, None)
         sa, qa, la = moved_sums(ra_d, ema_d, da_d, a.mass, a.s, qa, la)
         sb, qb, lb = moved_sums(rb_d, emb_d, db_d, b.mass, b.s, qb, lb)
+        if halved:
+            la, lb = _moved_lsum_halved(a, c, like), _moved_lsum_halved(b, c, like)
         s = sa + sb
         q = qa + qb if with_q else None
         lsum = la + lb if with_lsum else None
@@ -389,10 +395,11 @@ class GroupState(TiltState):
         like = self.s
         r_d = _dev(r, like)
         with_q, with_lsum = self.q is not None and out.scale <= 1.0, self.lsum is not None
-        s, q, lsum = (
-            None if x is None else xp.sum(x, axis=-1)
-            for x in _moved(self, r_d, em, d, like, with_q, with_lsum)
-        )
+        halved = with_lsum and spread_overflows(hi, lo, like.dtype, xp)
+        moved = _moved(self, r_d, em, d, like, with_q, with_lsum and not halved)
+        if halved:  # a spread beyond the float maximum: the shift differences in halves
+            moved = (moved[0], moved[1], _moved_lsum_halved(self, out.shift, like))
+        s, q, lsum = (None if x is None else xp.sum(x, axis=-1) for x in moved)
         mass = xp.sum(self.mass, axis=-1)
         # a sum, not a BLAS product: a threaded BLAS would wake its pool at every merge of
         # the compiled kernels' chunks, and its spinning threads would hold a core
@@ -434,6 +441,20 @@ def _moved(
         st.q if with_q else None,
         st.lsum if with_lsum else None,
     )
+
+
+def _moved_lsum_halved(st: TiltState, c: Any, like: Any) -> Any:
+    """``lsum + mass (shift - c)`` of ``st`` (per group for a group state) formed in
+    halves, for a merged spread that overflows the dtype of ``like``: ``shift - c`` may
+    overflow where the moved sum does not (doubling the halved sum is exact)."""
+    shift = st.shift
+    if st.is_groups:
+        with np.errstate(invalid="ignore"):
+            gap = np.where(st.present, shift * 0.5 - c * 0.5, 0.0)
+    else:
+        gap = shift * 0.5 - c * 0.5
+    with np.errstate(over="ignore"):  # beyond the float maximum: inf, as unhalved
+        return (st.lsum * 0.5 + st.mass * _dev(gap, like)) * 2.0
 
 
 def _rescale(t: float, st: TiltState, c: Any) -> tuple[Any, Any, Any]:

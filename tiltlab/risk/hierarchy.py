@@ -34,6 +34,7 @@ from ..accumulator import (
     finish_risk,
     group_risk,
     series_threshold,
+    spread_overflows,
 )
 from ..accumulator.packed import exponent_terms
 from ..segments import Segments, int_range, nest_parents, segment_counts
@@ -187,12 +188,15 @@ def group_level(v: Any, m: Any, M: Any, seg: Segments, tau: float, xp: Any, want
     of zero-mass children) and ``M`` (..., G) the groups' masses. Returns ``(R_g, w_cond)``
     with ``w_cond`` the weight of each child within its group (None unless ``want``).
     Finite tilts are the group form of the tilted reduction
-    (:meth:`~tiltlab.accumulator.TiltState.from_block` with ``segments``).
+    (:meth:`~tiltlab.accumulator.TiltState.from_block` with ``segments``), ``tau = 0``
+    the prior-weighted means (:func:`_mean_level`).
     """
     uniform = isinstance(m, float)
     prior = None if uniform else m
     if math.isinf(tau):
         return _extreme_level(v, m, seg, tau, xp, want, uniform)
+    if tau == 0.0:
+        return _mean_level(v, m, M, seg, xp, want, uniform)
     if not want:
         return group_risk(v, tau, prior, seg, xp, unit=m if uniform else None), None
     keep: list = []
@@ -201,14 +205,32 @@ def group_level(v: Any, m: Any, M: Any, seg: Segments, tau: float, xp: Any, want
         keep.append(pe)
         return ()
 
-    st = TiltState.from_block(v, tau, prior, sums=sums if want and tau != 0.0 else None,
-                              segments=seg, xp=xp, unit=m if uniform else None)
+    st = TiltState.from_block(v, tau, prior, sums=sums, segments=seg, xp=xp,
+                              unit=m if uniform else None)
     R = st.risk(xp, v.dtype)
-    if not want:
-        return R, None
-    if tau == 0.0:
-        return R, m / _segments.expand(M, seg, xp)
     return R, keep[0] / _segments.expand(st.s, seg, xp)
+
+
+def _mean_level(v: Any, m: Any, M: Any, seg: Segments, xp: Any, want: bool, uniform: bool):
+    """One level at ``tau = 0``: the prior-weighted mean of each group, and the prior as
+    the conditional weights.
+
+    Where the spread of the children overflows their dtype, a group's mean may lie more
+    than the float maximum above its smallest child, beyond what the state's sum relative
+    to that shift holds: the means are then those of the halved children, doubled (exact:
+    scaling by 2 commutes with rounding, and a mean lies between the extremes)."""
+    prior, unit = (None, m) if uniform else (m, None)
+    if want:
+        st = TiltState.from_block(v, 0.0, prior, segments=seg, xp=xp, unit=unit)
+        huge = spread_overflows(st.hi, st.lo, v.dtype, xp)
+        R = st.risk(xp, v.dtype)
+    else:  # finite children have finite means unless the spread overflows
+        R = group_risk(v, 0.0, prior, seg, xp, unit=unit)
+        huge = not bool(xp.all(xp.isfinite(R)))
+    if huge:
+        st = TiltState.from_block(v * 0.5, 0.0, prior, segments=seg, xp=xp, unit=unit)
+        R = st.risk(xp, v.dtype) * 2.0
+    return R, (m / _segments.expand(M, seg, xp) if want else None)
 
 
 def _extreme_level(v: Any, m: Any, seg: Segments, tau: float, xp: Any, want: bool,
