@@ -1,8 +1,9 @@
 """Dask: the hierarchical objective in one graph, and lazy risks (no compute at call time).
 
 References are independent of the code under test: closed forms evaluated here in float64
-with SciPy's ``logsumexp``, central finite differences of them, and the eager NumPy
-objective and risks (a different evaluation order: one process, no chunk states).
+with SciPy's ``logsumexp``, central finite differences of them, the 50-digit references of
+``tests/_contract.py``, and the eager NumPy objective and risks (a different evaluation
+order: one process, no chunk states).
 Laziness is checked by counting the runs of Dask's local schedulers (a callback) and the
 graphs a ``distributed`` scheduler receives (a scheduler plugin).
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from _contract import reference_hierarchy, reference_tilted
 
 import tiltlab as tl
 
@@ -621,3 +623,103 @@ def test_hierarchical_tilts_beyond_the_float32_range(codes):
         got = _lazy(lambda tilts=tilts: tl.hierarchical_risk(ld, gd, tilts))
         assert got.dtype == np.float32
         assert abs(float(got) - want) <= 8 * eps * abs(want), tilts
+
+
+# ---------------------------------------------------------------------------------------
+# finite prior weights whose total overflows
+
+#: finite priors whose total overflows: uniform near the float maximum, and unequal weights
+#: near it
+HUGE_PRIORS = {
+    np.float64: [[1e308] * 4, [1.7e308, 5e307, 1e308, 1.2e308]],
+    np.float32: [[1e38] * 4, [3.3e38, 1e37, 2e38, 3e38]],
+}
+HUGE_LOSSES = [0.1, 0.5, 2.0, 3.0]
+HUGE_TILTS = [-np.inf, -50.0, -1.0, 0.0, 1e-300, 1e-9, 1.0, 50.0, np.inf]
+
+
+def _within(deviation, bound):
+    """Every entry of ``deviation`` at most ``bound`` (broadcast)."""
+    deviation, bound = np.broadcast_arrays(np.asarray(deviation, dtype=np.float64), bound)
+    assert np.all(deviation <= bound), (deviation, bound)
+
+
+def _rounding_bound(t, spread, n, n_chunks):
+    """Roundings (in ulps, relative) of a risk's normaliser over ``n`` samples in
+    ``n_chunks`` chunks: each ``p exp(t (l - c))``, the sums and the finish take ``n + 4``,
+    ``exp`` of an argument rounded at ``|t| spread`` takes ``2 |t| spread``, and moving a
+    chunk's sums to the merged shift ``|t| spread + 2`` more per merge."""
+    k = 0.0 if np.isinf(t) else abs(t) * spread
+    return n + 4 + 2 * k + (n_chunks - 1) * (k + 2)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("chunks", [1, 2, 3])
+def test_prior_whose_total_overflows(dtype, chunks):
+    # the risks and weights are those of the normalised prior (for the uniform one, those
+    # without a prior), whatever the chunks: the 50-digit reference of the prior's values
+    l = np.array(HUGE_LOSSES, dtype=dtype)
+    l64 = [float(v) for v in l]
+    n, spread, top = len(l64), float(np.ptp(l64)), max(abs(v) for v in l64)
+    eps, tiny = float(np.finfo(dtype).eps), float(np.finfo(dtype).smallest_normal)
+    n_chunks = -(-n // chunks)
+    ld = da.from_array(l, chunks=chunks)
+    held = [float(np.asarray(t, dtype=dtype)) for t in HUGE_TILTS]  # as the dtype holds them
+    rtol = np.array([_rounding_bound(t, spread, n, n_chunks) * eps for t in held])
+    rows = np.stack([l, l[::-1], l[[2, 0, 3, 1]]])
+    g = np.array([0, 0, 1, 1])
+    for prior in HUGE_PRIORS[dtype]:
+        p = np.array(prior, dtype=dtype)
+        with np.errstate(over="ignore"):
+            assert np.all(np.isfinite(p)) and not np.isfinite(p.sum())
+        pq = [float(v) for v in p]
+        pd = da.from_array(p, chunks=chunks)
+        refs = [reference_tilted(l64, t, pq) for t in held]
+        want = np.array([float(r) for r, _ in refs])
+        grid = _lazy(lambda pd=pd: tl.tilted_risk(ld, np.array(HUGE_TILTS), weights=pd))
+        assert grid.dtype == dtype
+        _within(np.abs(grid - want), rtol * top + tiny)
+        dgrid = _lazy(lambda pd=pd: tl.tilted_risk(ld, da.asarray(HUGE_TILTS), weights=pd))
+        _within(np.abs(dgrid - want), rtol * top + tiny)
+        # the prior times a power of two (exact) that makes its total finite: the same bits
+        small = da.from_array(np.ldexp(p, 1 - np.frexp(p.max())[1]), chunks=chunks)
+        np.testing.assert_array_equal(
+            grid, _lazy(lambda s=small: tl.tilted_risk(ld, np.array(HUGE_TILTS), weights=s))
+        )
+        for t, (_, ref_w), want_r, tol in zip(HUGE_TILTS, refs, want, rtol, strict=True):
+            r = _lazy(lambda t=t, pd=pd: tl.tilted_risk(ld, t, weights=pd))
+            assert r.dtype == dtype and abs(float(r) - want_r) <= tol * top, t
+            w = _lazy(lambda t=t, pd=pd: tl.tilted_weights(ld, t, weights=pd))
+            want_w = np.array([float(v) for v in ref_w])
+            assert w.dtype == dtype
+            # weights below the normal range keep that many of its ulps (absolutely)
+            _within(np.abs(w - want_w), tol * (want_w + tiny) + tiny * eps)
+        # N-d losses: one risk per row, along either axis
+        want_rows = np.array(
+            [
+                [float(reference_tilted([float(v) for v in row], t, pq)[0]) for row in rows]
+                for t in held
+            ]
+        )
+        Ld = da.from_array(rows, chunks=(2, chunks))
+        for lazy_rows, ax in ((Ld, 1), (Ld.T, 0)):
+            got = _lazy(
+                lambda a=lazy_rows, ax=ax, pd=pd: tl.tilted_risk(
+                    a, np.array(HUGE_TILTS), axis=ax, weights=pd
+                )
+            )
+            assert got.dtype == dtype and got.shape == want_rows.shape
+            _within(np.abs(got - want_rows), rtol[:, None] * top + tiny)
+        # two groups of two samples, NumPy and Dask labels: the bound at each level, added
+        for tilts in [(1.0, -2.0), (-1.0, 0.0), (np.inf, 1.0), (2.0, -np.inf), (0.0, 50.0)]:
+            want_h, want_hw = reference_hierarchy(l64, [g], list(tilts), prior=pq)
+            hb = sum(_rounding_bound(t, spread, n, n_chunks) for t in tilts) * eps
+            for labels in (g, da.from_array(g, chunks=chunks)):
+                got = _lazy(
+                    lambda t=tilts, g=labels, pd=pd: tl.hierarchical_risk(ld, g, t, weights=pd)
+                )
+                assert got.dtype == dtype and abs(float(got) - float(want_h)) <= hb * top, tilts
+                hw = np.asarray(tl.hierarchical_weights(ld, labels, tilts, weights=pd).compute())
+                want_hw = np.array([float(v) for v in want_hw])
+                assert hw.dtype == dtype
+                _within(np.abs(hw - want_hw), hb * (want_hw + tiny))

@@ -178,9 +178,6 @@ HUGE_PRIORS = {
 }
 
 
-@pytest.mark.skip_xp_backend(
-    "dask", reason="Dask's one-graph risk functions sum the prior chunk by chunk"
-)
 @pytest.mark.parametrize("dtype_name", ["float64", "float32"])
 def test_prior_whose_total_overflows(xp, dtype_name):
     values, priors = HUGE_PRIORS[dtype_name]

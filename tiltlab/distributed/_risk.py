@@ -72,7 +72,7 @@ def dask_tilted_weights(losses: Any, t: Any, *, axis: int, weights: Any,
         return None
     l = losses.astype(work)
     R = R.astype(work)
-    p = None if weights is None else _weights_like(weights, losses).astype(work)
+    p = None if weights is None else _weights_like(weights, losses)
     if math.isinf(tv):
         e = da.where(l == R, 1.0, 0.0).astype(work) + R * 0  # NaN risk: NaN weights
     else:
@@ -126,6 +126,8 @@ def _in_precision(t: float, work: Any) -> float:
 
 
 def _weights_like(weights: Any, losses: Any) -> Any:
+    """1-d prior ``weights`` as a lazy Dask array chunked as the samples of ``losses``, in
+    the dtype their states accumulate in and scaled by :func:`_scaled_down`."""
     import dask.array as da
 
     if weights is None:
@@ -136,7 +138,29 @@ def _weights_like(weights: Any, losses: Any) -> Any:
             f"`weights` has length {w.shape[0] if w.ndim == 1 else tuple(w.shape)} but "
             f"`losses` has {losses.shape[0]} samples along `axis`"
         )
-    return w.rechunk((losses.chunks[0],))
+    return _scaled_down(w.rechunk((losses.chunks[0],)).astype(_work_dtype(losses)))
+
+
+def _scaled_down(w: Any) -> Any:
+    """Prior weights ``w`` (a 1-d Dask array of floats) whose largest reaches
+    ``2**(maxexp / 2)`` of their dtype, times the power of two that brings it into
+    ``[1, 2)``: one factor for all chunks, so that no chunk's total and no merged total
+    overflows.
+
+    The factor is a lazy reduction of the graph (nothing runs at call time) and exact. The
+    risks and weights are those of ``w`` (every sum of the states is linear in the prior
+    and the finish takes their ratios; scaling by a power of two commutes with rounding)
+    except where a product with a scaled weight falls below the normal range. Smaller
+    weights, whose total over fewer than ``2**63`` samples is finite, and weights that are
+    not all finite (the chunks raise on them) are kept bit for bit.
+    """
+    import dask.array as da
+
+    largest = w.max()
+    huge = da.isfinite(largest) & (largest >= 2.0 ** (np.finfo(w.dtype).maxexp // 2))
+    # largest = m 2**k with 0.5 <= m < 1: times 2**(1 - k) it lies in [1, 2); 1 = 0.5 * 2
+    _, k = da.frexp(da.where(huge, largest, 1))
+    return da.ldexp(w, 1 - k)
 
 
 def _blocks(a: Any) -> list:
