@@ -31,8 +31,9 @@ from .fast_path import _quiet
 from .inputs import narrow, prepare_losses, prepare_tilts, widen_half
 from .kernels import _inplace_exp, risk_kernel, weights_kernel
 
-# the package re-exports ``risk_weights_scalar``; the routes are for tiltlab.risk.hierarchy
-__all__ = ["risk_weights_scalar", "tilts_in_precision"]
+# the package re-exports ``risk_weights_scalar``; the routes and ``tilts_in_precision`` are for
+# tiltlab.risk.hierarchy
+__all__ = ["risk_weights_scalar"]
 
 
 def tilts_in_precision(ts: Sequence[float], like: Any, xp: Any) -> list[float]:
