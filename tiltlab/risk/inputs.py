@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from .._compat import (
     array_result,
     as_float_array,
@@ -108,10 +110,13 @@ def prepare_prior(weights: Any, l: Any, xp: Any, axis: int | None = None) -> Any
     check_finite(p, xp, name="weights")
     if not bool(xp.all(p >= 0)):
         raise ValueError("`weights` must be non-negative")
-    p = _scaled_down(p, xp)
-    total = xp.sum(p, axis=-1, keepdims=True)
-    if not bool(xp.all(total > 0)):
-        raise ValueError("`weights` must not be all zero")
+    with np.errstate(over="ignore"):  # a total that overflows is scaled down below
+        total = xp.sum(p, axis=-1, keepdims=True)
+        if not bool(xp.all((total > 0) & (total < xp.inf))):  # one read, as for zero alone
+            if not bool(xp.all(total > 0)):
+                raise ValueError("`weights` must not be all zero")
+            p = _scaled_down(p, xp)  # finite weights whose total overflows
+            total = xp.sum(p, axis=-1, keepdims=True)
     return p / total
 
 
