@@ -653,6 +653,7 @@ def _rounding_bound(t, spread, n, n_chunks):
     return n + 4 + 2 * k + (n_chunks - 1) * (k + 2)
 
 
+@pytest.mark.slow  # about 6 s a case; test_risk.py's Dask case covers it in the push tier
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("chunks", [1, 2, 3])
 def test_prior_whose_total_overflows(dtype, chunks):
