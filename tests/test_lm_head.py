@@ -413,9 +413,10 @@ def test_module_accumulation_raises_where_the_weights_leave_the_dtype(level):
     # accumulation, as one call on the union would not); the error says so
     from tiltlab.torch import TiltedCrossEntropy
 
-    W = torch.tensor([[1.0], [-1.0]], requires_grad=True)
-    first = torch.tensor([[-5.0, -5.5], [-5.25, -5.0]])[..., None]
-    second = torch.tensor([[5.0, 5.0], [-6.0, -6.0]])[..., None]
+    f32 = torch.float32  # explicit: the test suite may make float64 the default
+    W = torch.tensor([[1.0], [-1.0]], dtype=f32, requires_grad=True)
+    first = torch.tensor([[-5.0, -5.5], [-5.25, -5.0]], dtype=f32)[..., None]
+    second = torch.tensor([[5.0, 5.0], [-6.0, -6.0]], dtype=f32)[..., None]
     y = torch.zeros(2, 2, dtype=torch.int64)
     loss_fn = TiltedCrossEntropy(-10.0, level=level, accumulation_steps=2)
     loss_fn(first, W, y).backward()

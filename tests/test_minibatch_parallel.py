@@ -254,7 +254,7 @@ def test_accumulation_compiled_skips_such_a_micro_batch_and_check_says_so():
     parts = [[10.0, 11.0], [0.5, 12.0], [10.5]]
     module = TiltedLoss(t=-10.0, accumulation_steps=3).to(torch.float64)
     compiled = torch.compile(module, fullgraph=True, backend="aot_eager")
-    leaves = [torch.tensor(p, requires_grad=True) for p in parts]
+    leaves = [torch.tensor(p, dtype=torch.float32, requires_grad=True) for p in parts]
     values = []
     for x in leaves:
         value = compiled(x)
