@@ -15,7 +15,13 @@ from .._compat import PicklableNamespace, array_result, is_lazy
 from ..risk import prepare_tilts
 from .blocks import BLOCK_BYTES
 from .engines import Context, engines_for
-from .engines.generic import GENERIC, _check_finite_result, _reads_extremes, aggregate
+from .engines.generic import (
+    GENERIC,
+    _check_finite_result,
+    _on_cpu,
+    _reads_extremes,
+    aggregate,
+)
 from .engines.onepass import check_block_rows, rows_per_block
 from .engines.parameter import PARAMETER
 from .linearization import Linearization
@@ -381,8 +387,11 @@ def _checked(problem: TiltedProblem, engine: Any, op: str, out: Any, theta: Any)
     reduction makes at a finite non-zero tilt, for an engine that does not make it
     itself, at ``t = 0`` or ``t = +-inf``: a non-finite value sends ``theta`` to
     :meth:`TiltedProblem.check_finite_theta` (products, which have no value, send it
-    there directly). No host read on lazy backends."""
+    there directly). No host read on lazy backends or on a device (CuPy, PyTorch on a
+    GPU), whose evaluations keep their budget of host reads."""
     if engine.checks_theta or _reads_extremes(problem) or is_lazy(problem.xp):
+        return out
+    if not _on_cpu(theta):
         return out
     if op == "value":
         _check_finite_result(problem, out, theta)

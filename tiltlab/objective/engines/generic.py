@@ -48,7 +48,8 @@ def aggregate(
     come from a non-finite ``theta``: that raises a ``ValueError`` naming it. At a finite
     non-zero tilt the reduction reads the losses' extremes and rejects non-finite ones by
     itself; at ``t = 0`` and ``t = +-inf`` (the mean, the extremes) a non-finite risk sends
-    ``theta`` to the same check, on eager backends.
+    ``theta`` to the same check, on eager backends in host memory (on a device the
+    result is not read back: NaN there).
     """
     xp = problem.xp
     tilts = problem.tilts
@@ -87,10 +88,19 @@ def _reads_extremes(problem: Any) -> bool:
     return problem.tree is not None or (t != 0 and math.isfinite(t))
 
 
+def _on_cpu(x: Any) -> bool:
+    """Whether the array ``x`` lives in host memory (NumPy, array-api-strict, PyTorch on
+    the CPU), where reading a 0-d result costs no device synchronisation."""
+    dev = device(x)
+    return "cpu" in str(getattr(dev, "type", dev)).lower()
+
+
 def _check_finite_result(problem: Any, value: Any, theta: Any) -> None:
     """Raise the ``ValueError`` naming ``theta`` when ``value`` (a 0-d array, read on the
-    host) is not finite because ``theta`` is not; nothing on lazy backends."""
-    if is_lazy(problem.xp):
+    host) is not finite because ``theta`` is not; nothing on lazy backends, nor on a
+    device, whose evaluations keep their budget of host reads (a NaN ``theta`` gives a
+    NaN result there)."""
+    if is_lazy(problem.xp) or not _on_cpu(value):
         return
     v = float(value)
     if not math.isfinite(v):
