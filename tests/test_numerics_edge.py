@@ -299,6 +299,7 @@ def test_float32_hierarchy_tilts_beyond_float32_range(xp, xp_name, tilts):
     assert np.all(np.abs(w - want_w) <= rtol * want_w + 1e-45), (w, want_w)
 
 
+@pytest.mark.slow  # compiles the float32 labelled kernels; the small case runs in push
 @pytest.mark.parametrize("tilts", HUGE_TILTS)
 def test_float32_hierarchy_tilts_beyond_float32_range_large(tilts):
     # every sample repeated 2^14 times: the group risks and masses are those of the five

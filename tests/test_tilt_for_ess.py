@@ -213,6 +213,7 @@ def test_backends(xp, dtype_name):
     assert_close(tl.tilt_for_ess(l, 1.0), 0.0, xp=xp, dtype=dtype)
 
 
+@pytest.mark.slow  # test_risk.py covers prepare_prior on every backend in push
 def test_prior_whose_total_overflows(xp):
     # finite weights whose sum overflows: the uniform prior at the float maximum, and
     # unequal weights near it; the root is that of the normalised prior

@@ -163,6 +163,7 @@ def test_backends(xp, dtype_name):
         assert got.shape == ()
 
 
+@pytest.mark.slow  # test_risk.py covers prepare_prior on every backend in push
 def test_prior_whose_total_overflows(xp):
     # finite weights whose sum overflows: the uniform prior at the float maximum, and
     # unequal weights near it; the root is that of the normalised prior
