@@ -277,17 +277,18 @@ def test_sequence_level_with_empty_chunks(t, chunk, monkeypatch):
             torch.testing.assert_close(a, r, **TOL)
 
 
+#: every level with each normaliser it takes
+LEVELS_AND_NORMALISERS = [
+    ("token", "weights"),
+    ("token", "count"),
+    ("sequence", "weights"),
+    ("sequence", "count"),
+    ("group", "weights"),
+]
+
+
 @pytest.mark.parametrize("bad", [math.nan, math.inf])
-@pytest.mark.parametrize(
-    ("level", "normalize"),
-    [
-        ("token", "weights"),
-        ("token", "count"),
-        ("sequence", "weights"),
-        ("sequence", "count"),
-        ("group", "weights"),
-    ],
-)
+@pytest.mark.parametrize(("level", "normalize"), LEVELS_AND_NORMALISERS)
 def test_ignored_positions_do_not_reach_the_value_or_the_gradients(bad, level, normalize):
     # a non-finite hidden state where the target is ignored (padding) is never read: the
     # value and the gradients are those with that hidden state replaced by zeros
@@ -318,16 +319,7 @@ def test_ignored_positions_do_not_reach_the_value_or_the_gradients(bad, level, n
 
 @pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
 @pytest.mark.parametrize("where", ["hidden", "weight", "bias"])
-@pytest.mark.parametrize(
-    ("level", "normalize"),
-    [
-        ("token", "weights"),
-        ("token", "count"),
-        ("sequence", "weights"),
-        ("sequence", "count"),
-        ("group", "weights"),
-    ],
-)
+@pytest.mark.parametrize(("level", "normalize"), LEVELS_AND_NORMALISERS)
 def test_non_finite_losses_raise_with_either_normaliser(bad, where, level, normalize):
     # a NaN or infinite input at a token with a loss: every level and normaliser raises the
     # same error, with and without gradients (never a NaN value or gradient)

@@ -166,16 +166,18 @@ def test_accumulation_rules():
         TiltedLoss(t=math.inf, accumulation_steps=2)(torch.rand(3))
 
 
-def _accumulate(torch, parts, t, dtype, **kwargs):
-    """Micro-batches of losses (each its own leaf) through one accumulation step; returns
-    the leaves, the values and the module."""
+def _accumulate(torch, parts, t, dtype, wrap=None, **kwargs):
+    """Micro-batches of losses (each its own leaf) through one accumulation step, the
+    module called through ``wrap(module)`` if given (``torch.compile``); returns the
+    leaves, the values and the module."""
     from tiltlab.torch import TiltedLoss
 
     acc = TiltedLoss(t=t, accumulation_steps=len(parts), **kwargs).to(torch.float64)
+    call = acc if wrap is None else wrap(acc)
     leaves = [torch.tensor(p, dtype=dtype, requires_grad=True) for p in parts]
     values = []
     for x in leaves:
-        value = acc(x)
+        value = call(x)
         value.backward()
         values.append(value.detach())
     acc.finish_step(leaves)
@@ -248,20 +250,17 @@ def test_accumulation_without_check_finite_skips_and_counts_such_a_micro_batch()
 def test_accumulation_compiled_skips_such_a_micro_batch_and_check_says_so():
     # compiled (no host read) the micro-batch is skipped and counted, as a non-finite one
     torch = pytest.importorskip("torch")
-    from tiltlab.torch import TiltedLoss
 
     torch._dynamo.reset()
     parts = [[10.0, 11.0], [0.5, 12.0], [10.5]]
-    module = TiltedLoss(t=-10.0, accumulation_steps=3).to(torch.float64)
-    compiled = torch.compile(module, fullgraph=True, backend="aot_eager")
-    leaves = [torch.tensor(p, dtype=torch.float32, requires_grad=True) for p in parts]
-    values = []
-    for x in leaves:
-        value = compiled(x)
-        value.backward()
-        values.append(value.item())
-    module.finish_step(leaves)
-    assert math.isnan(values[1]) and not math.isnan(values[2])
+    leaves, values, module = _accumulate(
+        torch,
+        parts,
+        -10.0,
+        torch.float32,
+        wrap=lambda m: torch.compile(m, fullgraph=True, backend="aot_eager"),
+    )
+    assert math.isnan(values[1].item()) and not math.isnan(values[2].item())
     assert int(module.nonfinite) == 1 and bool((leaves[1].grad == 0).all())
     got = torch.cat([leaves[0].grad, leaves[2].grad]).double().numpy()
     want = _tilted_weights64([parts[0], parts[2]], -10.0)
