@@ -155,6 +155,7 @@ def test_tangent_path_equals_cold_solves(method):
     assert path.n_passes > sum(r.n_passes for r in path.results)
 
 
+@pytest.mark.slow  # 5-6 s on Dask; the push tier runs the tangent path on NumPy
 def test_tangent_path_float32_and_backends(xp):
     X, y = _squared()
     ts = [-0.5, 0.0, 0.5, 1.0, 1.5]
