@@ -508,11 +508,14 @@ class TiltedLinearBase(BaseEstimator):
         return take_rows(xp.concat([w, zero], axis=0), where, xp)
 
     def _warn_convergence(self, results: list, problems: list) -> None:
-        # the gradient test cannot be met at the kinks of non-smooth losses (absolute,
-        # hinge): their runs end at max_iter or a stalled line search, silently
-        if any(p.loss.name in KINKED_LOSSES for p in problems):
-            return
+        from ..solvers import Status
+
         bad = [r for r in results if not r.success]
+        if any(p.loss.name in KINKED_LOSSES for p in problems):
+            # the gradient test cannot be met at the kinks of non-smooth losses (absolute,
+            # hinge, pinball): a line search that stalls there ends their runs silently; an
+            # exhausted budget means the value test was not met either, and warns
+            bad = [r for r in bad if r.status != Status.LINE_SEARCH_FAILED]
         if bad:
             warnings.warn(
                 f"{type(self).__name__}: the solver did not converge ({bad[0].message}); "

@@ -97,9 +97,9 @@ class TiltedClassifier(ClassifierMixin, TiltedLinearBase):
     The hinge loss has a kink, where no gradient test can certify convergence: its fits
     also stop once the objective falls by less than ``tol`` (relative) over 30 iterations
     (status ``VALUE_CONVERGED``; ``solver_options={"ftol": 0}`` turns this off), or when
-    the line search stalls, without a ConvergenceWarning (``"squared_hinge"`` is
-    differentiable and converges in the usual sense). Array-API
-    inputs: as for :class:`TiltedRegressor`.
+    the line search stalls, without a ConvergenceWarning (a run that uses up ``max_iter``
+    warns; ``"squared_hinge"`` is differentiable and converges in the usual sense).
+    Array-API inputs: as for :class:`TiltedRegressor`.
 
     Examples
     --------

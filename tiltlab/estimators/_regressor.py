@@ -163,7 +163,8 @@ class TiltedRegressor(RegressorMixin, TiltedLinearBase):
     The absolute loss has a kink, where no gradient test can certify convergence: its fits
     also stop once the objective falls by less than ``tol`` (relative) over 30 iterations
     (status ``VALUE_CONVERGED``; ``solver_options={"ftol": 0}`` turns this off), or when
-    the line search stalls, without a ConvergenceWarning.
+    the line search stalls, without a ConvergenceWarning; a run that uses up ``max_iter``
+    warns.
 
     Examples
     --------
