@@ -295,23 +295,28 @@ class TiltedClassifier(ClassifierMixin, TiltedLinearBase):
             )
         return True
 
-    @available_if(_has_proba)
-    def predict_proba(self, X: Any) -> Any:
-        """Class probabilities, shape (n_samples, n_classes) (logistic/multinomial only)."""
-        self._check_fitted(X, "predict_proba")
+    def _shifted_scores(self, X: Any, method: str) -> Any:
+        """Class scores less their row maximum, one column per class."""
+        self._check_fitted(X, method)
         X, xp = self._validate_X(X, reset=False)
         if X.dtype != self.coef_.dtype:
             X = xp.astype(X, self.coef_.dtype)
         z = X @ self.coef_.T + self.intercept_
         if z.shape[1] == 1:
             z = xp.concat([xp.zeros_like(z), z], axis=1)
-        z = z - xp.max(z, axis=1, keepdims=True)
-        e = xp.exp(z)
-        return e / xp.sum(e, axis=1, keepdims=True)
+        return z - xp.max(z, axis=1, keepdims=True)
+
+    @available_if(_has_proba)
+    def predict_proba(self, X: Any) -> Any:
+        """Class probabilities, shape (n_samples, n_classes) (logistic/multinomial only)."""
+        z = self._shifted_scores(X, "predict_proba")
+        e = namespace(z).exp(z)
+        return e / namespace(z).sum(e, axis=1, keepdims=True)
 
     @available_if(_has_proba)
     def predict_log_proba(self, X: Any) -> Any:
-        """Logarithms of :meth:`predict_proba`."""
-        self._check_fitted(X, "predict_log_proba")
-        p = self.predict_proba(X)
-        return namespace(p).log(p)
+        """Logarithms of :meth:`predict_proba`, computed as the log-softmax of the scores
+        (finite where a probability underflows to 0)."""
+        z = self._shifted_scores(X, "predict_log_proba")
+        xp = namespace(z)
+        return z - xp.log(xp.sum(xp.exp(z), axis=1, keepdims=True))
