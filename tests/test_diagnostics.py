@@ -607,6 +607,29 @@ def test_entropy_and_ess_closed_forms():
     assert_close(effective_sample_size(w), 1.0 / np.sum(q**2, axis=1), xp=np, rtol=1e-13)
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_entropy_and_ess_of_weights_whose_sum_overflows(dtype):
+    # finite weights near the largest float (e.g. raw exp(t l) in float32): their sum
+    # overflows, yet both statistics only depend on the ratios w_i / w_j
+    big = float(np.finfo(dtype).max) * 0.9
+    rows = [[big, big, 1.0], [big, big / 3, 0.0]]
+    mpmath = pytest.importorskip("mpmath")
+    with mpmath.workdps(50):
+        ent_ref, ess_ref = [], []
+        for row in rows:
+            wm = [mpmath.mpf(float(dtype(v))) for v in row]
+            q = [v / sum(wm) for v in wm]
+            ent_ref.append(float(-sum(v * mpmath.log(v) for v in q if v > 0)))
+            ess_ref.append(float(1 / sum(v * v for v in q)))
+    w = np.array(rows, dtype=dtype)
+    eps = float(np.finfo(dtype).eps)
+    # both are well conditioned in the weights: a few roundings of relative size eps
+    ent, ess = weight_entropy(w), effective_sample_size(w)
+    assert ent.dtype == dtype and ess.dtype == dtype
+    np.testing.assert_allclose(ent, ent_ref, rtol=16 * eps)
+    np.testing.assert_allclose(ess, ess_ref, rtol=16 * eps)
+
+
 @pytest.mark.parametrize(
     "weights, match",
     [

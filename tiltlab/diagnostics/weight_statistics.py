@@ -7,7 +7,7 @@ from typing import Any
 
 from .._compat import (
     as_float_array,
-    check_nonneg_weights,
+    check_finite,
     namespace_of,
     normalize_axis,
 )
@@ -40,6 +40,12 @@ class WeightStats:
 
 
 def _prepare_weights(weights: Any, axis: int, xp: Any) -> tuple[Any, Any, int]:
+    """Validated weights scaled by their largest entry along ``axis`` (which is 1).
+
+    Both statistics depend on the ratios of the weights only; scaling by the maximum
+    (not the sum) keeps finite weights whose sum overflows, or that underflow when
+    divided by it, exact.
+    """
     xp = namespace_of(weights=weights) if xp is None else xp
     w = as_float_array(weights, xp, name="weights")
     if w.ndim == 0:
@@ -47,8 +53,13 @@ def _prepare_weights(weights: Any, axis: int, xp: Any) -> tuple[Any, Any, int]:
     if any(s == 0 for s in w.shape):
         raise ValueError(f"`weights` must not be empty (shape {tuple(w.shape)})")
     ax = normalize_axis(axis, w.ndim)
-    check_nonneg_weights(w, xp, name="weights", axis=ax)
-    return xp, w / xp.sum(w, axis=ax, keepdims=True), ax
+    check_finite(w, xp, name="weights")
+    if not bool(xp.all(w >= 0)):
+        raise ValueError("`weights` must be non-negative")
+    top = xp.max(w, axis=ax, keepdims=True)
+    if not bool(xp.all(top > 0)):
+        raise ValueError("`weights` must not be all zero")
+    return xp, w / top, ax
 
 
 def weight_entropy(weights: Any, *, axis: int = -1, xp: Any = None) -> Any:
@@ -86,7 +97,8 @@ def weight_entropy(weights: Any, *, axis: int = -1, xp: Any = None) -> Any:
     >>> float(weight_entropy(np.array([0.0, 1.0, 0.0])))
     0.0
     """
-    xp, q, ax = _prepare_weights(weights, axis, xp)
+    xp, s, ax = _prepare_weights(weights, axis, xp)
+    q = s / xp.sum(s, axis=ax, keepdims=True)
     pos = q > 0
     logq = xp.log(xp.where(pos, q, xp.ones_like(q)))
     return 0.0 - xp.sum(xp.where(pos, q * logq, xp.zeros_like(q)), axis=ax)
@@ -124,9 +136,9 @@ def effective_sample_size(weights: Any, *, axis: int = -1, xp: Any = None) -> An
     >>> float(effective_sample_size(np.array([0.0, 2.0, 0.0])))
     1.0
     """
-    xp, q, ax = _prepare_weights(weights, axis, xp)
-    # scale by the largest weight (not the sum): exact for equal weights, no underflow
-    s = q / xp.max(q, axis=ax, keepdims=True)
+    # weights scaled by the largest (not by the sum): exact for equal weights, and neither
+    # overflow nor underflow
+    xp, s, ax = _prepare_weights(weights, axis, xp)
     total = xp.sum(s, axis=ax)
     return total * total / xp.sum(s * s, axis=ax)
 
