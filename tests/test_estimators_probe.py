@@ -13,7 +13,7 @@ pytest.importorskip("sklearn")
 
 from scipy.special import log_softmax  # noqa: E402
 from sklearn.exceptions import ConvergenceWarning  # noqa: E402
-from sklearn.linear_model import QuantileRegressor  # noqa: E402
+from sklearn.linear_model import LinearRegression, QuantileRegressor  # noqa: E402
 
 from tiltlab.estimators import (  # noqa: E402
     TiltedClassifier,
@@ -86,3 +86,66 @@ def test_predict_log_proba_of_extreme_scores_is_log_softmax(loss, n_classes):
     atol = 8 * np.finfo(np.float64).eps * np.abs(scores).max()
     np.testing.assert_allclose(got, ref, rtol=1e-12, atol=atol)
     np.testing.assert_allclose(np.exp(got), est.predict_proba(Xe), atol=1e-15)
+
+
+# ------------------------------------------------------------- extreme sample weights
+
+
+@pytest.mark.parametrize("t", [0.0, 0.5])
+def test_huge_sample_weights_act_as_their_ratios(t):
+    # only the ratios of the weights count (they are normalised): weights whose sum
+    # overflows float64 give the fit of the same weights scaled down
+    X, y = _regression(n=40)
+    ratios = np.r_[np.ones(20), np.full(20, 3.0)]
+    huge = 5e307 * ratios  # finite; their sum is not
+    est = TiltedRegressor(t=t, tol=1e-10).fit(X, y, sample_weight=huge)
+    if t == 0.0:
+        ref = LinearRegression().fit(X, y, sample_weight=ratios)
+        ref_coef, ref_b = ref.coef_, ref.intercept_
+        np.testing.assert_allclose(est.tilted_weights_, ratios / ratios.sum(), rtol=1e-14)
+    else:
+        ref = TiltedRegressor(t=t, tol=1e-10).fit(X, y, sample_weight=ratios)
+        ref_coef, ref_b = ref.coef_, ref.intercept_
+    # tol 1e-10 on the gradient, condition number of X^T X ~ 1e4 (feature scales 1 to 100)
+    np.testing.assert_allclose(est.coef_, ref_coef, rtol=1e-7, atol=1e-9)
+    assert est.intercept_ == pytest.approx(ref_b, rel=1e-7, abs=1e-8)
+    assert est.tilted_weights_.sum() == pytest.approx(1.0, rel=1e-12)
+
+
+@pytest.mark.parametrize("scale", [1e39, 1e-50])
+def test_float32_data_take_weights_beyond_the_float32_range(scale):
+    # finite, positive float64 weights whose float32 rounding is inf or 0
+    X, y = _regression(n=40)
+    X32, y32 = X.astype(np.float32), y.astype(np.float32)
+    ratios = np.r_[np.ones(20), np.full(20, 2.0)]
+    est = TiltedRegressor().fit(X32, y32, sample_weight=scale * ratios)
+    ref = LinearRegression().fit(
+        X32.astype(np.float64), y32.astype(np.float64), sample_weight=ratios
+    )
+    assert est.coef_.dtype == np.float32
+    # float32 solve of a problem with condition number ~ 1e4: relative error ~ 1e4 * 6e-8
+    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=2e-3, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "weight, match",
+    [
+        (0.0, "`sample_weight` must not be all zero"),
+        (-1.0, "`sample_weight` must be non-negative"),
+        (np.nan, "`sample_weight` must be finite"),
+        (np.inf, "`sample_weight` must be finite"),
+    ],
+)
+def test_bad_scalar_sample_weight_is_named(weight, match):
+    X, y = _regression(n=20)
+    with pytest.raises(ValueError, match=match):
+        TiltedRegressor(t=0.5).fit(X, y, sample_weight=weight)
+
+
+def test_scalar_sample_weight_beyond_float32_is_uniform():
+    X, y = _regression(n=20)
+    X32, y32 = X.astype(np.float32), y.astype(np.float32)
+    est = TiltedRegressor().fit(X32, y32, sample_weight=1e39)
+    ref = LinearRegression().fit(X32.astype(np.float64), y32.astype(np.float64))
+    # float32 solve of a problem with condition number ~ 1e4: relative error ~ 1e4 * 6e-8
+    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=2e-3, atol=1e-4)

@@ -152,20 +152,26 @@ def check_solver_options(options: Any) -> dict[str, Any]:
 
 
 def check_sample_weight(sample_weight: Any, n: int, X: Any, xp: Any) -> Any:
-    """``sample_weight`` as a finite non-negative array of X's dtype and device (or None)."""
+    """``sample_weight`` as a finite non-negative array of X's dtype and device (or None).
+
+    The weights are the prior of the tilted risk, which normalises them: only their ratios
+    count. Weights whose sum would overflow ``X``'s floating type, or whose largest is
+    below its smallest normal number (as float64 weights for float32 data can be), are
+    divided by their largest before the cast to that type; others are cast unchanged.
+    """
     if sample_weight is None:
         return None
-    if isinstance(sample_weight, numbers.Number):
-        return xp.full((n,), float(sample_weight), dtype=X.dtype, device=device(X))
+    if isinstance(sample_weight, numbers.Real):  # one weight for every row: same checks
+        sample_weight = np.full(n, float(sample_weight))
     if not is_numpy(xp) and is_array_api_obj(sample_weight):
         sw = follow_X(sample_weight, X, xp)
-        sw = xp.astype(sw, X.dtype)
+        if not xp.isdtype(sw.dtype, "real floating"):
+            sw = xp.astype(sw, X.dtype)
     else:
         sw_np = np.asarray(to_numpy(sample_weight))
         if sw_np.dtype.kind not in "biuf":
             raise TypeError(f"`sample_weight` must hold numbers, got dtype {sw_np.dtype}")
         sw = xp.asarray(sw_np.astype(np.float64), device=device(X))
-        sw = xp.astype(sw, X.dtype)
     if sw.ndim != 1 or int(sw.shape[0]) != n:
         raise ValueError(
             f"`sample_weight` must have shape ({n},) (one weight per sample), got {tuple(sw.shape)}"
@@ -174,9 +180,13 @@ def check_sample_weight(sample_weight: Any, n: int, X: Any, xp: Any) -> Any:
         raise ValueError("`sample_weight` must be finite")
     if not bool(xp.all(sw >= 0)):
         raise ValueError("`sample_weight` must be non-negative")
-    if not bool(xp.sum(sw) > 0):
+    largest = float(xp.max(sw))
+    if not largest > 0:
         raise ValueError("`sample_weight` must not be all zero")
-    return sw
+    info = xp.finfo(X.dtype)
+    if not (float(info.smallest_normal) <= largest <= float(info.max) / n):
+        sw = sw / largest
+    return xp.astype(sw, X.dtype)
 
 
 def check_groups(groups: Any, n: int) -> list[np.ndarray]:
