@@ -510,6 +510,26 @@ def test_kl_divergence_matches_scipy():
     np.testing.assert_allclose(npf(tb.kl_divergence(q.T, p, axis=0)), want, rtol=1e-13)
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_kl_divergence_of_weights_whose_sum_overflows(dtype):
+    # q and p are normalised first, so only the ratios of their entries matter; finite
+    # entries near the largest float must not turn the sums into inf
+    big = dtype(float(np.finfo(dtype).max) * 0.9)
+    cases = [([big, big], [1.0, 3.0]), ([1.0, 3.0], [big, big]), ([big, big / 4, 0], [big] * 3)]
+    for qv, pv in cases:
+        with mpmath.workdps(50):
+            qm = [mpmath.mpf(float(dtype(v))) for v in qv]
+            pm = [mpmath.mpf(float(dtype(v))) for v in pv]
+            qm = [v / sum(qm) for v in qm]
+            pm = [v / sum(pm) for v in pm]
+            terms = [a * mpmath.log(a / b) for a, b in zip(qm, pm, strict=True) if a > 0]
+            want, size = float(sum(terms)), float(sum(abs(v) for v in terms))
+        got = tb.kl_divergence(np.array(qv, dtype=dtype), np.array(pv, dtype=dtype))
+        assert got.dtype == dtype
+        # a sum of terms with rounding errors of relative size eps
+        assert abs(float(got) - want) <= 32 * float(np.finfo(dtype).eps) * size
+
+
 # ---------------------------------------------------------------------------
 # properties (hypothesis)
 

@@ -220,10 +220,13 @@ def kl_divergence(q: Any, p: Any = None, *, axis: int = -1, xp: Any = None) -> A
     check_finite(qq, xp, name="q")
     if not bool(xp.all(qq >= 0)):
         raise ValueError("`q` must be non-negative")
-    tq = xp.sum(qq, axis=-1, keepdims=True)
+    # scaled by the largest entry before normalising: finite weights whose sum overflows
+    # keep their ratios
+    tq = xp.max(qq, axis=-1, keepdims=True)
     if not bool(xp.all(tq > 0)):
         raise ValueError("`q` must not be all zero")
     qq = qq / tq
+    qq = qq / xp.sum(qq, axis=-1, keepdims=True)
     if p is None:
         pp = xp.full_like(qq, 1.0 / qq.shape[-1])
     else:
@@ -241,10 +244,11 @@ def kl_divergence(q: Any, p: Any = None, *, axis: int = -1, xp: Any = None) -> A
         check_finite(pp, xp, name="p")
         if not bool(xp.all(pp >= 0)):
             raise ValueError("`p` must be non-negative")
-        tp = xp.sum(pp, axis=-1, keepdims=True)
+        tp = xp.max(pp, axis=-1, keepdims=True)
         if not bool(xp.all(tp > 0)):
             raise ValueError("`p` must not be all zero")
-        pp = xp.broadcast_to(pp / tp, tuple(qq.shape))
+        pp = pp / tp
+        pp = xp.broadcast_to(pp / xp.sum(pp, axis=-1, keepdims=True), tuple(qq.shape))
     on = qq > 0
     ok = pp > 0
     one = xp.ones_like(qq)
