@@ -143,23 +143,27 @@ def _weights_like(weights: Any, losses: Any) -> Any:
 
 def _scaled_down(w: Any) -> Any:
     """Prior weights ``w`` (a 1-d Dask array of floats) whose largest reaches
-    ``2**(maxexp / 2)`` of their dtype, times the power of two that brings it into
-    ``[1, 2)``: one factor for all chunks, so that no chunk's total and no merged total
-    overflows.
+    ``2**(maxexp / 2)`` of their dtype, or lies below 1, times the power of two that
+    brings it into ``[1, 2)``: one factor for all chunks, so that no chunk's total and no
+    merged total overflows, and no product of a weight with a tilted factor falls below
+    the normal range where that of the normalised prior (as the eager backends take it)
+    does not.
 
-    The factor is a lazy reduction of the graph (nothing runs at call time) and exact. The
-    risks and weights are those of ``w`` (every sum of the states is linear in the prior
-    and the finish takes their ratios; scaling by a power of two commutes with rounding)
-    except where a product with a scaled weight falls below the normal range. Smaller
-    weights, whose total over fewer than ``2**63`` samples is finite, and weights that are
-    not all finite (the chunks raise on them) are kept bit for bit.
+    The factor is a lazy reduction of the graph (nothing runs at call time) and exact
+    (subnormal weights too). The risks and weights are those of ``w`` (every sum of the
+    states is linear in the prior and the finish takes their ratios; scaling by a power of
+    two commutes with rounding) except where a product with a scaled weight falls below
+    the normal range. Weights whose largest lies in ``[1, 2**(maxexp / 2))`` (their total
+    over fewer than ``2**63`` samples is finite), and weights that are not all finite (the
+    chunks raise on them) or all zero are kept bit for bit.
     """
     import dask.array as da
 
     largest = w.max()
-    huge = da.isfinite(largest) & (largest >= 2.0 ** (np.finfo(w.dtype).maxexp // 2))
+    huge = largest >= 2.0 ** (np.finfo(w.dtype).maxexp // 2)
+    scale = da.isfinite(largest) & (largest > 0) & (huge | (largest < 1))
     # largest = m 2**k with 0.5 <= m < 1: times 2**(1 - k) it lies in [1, 2); 1 = 0.5 * 2
-    _, k = da.frexp(da.where(huge, largest, 1))
+    _, k = da.frexp(da.where(scale, largest, 1))
     return da.ldexp(w, 1 - k)
 
 
