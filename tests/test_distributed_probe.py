@@ -6,6 +6,8 @@ the eager NumPy objective and solvers, and the definition of ``nfev``.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -68,3 +70,23 @@ def test_tiny_prior_weights(dtype):
     R = [_risk_mp(l[g == k], w[g == k], 2.0) for k in range(3)]
     P = [float(w[g == k].astype(np.float64).sum()) for k in range(3)]
     assert abs(float(hier) - _risk_mp(R, P, 1.0)) <= 16 * eps * 6.0
+
+
+# ---------------------------------------------------------------------------------------
+# empty losses of unknown size
+
+
+def test_empty_losses_of_unknown_size_name_losses():
+    L = da.from_array(np.arange(6.0), chunks=2)
+    empty = L[L > 100.0]  # unknown chunk sizes, no sample
+    with pytest.raises(ValueError, match="`losses` must not be empty"):
+        tl.tilted_risk(empty, 1.0).compute()
+    with pytest.raises(ValueError, match="`losses` must not be empty"):
+        tl.tilted_risk(empty, [0.0, math.inf]).compute()
+    with pytest.raises(ValueError, match="`losses` must not be empty"):
+        tl.tilted_weights(empty, 0.5).compute()
+    with pytest.raises(ValueError, match="`losses` must not be empty"):
+        tl.tilted_risk(empty, da.asarray(2.0)).compute()
+    # zero prior mass still names the weights
+    with pytest.raises(ValueError, match="`weights` must not be all zero"):
+        tl.tilted_risk(L, 1.0, weights=da.zeros(6, chunks=2)).compute()

@@ -261,7 +261,7 @@ def _risk_graph(losses: Any, ts: list, weights: Any) -> Any:
     parts = [fn(lb, pb, states_t, unit, True)
              for lb, pb in zip(_blocks(losses), wb, strict=True)]
     root = delayed(_finish_risks, pure=False)(tree_reduce(parts, merge_state_lists), ts,
-                                              dtype.str)
+                                              dtype.str, w is not None)
     return da.from_delayed(root, shape=(len(ts),), dtype=dtype)
 
 
@@ -294,8 +294,9 @@ def _tilt_states(lb: Any, pb: Any, tv: Any, unit: float | None, work: str) -> li
     return chunk_loss_states(lb, pb, [t if math.isfinite(t) else 0.0 for t in ts], unit, True)
 
 
-def _finish_tilt_risks(states: Any, tv: Any, dtype: str, grid: bool, work: str) -> np.ndarray:
-    out = _finish_risks(states, _tilt_values(tv, work), dtype)
+def _finish_tilt_risks(states: Any, tv: Any, dtype: str, grid: bool, work: str,
+                       weighted: bool) -> np.ndarray:
+    out = _finish_risks(states, _tilt_values(tv, work), dtype, weighted)
     return out if grid else out[0]
 
 
@@ -316,7 +317,7 @@ def _risk_graph_dask_tilt(losses: Any, t: Any, weights: Any, grid: bool) -> Any:
     wb = _blocks(w) or [None] * len(losses.chunks[0])
     parts = [fn(lb, pb, tv, unit, work) for lb, pb in zip(_blocks(losses), wb, strict=True)]
     root = delayed(_finish_tilt_risks, pure=False)(
-        tree_reduce(parts, merge_state_lists), tv, dtype.str, grid, work
+        tree_reduce(parts, merge_state_lists), tv, dtype.str, grid, work, w is not None
     )
     return da.from_delayed(root, shape=(int(t.shape[0]),) if grid else (), dtype=dtype)
 
@@ -350,8 +351,12 @@ def _rows_risk_graph(losses: Any, ax: int, ts: list, weights: Any) -> Any:
     return out.reshape((len(ts),) + batch) if len(batch) != 1 else out
 
 
-def _finish_risks(states: Any, ts: list, dtype: str) -> np.ndarray:
-    return np.stack([_finish_risk(st, t, dtype) for st, t in zip(states, ts, strict=True)])
+def _finish_risks(states: Any, ts: list, dtype: str, weighted: bool) -> np.ndarray:
+    """The risks at the tilts ``ts`` from their merged states; ``weighted``: whether a
+    prior was given (a state without prior mass then means all-zero weights, else no
+    sample)."""
+    return np.stack([_finish_risk(st, t, dtype, weighted)
+                     for st, t in zip(states, ts, strict=True)])
 
 
 def _finish_row_risks(states: Any, ts: list, dtype: str) -> np.ndarray:
@@ -368,11 +373,11 @@ def _finish_row_risks(states: Any, ts: list, dtype: str) -> np.ndarray:
     return np.stack(out)
 
 
-def _finish_risk(state: Any, t: float, dtype: str) -> np.ndarray:
+def _finish_risk(state: Any, t: float, dtype: str, weighted: bool) -> np.ndarray:
     dt = np.dtype(dtype)
     if state is None:  # non-finite losses, check_finite=False
         return np.asarray(math.nan, dtype=dt)
-    _check_state(state)
+    _check_state(state, weighted)
     if math.isinf(t):
         return np.asarray(state.hi if t > 0 else state.lo, dtype=dt)
     if t == 0.0:  # a MeanState
@@ -380,8 +385,10 @@ def _finish_risk(state: Any, t: float, dtype: str) -> np.ndarray:
     return np.asarray(finalize_risk(state, np, dt), dtype=dt)
 
 
-def _check_state(state: Any) -> None:
-    if isinstance(state, str):  # "empty": every chunk had zero prior mass
+def _check_state(state: Any, weighted: bool = True) -> None:
+    if isinstance(state, str):  # "empty": every chunk had no sample or zero prior mass
+        if not weighted:  # losses of unknown size (none at call time) without samples
+            raise ValueError("`losses` must not be empty (it has no samples)")
         raise ValueError("`weights` must not be all zero")
 
 
