@@ -17,6 +17,7 @@ from .checks import (
     check_groups,
     check_lam,
     check_losses,
+    check_mlmc_data_size,
     check_positive_int,
     check_tilt_spec,
     resolve,
@@ -109,7 +110,9 @@ class MinibatchTilt:
         Level structure of ``"mlmc"`` (``max_level`` default 4).
     n_samples : int, optional
         Size of the data set, for ``"mlmc"``: a batch of that size is the whole data and
-        gets the exact weights.
+        gets the exact weights. It must exceed the largest batch,
+        ``base_batch_size * 2**max_level`` (where that batch is the whole data set, leave
+        it out: the estimator's mean is then exactly the full-data plug-in).
     check_finite : bool, default True
         Raise on NaN or infinite losses. With False, such a batch gets NaN weights and
         value and leaves the state as it was (at every tilt).
@@ -177,6 +180,8 @@ class MinibatchTilt:
             self.base_batch_size = check_positive_int(base_batch_size, "base_batch_size")
             self.max_level = check_positive_int(4 if max_level is None else max_level, "max_level")
             self._level_p = level_probabilities(self.max_level)
+            if self.n_samples is not None:
+                check_mlmc_data_size(self.n_samples, self.base_batch_size, self.max_level)
         self.check_finite = bool(check_finite)
         self.reset()
 

@@ -33,6 +33,7 @@ __all__ = [
     "check_groups",
     "resolve",
     "check_ess",
+    "check_mlmc_data_size",
 ]
 
 #: the estimators of the minibatch losses
@@ -148,3 +149,22 @@ def check_ess(value: Any) -> Any:
     if not 0.0 < value <= 1.0:
         raise ValueError(f"`ess` must lie in (0, 1], got {value!r}")
     return value
+
+
+def check_mlmc_data_size(n_samples: int, base_batch_size: int, max_level: int) -> None:
+    """``n_samples`` of the multilevel estimator must exceed its largest batch.
+
+    A batch of ``n_samples`` losses gets the exact full-data weights. Were the largest
+    batch, ``base_batch_size * 2**max_level``, the whole data set, the batches of the
+    largest level would get those instead of their level correction, and the estimator's
+    mean would no longer be the plug-in at the largest batch; were it larger, that level
+    could not be drawn at all.
+    """
+    largest = base_batch_size * 2**max_level
+    if n_samples <= largest:
+        raise ValueError(
+            f"`n_samples` = {n_samples} must exceed the largest batch, `base_batch_size` * "
+            f"2**`max_level` = {largest}: a batch of `n_samples` gets the exact weights, not "
+            "the level correction the estimator's mean needs (when the largest batch is the "
+            "whole data set, leave `n_samples` out: the mean is then the full-data plug-in)"
+        )
