@@ -18,6 +18,7 @@ from sklearn.linear_model import LinearRegression, QuantileRegressor  # noqa: E4
 from tiltlab.estimators import (  # noqa: E402
     TiltedClassifier,
     TiltedRegressor,
+    TiltedRegressorCV,
 )
 
 
@@ -149,3 +150,21 @@ def test_scalar_sample_weight_beyond_float32_is_uniform():
     ref = LinearRegression().fit(X32.astype(np.float64), y32.astype(np.float64))
     # float32 solve of a problem with condition number ~ 1e4: relative error ~ 1e4 * 6e-8
     np.testing.assert_allclose(est.coef_, ref.coef_, rtol=2e-3, atol=1e-4)
+
+
+# ------------------------------------------------------- the CV regressor's pinball loss
+
+
+@pytest.mark.slow  # 0.2-0.4 s: three pinball fits
+def test_regressor_cv_fits_the_requested_quantile():
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(30, 1))
+    y = X[:, 0] + rng.standard_t(3, size=30)
+    q = 0.9
+    cv = TiltedRegressorCV(loss="pinball", quantile=q, ts=[0.0], cv=2, random_state=0)
+    cv.fit(X, y)
+    assert cv.best_estimator_.quantile == q
+    ref = QuantileRegressor(quantile=q, alpha=0.0, solver="highs").fit(X, y)
+    fit, best = _pinball(y, cv.predict(X), q), _pinball(y, ref.predict(X), q)
+    # the value test stops near the LP optimum (HiGHS); the median's fit is twice as bad here
+    assert fit <= best * (1 + 1e-3)

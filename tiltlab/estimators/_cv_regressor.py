@@ -64,7 +64,9 @@ class TiltedRegressorCV(_TiltCV, TiltedRegressor):
 
     Parameters
     ----------
-    loss, alpha, epsilon, fit_intercept, solver, tol, max_iter, random_state, solver_options
+    loss, alpha, epsilon, quantile, fit_intercept, solver, tol, max_iter, random_state
+        As in :class:`TiltedRegressor` (``quantile``: of the ``"pinball"`` loss).
+    solver_options
         As in :class:`TiltedRegressor`.
     early_stopping : bool or "auto", default "auto"
         As in :class:`TiltedRegressor`, applied inside every fit of the path (its
@@ -157,6 +159,7 @@ class TiltedRegressorCV(_TiltCV, TiltedRegressor):
         refit: bool = True,
         alpha: float = 0.0,
         epsilon: float = 1.35,
+        quantile: float = 0.5,
         fit_intercept: bool = True,
         solver: str = "lbfgs",
         tol: float = 1e-6,
@@ -178,6 +181,7 @@ class TiltedRegressorCV(_TiltCV, TiltedRegressor):
         self.refit = refit
         self.alpha = alpha
         self.epsilon = epsilon
+        self.quantile = quantile
         self.fit_intercept = fit_intercept
         self.solver = solver
         self.tol = tol
