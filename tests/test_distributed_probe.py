@@ -17,6 +17,10 @@ da = pytest.importorskip("dask.array")
 dask = pytest.importorskip("dask")
 mp = pytest.importorskip("mpmath")
 
+from dask.callbacks import Callback  # noqa: E402
+
+from tiltlab.distributed import ClientObjective, distribute  # noqa: E402
+
 
 @pytest.fixture(autouse=True)
 def _synchronous():
@@ -90,3 +94,68 @@ def test_empty_losses_of_unknown_size_name_losses():
     # zero prior mass still names the weights
     with pytest.raises(ValueError, match="`weights` must not be all zero"):
         tl.tilted_risk(L, 1.0, weights=da.zeros(6, chunks=2)).compute()
+
+
+# ---------------------------------------------------------------------------------------
+# the dense Hessian of a hierarchy in the client-driven solvers
+
+
+class _Count(Callback):
+    """Counts scheduler runs (one per ``compute``) of the local schedulers."""
+
+    def __init__(self):
+        super().__init__()
+        self.n = 0
+
+    def _start(self, dsk):
+        self.n += 1
+
+
+def _hessian_pair(loss, kw):
+    rng = np.random.default_rng(0)
+    n, d = 24, 3
+    X = rng.standard_normal((n, d))
+    y = X @ np.array([1.0, -1.0, 0.5]) + 0.3 * rng.standard_normal(n)
+    if loss == "multinomial":
+        y = rng.integers(0, 3, n)
+    kw = {k: (rng.integers(0, 3, n) if v == "g" else v) for k, v in kw.items()}
+    ref = tl.TiltedObjective(loss, X, y, **kw)
+    obj = tl.TiltedObjective(loss, da.from_array(X, chunks=(7, d)), da.from_array(y, chunks=7),
+                             **kw)
+    distribute(obj)
+    return ref, obj
+
+
+HESSIAN_CASES = [
+    ("squared", {"groups": "g", "tilts": (1.0, 0.5)}),
+    ("multinomial", {"t": 1.0, "l2": 1e-1}),
+]
+
+
+@pytest.mark.parametrize(("loss", "kw"), HESSIAN_CASES)
+def test_client_dense_hessian_one_graph(loss, kw):
+    # a dense Hessian without a one-pass form (hierarchy, matrix parameter): one
+    # evaluation, one graph, the eager Hessian
+    ref, obj = _hessian_pair(loss, kw)
+    th = 0.1 * np.random.default_rng(1).standard_normal(ref.shape)
+    client = ClientObjective(obj)
+    with _Count() as c:
+        H = client.hessian(th)
+    assert c.n == 1 and client.n_evals == 1
+    assert H.dtype == np.float64
+    np.testing.assert_allclose(H, ref.hessian(th), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("loss", "kw"), HESSIAN_CASES)
+def test_newton_dense_hessian_nfev(loss, kw):
+    # nfev counts a dense Hessian once (OptimizeResult's definition, as the eager run
+    # counts it), and the Dask run makes one graph per evaluation
+    ref, obj = _hessian_pair(loss, kw)
+    want = tl.minimize(ref, method="newton", hessian="dense", tol=1e-10)
+    with _Count() as c:
+        res = tl.minimize(obj, method="newton", hessian="dense", tol=1e-10)
+    assert res.success and want.success
+    assert res.nit == want.nit and res.nfev == want.nfev
+    assert c.n == res.nfev
+    np.testing.assert_allclose(np.asarray(res.x), want.x, rtol=1e-8, atol=1e-10)

@@ -19,7 +19,7 @@ from ..objective.linearization import Linearization
 from ..objective.problem import TiltedProblem
 from ..objective.protocol import linearize_by_products
 from ..solvers import DRIVERS
-from ._objective import distribute, evaluate, supported
+from ._objective import distribute, evaluate, lazy_hessian, supported
 
 __all__ = ["ClientObjective", "client_minimize", "is_dask_objective"]
 
@@ -134,17 +134,22 @@ class ClientObjective:
         return np.reshape(hv, np.shape(v))
 
     def hessian(self, theta: Any) -> np.ndarray:
-        """Dense Hessian: one graph for a sample-level scalar-predictor objective, else
-        one graph per column (Hessian-vector products)."""
+        """Dense Hessian, one evaluation and one graph: one pass for a sample-level
+        scalar-predictor objective, else one Hessian-vector product per column, all in
+        the same graph."""
+        import dask
+
         if not all(np.isfinite(self.objective.tilts)):
             raise ValueError("the Hessian is not defined at an infinite tilt")
         th = self._theta(theta)
         if len(self.shape) == 1 and not self.is_hierarchical:
             return self._run(th, None, "hess")[1][1]
-        p = th.size
-        cols = [np.reshape(self.hvp(th, np.reshape(e, th.shape)), (p,)) for e in np.eye(p)]
-        H = np.stack(cols, axis=1)
-        return 0.5 * (H + H.T)
+        before = self.objective.n_passes
+        H, _ = lazy_hessian(self.objective, np.reshape(th, self.shape))
+        (H,) = dask.compute(H)
+        self.n_passes += self.objective.n_passes - before
+        self.n_evals += 1
+        return np.asarray(H, dtype=self.dtype)
 
     def prior(self) -> Any:
         """The normalised prior on the client (NumPy), or None when uniform."""
