@@ -17,6 +17,7 @@ from sklearn.linear_model import LinearRegression, QuantileRegressor  # noqa: E4
 
 from tiltlab.estimators import (  # noqa: E402
     TiltedClassifier,
+    TiltedClassifierCV,
     TiltedRegressor,
     TiltedRegressorCV,
 )
@@ -168,3 +169,27 @@ def test_regressor_cv_fits_the_requested_quantile():
     fit, best = _pinball(y, cv.predict(X), q), _pinball(y, ref.predict(X), q)
     # the value test stops near the LP optimum (HiGHS); the median's fit is twice as bad here
     assert fit <= best * (1 + 1e-3)
+
+
+# ------------------------------------------------------------------- parameter types
+
+
+@pytest.mark.parametrize(
+    "est, name",
+    [
+        (TiltedRegressor(fit_intercept="no"), "fit_intercept"),
+        (TiltedRegressor(warm_start="no"), "warm_start"),
+        (TiltedClassifier(fit_intercept="no"), "fit_intercept"),
+        (TiltedClassifier(warm_start="no"), "warm_start"),
+        (TiltedRegressorCV(ts=[0.0], cv=2, fit_intercept="no"), "fit_intercept"),
+        (TiltedRegressorCV(ts=[0.0], cv=2, refit="no"), "refit"),
+        (TiltedClassifierCV(ts=[0.0], cv=2, refit="no"), "refit"),
+    ],
+    ids=lambda v: type(v).__name__ if not isinstance(v, str) else v,
+)
+def test_boolean_parameters_reject_other_values(est, name):
+    X, y = _regression(n=20)
+    y = (y > np.median(y)).astype(int)
+    # scikit-learn's linear models reject a string for their boolean parameters too
+    with pytest.raises(ValueError, match=f"`{name}` must be True or False"):
+        est.fit(X, y)

@@ -31,6 +31,7 @@ from .._compat import (
 from ._checks import (
     add_intercept_column,
     as_float_X,
+    check_bool,
     check_groups,
     check_real,
     check_same_namespace,
@@ -190,6 +191,8 @@ class TiltedLinearBase(BaseEstimator):
         alpha = check_real(self.alpha, "alpha")
         if alpha < 0:
             raise ValueError(f"`alpha` must be non-negative, got {self.alpha!r}")
+        check_bool(self.fit_intercept, "fit_intercept")
+        check_bool(getattr(self, "warm_start", False), "warm_start")
         tol = check_real(self.tol, "tol")
         if tol < 0:
             raise ValueError(f"`tol` must be non-negative, got {self.tol!r}")

@@ -93,6 +93,13 @@ def check_real(value: Any, name: str, *, allow_inf: bool = False) -> float:
     return v
 
 
+def check_bool(value: Any, name: str) -> bool:
+    """``value`` as a bool: ``True`` or ``False`` (Python's or NumPy's), nothing else."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"`{name}` must be True or False, got {value!r}")
+    return bool(value)
+
+
 def check_tilts(tilts: Any) -> tuple[float, ...]:
     if isinstance(tilts, (str, bytes)) or not hasattr(tilts, "__len__"):
         raise TypeError(

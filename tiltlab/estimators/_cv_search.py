@@ -23,7 +23,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from .._compat import to_numpy
 from ._base import FitData, subset_data
-from ._checks import check_real, check_same_namespace
+from ._checks import check_bool, check_real, check_same_namespace
 from ._regressor import TiltedRegressor
 from ._scores import follows_predictions
 
@@ -90,6 +90,7 @@ class _TiltCV:
         return 1 if g.ndim == 1 else int(g.shape[1])
 
     def _check_cv_params(self) -> None:
+        check_bool(self.refit, "refit")
         trim = check_real(self.trim, "trim")
         if not 0 <= trim < 1:
             raise ValueError(f"`trim` must lie in [0, 1), got {self.trim!r}")
