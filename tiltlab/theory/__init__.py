@@ -114,18 +114,21 @@ comparison of ``q`` at points ``j`` and ``k`` passes when it fails by at most::
 
     10 * (S_j G_j dtheta_j + S_k G_k dtheta_k) + rtol * (|q_j| + |q_k|),
 
-``S = ||dq/dl||_1`` computed exactly for each statistic and ``rtol`` (default ``1e-10``)
-covering floating-point rounding. The local rates (``*_local``) are sums with
+``S = ||dq/dl||_1`` computed exactly for each statistic and ``rtol`` (default ``1e-10``,
+or ``100 eps`` of the path's dtype where larger: ``1.2e-5`` for float32) covering
+floating-point rounding. The local rates (``*_local``) are sums with
 cancellation; their tolerance is ``1e-8`` times the rate's magnitude bound built from the
 absolute values of every term (per-sample coefficients before cancellation times
 per-sample gradient norms, and ``||H^-1||``), so a rate of ``1e-78`` computed from terms
 of ``1e-60`` reads as rounding, not as a broken theorem. Finite-difference checks use a
 Richardson estimate of their truncation error (steps ``h`` and ``2h``) plus the solution
-error over the step. A path whose solutions are wrong (say, shuffled across tilts) fails
-the stationarity record and the monotonicity records, since its reported gradients are small.
+error over the step, and the rounding of the objective's values or gradients in its own
+dtype (steps ``h`` scale with the cube root of its ``eps``). A path whose solutions are
+wrong (say, shuffled across tilts) fails the stationarity record and the monotonicity
+records, since its reported gradients are small.
 
-Backends: any (the objective is evaluated in its namespace); the checks run on the host
-in float64 with NumPy and SciPy.
+Backends: any (the objective is evaluated in its namespace, in its dtype); the checks run
+on the host in float64 with NumPy and SciPy.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from .path_data import (
     _host,
     _PathData,
 )
-from .records import _EPS, _SAFETY, PropertyCheck, _Violations
+from .records import _SAFETY, PropertyCheck, _Violations
 
 __all__: list[str] = []
 
@@ -29,7 +29,7 @@ def _check_gradient_fd(d: _PathData) -> PropertyCheck:
         th = d.theta[k]
         g = _host(o.gradient(d.x_native[k])).reshape(-1)
         f0 = abs(float(_host(o.value(d.x_native[k]))))
-        h = _EPS ** (1 / 3) * max(1.0, float(np.linalg.norm(th)))
+        h = d.eps ** (1 / 3) * max(1.0, float(np.linalg.norm(th)))
 
         def f(z, o=o):
             return float(_host(o.value(d.native(z))))
@@ -37,7 +37,7 @@ def _check_gradient_fd(d: _PathData) -> PropertyCheck:
         for u in _directions(th.size):
             fd1 = (f(th + h * u) - f(th - h * u)) / (2 * h)
             fd2 = (f(th + 2 * h * u) - f(th - 2 * h * u)) / (4 * h)
-            tol = _SAFETY * abs(fd1 - fd2) + 100 * _EPS * (f0 + 1.0) / h
+            tol = _SAFETY * abs(fd1 - fd2) + 100 * d.eps * (f0 + 1.0) / h
             v.add(abs(float(g @ u) - fd1), tol)
     return v.record(
         "gradient_fd",
@@ -52,7 +52,7 @@ def _check_hessian_fd(d: _PathData) -> PropertyCheck:
     for k, t in enumerate(d.ts):
         o = d.obj.with_tilt(float(t))
         th = d.theta[k]
-        h = _EPS ** (1 / 3) * max(1.0, float(np.linalg.norm(th)))
+        h = d.eps ** (1 / 3) * max(1.0, float(np.linalg.norm(th)))
         gscale = d.G[k] + d.l2 * d.theta_norm[k] + 1.0
 
         def grad(z, o=o):
@@ -61,7 +61,7 @@ def _check_hessian_fd(d: _PathData) -> PropertyCheck:
         for u in _directions(th.size):
             fd1 = (grad(th + h * u) - grad(th - h * u)) / (2 * h)
             fd2 = (grad(th + 2 * h * u) - grad(th - 2 * h * u)) / (4 * h)
-            tol = _SAFETY * np.abs(fd1 - fd2).max() + 100 * _EPS * gscale / h
+            tol = _SAFETY * np.abs(fd1 - fd2).max() + 100 * d.eps * gscale / h
             hv_dense = d.H[k] @ u
             hv = _host(o.hvp(d.x_native[k], d.native(u))).reshape(-1)
             v.add(np.abs(hv_dense - fd1).max(), tol)

@@ -20,7 +20,7 @@ def _host(x: Any) -> np.ndarray:
 class _PathData:
     """Host-side quantities of a path, computed once (solutions sorted by tilt)."""
 
-    def __init__(self, path: Any, rtol: float, fd_step: float):
+    def __init__(self, path: Any, rtol: float | None, fd_step: float):
         for attr in ("ts", "x", "objective"):
             if not hasattr(path, attr):
                 raise TypeError(f"`path` must be a TiltPath (from tiltlab.tilt_path); no `{attr}`")
@@ -38,11 +38,14 @@ class _PathData:
         self.ts = ts[self.index]
         self.obj = obj
         self.xp = obj.xp
-        self.rtol = rtol
         self.fd_step = fd_step
         self.l2 = float(getattr(obj, "l2", 0.0))
         results = list(getattr(path, "results", None) or [None] * ts.size)
         self.x_native = [path.x[int(k), ...] for k in self.index]
+        # the objective's values and gradients carry the rounding of its own dtype (the
+        # host float64 work adds nothing larger): the unit of the rounding allowances
+        self.eps = max(_EPS, float(self.xp.finfo(self.x_native[0].dtype).eps))
+        self.rtol = max(1e-10, 100.0 * self.eps) if rtol is None else rtol
         self.theta = np.stack([_host(x).reshape(-1) for x in self.x_native])
         self.shape = tuple(self.x_native[0].shape)
         T = self.ts.size
@@ -115,7 +118,7 @@ class _PathData:
 
             o = self.obj.with_tilt(key)
             # Newton to about machine precision of the gradient (scale: per-sample gradients)
-            atol = 100 * _EPS * float(np.max(self.G) + self.l2 * np.max(self.theta_norm) + 1.0)
+            atol = 100 * self.eps * float(np.max(self.G) + self.l2 * np.max(self.theta_norm) + 1.0)
             res = minimize(
                 o, self.native(start), method="newton", tol=1e-12, atol=atol, max_iter=50
             )

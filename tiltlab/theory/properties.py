@@ -18,7 +18,7 @@ from .path_data import (
     _tilted_risks,
     _tilted_weights,
 )
-from .records import _EPS, _NOT_A_THEOREM, _SAFETY, PropertyCheck, _Violations
+from .records import _NOT_A_THEOREM, _SAFETY, PropertyCheck, _Violations
 
 __all__: list[str] = []
 
@@ -26,7 +26,7 @@ __all__: list[str] = []
 def _check_stationarity(d: _PathData) -> PropertyCheck:
     v = _Violations()
     scale = d.G + d.l2 * d.theta_norm
-    tol = np.maximum(_SAFETY * d.g_rep, 1e3 * _EPS * np.maximum(scale, 1.0))
+    tol = np.maximum(_SAFETY * d.g_rep, 1e3 * d.eps * np.maximum(scale, 1.0))
     v.add(d.g_now, tol)
     hscale = np.array([np.abs(H).max() for H in d.H])
     v.add(-d.mu, 0.0)  # the smallest Hessian eigenvalue must be positive

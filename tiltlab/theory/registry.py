@@ -74,8 +74,9 @@ def check_path(
         are sorted (repeated ones dropped) before checking.
     rtol : float, optional
         Relative allowance for floating-point rounding in every comparison (default
-        ``1e-10``). The solver's accuracy is allowed for separately (see Tolerances in the
-        module docstring), through ``path.results[k].jac``.
+        ``1e-10``, or 100 times the machine epsilon of the path's dtype where that is
+        larger: ``1.2e-5`` for float32). The solver's accuracy is allowed for separately
+        (see Tolerances in the module docstring), through ``path.results[k].jac``.
     fd_step : float, default 1e-4
         Tilt step of the finite differences of re-solved solutions (``d theta/dt`` and the
         local sign check); steps ``h`` and ``2h`` are used.
@@ -131,9 +132,9 @@ def check_path(
     >>> print(format_checks(checks).splitlines()[0])  # doctest: +NORMALIZE_WHITESPACE
     property                   holds  worst violation  tolerance  reference
     """
-    if rtol is None:
-        rtol = 1e-10
-    if not (isinstance(rtol, (int, float)) and np.isfinite(rtol) and rtol >= 0):
+    if rtol is not None and not (
+        isinstance(rtol, (int, float)) and np.isfinite(rtol) and rtol >= 0
+    ):
         raise ValueError(f"`rtol` must be a non-negative number, got {rtol!r}")
     if not (isinstance(fd_step, (int, float)) and np.isfinite(fd_step) and fd_step > 0):
         raise ValueError(f"`fd_step` must be a positive number, got {fd_step!r}")
@@ -141,7 +142,7 @@ def check_path(
     unknown = [n for n in names if n not in PROPERTIES]
     if unknown:
         raise ValueError(f"unknown names in `include`: {unknown}; choose from {list(PROPERTIES)}")
-    data = _PathData(path, float(rtol), float(fd_step))
+    data = _PathData(path, None if rtol is None else float(rtol), float(fd_step))
     out = []
     for name in PROPERTIES:
         if name not in names:
