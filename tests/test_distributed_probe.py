@@ -19,7 +19,7 @@ mp = pytest.importorskip("mpmath")
 
 from dask.callbacks import Callback  # noqa: E402
 
-from tiltlab.distributed import ClientObjective, distribute  # noqa: E402
+from tiltlab.distributed import ClientObjective, distribute, evaluate  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -159,3 +159,33 @@ def test_newton_dense_hessian_nfev(loss, kw):
     assert res.nit == want.nit and res.nfev == want.nfev
     assert c.n == res.nfev
     np.testing.assert_allclose(np.asarray(res.x), want.x, rtol=1e-8, atol=1e-10)
+
+
+# ---------------------------------------------------------------------------------------
+# argument checks of evaluate
+
+
+def test_evaluate_checks_its_arguments():
+    rng = np.random.default_rng(2)
+    X, y = rng.standard_normal((8, 2)), rng.standard_normal(8)
+    g = np.array([0, 1] * 4)
+    obj = tl.TiltedObjective("squared", da.from_array(X, chunks=(3, 2)),
+                             da.from_array(y, chunks=3), t=1.0)
+    hier = tl.TiltedObjective("squared", da.from_array(X, chunks=(3, 2)),
+                              da.from_array(y, chunks=3), groups=g, tilts=(1.0, 2.0))
+    th = np.array([0.2, -0.1])
+    with pytest.raises(ValueError, match="`mode`"):
+        evaluate(obj, th, None, "gradient")
+    with pytest.raises(ValueError, match="`V`"):
+        evaluate(obj, th, None, "hvp")
+    with pytest.raises(ValueError, match="`theta` must have shape"):
+        evaluate(obj, np.zeros(3), None, "value")
+    with pytest.raises(ValueError, match="`V` must have shape"):
+        evaluate(obj, th, np.zeros(3), "hvp")
+    with pytest.raises(ValueError, match="'hess'"):
+        evaluate(hier, th, None, "hess")
+    # what it takes: the eager objective's value and products
+    ref = tl.TiltedObjective("squared", X, y, t=1.0)
+    value, hv = evaluate(obj, th, np.array([1.0, 0.0]), "hvp")
+    np.testing.assert_allclose(value, ref.value(th), rtol=1e-13)
+    np.testing.assert_allclose(hv, ref.hvp(th, np.array([1.0, 0.0])), rtol=1e-12)

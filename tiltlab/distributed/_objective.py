@@ -302,8 +302,29 @@ def evaluation(objective: Any, theta: Any, V: Any, mode: str) -> Any:
     """
     from dask import delayed
 
+    _check_evaluation(problem_of(objective), theta, V, mode)
     spec, theta, V, parts = _evaluation_parts(objective, theta, V, mode)
     return delayed(finish, pure=False)(spec, theta, V, *parts)
+
+
+def _check_evaluation(problem: TiltedProblem, theta: Any, V: Any, mode: str) -> None:
+    """Raise for a ``mode`` that :func:`evaluation` does not know or cannot give here, or
+    ``theta`` / ``V`` not of the objective's shape (no data are read)."""
+    modes = ("value", "grad", "hvp", "hess")
+    if mode not in modes:
+        raise ValueError(f"`mode` must be one of {modes}, got {mode!r}")
+    shape = tuple(problem.shape)
+    if mode == "hess" and (len(shape) != 1 or problem.tree is not None):
+        raise ValueError(
+            "mode 'hess' evaluates the dense Hessian of a sample-level objective with a 1-d "
+            "parameter in one pass; use the objective's hessian() (one Hessian-vector "
+            "product per column) for this one"
+        )
+    if mode == "hvp" and V is None:
+        raise ValueError("`V` (the direction) is required for mode 'hvp'")
+    for name, a in (("theta", theta), ("V", V)):
+        if a is not None and tuple(np.shape(a)) != shape:
+            raise ValueError(f"`{name}` must have shape {shape}, got {tuple(np.shape(a))}")
 
 
 def compiled_chunks(problem: TiltedProblem) -> bool:
