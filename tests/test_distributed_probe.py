@@ -189,3 +189,17 @@ def test_evaluate_checks_its_arguments():
     value, hv = evaluate(obj, th, np.array([1.0, 0.0]), "hvp")
     np.testing.assert_allclose(value, ref.value(th), rtol=1e-13)
     np.testing.assert_allclose(hv, ref.hvp(th, np.array([1.0, 0.0])), rtol=1e-12)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_minimize_rejects_nonfinite_theta0(bad):
+    # as the eager run does: a ValueError, not a run that reports a non-finite objective
+    rng = np.random.default_rng(3)
+    X, y = rng.standard_normal((8, 2)), rng.standard_normal(8)
+    theta0 = np.array([bad, 0.0])
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        tl.minimize(tl.TiltedObjective("squared", X, y, t=1.0), theta0)
+    obj = tl.TiltedObjective("squared", da.from_array(X, chunks=(3, 2)),
+                             da.from_array(y, chunks=3), t=1.0)
+    with pytest.raises(ValueError, match="`theta0` contains NaN or infinite"):
+        tl.minimize(obj, theta0)

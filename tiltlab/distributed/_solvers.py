@@ -203,6 +203,8 @@ def client_minimize(minimize: Any, objective: Any, theta0: Any, **kwargs: Any) -
     """
     client = ClientObjective(objective)
     x0 = None if theta0 is None else client._theta(theta0, name="theta0")
+    if x0 is not None and not np.all(np.isfinite(x0)):
+        raise ValueError("`theta0` contains NaN or infinite values")
     val = kwargs.get("validation")
     if val is not None and is_dask_objective(val):
         kwargs["validation"] = ClientObjective(val)
