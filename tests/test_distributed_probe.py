@@ -203,3 +203,13 @@ def test_minimize_rejects_nonfinite_theta0(bad):
                              da.from_array(y, chunks=3), t=1.0)
     with pytest.raises(ValueError, match="`theta0` contains NaN or infinite"):
         tl.minimize(obj, theta0)
+
+
+@pytest.mark.parametrize("t", [1.0, [0.0, 2.0]])
+def test_empty_batch_of_nd_losses(t):
+    # as on the eager path: losses of no element are empty, whatever axis holds the samples
+    for shape, axis in (((0, 5), 1), ((3, 0), 0), ((2, 0, 4), -1)):
+        with pytest.raises(ValueError, match="`losses` must not be empty"):
+            tl.tilted_risk(np.zeros(shape), t, axis=axis)
+        with pytest.raises(ValueError, match="`losses` must not be empty"):
+            tl.tilted_risk(da.zeros(shape, chunks=2), t, axis=axis).compute()

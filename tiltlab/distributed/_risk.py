@@ -225,7 +225,7 @@ def dask_tilted_risk(losses: Any, t: Any, *, axis: int, weights: Any, keepdims: 
         or np.dtype(losses.dtype).kind not in "fiub"
         or not -ndim <= axis < ndim
         or (ndim > 1 and weights is not None and getattr(weights, "ndim", 1) != 1)
-        or (not _unknown_sizes(losses) and losses.shape[axis] == 0)
+        or (not _unknown_sizes(losses) and math.prod(losses.shape) == 0)  # generic: raises
     ):
         return None
     ts, grid = tilts
