@@ -13,7 +13,11 @@ pytest.importorskip("sklearn")
 
 from scipy.special import log_softmax  # noqa: E402
 from sklearn.exceptions import ConvergenceWarning  # noqa: E402
-from sklearn.linear_model import LinearRegression, QuantileRegressor  # noqa: E402
+from sklearn.linear_model import (  # noqa: E402
+    LinearRegression,
+    QuantileRegressor,
+)
+from sklearn.model_selection import KFold  # noqa: E402
 
 from tiltlab.estimators import (  # noqa: E402
     TiltedClassifier,
@@ -21,6 +25,7 @@ from tiltlab.estimators import (  # noqa: E402
     TiltedRegressor,
     TiltedRegressorCV,
 )
+from tiltlab.estimators._scores import contaminated_log_likelihood  # noqa: E402
 
 
 def _regression(n=80, seed=1):
@@ -193,3 +198,56 @@ def test_boolean_parameters_reject_other_values(est, name):
     # scikit-learn's linear models reject a string for their boolean parameters too
     with pytest.raises(ValueError, match=f"`{name}` must be True or False"):
         est.fit(X, y)
+
+
+# -------------------------------------------- residual scores of the CV regressor, Poisson
+
+
+def _poisson_folds():
+    rng = np.random.default_rng(12)
+    X = rng.normal(size=(90, 2))
+    y = rng.poisson(np.exp(X @ np.array([0.8, -0.5]) + 1.5)).astype(float)
+    return X, y, KFold(3, shuffle=True, random_state=0)
+
+
+def _poisson_mean(X, y, Xt):
+    """The Poisson GLM's (log link, no penalty) mean at ``Xt``, by Newton's method (IRLS)."""
+    A = np.c_[X, np.ones(len(y))]
+    theta = np.zeros(A.shape[1])
+    theta[-1] = np.log(y.mean())
+    for _ in range(50):
+        mu = np.exp(A @ theta)
+        step = np.linalg.solve(A.T @ (mu[:, None] * A), A.T @ (y - mu))
+        theta += step
+        if np.abs(step).max() < 1e-14:
+            break
+    return np.exp(np.c_[Xt, np.ones(len(Xt))] @ theta)
+
+
+def test_regressor_cv_clean_score_uses_the_poisson_mean():
+    # the residuals are y - predict(X), the mean exp(X w + b), not the linear predictor
+    X, y, folds = _poisson_folds()
+    cv = TiltedRegressorCV(loss="poisson", ts=[0.0], cv=folds, scoring="clean", tol=1e-10)
+    cv.fit(X, y)
+    for k, (tr, te) in enumerate(folds.split(X)):
+        mu, yt = _poisson_mean(X[tr], y[tr], X[te]), y[te]
+        r = mu - yt
+        mad = 1.4826 * np.median(np.abs(r - np.median(r)))
+        keep = np.abs(r - np.median(r)) <= 3.0 * mad
+        with np.errstate(divide="ignore", invalid="ignore"):
+            dev = mu - yt - np.where(yt > 0, yt * np.log(mu / yt), 0.0)  # half deviance
+        # folds fitted to tol 1e-10: scores agree to ~1e-8 (relative)
+        assert cv.cv_results_[f"split{k}_test_score"][0] == pytest.approx(
+            -dev[keep].mean(), rel=1e-7
+        )
+
+
+def test_regressor_cv_likelihood_score_uses_the_poisson_mean():
+    X, y, folds = _poisson_folds()
+    cv = TiltedRegressorCV(loss="poisson", ts=[0.0], cv=folds, scoring="likelihood", tol=1e-10)
+    cv.fit(X, y)
+    for k, (tr, te) in enumerate(folds.split(X)):
+        yt = y[te]
+        g = -0.5 * ((yt - yt.mean()) / yt.std()) ** 2 - np.log(yt.std() * np.sqrt(2 * np.pi))
+        want = contaminated_log_likelihood(yt - _poisson_mean(X[tr], y[tr], X[te]), g)
+        assert cv.cv_results_[f"split{k}_test_score"][0] == pytest.approx(want, rel=1e-6)

@@ -198,15 +198,19 @@ class TiltedRegressorCV(_TiltCV, TiltedRegressor):
     def _held_out_targets(self, est, held):
         return held.problems[0].y
 
+    def _held_out_predictions(self, held: FitData, thetas: list) -> np.ndarray:
+        """What :meth:`predict` returns for the held-out rows at ``thetas`` (host float64):
+        the linear predictor, or its exponential (the mean) for the Poisson loss."""
+        z = np.asarray(to_numpy(held.X @ thetas[0]), dtype=np.float64)
+        return np.exp(z) if self.loss == "poisson" else z
+
     def _builtin_scores_fold(self, held: FitData, path: list, scoring: str) -> np.ndarray:
         if scoring == "likelihood":
             y = np.asarray(to_numpy(held.problems[0].y), dtype=np.float64)
             g = gaussian_logpdf_of_targets(y)
             return np.array(
                 [
-                    contaminated_log_likelihood(
-                        y - np.asarray(to_numpy(held.X @ th[0]), dtype=np.float64), g
-                    )
+                    contaminated_log_likelihood(y - self._held_out_predictions(held, th), g)
                     for th in path
                 ]
             )
@@ -217,7 +221,7 @@ class TiltedRegressorCV(_TiltCV, TiltedRegressor):
         losses = [self._held_out_losses(held, th) for th in path]
         ref = int(np.argmin([np.median(e) for e in losses]))
         y = np.asarray(to_numpy(held.problems[0].y), dtype=np.float64)
-        r = np.asarray(to_numpy(held.X @ path[ref][0]), dtype=np.float64) - y
+        r = self._held_out_predictions(held, path[ref]) - y
         center = np.median(r)
         scale = 1.4826 * np.median(np.abs(r - center))
         keep = np.abs(r - center) <= float(self.outlier_threshold) * scale
@@ -238,17 +242,14 @@ class TiltedRegressorCV(_TiltCV, TiltedRegressor):
         """
         y = np.asarray(to_numpy(held.problems[0].y), dtype=np.float64)
         g = gaussian_logpdf_of_targets(y)
-        fits = [
-            contaminated_fit(y - np.asarray(to_numpy(held.X @ th[0]), dtype=np.float64), g)
-            for th in path
-        ]
+        fits = [contaminated_fit(y - self._held_out_predictions(held, th), g) for th in path]
         top = int(np.argmax([f[0] for f in fits]))
         clean = fits[top][1]
         losses = [self._held_out_losses(held, th) for th in path]
         total = max(float(clean.sum()), np.finfo(np.float64).tiny)
         robust = np.array([-float(np.sum(clean * e)) / total for e in losses])
         plain = np.array([-float(e.mean()) for e in losses])
-        pred = np.asarray(to_numpy(held.X @ path[top][0]), dtype=np.float64)
+        pred = self._held_out_predictions(held, path[top])
         return robust, plain, 1.0 - float(clean.mean()), slope_sums(y, pred, 1.0 - clean)
 
     def _builtin_score(self, held: FitData, thetas: list, scoring: str) -> float:
