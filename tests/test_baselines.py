@@ -352,3 +352,27 @@ def test_drug_discovery_genie_smoke(drug20):
     _, genie = drug20
     error = rmse(genie.X_test, genie.y_test, fit_genie(genie.X_train, genie.y_train))
     assert abs(error - PAPER_20["Genie"]) < 0.5, error
+
+
+@pytest.mark.parametrize("delta", [0.0, -1.0, np.nan])
+def test_huber_loss_refuses_a_threshold_outside_its_domain(delta):
+    # huber_loss(1.0, delta=-1) returned -1.5 (a negative loss) and delta = 0 all zeros;
+    # fit_huber, which minimises it, already refused them
+    with pytest.raises(ValueError, match="`delta`"):
+        huber_loss(np.array([1.0, -3.0]), delta=delta)
+    with pytest.raises(ValueError, match="`delta`"):
+        fit_huber(np.ones((3, 1)), np.arange(3.0), delta=delta)
+    # the loss itself at a valid threshold: scipy's
+    scipy_special = pytest.importorskip("scipy.special")
+    r = np.array([-3.0, 0.2, 1.5])
+    np.testing.assert_allclose(huber_loss(r, delta=0.5), scipy_special.huber(0.5, r), rtol=1e-15)
+
+
+def test_fit_huber_refuses_a_nan_ridge_penalty():
+    # alpha = NaN passed the `alpha < 0` check: L-BFGS-B stopped on a NaN objective at
+    # its start and the least-squares fit came back as the Huber fit
+    X = np.column_stack([np.arange(6.0), np.ones(6)])
+    y = 2.0 * X[:, 0] + 1.0
+    y[5] += 100.0
+    with pytest.raises(ValueError, match="`alpha`"):
+        fit_huber(X, y, alpha=np.nan)

@@ -62,12 +62,17 @@ def huber_loss(residuals, delta: float = 1.0) -> np.ndarray:
     residuals : array_like
         Residuals ``r`` (any shape).
     delta : float, default 1.0
-        Threshold between the quadratic and the linear part.
+        Threshold between the quadratic and the linear part (positive).
 
     Returns
     -------
     numpy.ndarray
         The loss of each residual, float64, with the shape of `residuals`.
+
+    Raises
+    ------
+    ValueError
+        If `delta` is not positive.
 
     See Also
     --------
@@ -81,6 +86,8 @@ def huber_loss(residuals, delta: float = 1.0) -> np.ndarray:
     >>> huber_loss(np.array([0.5, -3.0]), delta=1.0)
     array([0.125, 2.5  ])
     """
+    if not delta > 0:
+        raise ValueError(f"`delta` must be positive, got {delta!r}")
     r = np.abs(np.asarray(residuals, dtype=np.float64))
     return np.where(r <= delta, 0.5 * r**2, delta * (r - 0.5 * delta))
 
@@ -326,7 +333,7 @@ def fit_huber(
     X, y = _as_problem(X, y)
     if not delta > 0:
         raise ValueError(f"`delta` must be positive, got {delta!r}")
-    if alpha < 0:
+    if not alpha >= 0:
         raise ValueError(f"`alpha` must be non-negative, got {alpha!r}")
     n = X.shape[0]
     # X = U diag(s) Vt; w = Vt' (v / s) stays in the row space, X w = U v, and the ridge
