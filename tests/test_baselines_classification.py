@@ -154,3 +154,44 @@ def test_learn_reweight_follows_the_clean_set():
         fit_learn_reweight(X, y, X[:, :2], y)
     with pytest.raises(ValueError, match="`y`"):
         fit_learn_reweight(X, y + 1, X, y)
+
+
+def test_focal_loss_refuses_labels_and_gamma_outside_their_domain():
+    # a label 2 (or -1) was scored as a 0 and gamma < 0 accepted: fit_focal refuses both
+    with pytest.raises(ValueError, match="`y`"):
+        focal_loss(np.array([0.5, 0.5]), np.array([1, 2]))
+    with pytest.raises(ValueError, match="`y`"):
+        focal_loss(np.array([0.5, 0.5]), np.array([1, -1]))
+    for gamma in (-1.0, np.nan):
+        with pytest.raises(ValueError, match="`gamma`"):
+            focal_loss(np.array([0.5]), np.array([1]), gamma=gamma)
+    # valid labels keep the closed form -(1 - p_t)^gamma log p_t
+    z, y = np.array([0.7, -1.2]), np.array([1, 0])
+    pt = np.array([1 / (1 + np.exp(-0.7)), 1 / (1 + np.exp(-1.2))])
+    np.testing.assert_allclose(focal_loss(z, y)[0], -((1 - pt) ** 2) * np.log(pt), rtol=1e-14)
+
+
+def test_hrm_refuses_non_finite_parameters_and_losses():
+    # a or b = NaN made every weight NaN: L-BFGS-B stopped at once and fit_hrm returned its
+    # logistic start; NaN losses have no rank
+    X, y = _problem(n=40)
+    for kw in ({"a": np.nan}, {"b": np.inf}):
+        with pytest.raises(ValueError, match="`a` and `b`"):
+            fit_hrm(X, y, **kw)
+        with pytest.raises(ValueError, match="`a` and `b`"):
+            hrm_weights(np.arange(3.0), **kw)
+    with pytest.raises(ValueError, match="`losses`"):
+        hrm_weights(np.array([np.nan, 1.0]))
+
+
+def test_learn_reweight_refuses_bad_step_and_count():
+    # lr = -1 ascended the loss (coefficients of -664 on a 3-point problem) and
+    # n_iter = -1 returned zeros, both silently
+    X, y = _problem(n=40)
+    for kw, name in (
+        ({"lr": -1.0}, "`lr`"),
+        ({"lr": np.nan}, "`lr`"),
+        ({"n_iter": -1}, "`n_iter`"),
+    ):
+        with pytest.raises(ValueError, match=name):
+            fit_learn_reweight(X, y, X[:10], y[:10], **kw)

@@ -163,7 +163,7 @@ def focal_loss(z, y, gamma: float = 2.0) -> tuple[np.ndarray, np.ndarray]:
     y : array_like
         Binary labels 0 and 1, broadcastable with `z`.
     gamma : float, default 2.0
-        Focusing parameter.
+        Focusing parameter (non-negative).
 
     Returns
     -------
@@ -171,6 +171,11 @@ def focal_loss(z, y, gamma: float = 2.0) -> tuple[np.ndarray, np.ndarray]:
         The focal loss of each sample (float64).
     slope : numpy.ndarray
         Its derivative with respect to `z`.
+
+    Raises
+    ------
+    ValueError
+        If `y` holds other labels than 0 and 1, or `gamma` is negative.
 
     See Also
     --------
@@ -186,6 +191,10 @@ def focal_loss(z, y, gamma: float = 2.0) -> tuple[np.ndarray, np.ndarray]:
     """
     z = np.asarray(z, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
+    if not np.all(np.isin(y, (0.0, 1.0))):
+        raise ValueError("`y` must hold labels 0 and 1")
+    if not gamma >= 0:
+        raise ValueError(f"`gamma` must be non-negative, got {gamma!r}")
     m = np.where(y == 1.0, z, -z)  # p_t = sigmoid(m)
     log_pt = -np.logaddexp(0.0, -m)
     pt = np.exp(log_pt)
@@ -250,6 +259,11 @@ def fit_focal(X, y, gamma: float = 2.0, *, max_iter: int = 5000) -> np.ndarray:
 # --------------------------------------------------------------------------- HRM
 
 
+def _check_hrm_parameters(a: float, b: float) -> None:
+    if not (np.isfinite(a) and np.isfinite(b)):
+        raise ValueError(f"`a` and `b` must be finite, got {a!r} and {b!r}")
+
+
 def hrm_weights(losses, a: float = 0.01, b: float = 0.0) -> np.ndarray:
     """Human-aligned risk weights ``w(F_i)`` of the losses (Leqi et al., 2019).
 
@@ -273,6 +287,11 @@ def hrm_weights(losses, a: float = 0.01, b: float = 0.0) -> np.ndarray:
     numpy.ndarray, shape (n,)
         The weight of each loss (float64).
 
+    Raises
+    ------
+    ValueError
+        If `losses`, `a` or `b` is not finite.
+
     See Also
     --------
     fit_hrm : The logistic model weighted this way.
@@ -285,6 +304,9 @@ def hrm_weights(losses, a: float = 0.01, b: float = 0.0) -> np.ndarray:
     array([1., 1., 0.])
     """
     losses = np.asarray(losses, dtype=np.float64)
+    _check_hrm_parameters(a, b)
+    if not np.all(np.isfinite(losses)):
+        raise ValueError("`losses` must be finite (their ranks set the weights)")
     n = losses.size
     F = np.empty(n)
     F[np.argsort(losses, kind="stable")] = np.arange(n) / n
@@ -318,7 +340,8 @@ def fit_hrm(X, y, a: float = 0.01, b: float = 0.0, *, max_iter: int = 2000) -> n
     Raises
     ------
     ValueError
-        If `y` does not hold labels 0 and 1 with one per row of `X`, or `X` is not finite.
+        If `y` does not hold labels 0 and 1 with one per row of `X`, or `X`, `a` or `b`
+        is not finite.
 
     See Also
     --------
@@ -335,6 +358,7 @@ def fit_hrm(X, y, a: float = 0.01, b: float = 0.0, *, max_iter: int = 2000) -> n
     True
     """
     X, y = _binary(X, y)
+    _check_hrm_parameters(a, b)
     n = X.shape[0]
 
     def fun(w):
@@ -526,8 +550,8 @@ def fit_learn_reweight(
     Raises
     ------
     ValueError
-        If `X_clean` does not have the columns of `X`, `meta_step` is not positive, or the
-        labels are malformed.
+        If `X_clean` does not have the columns of `X`, `meta_step` or `lr` is not positive,
+        `n_iter` is negative, or the labels are malformed.
 
     See Also
     --------
@@ -549,9 +573,13 @@ def fit_learn_reweight(
         raise ValueError("`X_clean` must have the columns of `X`")
     if meta_step is not None and not meta_step > 0:
         raise ValueError(f"`meta_step` must be positive or None, got {meta_step!r}")
+    if not (lr > 0 and np.isfinite(lr)):
+        raise ValueError(f"`lr` must be a positive finite number, got {lr!r}")
+    if isinstance(n_iter, bool) or int(n_iter) != n_iter or n_iter < 0:
+        raise ValueError(f"`n_iter` must be a non-negative integer, got {n_iter!r}")
     n = X.shape[0]
     theta = np.zeros(X.shape[1])
-    for _ in range(n_iter):
+    for _ in range(int(n_iter)):
         r = scipy.special.expit(X @ theta) - y  # g_i = r_i x_i
         ahead = theta - lr * (X.T @ r) / n
         g_clean = Xc.T @ (scipy.special.expit(Xc @ ahead) - yc) / Xc.shape[0]
