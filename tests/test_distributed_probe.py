@@ -213,3 +213,16 @@ def test_empty_batch_of_nd_losses(t):
             tl.tilted_risk(np.zeros(shape), t, axis=axis)
         with pytest.raises(ValueError, match="`losses` must not be empty"):
             tl.tilted_risk(da.zeros(shape, chunks=2), t, axis=axis).compute()
+
+
+def test_weights_of_unknown_size_named():
+    L = da.from_array(np.arange(6.0), chunks=2)
+    W = da.ones(6, chunks=2)
+    W = W[W > 0]  # unknown chunk sizes
+    g = da.from_array(np.array([0, 1] * 3), chunks=2)
+    with pytest.raises(ValueError, match="`weights` has unknown chunk sizes"):
+        tl.tilted_risk(L, 1.0, weights=W)
+    with pytest.raises(ValueError, match="`weights` has unknown chunk sizes"):
+        tl.hierarchical_risk(L, g, (1.0, 1.0), weights=W)
+    with pytest.raises(ValueError, match="`weights` has unknown chunk sizes"):
+        tl.tilted_weights(L, 1.0, weights=W)

@@ -133,6 +133,7 @@ def _weights_like(weights: Any, losses: Any) -> Any:
     if weights is None:
         return None
     w = weights if isinstance(weights, da.Array) else da.from_array(np.asarray(to_numpy(weights)))
+    _require_sizes(weights=w)
     if w.ndim != 1 or w.shape[0] != losses.shape[0]:
         raise ValueError(
             f"`weights` has length {w.shape[0] if w.ndim == 1 else tuple(w.shape)} but "
