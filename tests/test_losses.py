@@ -600,3 +600,30 @@ def test_point_estimation_loss(xp):
     np.testing.assert_allclose(g, fd, rtol=1e-6, atol=1e-8)
     with pytest.raises(ValueError, match="`X` must hold the samples"):
         loss.fun(thx, xp.asarray(P[:, :2]))
+
+
+@pytest.mark.parametrize("dtype_name", ["float32", "float64"])
+def test_poisson_small_rates_far_below_the_prediction_stay_finite(xp, dtype_name):
+    # y expm1(z - log y) overflowed once z - log y passed the dtype's exp range, although
+    # exp(z) - y and the loss itself are finite: inf for a rate y = 1e-10 at z = 88 in
+    # float32 (the loss is 1.65e38) or y = 1e-300 at z = 30 in float64 (1.07e13)
+    points = {
+        "float32": [(85.0, 0.01), (88.0, 1e-10), (60.0, 1e-30), (20.0, 0.5)],
+        "float64": [(700.0, 1e-10), (30.0, 1e-300), (500.0, 1e-200), (20.0, 0.5)],
+    }[dtype_name]
+    dtype = getattr(xp, dtype_name)
+    z = np.array([p[0] for p in points], dtype=dtype_name)
+    y = np.array([p[1] for p in points], dtype=dtype_name)
+    value, d1, d2 = get_loss("poisson").derivatives(_arr(xp, z, dtype), _arr(xp, y, dtype))
+    with mpmath.workdps(50):
+        zm = [mpmath.mpf(float(a)) for a in z]
+        ym = [mpmath.mpf(float(b)) for b in y]  # the labels as stored in the dtype
+        ref_v = [mpmath.exp(a) - b - b * (a - mpmath.log(b)) for a, b in zip(zm, ym, strict=True)]
+        ref_d1 = [mpmath.exp(a) - b for a, b in zip(zm, ym, strict=True)]
+        ref_d2 = [mpmath.exp(a) for a in zm]
+    # exp(z) is the whole value to within 1e-6 here: its rounding (a few ulps of the
+    # dtype) is the error, the subtracted terms cost no cancellation
+    rtol = 8 * np.finfo(dtype_name).eps
+    for got, ref in ((value, ref_v), (d1, ref_d1), (d2, ref_d2)):
+        want = np.array([float(r) for r in ref])
+        assert_close(got, want, xp=xp, dtype=dtype, rtol=rtol)

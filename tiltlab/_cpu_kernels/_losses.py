@@ -128,19 +128,21 @@ def block_squared_hinge(z, y, i0, nb, param, l, d1, d2):
 
 @_STEP
 def block_poisson(z, y, i0, nb, param, l, d1, d2):
-    """half Poisson deviance, log link: exp(z) - y - y (z - log y) = y (expm1(w) - w), w = z - log y (exp(z) at y = 0); smooth (code 6)"""
+    """half Poisson deviance, log link: exp(z) - y - y (z - log y) = y (expm1(w) - w), w = z - log y (exp(z) at y = 0); beyond w = 8 (no cancellation left) as exp(z) - y - y w, since y expm1(w) overflows for small y where exp(z) does not; smooth (code 6)"""
     wide_vectors()
     k_0_0 = l.dtype.type(0.0)
     k_1_0 = l.dtype.type(1.0)
+    k_8_0 = l.dtype.type(8.0)
     for b in range(nb):
         zb = z[b]
         yb = y[i0 + b]
         ez = exp_t(zb)
         pos = yb > k_0_0
         w = zb - log_t(yb if pos else k_1_0)
-        em = expm1_t(w)
-        l[b] = yb * (em - w) if pos else ez
-        d1[b] = yb * em if pos else ez
+        far = w > k_8_0
+        em = expm1_t(k_0_0 if far else w)
+        l[b] = (ez - yb * (k_1_0 + w) if far else yb * (em - w)) if pos else ez
+        d1[b] = (ez - yb if far else yb * em) if pos else ez
         d2[b] = ez
 
 

@@ -165,15 +165,16 @@ TL_HD void tl_loss_squared_hinge(tl_real z, tl_real y, tl_real param, tl_real* l
     *d2 = (on ? (tl_real)2 : (tl_real)0);
 }
 
-/* half Poisson deviance, log link: exp(z) - y - y (z - log y) = y (expm1(w) - w), w = z - log y (exp(z) at y = 0); smooth */
+/* half Poisson deviance, log link: exp(z) - y - y (z - log y) = y (expm1(w) - w), w = z - log y (exp(z) at y = 0); beyond w = 8 (no cancellation left) as exp(z) - y - y w, since y expm1(w) overflows for small y where exp(z) does not; smooth */
 TL_HD void tl_loss_poisson(tl_real z, tl_real y, tl_real param, tl_real* l, tl_real* d1, tl_real* d2) {
     (void)param;
     const tl_real ez = TL_EXP(z);
     const int pos = y > (tl_real)0;
     const tl_real w = z - TL_LOG((pos ? y : (tl_real)1));
-    const tl_real em = TL_EXPM1(w);
-    *l = (pos ? y * (em - w) : ez);
-    *d1 = (pos ? y * em : ez);
+    const int far = w > (tl_real)8;
+    const tl_real em = TL_EXPM1((far ? (tl_real)0 : w));
+    *l = (pos ? (far ? ez - y * ((tl_real)1 + w) : y * (em - w)) : ez);
+    *d1 = (pos ? (far ? ez - y : y * em) : ez);
     *d2 = ez;
 }
 

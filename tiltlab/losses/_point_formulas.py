@@ -137,20 +137,22 @@ def d2_squared_hinge(z, y, m):
 
 
 def value_poisson(z, y, m):
-    """half Poisson deviance, log link: exp(z) - y - y (z - log y) = y (expm1(w) - w), w = z - log y (exp(z) at y = 0); smooth"""
+    """half Poisson deviance, log link: exp(z) - y - y (z - log y) = y (expm1(w) - w), w = z - log y (exp(z) at y = 0); beyond w = 8 (no cancellation left) as exp(z) - y - y w, since y expm1(w) overflows for small y where exp(z) does not; smooth"""
     ez = m.exp(z)
     pos = y > 0
     w = z - m.log(y if pos else 1)
-    em = m.expm1(w)
-    return _num(m, y * (em - w) if pos else ez)
+    far = w > 8
+    em = m.expm1(0 if far else w)
+    return _num(m, (ez - y * (1 + w) if far else y * (em - w)) if pos else ez)
 
 
 def d1_poisson(z, y, m):
     ez = m.exp(z)
     pos = y > 0
     w = z - m.log(y if pos else 1)
-    em = m.expm1(w)
-    return _num(m, y * em if pos else ez)
+    far = w > 8
+    em = m.expm1(0 if far else w)
+    return _num(m, (ez - y if far else y * em) if pos else ez)
 
 
 def d2_poisson(z, y, m):

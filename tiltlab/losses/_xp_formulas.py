@@ -139,28 +139,31 @@ def derivatives_squared_hinge(z, y, xp):
 
 
 def value_poisson(z, y, xp):
-    """half Poisson deviance, log link: exp(z) - y - y (z - log y) = y (expm1(w) - w), w = z - log y (exp(z) at y = 0); smooth"""
+    """half Poisson deviance, log link: exp(z) - y - y (z - log y) = y (expm1(w) - w), w = z - log y (exp(z) at y = 0); beyond w = 8 (no cancellation left) as exp(z) - y - y w, since y expm1(w) overflows for small y where exp(z) does not; smooth"""
     ez = xp.exp(z)
     pos = y > 0.0
     w = z - xp.log(xp.where(pos, y, _const(1.0, z, xp)))
-    em = xp.expm1(w)
-    return xp.where(pos, y * (em - w), ez)
+    far = w > 8.0
+    em = xp.expm1(xp.where(far, _const(0.0, z, xp), w))
+    return xp.where(pos, xp.where(far, ez - y * (1.0 + w), y * (em - w)), ez)
 
 
 def value_d1_poisson(z, y, xp):
     ez = xp.exp(z)
     pos = y > 0.0
     w = z - xp.log(xp.where(pos, y, _const(1.0, z, xp)))
-    em = xp.expm1(w)
-    return xp.where(pos, y * (em - w), ez), xp.where(pos, y * em, ez)
+    far = w > 8.0
+    em = xp.expm1(xp.where(far, _const(0.0, z, xp), w))
+    return xp.where(pos, xp.where(far, ez - y * (1.0 + w), y * (em - w)), ez), xp.where(pos, xp.where(far, ez - y, y * em), ez)
 
 
 def derivatives_poisson(z, y, xp):
     ez = xp.exp(z)
     pos = y > 0.0
     w = z - xp.log(xp.where(pos, y, _const(1.0, z, xp)))
-    em = xp.expm1(w)
-    return xp.where(pos, y * (em - w), ez), xp.where(pos, y * em, ez), ez
+    far = w > 8.0
+    em = xp.expm1(xp.where(far, _const(0.0, z, xp), w))
+    return xp.where(pos, xp.where(far, ez - y * (1.0 + w), y * (em - w)), ez), xp.where(pos, xp.where(far, ez - y, y * em), ez), ez
 
 
 def value_pinball(z, y, xp, quantile=0.5):

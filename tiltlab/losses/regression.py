@@ -132,7 +132,10 @@ class PoissonLoss(FormulaLoss):
     perfect fit ``exp(z) = y``, the negative log-likelihood of a Poisson mean ``exp(z)``
     up to a term of ``y`` alone. It is evaluated as ``y (expm1(w) - w)`` with
     ``w = z - log y`` (``exp(z)`` at ``y = 0``), which keeps the small losses near a good
-    fit; ``d1 = exp(z) - y`` (as ``y expm1(w)``) and ``d2 = exp(z)``. The predictor is the
+    fit; ``d1 = exp(z) - y`` (as ``y expm1(w)``) and ``d2 = exp(z)``. Beyond ``w = 8``,
+    where nothing cancels, the loss is ``exp(z) - y - y w`` and ``d1 = exp(z) - y``, so
+    that a small rate ``y`` far below the prediction gives the finite loss rather than
+    the overflow of ``expm1(w)``. The predictor is the
     log of the mean: :class:`~tiltlab.estimators.TiltedRegressor` predicts ``exp(z)``.
 
     Examples

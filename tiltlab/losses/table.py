@@ -137,13 +137,15 @@ TABLE: tuple[Formula, ...] = (
             ("ez", "exp(z)"),
             ("pos", "y > 0"),
             ("w", "z - log(where(pos, y, 1))"),
-            ("em", "expm1(w)"),
+            ("far", "w > 8"),
+            ("em", "expm1(where(far, 0, w))"),
         ),
-        value="where(pos, y * (em - w), ez)",
-        d1="where(pos, y * em, ez)",
+        value="where(pos, where(far, ez - y * (1 + w), y * (em - w)), ez)",
+        d1="where(pos, where(far, ez - y, y * em), ez)",
         d2="ez",
         doc="half Poisson deviance, log link: exp(z) - y - y (z - log y) = y (expm1(w) - w), "
-        "w = z - log y (exp(z) at y = 0); smooth",
+        "w = z - log y (exp(z) at y = 0); beyond w = 8 (no cancellation left) as exp(z) - y "
+        "- y w, since y expm1(w) overflows for small y where exp(z) does not; smooth",
     ),
     Formula(
         "pinball",
