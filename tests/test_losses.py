@@ -627,3 +627,18 @@ def test_poisson_small_rates_far_below_the_prediction_stay_finite(xp, dtype_name
     for got, ref in ((value, ref_v), (d1, ref_d1), (d2, ref_d2)):
         want = np.array([float(r) for r in ref])
         assert_close(got, want, xp=xp, dtype=dtype, rtol=rtol)
+
+
+def test_poisson_refuses_infinite_targets(xp):
+    # y = inf passed the `y >= 0` check and gave an infinite loss and d1 = -inf; the
+    # label set of the loss is the finite non-negative numbers (as for the point contract)
+    from tiltlab.losses.pointwise import valid_label
+
+    assert not valid_label("poisson", float("inf"))
+    loss = get_loss("poisson")
+    for bad in (np.inf, np.nan, -1.0):
+        with pytest.raises(ValueError, match="`y`"):
+            loss.value(_arr(xp, [0.0, 0.0]), _arr(xp, [1.0, bad]))
+    np.testing.assert_allclose(
+        to_numpy(loss.value(_arr(xp, [0.0]), _arr(xp, [0.0]))), [1.0], rtol=1e-15
+    )

@@ -8,6 +8,7 @@ implement ``_value``, ``_derivatives`` and, where it helps, ``_value_and_d1`` an
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -180,10 +181,10 @@ class Loss(PicklableNamespace):
             return as_float_array(y, xp, name="y")
         if self.label_kind == "nonnegative":
             y = as_float_array(y, xp, name="y")
-            if not bool(xp.all(y >= 0)):
+            if not bool(xp.all((y >= 0) & (y < math.inf))):
                 raise ValueError(
-                    f"`y` must hold non-negative targets for the {self.name} loss; got "
-                    "negative (or NaN) values"
+                    f"`y` must hold finite non-negative targets for the {self.name} loss; "
+                    "got negative, infinite or NaN values"
                 )
             return y
         y = as_array(y, xp, name="y")
