@@ -350,3 +350,15 @@ def test_mlmc_n_samples_not_above_the_largest_batch_is_refused(n_samples):
     with pytest.raises(ValueError, match="`n_samples`"):
         MinibatchTilt(2.0, estimator="mlmc", base_batch_size=1, max_level=2, n_samples=n_samples)
     MinibatchTilt(2.0, estimator="mlmc", base_batch_size=1, max_level=2, n_samples=5)
+
+
+def test_linear_schedule_ends_exactly_at_its_endpoints():
+    # start + (stop - start) * 1 is stop only up to an ulp (-1.0838099947183877 to
+    # 3.902743520047924 ended at 3.9027435200479244): the schedule did not stay at `stop`
+    rng = np.random.default_rng(0)
+    for start, stop in rng.uniform(-5.0, 5.0, size=(200, 2)):
+        schedule = linear_schedule(float(start), float(stop), steps=7)
+        assert schedule(0) == start
+        assert schedule(7) == stop
+        assert schedule(1000) == stop
+        assert schedule(3) == pytest.approx(start + (stop - start) * 3 / 7, rel=1e-14, abs=1e-14)

@@ -61,7 +61,8 @@ class LinearSchedule:
     def __call__(self, step: Any) -> Any:
         frac = step / self.steps
         frac = frac - (frac - 1) * (frac > 1)  # min(frac, 1) without a Python branch
-        return self.start + (self.stop - self.start) * frac
+        # exact at both ends (start + (stop - start) * 1 can miss stop by an ulp)
+        return self.start * (1 - frac) + self.stop * frac
 
     def __repr__(self) -> str:
         return f"linear_schedule({self.start!r}, {self.stop!r}, steps={self.steps})"
