@@ -19,7 +19,12 @@ mp = pytest.importorskip("mpmath")
 
 from dask.callbacks import Callback  # noqa: E402
 
-from tiltlab.distributed import ClientObjective, distribute, evaluate  # noqa: E402
+from tiltlab.distributed import (  # noqa: E402
+    ClientObjective,
+    distribute,
+    evaluate,
+    objective_call,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -226,3 +231,19 @@ def test_weights_of_unknown_size_named():
         tl.hierarchical_risk(L, g, (1.0, 1.0), weights=W)
     with pytest.raises(ValueError, match="`weights` has unknown chunk sizes"):
         tl.tilted_weights(L, 1.0, weights=W)
+
+
+@pytest.mark.parametrize("kind", ["hvp", "hess"])
+def test_objective_call_curvature_at_infinite_outer_tilt(kind):
+    # the Hessian is not defined there: a ValueError as from the objective's methods (the
+    # graph gave NaN)
+    rng = np.random.default_rng(4)
+    X, y = rng.standard_normal((9, 2)), rng.standard_normal(9)
+    kw = {"groups": np.arange(9) % 3, "tilts": (math.inf, 1.0)}
+    th, v = np.array([0.3, -0.2]), np.array([1.0, 0.0])
+    with pytest.raises(ValueError, match="infinite tilt"):
+        tl.TiltedObjective("squared", X, y, **kw).hvp(th, v)
+    obj = tl.TiltedObjective("squared", da.from_array(X, chunks=(4, 2)),
+                             da.from_array(y, chunks=4), **kw)
+    with pytest.raises(ValueError, match="infinite tilt"):
+        objective_call(obj, kind, th, v if kind == "hvp" else None)

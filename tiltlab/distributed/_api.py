@@ -3,6 +3,7 @@ Dask engine, :class:`tiltlab.distributed._objective.DaskEngine`)."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -27,9 +28,11 @@ def objective_call(objective: Any, kind: str, theta: Any, v: Any = None) -> Any:
     evaluation for a sample-level scalar-predictor objective, else one Hessian-vector
     product per column, all in one graph). Results are lazy Dask arrays in the shapes the
     objective's methods give (the gradient and ``Hv`` in the shape of ``theta``, resp.
-    ``v``): nothing runs at call time, and computing the results of one call together
-    (``dask.compute(value, grad)``) runs one graph, the whole evaluation. Each result
-    computed on its own runs the evaluation again.
+    ``v``; ``"hvp"`` and ``"hess"`` raise ``ValueError`` at an infinite tilt, where the
+    Hessian is not defined, as the objective's methods do): nothing runs at call time,
+    and computing the results of one call together (``dask.compute(value, grad)``) runs
+    one graph, the whole evaluation. Each result computed on its own runs the evaluation
+    again.
 
     Examples
     --------
@@ -46,6 +49,8 @@ def objective_call(objective: Any, kind: str, theta: Any, v: Any = None) -> Any:
     if not supported(objective):
         return None
     problem = problem_of(objective)
+    if kind in ("hvp", "hess") and not all(math.isfinite(float(t)) for t in problem.tilts):
+        raise ValueError("the Hessian is not defined at an infinite tilt")
     xp = problem.xp
     th = problem.check_theta(theta)
     shape = problem.shape
