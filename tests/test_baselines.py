@@ -376,3 +376,25 @@ def test_fit_huber_refuses_a_nan_ridge_penalty():
     y[5] += 100.0
     with pytest.raises(ValueError, match="`alpha`"):
         fit_huber(X, y, alpha=np.nan)
+
+
+@pytest.mark.parametrize(
+    ("fit", "kw", "name"),
+    [
+        (fit_crr, {"k": 2, "max_iter": -5}, "`max_iter`"),
+        (fit_crr, {"k": 2, "max_iter": 0}, "`max_iter`"),
+        (fit_crr, {"k": 2, "tol": np.nan}, "`tol`"),
+        (fit_crr, {"k": 2, "tol": -1.0}, "`tol`"),
+        (fit_stir, {"max_iter": 2.5}, "`max_iter`"),
+        (fit_stir, {"max_inner": 1.5}, "`max_inner`"),
+        (fit_huber, {"max_iter": 0}, "`max_iter`"),
+        (fit_huber, {"tol": -1.0}, "`tol`"),
+        (fit_huber, {"tol": np.nan}, "`tol`"),
+    ],
+)
+def test_iteration_caps_and_tolerances_are_checked(fit, kw, name):
+    # fit_crr(max_iter=-5) ran no update and returned a polish of an arbitrary support,
+    # fit_huber(max_iter=0) the least-squares start, both silently
+    X, y, _ = _regression(n=30, d=3, seed=2)
+    with pytest.raises(ValueError, match=name):
+        fit(X, y, **kw)

@@ -34,6 +34,20 @@ def _as_problem(X, y, x_name: str = "X", y_name: str = "y") -> tuple[np.ndarray,
     return X, y
 
 
+def _check_iterations(value, name: str) -> int:
+    """A positive integer (not a bool) for the iteration cap ``name``."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"`{name}` must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def _check_tolerance(value, name: str) -> float:
+    """A non-negative finite number for the tolerance ``name``."""
+    if not (value >= 0 and np.isfinite(value)):
+        raise ValueError(f"`{name}` must be a non-negative finite number, got {value!r}")
+    return float(value)
+
+
 class _RowSpace:
     """Thin SVD ``X = U diag(s) Vt`` restricted to the numerical rank of ``X``."""
 

@@ -9,7 +9,7 @@ import numpy as np
 import scipy.linalg
 import scipy.linalg.blas
 
-from ._linalg import _as_problem, _row_space
+from ._linalg import _as_problem, _check_iterations, _check_tolerance, _row_space
 from .regression import fit_least_squares
 
 __all__ = ["fit_crr", "fit_stir"]
@@ -78,7 +78,8 @@ def fit_crr(
     Raises
     ------
     ValueError
-        If `k` or `corruption_fraction` is out of range, or `X`, `y` are malformed.
+        If `k`, `corruption_fraction`, `tol` or `max_iter` is out of range, or `X`, `y`
+        are malformed.
 
     See Also
     --------
@@ -107,6 +108,8 @@ def fit_crr(
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 0 <= k < n:
         raise ValueError(f"`k` must be an integer in [0, {n}), got {k!r}")
     k = int(k)
+    tol = _check_tolerance(tol, "tol")
+    max_iter = _check_iterations(max_iter, "max_iter")
     basis = _row_space(X)
     U = basis.U
     clean_part = y - U @ (U.T @ y)  # (I - P) y
@@ -243,10 +246,8 @@ def fit_stir(
             "`min_threshold` must be positive and at most `initial_threshold`, got "
             f"{min_threshold!r} and {initial_threshold!r}"
         )
-    if max_inner < 1 or max_iter < 1:
-        raise ValueError(
-            f"`max_inner` and `max_iter` must be positive, got {max_inner!r}, {max_iter!r}"
-        )
+    max_inner = _check_iterations(max_inner, "max_inner")
+    max_iter = _check_iterations(max_iter, "max_iter")
     basis = _row_space(X)
     Z = basis.U * basis.s  # X = Z @ Vt, Z has full column rank
     z = np.zeros(Z.shape[1])

@@ -9,7 +9,7 @@ import numpy as np
 import scipy.optimize
 import scipy.sparse
 
-from ._linalg import _as_problem, _min_norm, _row_space
+from ._linalg import _as_problem, _check_iterations, _check_tolerance, _min_norm, _row_space
 
 __all__ = ["fit_genie", "fit_huber", "fit_l1", "fit_least_squares", "huber_loss", "rmse"]
 
@@ -312,7 +312,8 @@ def fit_huber(
     Raises
     ------
     ValueError
-        If `delta` is not positive, `alpha` is negative, or `X`, `y` are malformed.
+        If `delta` is not positive, `alpha` or `tol` is negative, `max_iter` is not a
+        positive integer, or `X`, `y` are malformed.
 
     See Also
     --------
@@ -335,6 +336,8 @@ def fit_huber(
         raise ValueError(f"`delta` must be positive, got {delta!r}")
     if not alpha >= 0:
         raise ValueError(f"`alpha` must be non-negative, got {alpha!r}")
+    tol = _check_tolerance(tol, "tol")
+    max_iter = _check_iterations(max_iter, "max_iter")
     n = X.shape[0]
     # X = U diag(s) Vt; w = Vt' (v / s) stays in the row space, X w = U v, and the ridge
     # term ||w||^2 = ||v / s||^2.
