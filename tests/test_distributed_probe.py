@@ -247,3 +247,6 @@ def test_objective_call_curvature_at_infinite_outer_tilt(kind):
                              da.from_array(y, chunks=4), **kw)
     with pytest.raises(ValueError, match="infinite tilt"):
         objective_call(obj, kind, th, v if kind == "hvp" else None)
+    if kind == "hvp":
+        with pytest.raises(ValueError, match="infinite tilt"):
+            evaluate(obj, th, v, kind)

@@ -320,6 +320,8 @@ def _check_evaluation(problem: TiltedProblem, theta: Any, V: Any, mode: str) -> 
             "parameter in one pass; use the objective's hessian() (one Hessian-vector "
             "product per column) for this one"
         )
+    if mode in ("hvp", "hess") and not all(math.isfinite(float(t)) for t in problem.tilts):
+        raise ValueError("the Hessian is not defined at an infinite tilt")
     if mode == "hvp" and V is None:
         raise ValueError("`V` (the direction) is required for mode 'hvp'")
     for name, a in (("theta", theta), ("V", V)):
