@@ -141,6 +141,20 @@ def test_q0_strip_ties_are_strict():
     np.testing.assert_allclose(min_tail_fraction(obj, a), expected, atol=1e-12)
 
 
+def test_q0_strip_milp_rejects_sets_that_only_touch_the_strip():
+    # integer data: the samples at x = 1 with y = 2 and y = 0 fit a strip of half-width
+    # s = 1 only with residuals exactly s (not strictly), a set that HiGHS's feasibility
+    # tolerance (of the size of the margin) accepts; six samples fit strictly
+    X = np.c_[[1.0, 1, 1, -2, -2, 0, -1, 0], np.ones(8)]
+    y = np.array([2.0, -1, 0, -1, -1, 2, -2, -1])
+    obj = tl.TiltedObjective("squared", X, y)
+    expected = brute_force_strip(X, y, 1.0)
+    assert expected == pytest.approx(0.25)
+    q0, theta = min_tail_fraction(obj, 1.0, method="milp", return_minimizers=True)
+    assert float(q0) == pytest.approx(expected, abs=1e-12)
+    assert float(np.mean(obj.losses(theta) >= 1.0)) == pytest.approx(expected, abs=1e-12)
+
+
 def test_q0_strip_prior_weights_and_rank_deficient_design():
     rng = np.random.default_rng(7)
     x = rng.uniform(0, 1, 7)

@@ -236,8 +236,9 @@ def _box_from_vertices(Xr, y, p, s, systems):
     return lo - pad, hi + pad
 
 
-def _milp_tail(Xr, y, p, s, lo, hi, margin, time_limit):
-    """min sum p_i z_i  s.t. |x_i phi - y_i| <= s - margin + M_i z_i, phi in [lo, hi]."""
+def _milp_tail(Xr, y, p, s, lo, hi, margin, time_limit, cuts=()):
+    """min sum p_i z_i  s.t. |x_i phi - y_i| <= s - margin + M_i z_i, phi in [lo, hi],
+    and sum_{i in S} z_i >= 1 for each set S of ``cuts`` (sets known not to fit)."""
     from scipy.optimize import Bounds, LinearConstraint, milp
 
     n, r = Xr.shape
@@ -246,12 +247,16 @@ def _milp_tail(Xr, y, p, s, lo, hi, margin, time_limit):
     D = np.diag(M)
     A = np.block([[Xr, -D], [-Xr, -D]])
     ub = np.concatenate([y + s - margin, -y + s - margin])
+    constraints = [LinearConstraint(A, -np.inf, ub)]
+    if cuts:
+        C = np.concatenate([np.zeros((len(cuts), r)), np.array(cuts, dtype=np.float64)], axis=1)
+        constraints.append(LinearConstraint(C, 1.0, np.inf))
     with _quiet_stdout():  # HiGHS prints MIP debug lines to the C-level stdout
         res = milp(
             np.concatenate([np.zeros(r), p]),
             integrality=np.concatenate([np.zeros(r), np.ones(n)]),
             bounds=Bounds(np.concatenate([lo, np.zeros(n)]), np.concatenate([hi, np.ones(n)])),
-            constraints=LinearConstraint(A, -np.inf, ub),
+            constraints=constraints,
             options={"time_limit": float(time_limit), "mip_rel_gap": 0.0},
         )
     if res.status == 1:
@@ -311,24 +316,38 @@ def _q0_linear_milp(Xr, y, p, aa, box, time_limit):
     systems = _vertex_systems(Xr) if box is None else None
     out = np.ones(aa.size)
     phis = np.zeros((aa.size, Xr.shape[1]))
+    n = Xr.shape[0]
     for k, a_k in enumerate(aa.reshape(-1)):
         if a_k <= 0:
             continue
         s = math.sqrt(a_k)
         margin = _STRICT_MARGIN * max(1.0, s)
         lo, hi = _box_from_vertices(Xr, y, p, s, systems) if box is None else box
-        phi, inside = _milp_tail(Xr, y, p, s, lo, hi, margin, time_limit)
-        q_milp = float(p[~inside].sum())
-        q = float(p[(Xr @ phi - y) ** 2 >= a_k].sum())
-        if q > q_milp + 1e-12:
-            # the solver's integrality/feasibility tolerances let a "fitted" residual reach
-            # sqrt(a): re-centre the fitted set with an LP, then re-check exactly
-            phi2, delta = _polish(Xr, y, s, lo, hi, inside)
-            if phi2 is not None and delta > 0:
-                phi = phi2
-                q = float(p[(Xr @ phi - y) ** 2 >= a_k].sum())
-        out[k] = q
-        phis[k] = phi
+        cuts: list[np.ndarray] = []
+        best_q, best_phi = math.inf, np.zeros(Xr.shape[1])
+        while True:
+            phi, inside = _milp_tail(Xr, y, p, s, lo, hi, margin, time_limit, cuts)
+            q_milp = float(p[~inside].sum())
+            q = float(p[(Xr @ phi - y) ** 2 >= a_k].sum())
+            fits = q <= q_milp + 1e-12
+            if not fits:
+                # the solver's integrality/feasibility tolerances (of the size of the margin)
+                # let a "fitted" residual reach sqrt(a): re-centre the fitted set with an LP,
+                # then re-check exactly
+                phi2, delta = _polish(Xr, y, s, lo, hi, inside)
+                if phi2 is not None and delta > 0:
+                    phi = phi2
+                    q = float(p[(Xr @ phi - y) ** 2 >= a_k].sum())
+                    fits = True
+            if q < best_q:
+                best_q, best_phi = q, phi
+            if fits or len(cuts) >= 4 * n:
+                break
+            # the set touches the strip's edge and cannot be fitted strictly (nor can any
+            # set holding it): cut it off and solve again
+            cuts.append(inside.astype(np.float64))
+        out[k] = best_q
+        phis[k] = best_phi
     return out, phis
 
 
@@ -417,9 +436,12 @@ def min_tail_fraction(
       instead (no enumeration, for more features; then the result is exact only if the
       box holds a global minimiser, which the caller guarantees). HiGHS's minimiser is
       re-checked exactly (and re-centred by an LP when its tolerances let a fitted
-      residual touch ``s``). Caution: on a degenerate instance (equally spaced ``x``,
-      alternating ``y``, scipy 1.17.1) HiGHS reported a non-optimal point as optimal,
-      which is why ``"auto"`` prefers the enumeration.
+      residual touch ``s``); a fitted set that no point fits strictly (its residuals
+      reach ``s``, as with integer data and an integer ``s``; HiGHS's feasibility
+      tolerance is of the size of ``m``) is cut off (at least one of its samples must
+      then be in the tail) and the program solved again. Caution: on a degenerate
+      instance (equally spaced ``x``, alternating ``y``, scipy 1.17.1) HiGHS reported a
+      non-optimal point as optimal, which is why ``"auto"`` prefers the enumeration.
     * ``method="auto"`` (default): the enumeration when its size is at most two million
       candidates, otherwise ``ValueError`` (use ``"milp"`` with ``theta_bound``).
 
