@@ -362,3 +362,28 @@ def test_linear_schedule_ends_exactly_at_its_endpoints():
         assert schedule(7) == stop
         assert schedule(1000) == stop
         assert schedule(3) == pytest.approx(start + (stop - start) * 3 / 7, rel=1e-14, abs=1e-14)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "t"),
+    [("float32", 1e-42), ("float32", 1e-45), ("float32", 1e-50), ("float64", 1e-320)],
+)
+def test_variational_value_at_a_tilt_below_the_dtype_range(dtype, t):
+    # eta + expm1(t (R_B - eta)) / t divided by t in the losses' dtype: NaN (0 / 0) once t
+    # underflows there, and a few digits or 30% off while t is subnormal
+    l1 = np.array([0.2, 1.7, 3.1], dtype=dtype)
+    l2 = np.array([0.4, 1.5], dtype=dtype)
+    tilt = MinibatchTilt(t, estimator="variational")
+    tilt(l1)
+    got = tilt(l2)
+    with mpmath.workdps(400):  # exp(t x) = 1 + t x needs the digits of t and then some
+        tm = mpmath.mpf(t)
+
+        def risk(l):
+            e = [mpmath.exp(tm * mpmath.mpf(float(x))) for x in l]
+            return mpmath.log(mpmath.fsum(e) / len(l)) / tm
+
+        eta = risk(l1)  # the first batch sets eta to its tilted risk
+        want = float(eta + mpmath.expm1(tm * (risk(l2) - eta)) / tm)
+    assert got.dtype == np.dtype(dtype)
+    assert float(got) == pytest.approx(want, rel=4 * float(np.finfo(dtype).eps))

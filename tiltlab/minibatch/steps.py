@@ -174,6 +174,16 @@ def running_from_stats(
     return value, coef, new_risk, new_seen, new_counts
 
 
+def _variational_value(eta: Any, b_risk: Any, gap: Any, t: Any, xp: Any) -> Any:
+    """``eta + expm1(gap) / t`` with ``gap = t (b_risk - eta)``; where ``|gap| < 1e-8`` (a
+    tilt that underflows in the dtype among them, where the division was 0 / 0) as
+    ``eta + (b_risk - eta) (1 + gap / 2)``, its series to the dtype's precision."""
+    small = xp.abs(gap) < 1e-8
+    one = const(1.0, b_risk, xp)
+    regular = eta + xp.expm1(gap) / xp.where(small, one, t * one)
+    return xp.where(small, eta + (b_risk - eta) * (one + gap / 2), regular)
+
+
 def variational_from_stats(stats: Any, t: Any, eta: Any, ready: Any, xp: Any):
     """``(value, eta_used, eta_grad, batch_risk, coef)`` of the variational estimator.
 
@@ -190,13 +200,13 @@ def variational_from_stats(stats: Any, t: Any, eta: Any, ready: Any, xp: Any):
             return b_risk, eta, one - one, b_risk, coef
         gap = t * (b_risk - eta)
         scale = xp.exp(gap)
-        value = eta + xp.expm1(gap) / t
+        value = _variational_value(eta, b_risk, gap, t, xp)
         grad = one - scale if t > 0 else scale - one
         return value, eta, grad, b_risk, coef
     t_fin, is_zero, _ = tilt_parts(t, xp)
     gap = t_fin * (b_risk - eta)
     scale = xp.exp(gap)
-    value = xp.where(is_zero, b_risk, eta + xp.expm1(gap) / t_fin)
+    value = xp.where(is_zero, b_risk, _variational_value(eta, b_risk, gap, t_fin, xp))
     grad = xp.where(is_zero, one - one, xp.where(t_fin > 0, one - scale, scale - one))
     return value, eta, grad, b_risk, coef
 
