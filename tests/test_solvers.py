@@ -230,3 +230,14 @@ def test_separable_logistic_data_converge_only_with_a_ridge(method):
     # 1e-8 of the gradient at zero (and SciPy's own gtol)
     g_scale = np.linalg.norm(f(np.zeros(2))[1])
     np.testing.assert_allclose(ridge.x, ref.x, rtol=0, atol=(1e-8 * g_scale + 1e-12) / 1e-2)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+@pytest.mark.parametrize("kind", ["array", "list"])
+def test_nonfinite_start_is_named_theta0(bad, kind):
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(30, 3))
+    obj = tl.TiltedObjective("squared", X, X @ np.array([1.0, -1.0, 0.5]), t=1.0)
+    start = [0.0, bad, 0.0]
+    with pytest.raises(ValueError, match=r"`theta0` contains NaN or infinite values"):
+        tl.minimize(obj, np.array(start) if kind == "array" else start, method="lbfgs")

@@ -12,6 +12,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from ._base import Solver
 from ._bestsofar import BestSoFar
 from ._checks import (
@@ -164,6 +166,8 @@ def minimize(
     if drive is not None:
         return drive(minimize, objective, theta0, **args, **options)
     solver = METHODS[method].configure(seed=seed, **options)
+    if theta0 is not None:
+        _check_finite_start(theta0)
     x0 = objective.zeros() if theta0 is None else objective.check_theta(theta0, name="theta0")
     if warm_state is not None:
         _check_warm_state(warm_state, x0)
@@ -276,6 +280,16 @@ def _check_arguments(objective: Any, args: dict[str, Any]) -> None:
             f"`warm_state` must be the `solver_state` of an earlier result, got "
             f"{type(args['warm_state']).__name__}"
         )
+
+
+def _check_finite_start(theta0: Any) -> None:
+    """A start on the host with NaN or infinite entries raises a ``ValueError`` naming
+    ``theta0`` (the first evaluation would name its own argument, ``theta``); an array on
+    a device is left to that evaluation's check, which reads no more than it does."""
+    if isinstance(theta0, (np.ndarray, list, tuple, float, int)):
+        start = np.asarray(theta0)
+        if start.dtype.kind in "fc" and not bool(np.isfinite(start).all()):
+            raise ValueError("`theta0` contains NaN or infinite values")
 
 
 def _check_warm_state(warm_state: SolverState, x0: Any) -> None:
