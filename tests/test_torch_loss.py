@@ -39,13 +39,82 @@ def _exact_risk(losses, t):
 def test_full_batch_gradient_matches_autograd_of_exact_risk(estimator, t):
     X, y, W = _data()
     ce = torch.nn.CrossEntropyLoss(reduction="none")
-    loss_fn = TiltedLoss(ce, t=t, estimator=estimator, base_batch_size=4, n_samples=64).double()
+    # mlmc: the largest batch (4 * 2**3 = 32) is below n_samples, so a batch of all 64
+    # samples is the whole data set and gets the exact weights
+    kwargs = dict(estimator=estimator, base_batch_size=4, max_level=3, n_samples=64)
+    loss_fn = TiltedLoss(ce, t=t, **kwargs).double()
     out = loss_fn(X @ W, y)
     (g,) = torch.autograd.grad(out, W)
     exact = _exact_risk(ce(X @ W, y), t)
     (g_ref,) = torch.autograd.grad(exact, W)
     torch.testing.assert_close(g, g_ref, rtol=1e-12, atol=1e-14)
     torch.testing.assert_close(out.detach(), exact.detach(), rtol=1e-12, atol=0)
+
+
+def _mlmc_mean(loss_fn, l, g):
+    """Exact mean over the multilevel sampler's distribution of (value, sum_i w_i g_i):
+    every level J with its probability, every ordered batch of distinct indices of that
+    level's size."""
+    import itertools
+
+    from tiltlab.minibatch import level_probabilities
+
+    value = grad = 0.0
+    for j, p in enumerate(level_probabilities(loss_fn.max_level), start=1):
+        batches = list(itertools.permutations(range(l.shape[0]), loss_fn.base_batch_size * 2**j))
+        for b in batches:
+            x = l[list(b)].clone().requires_grad_(True)
+            out = loss_fn(x)
+            (w,) = torch.autograd.grad(out, x)
+            value += p * out.item() / len(batches)
+            grad += p * float(w @ g[list(b)]) / len(batches)
+    return value, grad
+
+
+@pytest.mark.parametrize("t", [-1.5, 2.0])
+def test_mlmc_mean_over_every_batch_is_the_plug_in_at_the_largest_batch(t):
+    # brute force over every batch the sampler can draw: the multilevel mean is the
+    # expected plug-in on the largest batch (4 of the 5 samples), written with logsumexp
+    import itertools
+
+    gen = torch.Generator().manual_seed(4)
+    l = torch.rand(5, generator=gen, dtype=torch.float64) * 3
+    g = torch.randn(5, generator=gen, dtype=torch.float64)
+    loss_fn = TiltedLoss(t=t, estimator="mlmc", base_batch_size=1, max_level=2, n_samples=5)
+    value, grad = _mlmc_mean(loss_fn.double(), l, g)
+    subsets = list(itertools.combinations(range(5), 4))
+    ref_value = ref_grad = 0.0
+    for s in subsets:
+        risk = _exact_risk(l[list(s)], t)
+        w = torch.softmax(t * l[list(s)], 0)
+        ref_value += risk.item() / len(subsets)
+        ref_grad += float(w @ g[list(s)]) / len(subsets)
+    assert value == pytest.approx(ref_value, rel=1e-12)
+    assert grad == pytest.approx(ref_grad, rel=1e-12, abs=1e-14)
+
+
+def test_mlmc_mean_is_the_full_data_when_the_largest_batch_is_the_data():
+    # n_samples left out and the largest batch the whole data set: the multilevel mean
+    # is the full-data tilted risk and gradient
+    gen = torch.Generator().manual_seed(5)
+    l = torch.rand(4, generator=gen, dtype=torch.float64) * 3
+    g = torch.randn(4, generator=gen, dtype=torch.float64)
+    loss_fn = TiltedLoss(t=2.0, estimator="mlmc", base_batch_size=1, max_level=2).double()
+    value, grad = _mlmc_mean(loss_fn, l, g)
+    assert value == pytest.approx(_exact_risk(l, 2.0).item(), rel=1e-12)
+    ref_grad = float(torch.softmax(2.0 * l, 0) @ g)
+    assert grad == pytest.approx(ref_grad, rel=1e-12, abs=1e-14)
+
+
+@pytest.mark.parametrize("n_samples", [2, 3, 4])
+def test_mlmc_n_samples_not_above_the_largest_batch_is_refused(n_samples):
+    # n_samples = base * 2**max_level made the batches of the largest level (the whole
+    # data set) exact plug-ins instead of level corrections: the mean was biased (brute
+    # force on 4 losses at t = 2: the value by 0.034, the gradient by 0.13); below it, the
+    # largest level cannot be drawn at all
+    with pytest.raises(ValueError, match="`n_samples`"):
+        TiltedLoss(t=2.0, estimator="mlmc", base_batch_size=1, max_level=2, n_samples=n_samples)
+    TiltedLoss(t=2.0, estimator="mlmc", base_batch_size=1, max_level=2, n_samples=5)
 
 
 def test_t_zero_is_the_mean_loss_exactly():

@@ -13,6 +13,7 @@ from tiltlab.minibatch.checks import (
     check_ess,
     check_estimator,
     check_lam,
+    check_mlmc_data_size,
     check_positive_int,
     check_tilt_spec,
 )
@@ -265,6 +266,8 @@ class TiltedLoss(torch.nn.Module):
             self.max_level = check_positive_int(4 if max_level is None else max_level, "max_level")
             self._level_p = level_probabilities(self.max_level).tolist()
         self.n_samples = None if n_samples is None else check_positive_int(n_samples, "n_samples")
+        if self.estimator == "mlmc" and self.n_samples is not None:
+            check_mlmc_data_size(self.n_samples, self.base_batch_size, self.max_level)
         # the common case (one process, sample level, running) has a path of few operations
         self._lean = (
             self.estimator == "running"
