@@ -195,3 +195,13 @@ def test_learn_reweight_refuses_bad_step_and_count():
     ):
         with pytest.raises(ValueError, match=name):
             fit_learn_reweight(X, y, X[:10], y[:10], **kw)
+
+
+@pytest.mark.parametrize("fit", [fit_linear_svm, fit_focal, fit_hrm, fit_robust_risk])
+@pytest.mark.parametrize("max_iter", [0, -3, 2.5, True])
+def test_classifier_iteration_caps_are_checked(fit, max_iter):
+    # max_iter=0 returned the unfitted start (zeros or the logistic fit) silently
+    X, y = _problem(n=20, d=3)
+    args = (0.5,) if fit is fit_robust_risk else ()
+    with pytest.raises(ValueError, match="`max_iter`"):
+        fit(X, y, *args, max_iter=max_iter)

@@ -215,3 +215,12 @@ def test_command_with_a_local_copy(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         main([*argv, "--data-dir", str(tmp_path / "missing")])
     assert exc.value.code == 2 and "--data-dir" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("max_iter", [0, -1, 1.5])
+def test_fair_pca_sdp_checks_max_iter(max_iter):
+    # max_iter=0 was taken as 1 and max_iter=-1 as 1 too, silently
+    rng = np.random.default_rng(0)
+    groups = [rng.normal(size=(10, 3)), rng.normal(size=(12, 3))]
+    with pytest.raises(ValueError, match="`max_iter`"):
+        fair_pca_sdp(groups, 1, max_iter=max_iter)

@@ -25,6 +25,8 @@ import numpy as np
 import scipy.optimize
 import scipy.special
 
+from ._linalg import _check_iterations
+
 __all__ = [
     "chi_square_worst_case",
     "fit_focal",
@@ -57,6 +59,7 @@ def _logistic_losses(z: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 
 def _lbfgs(fun, d: int, max_iter: int = 5000, start=None) -> np.ndarray:
+    max_iter = _check_iterations(max_iter, "max_iter")
     x0 = np.zeros(d) if start is None else start
     res = scipy.optimize.minimize(
         fun, x0, jac=True, method="L-BFGS-B",
@@ -130,6 +133,7 @@ def fit_linear_svm(X, y, C: float = 1.0, *, tol: float = 1e-6, max_iter: int = 2
     X, y = _binary(X, y)
     if not C > 0:
         raise ValueError(f"`C` must be positive, got {C!r}")
+    max_iter = _check_iterations(max_iter, "max_iter")
     s = 2.0 * y - 1.0
     Z = np.concatenate([X, np.ones((X.shape[0], 1))], axis=1) * s[:, None]
 

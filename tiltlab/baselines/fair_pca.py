@@ -41,6 +41,8 @@ import numpy as np
 import scipy.linalg
 import scipy.optimize
 
+from ._linalg import _check_iterations
+
 __all__ = ["FairPCASDPResult", "fair_pca_sdp"]
 
 
@@ -188,6 +190,7 @@ def fair_pca_sdp(
     array([0.75, 0.75])
     """
     mats, r = _check_inputs(groups_data, n_components, rtol, atol)
+    max_iter = _check_iterations(max_iter, "max_iter")
     G = len(mats)
     B = np.stack([m.T @ m / m.shape[0] for m in mats])  # (G, d, d)
     c = np.empty(G)
