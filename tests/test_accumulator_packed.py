@@ -283,3 +283,48 @@ def test_moved_sums_on_every_backend(xp, dtype, t):
         # sums of four terms of one sign, each carrying the roundings of its exponent
         assert _field_ok(float(to_numpy(got)[0]), want[name], losses, t, dtype, 1), name
     assert packed.moved_sums(f, fm, c_k - c, mass, s)[1:] == (None, None)
+
+
+# (prev, batch, t, lam): tilts at which t * (batch - prev) is subnormal or zero, from a
+# subnormal t or from a normal t and a small gap; on both sides of u = 0
+_SUBNORMAL_UPDATES = [
+    (1.375, 0.95, 1e-320, 0.1),
+    (1.375, 0.95, -1e-320, 0.1),
+    (1.375, 0.95, 5e-324, 0.1),
+    (0.0, 1.0, 1e-310, 0.5),
+    (2.0, 0.5, -2e-310, 0.25),
+    (0.0, 1e-10, 1e-300, 0.5),
+    (0.0, -1e-10, -1e-300, 0.5),
+    (1.375, 0.95, 1e-42, 0.1),  # subnormal in float32 only
+    (0.0, 1e-10, 1e-30, 0.5),  # u subnormal in float32 only
+    (0.5, 0.75, 1e-30, 0.3),  # ordinary
+]
+
+
+@pytest.mark.skip_xp_backend("dask", reason="a graph per case: over the time budget")
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("array_tilt", [False, True])
+def test_running_update_at_tilts_where_the_product_is_subnormal(xp, dtype, array_tilt):
+    """``(1/t) log((1-lam) e^{t prev} + lam e^{t batch})`` against 50 digits where
+    ``t (batch - prev)`` is subnormal or zero (t subnormal in the dtype or in float64):
+    the t -> 0 limit ``prev + lam (batch - prev)`` to rounding, as a Python tilt and as a
+    0-d tilt of the losses' dtype."""
+    dt = getattr(xp, dtype)
+    for prev, batch, t, lam in _SUBNORMAL_UPDATES:
+        p, b = xp.asarray([prev], dtype=dt), xp.asarray([batch], dtype=dt)
+        tilt = xp.asarray(t, dtype=dt) if array_tilt else t
+        t_used = float(to_numpy(tilt)) if array_tilt else t
+        if t_used == 0.0:  # below the dtype's range: not this test's case
+            continue
+        out = packed.running_update(p, b, tilt, lam, xp)
+        assert out.dtype == dt
+        got = float(to_numpy(out)[0])
+        with mpmath.workdps(DPS):
+            pv, bv = (mpmath.mpf(float(to_numpy(x)[0])) for x in (p, b))
+            tv, lv = mpmath.mpf(t_used), mpmath.mpf(lam)
+            inner = (1 - lv) * mpmath.expm1(tv * pv) + lv * mpmath.expm1(tv * bv)
+            want = mpmath.log1p(inner) / tv
+            step = lv * abs(bv - pv)
+        # three roundings: the gap, its product with lam, the sum
+        tol = 2 * eps(dtype) * (abs(want) + step)
+        assert abs(got - want) <= tol, (prev, batch, t, lam, got, float(want))

@@ -761,7 +761,9 @@ def running_update(previous: Any, batch: Any, t: Any, lam: float, xp: Any) -> An
     Written as ``prev + f(t (batch - prev)) / t`` with ``f(u) = log1p(lam expm1(u))`` for
     u <= 0 and ``u + log1p((1-lam) expm1(-u))`` for u > 0: no overflow at any ``t * loss``
     and full relative precision as t -> 0, where it becomes the linear average
-    ``prev + lam (batch - prev)`` (used exactly at t = 0). At +-inf it keeps ``batch``.
+    ``prev + lam (batch - prev)`` (used exactly at t = 0, and with its first correction
+    where ``lam t (batch - prev)`` is subnormal, e.g. at a subnormal t). At +-inf it keeps
+    ``batch``.
 
     Examples
     --------
@@ -780,14 +782,32 @@ def running_update(previous: Any, batch: Any, t: Any, lam: float, xp: Any) -> An
             return batch
         if abs(t) < float(xp.finfo(gap.dtype).smallest_normal):
             # t is zero or subnormal in the losses' dtype (1e-300 in float32): t * gap and
-            # the division by t are formed in float64, where t is a normal number
+            # the division by t are formed in float64, where t is a normal number (one
+            # subnormal there too takes the series of `_running_step`)
             wide = xp.astype(gap, xp.float64)
-            return previous + xp.astype(_running_f(t * wide, lam, xp) / t, gap.dtype)
-        return previous + _running_f(t * gap, lam, xp) / t
+            return previous + xp.astype(_running_step(wide, t, lam, xp), gap.dtype)
+        return previous + _running_step(gap, t, lam, xp)
     t_fin, is_zero, regular = tilt_parts(t, xp)
-    u = t_fin * gap
-    out = xp.where(regular, previous + _running_f(u, lam, xp) / t_fin, batch)
+    out = xp.where(regular, previous + _running_step(gap, t_fin, lam, xp), batch)
     return xp.where(is_zero, previous + lam * gap, out)
+
+
+def _running_step(gap: Any, t: Any, lam: float, xp: Any) -> Any:
+    """``f(u) / t`` of :func:`running_update` (``u = t * gap``, t finite and non-zero).
+
+    Where ``lam * u`` is subnormal (``t`` subnormal, or a small ``t * gap``), ``f(u)``
+    has lost bits and the division by ``t`` would magnify the loss (``u`` is even 0 at
+    ``t = 5e-324``): there the series ``f(u) / t = lam gap (1 + (1 - lam) u / 2 +
+    O(u^2))``, exact to rounding for ``|u| < sqrt(eps)``, is taken instead; it needs no
+    division by ``t``.
+    """
+    u = t * gap
+    info = xp.finfo(u.dtype)
+    tiny, below = float(info.smallest_normal), math.sqrt(float(info.eps))
+    if tiny < lam * below:
+        below = tiny / lam
+    series = (lam * gap) * (1.0 + (0.5 * (1.0 - lam)) * u)
+    return xp.where(xp.abs(u) < below, series, _running_f(u, lam, xp) / t)
 
 
 def _running_f(u: Any, lam: float, xp: Any) -> Any:
