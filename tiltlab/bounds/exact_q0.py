@@ -416,9 +416,9 @@ def min_tail_fraction(
       residuals of subsets ``T`` with ``|T| = rank(X_T) + 1`` (``|lam . y_T| / ||lam||_1``,
       ``lam`` the left null vector of ``X_T``), so evaluating it at ``s'`` halfway between
       the largest critical level below ``s`` and ``s`` gives the open-strip optimum
-      exactly. Levels within a relative ``1e-10`` of ``s`` count as equal to it (they are
-      computed in floating point). Cost: ``sum_{m<=r} C(N, m) (2^m + 1)``, about ``2 N^2``
-      for a feature plus an intercept and ``N^3`` for two features plus an intercept.
+      exactly. Levels within a relative ``1e-10`` of ``s`` count as equal to it. Cost:
+      ``sum_{m<=r} C(N, m) (2^m + 1)``, about ``2 N^2`` for a feature plus an intercept
+      and ``N^3`` for two features plus an intercept.
     * ``method="milp"``: the mixed-integer program
 
       .. math:: \min \sum_i p_i z_i \quad\text{s.t.}\quad
@@ -435,13 +435,10 @@ def min_tail_fraction(
       the residuals). With ``theta_bound`` the box is ``[-theta_bound, theta_bound]``
       instead (no enumeration, for more features; then the result is exact only if the
       box holds a global minimiser, which the caller guarantees). HiGHS's minimiser is
-      re-checked exactly (and re-centred by an LP when its tolerances let a fitted
-      residual touch ``s``); a fitted set that no point fits strictly (its residuals
-      reach ``s``, as with integer data and an integer ``s``; HiGHS's feasibility
-      tolerance is of the size of ``m``) is cut off (at least one of its samples must
-      then be in the tail) and the program solved again. Caution: on a degenerate
-      instance (equally spaced ``x``, alternating ``y``, scipy 1.17.1) HiGHS reported a
-      non-optimal point as optimal, which is why ``"auto"`` prefers the enumeration.
+      re-checked exactly (re-centred by an LP where a fitted residual touches ``s``); a
+      set that no point fits strictly (integer data) is cut off and the program solved
+      again. On a degenerate instance (equally spaced ``x``, alternating ``y``, scipy
+      1.17.1) HiGHS called a non-optimal point optimal: ``"auto"`` prefers enumeration.
     * ``method="auto"`` (default): the enumeration when its size is at most two million
       candidates, otherwise ``ValueError`` (use ``"milp"`` with ``theta_bound``).
 
