@@ -749,7 +749,7 @@ RULE_HOME = "tiltlab.accumulator.packed"
 RULE_GENERATED = ("tiltlab.accumulator._state_formulas",)
 #: other formulas that use ``expm1``/``log1p`` in the driver packages, each with its reason
 RULE_OTHER_FORMULAS = {
-    "tiltlab.minibatch.steps:variational_from_stats": "the variational bound eta + expm1(g) / t",
+    "tiltlab.minibatch.steps:_variational_value": "the variational bound eta + expm1(g) / t",
     "tiltlab.torch._grouped:_numbers": "the constant log(1 - lam) of the running average",
     "tiltlab.torch._parallel:_numbers": "the constant log(1 - lam) of the running average",
     "tiltlab.risk.advantage:_advantage": "the advantage expm1(beta (r - R)) / beta",
