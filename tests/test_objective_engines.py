@@ -249,7 +249,7 @@ def test_non_finite_theta_is_an_error_where_the_tilt_reads_no_extremes(xp, name,
         if not xp.__name__.endswith("dask.array"):  # lazy parameters: checked when computed
             with pytest.raises(ValueError, match="`theta` contains NaN or infinite"):
                 call(native)
-    with pytest.raises(ValueError, match="`theta` contains NaN or infinite"):
+    with pytest.raises(ValueError, match="`theta0` contains NaN or infinite"):
         tl.minimize(tl.TiltedObjective(name, X, y, t=t), th)
 
 
