@@ -51,6 +51,7 @@ def _sequence(n, p=7, seed=0):
     return [(x, A @ x - b, 0.5 * x @ A @ x - b @ x) for x in xs]
 
 
+@pytest.mark.slow  # 3 s on Dask: the full tier (the NumPy paths are checked below)
 @pytest.mark.parametrize("memory", [1, 3, 5])
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_direction_matches_the_two_loop_recursion(xp, memory, dtype):
