@@ -30,7 +30,7 @@ def _solve(obj):
     return tl.minimize(obj, method="newton", tol=1e-13).x
 
 
-@pytest.mark.slow  # its Dask instance takes 5 s: the full tier (the tests below run in the push tier)
+@pytest.mark.slow  # 5 s on Dask: the full tier (the tests below run in the push tier)
 @pytest.mark.parametrize("t", [2.0, -0.5])
 def test_tangent_pairs_are_curvature_pairs_of_the_dense_hessian(xp, t):
     X, y = _logistic()
