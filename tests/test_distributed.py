@@ -17,7 +17,7 @@ import tiltlab as tl
 da = pytest.importorskip("dask.array")
 dask = pytest.importorskip("dask")
 
-from dask.callbacks import Callback  # noqa: E402
+from _dask_runs import SchedulerRuns  # noqa: E402
 
 from tiltlab.accumulator import merge_all  # noqa: E402
 from tiltlab.distributed import ClientObjective, distribute  # noqa: E402
@@ -26,17 +26,6 @@ from tiltlab.distributed._states import (  # noqa: E402
     group_risks,
     merge_states,
 )
-
-
-class _Count(Callback):
-    """Counts scheduler runs (one per ``compute``/``persist``) of the local schedulers."""
-
-    def __init__(self):
-        super().__init__()
-        self.n = 0
-
-    def _start(self, dsk):
-        self.n += 1
 
 
 def _problem(n=1200, d=4, seed=0, loss="squared"):
@@ -82,7 +71,7 @@ def test_one_graph_per_evaluation_matches_numpy(loss, kw):
     rng = np.random.default_rng(3)
     th, v = 0.3 * rng.normal(size=ref.shape), rng.normal(size=ref.shape)
     distribute(obj)  # rechunk + persist once
-    with _Count() as c:
+    with SchedulerRuns() as c:
         f, g = obj.value_and_gradient(da.from_array(th))
         hv = obj.hvp(da.from_array(th), da.from_array(v))
         val = obj.value(da.from_array(th))
@@ -109,7 +98,7 @@ def test_dense_hessian_one_graph():
     ref, obj = _pair("logistic", {"t": -1.5, "l2": 0.1})
     th = np.full(ref.shape, 0.2)
     distribute(obj)
-    with _Count() as c:
+    with SchedulerRuns() as c:
         H = obj.hessian(da.from_array(th))
         assert c.n == 0 and isinstance(H, da.Array) and H.shape == (4, 4)
         H = H.compute()
@@ -124,7 +113,7 @@ def test_risks_are_one_lazy_reduction():
     g = rng.integers(0, 7, size=2000)
     ld, wd = da.from_array(l, chunks=300), da.from_array(w, chunks=450)
     for t in (-4.0, 1e-12, 0.0, 3.0, np.inf):
-        with _Count() as c:
+        with SchedulerRuns() as c:
             r = tl.tilted_risk(ld, t, weights=wd)
             assert c.n == 0  # lazy
             got = float(r.compute())
@@ -140,7 +129,7 @@ def test_risks_are_one_lazy_reduction():
             m = float(p @ l)
             want = m + t * float(p @ (l - m) ** 2) / 2
         assert abs(got - want) <= 1e-13 * max(1.0, abs(want))
-    with _Count() as c:
+    with SchedulerRuns() as c:
         r = tl.hierarchical_risk(ld, g, (2.0, -1.0), weights=wd)
         assert c.n == 0
         got = float(r.compute())
@@ -169,7 +158,7 @@ def test_client_driven_solvers_threaded(method, opts):
     ref, obj = _pair("logistic", {"t": -1.0, "l2": 1e-2})
     want = tl.minimize(ref, method=method, tol=1e-11, **opts)
     distribute(obj)
-    with _Count() as c:
+    with SchedulerRuns() as c:
         res = tl.minimize(obj, method=method, tol=1e-11, **opts)
     assert res.success, res.message
     assert c.n == res.nfev  # one graph per evaluation, line-search trials included

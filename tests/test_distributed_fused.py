@@ -335,17 +335,10 @@ def test_engine_route_in_the_one_graph(monkeypatch):
     """A Dask objective whose chunks' library has no state route but a registered engine
     (NumPy here, its state route removed and a stand-in engine registered): each chunk is
     one engine call inside the one graph of an evaluation."""
-    from dask.callbacks import Callback
+    from _dask_runs import SchedulerRuns
 
     from tiltlab.objective.engines import ENGINES
 
-    class Count(Callback):
-        def __init__(self):
-            super().__init__()
-            self.n = 0
-
-        def _start(self, dsk):
-            self.n += 1
 
     engine = _StandIn()
     ce.CHUNK_ROUTES.lookup("numpy")  # registered (imported) first, then taken out
@@ -359,7 +352,7 @@ def test_engine_route_in_the_one_graph(monkeypatch):
     from tiltlab.distributed import distribute
 
     distribute(obj)  # rechunk and persist once (a run of its own)
-    with Count() as c:
+    with SchedulerRuns() as c:
         f, g = obj.value_and_gradient(th)
         assert c.n == 0
         f, g = dask.compute(f, g)

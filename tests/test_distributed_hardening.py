@@ -17,7 +17,7 @@ da = pytest.importorskip("dask.array")
 dask = pytest.importorskip("dask")
 mp = pytest.importorskip("mpmath")
 
-from dask.callbacks import Callback  # noqa: E402
+from _dask_runs import SchedulerRuns  # noqa: E402
 
 from tiltlab.distributed import (  # noqa: E402
     ClientObjective,
@@ -105,16 +105,6 @@ def test_empty_losses_of_unknown_size_name_losses():
 # the dense Hessian of a hierarchy in the client-driven solvers
 
 
-class _Count(Callback):
-    """Counts scheduler runs (one per ``compute``) of the local schedulers."""
-
-    def __init__(self):
-        super().__init__()
-        self.n = 0
-
-    def _start(self, dsk):
-        self.n += 1
-
 
 def _hessian_pair(loss, kw):
     rng = np.random.default_rng(0)
@@ -144,7 +134,7 @@ def test_client_dense_hessian_one_graph(loss, kw):
     ref, obj = _hessian_pair(loss, kw)
     th = 0.1 * np.random.default_rng(1).standard_normal(ref.shape)
     client = ClientObjective(obj)
-    with _Count() as c:
+    with SchedulerRuns() as c:
         H = client.hessian(th)
     assert c.n == 1 and client.n_evals == 1
     assert H.dtype == np.float64
@@ -158,7 +148,7 @@ def test_newton_dense_hessian_nfev(loss, kw):
     # counts it), and the Dask run makes one graph per evaluation
     ref, obj = _hessian_pair(loss, kw)
     want = tl.minimize(ref, method="newton", hessian="dense", tol=1e-10)
-    with _Count() as c:
+    with SchedulerRuns() as c:
         res = tl.minimize(obj, method="newton", hessian="dense", tol=1e-10)
     assert res.success and want.success
     assert res.nit == want.nit and res.nfev == want.nfev

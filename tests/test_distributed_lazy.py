@@ -20,22 +20,12 @@ da = pytest.importorskip("dask.array")
 dask = pytest.importorskip("dask")
 special = pytest.importorskip("scipy.special")
 
-from dask.callbacks import Callback  # noqa: E402
+from _dask_runs import SchedulerRuns  # noqa: E402
 
 from tiltlab.distributed import ClientObjective, distribute  # noqa: E402
 
 TILTS = [0.0, 1e-8, -1e-8, 2.0, -2.0, 50.0, -50.0]
 
-
-class _Count(Callback):
-    """Counts scheduler runs (one per ``compute``/``persist``) of the local schedulers."""
-
-    def __init__(self):
-        super().__init__()
-        self.n = 0
-
-    def _start(self, dsk):
-        self.n += 1
 
 
 def _tol(dtype):
@@ -82,7 +72,7 @@ def test_hierarchical_objective_matches_numpy(tau, dtype):
     th = (0.5 * rng.normal(size=ref.shape)).astype(dtype)
     v = rng.normal(size=ref.shape).astype(dtype)
     distribute(obj)
-    with _Count() as c:
+    with SchedulerRuns() as c:
         f, gr = obj.value_and_gradient(da.from_array(th))
         hv = obj.hvp(da.from_array(th), da.from_array(v))
         val = obj.value(da.from_array(th))
@@ -201,7 +191,7 @@ def test_hierarchical_risk_lazy(tau, codes, dtype):
     gd = labels if codes == "numpy" else da.from_array(labels, chunks=170)
     ld = da.from_array(l, chunks=((100, 0, 250, 650),))
     wd = None if w is None else da.from_array(w, chunks=300)
-    with _Count() as c:
+    with SchedulerRuns() as c:
         r = tl.hierarchical_risk(ld, gd, (1.5, tau), weights=wd)
         assert c.n == 0  # nothing computed at call time
         got = r.compute()
@@ -220,7 +210,7 @@ def test_hierarchical_risk_unknown_chunk_sizes_and_errors():
     ld, gd = da.from_array(l, chunks=70), da.from_array(g, chunks=70)
     lm, gm = ld[ld > 0.2], gd[ld > 0.2]  # the same mask: the same unknown chunks
     assert np.isnan(lm.shape[0])
-    with _Count() as c:
+    with SchedulerRuns() as c:
         r = tl.hierarchical_risk(lm, gm, (-1.0, 2.0))
         assert c.n == 0
         got = float(r.compute())
@@ -243,7 +233,7 @@ def test_hierarchical_risk_unknown_chunk_sizes_and_errors():
     with pytest.raises(ValueError, match="zero total weight"):
         tl.hierarchical_risk(ld, gd, (1.0, 1.0), weights=da.from_array(w, chunks=70)).compute()
     # float labels are computed at call time (documented), with the same result
-    with _Count() as c:
+    with SchedulerRuns() as c:
         r = tl.hierarchical_risk(ld, gd.astype(np.float64), (-1.0, 2.0))
         assert c.n == 1
     assert float(r.compute()) == pytest.approx(_hier_closed_form(l, g, -1.0, 2.0), rel=1e-13)
@@ -291,7 +281,7 @@ def test_tilted_risk_grid_keepdims_nd_lazy(dtype):
             )
         )
     for lazy, eager in cases:
-        with _Count() as c:
+        with SchedulerRuns() as c:
             r = lazy()
             assert c.n == 0
             got = r.compute()
@@ -433,7 +423,7 @@ def test_hierarchical_objective_on_data_read_at_each_evaluation():
     ref = tl.TiltedObjective("logistic", X, y, **kw)
     th, v = np.full(4, 0.3), np.linspace(-1.0, 1.0, 4)
     _LOADS.clear()
-    with _Count() as c:
+    with SchedulerRuns() as c:
         f, gr = dask.compute(*obj.value_and_gradient(da.from_array(th)))
         assert c.n == 1
     for a, b in bounds[::2]:  # the non-empty chunks: each read once, X and y
@@ -521,7 +511,7 @@ def _exact_mean(l, p=None):
 
 def _lazy(fn):
     """``fn()`` built without running a graph, then computed in one."""
-    with _Count() as c:
+    with SchedulerRuns() as c:
         r = fn()
         assert c.n == 0
         got = r.compute()

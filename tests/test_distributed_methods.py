@@ -21,7 +21,7 @@ dask = pytest.importorskip("dask")
 distributed = pytest.importorskip("distributed")
 special = pytest.importorskip("scipy.special")
 
-from dask.callbacks import Callback  # noqa: E402
+from _dask_runs import SchedulerRuns  # noqa: E402
 
 from tiltlab.distributed import ClientObjective, distribute, objective_call  # noqa: E402
 
@@ -30,16 +30,6 @@ TILTS = [0.0, 1e-8, -1e-8, 2.0, -2.0, 50.0, -50.0]
 #: uneven row chunks with an empty one; the groups are spread over every chunk
 CHUNKS = (200, 0, 350, 350)
 
-
-class _Count(Callback):
-    """Counts runs of Dask's local schedulers (one per ``compute``)."""
-
-    def __init__(self):
-        super().__init__()
-        self.n = 0
-
-    def _start(self, dsk):
-        self.n += 1
 
 
 @pytest.fixture(scope="module")
@@ -218,7 +208,7 @@ def test_local_scheduler_and_passes_counted_at_call():
     )
     distribute(obj)
     th = np.full(4, -0.2)
-    with _Count() as c:
+    with SchedulerRuns() as c:
         f, g1 = obj.value_and_gradient(th)
         assert c.n == 0 and obj.n_passes == 1
         H = obj.hessian(th)  # hierarchical: columns of Hessian-vector products
@@ -261,7 +251,7 @@ def test_sample_level_dense_hessian_and_multinomial_shapes():
     obj = tl.TiltedObjective("squared", Xd[:, :2], Xd[:, 2], t=-1.0, l2=0.5)
     th = np.array([0.5, -1.0])
     distribute(obj)  # the first call would persist the data (one graph)
-    with _Count() as c:
+    with SchedulerRuns() as c:
         H = obj.hessian(th)
         assert c.n == 0 and H.shape == (2, 2)
         _close(H.compute(), ref.hessian(th), 1e-11)
@@ -292,7 +282,7 @@ def test_objective_call_matches_the_methods():
     )  # fmt: skip
     th, v = np.full(4, 0.3), np.linspace(-1.0, 1.0, 4)
     distribute(obj)
-    with _Count() as c:
+    with SchedulerRuns() as c:
         f, grad = objective_call(obj, "grad", th)
         hv = objective_call(obj, "hvp", th, v)
         val = objective_call(obj, "value", th)
@@ -339,7 +329,7 @@ def test_in_memory_parameters_are_read_without_computing():
     from tiltlab.distributed._objective import in_memory
 
     a = np.arange(12.0).reshape(4, 3)
-    with _Count() as c:
+    with SchedulerRuns() as c:
         got = in_memory(da.from_array(a, chunks=(3, 2)))  # four blocks of data
         lazy = da.from_array(a, chunks=2) * 2.0
         assert in_memory(lazy) is lazy

@@ -342,25 +342,18 @@ def test_bad_arguments():
 )
 def test_dask_one_graph_per_evaluation(kind, monkeypatch):
     da = pytest.importorskip("dask.array")
-    from dask.callbacks import Callback
+    from _dask_runs import SchedulerRuns
 
     import tiltlab.solvers._cvar as cvar_module
     import tiltlab.solvers.dro as dro_module
 
-    class Count(Callback):
-        def __init__(self):
-            super().__init__()
-            self.n = 0
-
-        def _start(self, dsk):
-            self.n += 1
 
     cls = dro_module._JointKL if kind == "kl" else cvar_module._SmoothedCVaR
     runs = []
     inner = cls.value_and_gradient
 
     def counted(self, phi):
-        with Count() as c:
+        with SchedulerRuns() as c:
             out = inner(self, phi)
         runs.append(c.n)
         return out
@@ -372,7 +365,7 @@ def test_dask_one_graph_per_evaluation(kind, monkeypatch):
         da.from_array(X, chunks=(100, 3)),
         da.from_array(y, chunks=100),
     )
-    with Count() as total:
+    with SchedulerRuns() as total:
         res = tl.minimize_dro(obj, **{kind: 0.1})
     assert res.success, res.message
     assert len(runs) >= 5 and set(runs) == {1}
